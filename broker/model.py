@@ -1,0 +1,417 @@
+"""The broker's vocabulary: frozen dataclasses that every layer shares.
+
+Owns the shapes of what the broker knows and decides, nothing else: no I/O, no clock (times are plain
+epoch seconds handed in by callers), no parsing of Kubernetes objects (that is capacity.py).
+
+    NodeFacts        one node as level 1/2 need it (GPU product, whole GPUs, MIG slices, NUMA zones, taints)
+    ClusterSnapshot  all NodeFacts of one cluster at one moment, plus its Kueue queues
+    ClusterSummary   the O(products) aggregate level 1 reads: histograms instead of nodes
+    ClusterTraits    what the operator declared about a cluster (tier, region, price, schedulers, Kueue)
+    JobRequest       what a user asked for
+    Placement        level-1 decision: a cluster and the resource to ask it for
+    NoFit            level-1 rejection as data: "0/N clusters are available: ..."
+    Reservation      GPUs assumed for a placement until the cluster shows the pods
+    JobRecord        a job's durable state; JobEvent one transition of it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class MigStrategy(StrEnum):
+    NONE = "none"
+    SINGLE = "single"
+    MIXED = "mixed"
+
+
+class Tier(StrEnum):
+    ONPREM = "on-prem"
+    CLOUD = "cloud"
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    UNREACHABLE = "unreachable"
+    FORBIDDEN = "forbidden"
+    UNKNOWN = "unknown"
+
+
+class JobState(StrEnum):
+    QUEUED = "QUEUED"
+    PLACED = "PLACED"
+    ADMITTED = "ADMITTED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProduct:
+    """A GPU model. `name` is the catalog name (H100-80GB) or, when unknown, the raw GFD product string."""
+
+    name: str
+    memory_mib: int
+    family: str = ""
+    known: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A MIG GPU-instance profile of one GPU product, from the profile tables (reference 1.5)."""
+
+    name: str  # "1g.10gb" or "1g.10gb+me"
+    compute_slices: int  # the "g": sevenths of the GPU's compute
+    memory_gb: int  # nominal GB in the name
+    max_per_gpu: int  # homogeneous maximum
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource under the mixed strategy: '+' becomes '.' (nvidia.com/mig-1g.10gb.me)."""
+        return "nvidia.com/mig-" + self.name.replace("+", ".")
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlices:
+    """Allocatable and allocated slices of one MIG profile on one node."""
+
+    profile: str
+    allocatable: int
+    allocated: int
+
+    @property
+    def free(self) -> int:
+        return max(0, self.allocatable - self.allocated)
+
+
+@dataclass(frozen=True, slots=True)
+class NumaZone:
+    """One NUMA zone of a node, from its NodeResourceTopology."""
+
+    name: str
+    gpus_allocatable: int
+    gpus_available: int
+    cpu_available_millis: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One node as the broker needs it. All counts are of schedulable units, already parsed."""
+
+    name: str
+    product: GpuProduct | None  # None: the node has no NVIDIA GPU
+    gpu_count: int = 0  # physical GPUs (gpu.count label, or the MIG parents)
+    gpus_allocatable: int = 0  # whole, exclusive GPUs (nvidia.com/gpu, not shared, not MIG-single slices)
+    gpus_allocated: int = 0
+    mig_strategy: MigStrategy = MigStrategy.NONE
+    mig_settled: bool = True  # False while nvidia.com/mig.config.state is not 'success'
+    mig: tuple[MigSlices, ...] = ()
+    shared_replicas: int = 1  # time-slicing / MPS replicas; > 1 means the GPUs are shared, not whole
+    shared_allocatable: int = 0
+    shared_allocated: int = 0
+    numa_zones: tuple[NumaZone, ...] = ()
+    topology_policy: str = "none"  # none | best-effort | restricted | single-numa-node
+    topology_scope: str = "container"  # container | pod
+    taints: tuple[Taint, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True
+    unschedulable: bool = False
+    cpu_allocatable_millis: int = 0
+    cpu_allocated_millis: int = 0
+    memory_allocatable_bytes: int = 0
+    memory_allocated_bytes: int = 0
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.unschedulable
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus_allocatable - self.gpus_allocated)
+
+    @property
+    def largest_numa_gpu_block(self) -> int:
+        """Most free GPUs inside one NUMA zone; without NUMA data, all free GPUs count as one zone."""
+        if not self.numa_zones:
+            return self.gpus_free
+        return max((z.gpus_available for z in self.numa_zones), default=0)
+
+
+@dataclass(frozen=True)
+class QueueHeadroom:
+    """A Kueue ClusterQueue's quota for one flavor and resource, and what is used of it."""
+
+    cluster_queue: str
+    flavor: str
+    resource: str
+    nominal: int
+    used: int
+    borrowing_limit: int | None = None
+    local_queues: tuple[str, ...] = ()
+
+    @property
+    def headroom(self) -> int:
+        return max(0, self.nominal - self.used)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """All facts of one cluster at one moment: what capacity.summarize() turns into a ClusterSummary."""
+
+    cluster: str
+    nodes: tuple[NodeFacts, ...]
+    queues: tuple[QueueHeadroom, ...] = ()
+    observed_at: float = 0.0
+    resource_version: str = ""
+    bad_nodes: tuple[str, ...] = ()  # nodes whose objects could not be parsed (reported, skipped)
+
+
+@dataclass(frozen=True)
+class ProductCapacity:
+    """Whole-GPU capacity of one product in one cluster, over ready and schedulable nodes.
+
+    nodes_by_free[k] = number of nodes with exactly k free GPUs.
+    numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
+    """
+
+    product: str
+    memory_mib: int
+    total: int  # physical GPUs, all nodes
+    allocatable: int
+    allocated: int
+    free: int
+    nodes_by_free: tuple[int, ...] = ()
+    numa_blocks: tuple[int, ...] = ()
+    nodes: int = 0
+
+    @property
+    def max_free_on_one_node(self) -> int:
+        return max((k for k, n in enumerate(self.nodes_by_free) if n), default=0)
+
+    def pods_that_fit(self, gpus_per_pod: int) -> int:
+        """How many pods of `gpus_per_pod` GPUs fit, each on one node (first-fit over the histogram)."""
+        if gpus_per_pod <= 0:
+            return 0
+        return sum(n * (k // gpus_per_pod) for k, n in enumerate(self.nodes_by_free))
+
+    def nodes_with_numa_block(self, gpus: int) -> int:
+        return sum(n for k, n in enumerate(self.numa_blocks) if k >= gpus)
+
+
+@dataclass(frozen=True)
+class MigCapacity:
+    """Free slices of one MIG profile of one product in one cluster."""
+
+    product: str
+    profile: str
+    resource_name: str
+    allocatable: int
+    free: int
+    largest_free_on_node: int
+    settled: bool = True
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """What level 1 reads about a cluster: aggregates, health and the operator's declared traits."""
+
+    cluster: str
+    tier: Tier = Tier.ONPREM
+    region: str = ""
+    health: Health = Health.UNKNOWN
+    heartbeat: float = 0.0  # epoch seconds of the last successful observation
+    version: int = 0  # bumps on every write of this summary
+    products: tuple[ProductCapacity, ...] = ()
+    mig: tuple[MigCapacity, ...] = ()
+    queues: tuple[QueueHeadroom, ...] = ()
+    price_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+    autoscale_headroom: Mapping[str, int] = field(default_factory=dict)  # product -> GPUs still addable
+    nodes_total: int = 0
+    nodes_ready: int = 0
+    bad_nodes: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def product(self, name: str) -> ProductCapacity | None:
+        return next((p for p in self.products if p.product == name), None)
+
+
+@dataclass(frozen=True)
+class ClusterTraits:
+    """What the operator declared about a member cluster (from clusters.yaml), as level 1/2 need it."""
+
+    name: str
+    tier: Tier = Tier.ONPREM
+    region: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    price_per_gpu_hour: Mapping[str, float] = field(default_factory=dict)
+    kueue_local_queue: str | None = None  # set where the cluster runs Kueue
+    topology_scheduler: str | None = None  # schedulerName of a NUMA-aware profile
+    gang_scheduler: str | None = None  # schedulerName of a coscheduling profile
+    spot: bool = False
+    namespace: str = "default"
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class MigNeed:
+    """A MIG request by need: at least this much memory and this many compute sevenths."""
+
+    memory_gb: int
+    compute_slices: int = 1
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a user submitted. Validated at the edge (api/config); here it is plain data."""
+
+    name: str
+    tenant: str = "default"
+    namespace: str = "default"
+    image: str = "busybox:1.36"
+    command: tuple[str, ...] = ()
+    gpus_per_pod: int = 0  # whole GPUs per pod
+    pods: int = 1  # > 1 is a gang: all pods or none
+    gpu_products: tuple[str, ...] = ()  # acceptable catalog products; empty = any
+    min_gpu_memory_mib: int = 0
+    mig_profile: str | None = None  # by name, e.g. "1g.10gb"
+    mig_need: MigNeed | None = None  # or by need, mapped per product to the smallest fitting profile
+    mig_slices_per_pod: int = 1
+    numa_aligned: bool = False
+    cpu_millis_per_pod: int = 1000
+    memory_mib_per_pod: int = 1024
+    allow_burst: bool = False
+    max_price_per_gpu_hour: float | None = None
+    priority_class: str | None = None
+    clusters: tuple[str, ...] = ()  # restrict to these clusters; empty = any
+    duration_seconds: float | None = None  # how long the workload runs (kubesim honours it)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def wants_mig(self) -> bool:
+        return self.mig_profile is not None or self.mig_need is not None
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_pod * self.pods
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A level-1 decision: the cluster, the product and the resource each pod asks for."""
+
+    cluster: str
+    product: str
+    resource_name: str  # nvidia.com/gpu or nvidia.com/mig-<profile>
+    units_per_pod: int
+    pods: int
+    score: int
+    scores: Mapping[str, int] = field(default_factory=dict)  # per score plugin, 0..100 before weights
+    mig_profile: str | None = None
+    burst: bool = False
+    preferred_nodes: tuple[str, ...] = ()  # for level-2 preferred node affinity, best first
+
+    @property
+    def total_units(self) -> int:
+        return self.units_per_pod * self.pods
+
+
+@dataclass(frozen=True)
+class ClusterRejection:
+    cluster: str
+    plugin: str
+    reason: str  # "no node with 8 free H100-80GB (best: 6)"
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Level-1 rejection as data, in Karmada's FitError shape."""
+
+    total_clusters: int
+    rejections: tuple[ClusterRejection, ...]
+
+    @property
+    def message(self) -> str:
+        counts: dict[str, int] = {}
+        for r in self.rejections:
+            counts[r.reason] = counts.get(r.reason, 0) + 1
+        parts = [f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        head = f"0/{self.total_clusters} clusters are available"
+        return head + (": " + ", ".join(parts) + "." if parts else ".")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs assumed for a placement (Kueue's 'assume') until the cluster shows the pods."""
+
+    job_id: str
+    attempt: int
+    cluster: str
+    product: str
+    resource_name: str
+    units: int
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job's durable state, as kept in the StateStore."""
+
+    id: str
+    request: JobRequest
+    state: JobState = JobState.QUEUED
+    attempt: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    cluster: str | None = None
+    placement: Placement | None = None
+    reason: str = ""  # human-readable why of the current state
+    workload_name: str | None = None  # the batch/v1 Job name in the member cluster
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    job_id: str
+    at: float
+    state: JobState
+    attempt: int
+    reason: str = ""
+    cluster: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """What a member cluster says about a Job the broker created there."""
+
+    name: str
+    namespace: str
+    exists: bool
+    suspended: bool = False
+    active: int = 0
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    complete: bool = False
+    failed_terminal: bool = False
+    message: str = ""

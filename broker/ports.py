@@ -1,0 +1,71 @@
+"""Ports: the Protocols the service layer needs from the outside world. Adapters implement them.
+
+    Clock           now() in epoch seconds; the only time source the service sees
+    ClusterGateway  create / delete / read the broker's Jobs in a member cluster
+    StateStore      summaries, reservations, jobs, events and idempotency keys (Redis in production)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from broker.model import ClusterSummary, JobEvent, JobRecord, JobState, Reservation, WorkloadStatus
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class ClusterGateway(Protocol):
+    def create_workload(self, cluster: str, manifest: Mapping[str, Any]) -> None:
+        """Create a batch/v1 Job (and any companion objects named in it). Already-exists is success."""
+        ...
+
+    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
+        """Delete the Job and its pods (propagation Background). Not-found is success."""
+        ...
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        """The Job's status; exists=False when the cluster has no such Job."""
+        ...
+
+
+class StateStore(Protocol):
+    # --- capacity
+    def put_summary(self, summary: ClusterSummary) -> ClusterSummary:
+        """Store the observed summary; returns it with its new version."""
+        ...
+
+    def observed_summaries(self) -> list[ClusterSummary]: ...
+
+    def placeable_summaries(self) -> list[ClusterSummary]:
+        """Observed summaries minus live reservations: what the placer reads."""
+        ...
+
+    # --- reservations (assume / forget)
+    def reserve(self, reservation: Reservation, now: float) -> bool:
+        """Atomically reserve unless the cluster's free units (minus live reservations) can't cover it."""
+        ...
+
+    def release(self, job_id: str) -> None: ...
+
+    def live_reservations(self, now: float) -> list[Reservation]: ...
+
+    # --- jobs
+    def create_job(self, record: JobRecord) -> JobRecord:
+        """Store a new job; with an idempotency key already seen, returns the existing job instead."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    def save_job(self, record: JobRecord, expected_state: JobState | None = None) -> JobRecord:
+        """Write the record; with expected_state, only if the stored state is still that (else Conflict)."""
+        ...
+
+    def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...
+
+    # --- events
+    def append_event(self, event: JobEvent) -> None: ...
+
+    def job_events(self, job_id: str) -> list[JobEvent]: ...
