@@ -1,0 +1,68 @@
+"""The API resources a simulated cluster serves: group, versions, plural, kind, scope, short names.
+
+This table drives discovery (/api, /apis, per group-version resource lists), URL routing and the store's
+keys. A resource's key is `plural` for the core group and `plural.group` otherwise (as kubectl names them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    group: str  # "" for the core group
+    versions: tuple[str, ...]  # served versions, preferred (storage) first
+    plural: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ("status",)
+    categories: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.plural if not self.group else f"{self.plural}.{self.group}"
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    def api_version(self, version: str | None = None) -> str:
+        v = version or self.versions[0]
+        return v if not self.group else f"{self.group}/{v}"
+
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType("", ("v1",), "namespaces", "Namespace", False, ("ns",)),
+    ResourceType("", ("v1",), "nodes", "Node", False, ("no",)),
+    ResourceType("", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding"), ("all",)),
+    ResourceType("", ("v1",), "events", "Event", True, ("ev",), ()),
+    ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
+    ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass", False, ("pc",), ()),
+    ResourceType(
+        "topology.node.k8s.io", ("v1alpha2",), "noderesourcetopologies", "NodeResourceTopology", False,
+        ("node-res-topo",), (),
+    ),
+    ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "resourceflavors", "ResourceFlavor", False, ("rf",), ()),
+    ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "clusterqueues", "ClusterQueue", False, ("cq",)),
+    ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", True, ("queue", "queues", "lq")),
+    ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Workload", True, ("wl",)),
+    ResourceType("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, ("pg", "pgs")),
+)
+
+BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}
+
+
+def lookup(group: str, plural: str) -> ResourceType | None:
+    """The resource served at /api(s)/<group>/<version>/<plural>, or None."""
+    return BY_KEY.get(plural if not group else f"{plural}.{group}")
+
+
+def groups() -> dict[str, tuple[str, ...]]:
+    """Non-core API groups and their served versions, preferred first."""
+    out: dict[str, tuple[str, ...]] = {}
+    for r in RESOURCES:
+        if r.group and r.group not in out:
+            out[r.group] = r.versions
+    return out
