@@ -1,0 +1,170 @@
+"""Configuration: pydantic models of clusters.yaml and of the broker's settings.
+
+Owns reading and validating what an operator declares. Every error is a ConfigError whose message
+names the file, the cluster and the field, e.g.
+
+    clusters.yaml: cluster 'onprem-b' (clusters[1]): kubeconfig: file not found: /etc/gpufed/b.kubeconfig
+
+Relative kubeconfig paths are resolved against the directory of the config file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from broker.errors import ConfigError
+from broker.model import ClusterTraits, Tier
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class KueueConfig(_Strict):
+    local_queue: str = Field(alias="localQueue", min_length=1)
+
+
+class SchedulersConfig(_Strict):
+    topology_aware: str | None = Field(default=None, alias="topologyAware")
+    gang: str | None = None
+
+
+class ClusterConfig(_Strict):
+    """One member cluster: how to reach it and what the operator declares about it."""
+
+    name: str = Field(pattern=_DNS_LABEL)
+    kubeconfig: Path
+    context: str | None = None
+    tier: Literal["on-prem", "cloud"] = "on-prem"
+    region: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    namespace: str = Field(default="default", pattern=_DNS_LABEL)
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict, alias="pricePerGpuHour")
+    kueue: KueueConfig | None = None
+    schedulers: SchedulersConfig = Field(default_factory=SchedulersConfig)
+    spot: bool = False
+
+    @field_validator("price_per_gpu_hour")
+    @classmethod
+    def _prices_not_negative(cls, v: dict[str, float]) -> dict[str, float]:
+        for product, price in v.items():
+            if price < 0:
+                raise ValueError(f"price for {product} must be >= 0, got {price}")
+        return v
+
+    def traits(self) -> ClusterTraits:
+        return ClusterTraits(
+            name=self.name,
+            tier=Tier(self.tier),
+            region=self.region,
+            labels=dict(self.labels),
+            price_per_gpu_hour=dict(self.price_per_gpu_hour),
+            kueue_local_queue=self.kueue.local_queue if self.kueue else None,
+            topology_scheduler=self.schedulers.topology_aware,
+            gang_scheduler=self.schedulers.gang,
+            spot=self.spot,
+            namespace=self.namespace,
+        )
+
+
+class Settings(_Strict):
+    """Broker-wide settings, all with defaults that suit a small fleet."""
+
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="redisUrl")
+    redis_prefix: str = Field(default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.:-]+$")
+    stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
+    reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
+    schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
+    poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
+    summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
+
+
+class FleetConfig(_Strict):
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    settings: Settings = Field(default_factory=Settings)
+
+    def cluster(self, name: str) -> ClusterConfig:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def traits(self) -> dict[str, ClusterTraits]:
+        return {c.name: c.traits() for c in self.clusters}
+
+
+def _describe(raw: Any, loc: tuple[int | str, ...]) -> str:
+    """'cluster 'onprem-b' (clusters[1]): kubeconfig' from a pydantic error location."""
+    if len(loc) >= 2 and loc[0] == "clusters" and isinstance(loc[1], int):
+        name = "?"
+        clusters = raw.get("clusters") if isinstance(raw, Mapping) else None
+        if isinstance(clusters, list) and loc[1] < len(clusters) and isinstance(clusters[loc[1]], Mapping):
+            name = str(clusters[loc[1]].get("name", "?"))
+        field = ".".join(str(p) for p in loc[2:]) or "(the entry)"
+        return f"cluster '{name}' (clusters[{loc[1]}]): {field}"
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
+    """Validate an already-parsed YAML document. `source` names it in errors."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: expected a mapping with a 'clusters' list at the top level")
+    try:
+        cfg = FleetConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{source}: {_describe(raw, tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+    seen: set[str] = set()
+    resolved: list[ClusterConfig] = []
+    for i, c in enumerate(cfg.clusters):
+        where = f"{source}: cluster '{c.name}' (clusters[{i}])"
+        if c.name in seen:
+            raise ConfigError(f"{where}: name: duplicate cluster name")
+        seen.add(c.name)
+        path = c.kubeconfig if c.kubeconfig.is_absolute() else (base_dir / c.kubeconfig)
+        resolved.append(c.model_copy(update={"kubeconfig": path.resolve()}))
+    return cfg.model_copy(update={"clusters": resolved})
+
+
+def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig:
+    """Read and validate clusters.yaml. With check_kubeconfigs, every kubeconfig must exist and name its context."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    cfg = parse_fleet_config(raw, str(path), path.parent)
+    if check_kubeconfigs:
+        for i, c in enumerate(cfg.clusters):
+            check_kubeconfig(c, f"{path}: cluster '{c.name}' (clusters[{i}])")
+    return cfg
+
+
+def check_kubeconfig(cluster: ClusterConfig, where: str) -> None:
+    """The kubeconfig exists, parses, and has the context (or a current-context)."""
+    try:
+        doc = yaml.safe_load(cluster.kubeconfig.read_text())
+    except OSError:
+        raise ConfigError(f"{where}: kubeconfig: file not found: {cluster.kubeconfig}") from None
+    except yaml.YAMLError:
+        raise ConfigError(f"{where}: kubeconfig: not valid YAML: {cluster.kubeconfig}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{where}: kubeconfig: not a kubeconfig document: {cluster.kubeconfig}")
+    contexts = {c.get("name") for c in doc.get("contexts") or [] if isinstance(c, Mapping)}
+    wanted = cluster.context or doc.get("current-context")
+    if not wanted:
+        raise ConfigError(f"{where}: context: not set and the kubeconfig has no current-context")
+    if wanted not in contexts:
+        raise ConfigError(
+            f"{where}: context: '{wanted}' not in {cluster.kubeconfig} (has: {', '.join(sorted(map(str, contexts)))})"
+        )
