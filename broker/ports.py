@@ -18,8 +18,10 @@ class Clock(Protocol):
 
 
 class ClusterGateway(Protocol):
-    def create_workload(self, cluster: str, manifest: Mapping[str, Any]) -> None:
-        """Create a batch/v1 Job (and any companion objects named in it). Already-exists is success."""
+    def create_workload(
+        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """Create the companions (e.g. a PodGroup) first, then the batch/v1 Job. Already-exists is success."""
         ...
 
     def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
