@@ -1,0 +1,336 @@
+"""RedisStateStore against a real, private redis-server: summaries, reservations, jobs, idempotency, events."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+
+from adapters.redis_store import RedisStateStore, subtract_reservations
+from broker.errors import Conflict
+from broker.model import (
+    ClusterSummary,
+    Health,
+    JobEvent,
+    JobRecord,
+    JobRequest,
+    JobState,
+    MigCapacity,
+    MigNeed,
+    Placement,
+    ProductCapacity,
+    QueueHeadroom,
+    Reservation,
+    Tier,
+)
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_800_000_000.0
+GPU = "nvidia.com/gpu"
+MIG_1G = "nvidia.com/mig-1g.10gb"
+
+
+@pytest.fixture
+def store(redis_url: str) -> Iterator[RedisStateStore]:
+    s = RedisStateStore(redis_url, prefix="t" + uuid.uuid4().hex[:10])
+    yield s
+    s.close()
+
+
+def summary(cluster: str = "onprem-a", free: int = 8, mig_free: int = 0) -> ClusterSummary:
+    """Two H100 nodes; the histogram puts all `free` GPUs on one of them."""
+    hist = tuple(1 if k == free else 0 for k in range(free + 1))
+    return ClusterSummary(
+        cluster=cluster,
+        tier=Tier.CLOUD,
+        region="eu-west",
+        health=Health.HEALTHY,
+        heartbeat=NOW + 0.123456789,
+        products=(
+            ProductCapacity(
+                product="H100-80GB",
+                memory_mib=81559,
+                total=16,
+                allocatable=16,
+                allocated=16 - free,
+                free=free,
+                nodes_by_free=hist,
+                numa_blocks=hist,
+                nodes=2,
+            ),
+        ),
+        mig=(
+            MigCapacity(
+                product="H100-80GB",
+                profile="1g.10gb",
+                resource_name=MIG_1G,
+                allocatable=14,
+                free=mig_free,
+                largest_free_on_node=min(mig_free, 7),
+            ),
+        ),
+        queues=(QueueHeadroom("gpu-cq", "h100", GPU, 64, 8, borrowing_limit=16, local_queues=("gpu",)),),
+        price_per_gpu_hour={"H100-80GB": 2.75},
+        autoscale_headroom={"H100-80GB": 32},
+        nodes_total=2,
+        nodes_ready=2,
+        bad_nodes=1,
+        labels={"zone": "a"},
+    )
+
+
+def resv(
+    job: str, units: int, *, cluster: str = "onprem-a", resource: str = GPU, ttl: float = 60.0
+) -> Reservation:
+    return Reservation(
+        job_id=job,
+        attempt=0,
+        cluster=cluster,
+        product="H100-80GB",
+        resource_name=resource,
+        units=units,
+        created_at=NOW,
+        expires_at=NOW + ttl,
+    )
+
+
+def job(job_id: str, key: str | None = None, state: JobState = JobState.QUEUED) -> JobRecord:
+    return JobRecord(
+        id=job_id,
+        request=JobRequest(
+            name="train",
+            tenant="team-a",
+            command=("python", "train.py"),
+            gpus_per_pod=2,
+            pods=4,
+            gpu_products=("H100-80GB",),
+            mig_need=MigNeed(memory_gb=10),
+            labels={"team": "a"},
+            duration_seconds=12.5,
+        ),
+        state=state,
+        created_at=NOW,
+        updated_at=NOW,
+        idempotency_key=key,
+        placement=Placement("onprem-a", "H100-80GB", GPU, 2, 4, 87, {"binpack": 90}, preferred_nodes=("n1",)),
+    )
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def test_summary_round_trips_exactly_and_its_version_bumps_on_every_write(store: RedisStateStore) -> None:
+    first = store.put_summary(summary())
+    second = store.put_summary(summary(free=4))
+
+    assert (first.version, second.version) == (1, 2)
+    assert store.get_summary("onprem-a") == second
+    assert store.observed_summaries() == [second]
+    assert store.get_summary("nowhere") is None
+
+
+def test_summaries_of_several_clusters_are_listed_and_a_deleted_one_is_gone(store: RedisStateStore) -> None:
+    store.put_summary(summary("b"))
+    store.put_summary(summary("a"))
+    store.delete_summary("b")
+
+    assert [s.cluster for s in store.observed_summaries()] == ["a"]
+
+
+# --------------------------------------------------------------------------- reservations
+
+
+def test_concurrent_reservations_never_over_commit_a_cluster(store: RedisStateStore) -> None:
+    store.put_summary(summary(free=8, mig_free=5))
+    results: dict[str, bool] = {}
+    lock = threading.Lock()
+    start = threading.Barrier(24)
+
+    def attempt(job_id: str, units: int, resource: str) -> Callable[[], None]:
+        def run() -> None:
+            start.wait()
+            ok = store.reserve(resv(job_id, units, resource=resource), NOW)
+            with lock:
+                results[job_id] = ok
+
+        return run
+
+    threads = [threading.Thread(target=attempt(f"gpu-{i}", 3, GPU)) for i in range(12)]
+    threads += [threading.Thread(target=attempt(f"mig-{i}", 1, MIG_1G)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    live = store.live_reservations(NOW)
+    assert sum(results[f"gpu-{i}"] for i in range(12)) == 2  # 2 x 3 <= 8 < 3 x 3
+    assert sum(results[f"mig-{i}"] for i in range(12)) == 5
+    assert sum(r.units for r in live if r.resource_name == GPU) == 6
+    assert sum(r.units for r in live if r.resource_name == MIG_1G) == 5
+
+
+def test_a_cluster_without_a_summary_or_the_product_cannot_be_reserved(store: RedisStateStore) -> None:
+    assert not store.reserve(resv("j1", 1, cluster="unknown"), NOW)
+    store.put_summary(summary())
+    other = Reservation("j2", 0, "onprem-a", "A100-80GB", GPU, 1, NOW, NOW + 60)
+    assert not store.reserve(other, NOW)
+
+
+def test_expired_reservations_stop_counting(store: RedisStateStore) -> None:
+    store.put_summary(summary(free=8))
+    assert store.reserve(resv("j1", 8, ttl=10), NOW)
+    assert not store.reserve(resv("j2", 1), NOW + 5)
+
+    assert store.reserve(resv("j2", 8), NOW + 11)
+    assert [r.job_id for r in store.live_reservations(NOW + 11)] == ["j2"]
+
+
+def test_release_and_confirm_give_the_capacity_back(store: RedisStateStore) -> None:
+    store.put_summary(summary(free=8))
+    assert store.reserve(resv("j1", 8), NOW)
+    store.release("j1")
+    assert store.reserve(resv("j2", 8), NOW)
+    assert store.confirm("j2") is True
+    assert store.confirm("j2") is False
+    assert store.live_reservations(NOW) == []
+
+
+def test_re_reserving_a_job_replaces_its_previous_reservation(store: RedisStateStore) -> None:
+    store.put_summary(summary(free=8))
+    store.put_summary(summary("onprem-b", free=8))
+    assert store.reserve(resv("j1", 6), NOW)
+    assert store.reserve(resv("j1", 8, cluster="onprem-b"), NOW)
+    assert store.reserve(resv("j2", 8), NOW)  # onprem-a is whole again
+    assert sorted((r.job_id, r.cluster) for r in store.live_reservations(NOW)) == [
+        ("j1", "onprem-b"),
+        ("j2", "onprem-a"),
+    ]
+
+
+def test_placeable_summaries_are_observed_minus_live_reservations(store: RedisStateStore) -> None:
+    store.put_summary(summary(free=8, mig_free=6))
+    store.reserve(resv("j1", 3), NOW)
+    store.reserve(resv("j2", 2, resource=MIG_1G), NOW)
+
+    [placeable] = store.placeable_summaries(NOW)
+    h100 = placeable.product("H100-80GB")
+    assert h100 is not None
+    assert (h100.free, h100.allocated, h100.max_free_on_one_node) == (5, 11, 5)
+    assert placeable.mig[0].free == 4
+    assert placeable.mig[0].largest_free_on_node == 4
+    [later] = store.placeable_summaries(NOW + 3600)
+    assert later == store.get_summary("onprem-a")
+
+
+def test_histograms_lose_the_largest_blocks_first() -> None:
+    base = summary(free=8)
+    two_nodes = ProductCapacity(
+        "H100-80GB", 81559, 16, 16, 6, 10, (0, 0, 1, 0, 0, 0, 0, 0, 1), (0, 0, 1, 0, 1)
+    )
+    s = ClusterSummary(cluster=base.cluster, products=(two_nodes,))
+
+    [p] = subtract_reservations(s, [resv("j", 7)]).products
+
+    assert p.nodes_by_free == (0, 1, 1)  # the 8-free node lost 7; the 2-free node kept its 2
+    assert p.free == 3
+    assert p.pods_that_fit(2) == 1
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def test_a_job_record_round_trips_exactly(store: RedisStateStore) -> None:
+    record = job("job-1", key="k-1")
+    assert store.create_job(record) == record
+    assert store.get_job("job-1") == record
+    assert store.get_job("job-unknown") is None
+
+
+def test_the_same_idempotency_key_returns_the_same_job(store: RedisStateStore) -> None:
+    first = store.create_job(job("job-1", key="submit-42"))
+    again = store.create_job(job("job-2", key="submit-42"))
+
+    assert again.id == first.id == "job-1"
+    assert store.get_job("job-2") is None
+    assert [j.id for j in store.list_jobs()] == ["job-1"]
+
+
+def test_concurrent_submissions_with_one_key_create_one_job(store: RedisStateStore) -> None:
+    ids: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def submit(i: int) -> None:
+        start.wait()
+        got = store.create_job(job(f"job-{i}", key="same"))
+        with lock:
+            ids.append(got.id)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert len(set(ids)) == 1
+    assert len(store.list_jobs()) == 1
+
+
+def test_creating_an_existing_job_id_without_a_key_is_a_conflict(store: RedisStateStore) -> None:
+    store.create_job(job("job-1"))
+    with pytest.raises(Conflict):
+        store.create_job(job("job-1"))
+
+
+def test_save_job_with_a_stale_expected_state_raises_conflict(store: RedisStateStore) -> None:
+    record = store.create_job(job("job-1"))
+    placed = store.save_job(replace(record, state=JobState.PLACED), expected_state=JobState.QUEUED)
+
+    with pytest.raises(Conflict, match="found PLACED"):
+        store.save_job(replace(record, state=JobState.CANCELLED), expected_state=JobState.QUEUED)
+    assert store.get_job("job-1") == placed
+
+
+def test_list_jobs_follows_state_transitions(store: RedisStateStore) -> None:
+    a = store.create_job(job("a"))
+    store.create_job(job("b"))
+    store.save_job(replace(a, state=JobState.RUNNING), expected_state=JobState.QUEUED)
+
+    assert [j.id for j in store.list_jobs([JobState.QUEUED])] == ["b"]
+    assert [j.id for j in store.list_jobs([JobState.RUNNING, JobState.PLACED])] == ["a"]
+    assert [j.id for j in store.list_jobs()] == ["a", "b"]
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_events_stream_in_order_per_job_and_fleet_wide(store: RedisStateStore) -> None:
+    states = [JobState.QUEUED, JobState.PLACED, JobState.ADMITTED, JobState.RUNNING, JobState.SUCCEEDED]
+    for i, st in enumerate(states):
+        store.append_event(JobEvent("job-1", NOW + i, st, 0, reason=f"step {i}", cluster="onprem-a"))
+        store.append_event(JobEvent("job-2", NOW + i, JobState.QUEUED, i))
+
+    events = store.job_events("job-1")
+    assert [e.state for e in events] == states
+    assert events[1] == JobEvent("job-1", NOW + 1, JobState.PLACED, 0, reason="step 1", cluster="onprem-a")
+    fleet = store.read_events(None)
+    assert [e.job_id for _, e in fleet] == ["job-1", "job-2"] * 5
+    first_id = store.read_events("job-1")[1][0]
+    assert [e.state for _, e in store.read_events("job-1", after=first_id)] == states[2:]
+    assert store.job_events("nobody") == []
+
+
+def test_a_live_reader_gets_events_appended_after_it_started(store: RedisStateStore) -> None:
+    store.append_event(JobEvent("job-1", NOW, JobState.QUEUED, 0))
+    [(last, _)] = store.read_events("job-1")
+    got: list[JobEvent] = []
+    reader = threading.Thread(target=lambda: got.extend(e for _, e in store.read_events("job-1", last, 5000)))
+    reader.start()
+    store.append_event(JobEvent("job-1", NOW + 1, JobState.PLACED, 0))
+    reader.join()
+
+    assert [e.state for e in got] == [JobState.PLACED]
