@@ -201,6 +201,7 @@ class ProductCapacity:
     nodes_by_free: tuple[int, ...] = ()
     numa_blocks: tuple[int, ...] = ()
     nodes: int = 0
+    gfd_products: tuple[str, ...] = ()  # the gpu.product label values seen (parent product, no suffix)
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -227,6 +228,7 @@ class MigCapacity:
     free: int
     largest_free_on_node: int
     settled: bool = True
+    gfd_products: tuple[str, ...] = ()  # parent gpu.product values seen (without -MIG-<profile>)
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,7 @@ class Placement:
     mig_profile: str | None = None
     burst: bool = False
     preferred_nodes: tuple[str, ...] = ()  # for level-2 preferred node affinity, best first
+    gfd_products: tuple[str, ...] = ()  # parent gpu.product values of the product in that cluster
 
     @property
     def total_units(self) -> int:
@@ -339,7 +342,8 @@ class Placement:
 class ClusterRejection:
     cluster: str
     plugin: str
-    reason: str  # "no node with 8 free H100-80GB (best: 6)"
+    reason: str  # "no node with 8 free H100-80GB"; rejections with the same reason are counted together
+    best: int | None = None  # how close this cluster came (e.g. 6 free on one node); named in the message
 
 
 @dataclass(frozen=True)
@@ -352,9 +356,18 @@ class NoFit:
     @property
     def message(self) -> str:
         counts: dict[str, int] = {}
+        best: dict[str, ClusterRejection] = {}
         for r in self.rejections:
             counts[r.reason] = counts.get(r.reason, 0) + 1
-        parts = [f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+            top = best.get(r.reason)
+            if r.best is not None and (
+                top is None or top.best is None or (-r.best, r.cluster) < (-top.best, top.cluster)
+            ):
+                best[r.reason] = r
+        parts = []
+        for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            top = best.get(reason)
+            parts.append(f"{n} {reason}" + (f" (best: {top.best} on {top.cluster})" if top else ""))
         head = f"0/{self.total_clusters} clusters are available"
         return head + (": " + ", ".join(parts) + "." if parts else ".")
 
