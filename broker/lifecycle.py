@@ -1,0 +1,67 @@
+"""Pure job lifecycle: which state a placed job is in, judged from what its member cluster says.
+
+    QUEUED -> PLACED -> ADMITTED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
+    and back to QUEUED (dispatch-failed, workload-lost, failover) with attempt + 1 at the next placement.
+
+Owns only the decision (`observe`) and the ordering of the pending queue (`queue_order`); the service
+applies the result. No I/O, no clock: `now` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from broker.model import JobRecord, JobState, WorkloadStatus
+
+# A Job we just created may not be visible yet; only after this long is "not found" a loss.
+WORKLOAD_GRACE_SECONDS = 30.0
+
+_ACTIVE = (JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: JobState
+    reason: str
+
+
+def observe(record: JobRecord, status: WorkloadStatus, now: float) -> Transition | None:
+    """The transition the cluster's view implies for a job in PLACED/ADMITTED/RUNNING, or None."""
+    if record.state not in _ACTIVE:
+        return None
+    where = record.cluster or "?"
+    if not status.exists:
+        if now - record.updated_at < WORKLOAD_GRACE_SECONDS:
+            return None
+        return Transition(JobState.QUEUED, f"workload-lost: Job {status.name} disappeared from {where}")
+    if status.complete:
+        return Transition(JobState.SUCCEEDED, f"completed on {where} ({status.succeeded} pod(s) succeeded)")
+    if status.failed_terminal:
+        detail = f": {status.message}" if status.message else ""
+        return Transition(JobState.FAILED, f"failed on {where}{detail}")
+    if status.suspended:
+        wanted = JobState.PLACED
+        reason = f"waiting for Kueue admission on {where}"
+    elif status.active > 0 and (status.ready > 0 or status.active >= record.request.pods):
+        wanted = JobState.RUNNING
+        reason = f"running on {where} ({status.active} pod(s) active)"
+    else:
+        wanted = JobState.ADMITTED
+        reason = f"admitted on {where}, pods starting"
+    if wanted == record.state:
+        return None
+    # Never step backwards from RUNNING to ADMITTED on a transient pod count.
+    if record.state is JobState.RUNNING and wanted is JobState.ADMITTED:
+        return None
+    return Transition(wanted, reason)
+
+
+def queue_order(records: Iterable[JobRecord], priorities: dict[str, int] | None = None) -> list[JobRecord]:
+    """Pending jobs in placement order: higher priority class value first, then first come first served."""
+    prio = priorities or {}
+
+    def key(r: JobRecord) -> tuple[int, float, str]:
+        return (-prio.get(r.request.priority_class or "", 0), r.created_at, r.id)
+
+    return sorted(records, key=key)

@@ -1,0 +1,238 @@
+"""The wire format of the HTTP API: pydantic models for job submissions and the views the API returns.
+
+Owns validation at the edge (every error names the field, camelCase as the user wrote it) and the
+mapping between wire models and broker.model dataclasses. The API module and the CLI both use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from broker.model import (
+    ClusterSummary,
+    JobEvent,
+    JobRecord,
+    JobRequest,
+    MigNeed,
+    NoFit,
+    Placement,
+)
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class MigSpec(_Wire):
+    """MIG by profile name (`profile: 1g.10gb`) or by need (`memoryGB: 10`, `computeSlices: 1`)."""
+
+    profile: str | None = Field(default=None, pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")
+    memory_gb: int | None = Field(default=None, alias="memoryGB", ge=1, le=1024)
+    compute_slices: int = Field(default=1, alias="computeSlices", ge=1, le=7)
+    slices: int = Field(default=1, ge=1, le=56, description="MIG devices per pod")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> MigSpec:
+        if (self.profile is None) == (self.memory_gb is None):
+            raise ValueError("give either profile or memoryGB")
+        return self
+
+
+class JobSpec(_Wire):
+    """A job submission. Whole GPUs (`gpus`) or MIG slices (`mig`), per pod; `pods` > 1 is a gang."""
+
+    name: str = Field(pattern=_DNS_LABEL, max_length=40)
+    tenant: str = Field(default="default", pattern=_DNS_LABEL)
+    namespace: str = Field(default="default", pattern=_DNS_LABEL)
+    image: str = Field(default="busybox:1.36", min_length=1)
+    command: list[str] = Field(default_factory=list)
+    gpus: int = Field(default=0, ge=0, le=64, description="whole GPUs per pod")
+    pods: int = Field(default=1, ge=1, le=1024)
+    gpu_products: list[str] = Field(default_factory=list, alias="gpuProducts")
+    min_gpu_memory_gib: int = Field(default=0, alias="minGpuMemoryGiB", ge=0)
+    mig: MigSpec | None = None
+    numa_aligned: bool = Field(default=False, alias="numaAligned")
+    cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
+    memory_gib: float = Field(default=1.0, alias="memoryGiB", gt=0, le=8192)
+    allow_burst: bool = Field(default=False, alias="allowBurst")
+    max_price_per_gpu_hour: float | None = Field(default=None, alias="maxPricePerGpuHour", ge=0)
+    priority_class: str | None = Field(default=None, alias="priorityClass", pattern=_DNS_LABEL)
+    clusters: list[str] = Field(default_factory=list)
+    duration_seconds: float | None = Field(default=None, alias="durationSeconds", gt=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _gpus_or_mig(self) -> JobSpec:
+        if self.mig is not None and self.gpus:
+            raise ValueError("ask for whole GPUs (gpus) or MIG slices (mig), not both")
+        if self.mig is None and self.gpus == 0:
+            raise ValueError("a GPU job needs gpus >= 1 or a mig request")
+        if self.numa_aligned and self.mig is not None:
+            raise ValueError("numaAligned applies to whole GPUs only")
+        return self
+
+    def to_request(self) -> JobRequest:
+        mig = self.mig
+        return JobRequest(
+            name=self.name,
+            tenant=self.tenant,
+            namespace=self.namespace,
+            image=self.image,
+            command=tuple(self.command),
+            gpus_per_pod=self.gpus,
+            pods=self.pods,
+            gpu_products=tuple(self.gpu_products),
+            min_gpu_memory_mib=self.min_gpu_memory_gib * 1024,
+            mig_profile=mig.profile if mig else None,
+            mig_need=MigNeed(mig.memory_gb, mig.compute_slices) if mig and mig.memory_gb else None,
+            mig_slices_per_pod=mig.slices if mig else 1,
+            numa_aligned=self.numa_aligned,
+            cpu_millis_per_pod=int(self.cpu * 1000),
+            memory_mib_per_pod=int(self.memory_gib * 1024),
+            allow_burst=self.allow_burst,
+            max_price_per_gpu_hour=self.max_price_per_gpu_hour,
+            priority_class=self.priority_class,
+            clusters=tuple(self.clusters),
+            duration_seconds=self.duration_seconds,
+            labels=dict(self.labels),
+        )
+
+
+class PlacementView(_Wire):
+    cluster: str
+    product: str
+    resource_name: str = Field(alias="resourceName")
+    units_per_pod: int = Field(alias="unitsPerPod")
+    pods: int
+    score: int
+    scores: dict[str, int]
+    mig_profile: str | None = Field(alias="migProfile")
+    burst: bool
+
+    @classmethod
+    def of(cls, p: Placement) -> PlacementView:
+        return cls(
+            cluster=p.cluster,
+            product=p.product,
+            resource_name=p.resource_name,
+            units_per_pod=p.units_per_pod,
+            pods=p.pods,
+            score=p.score,
+            scores=dict(p.scores),
+            mig_profile=p.mig_profile,
+            burst=p.burst,
+        )
+
+
+class JobView(_Wire):
+    id: str
+    name: str
+    tenant: str
+    state: str
+    reason: str
+    attempt: int
+    cluster: str | None
+    workload: str | None
+    placement: PlacementView | None
+    created_at: float = Field(alias="createdAt")
+    updated_at: float = Field(alias="updatedAt")
+    request: dict[str, Any]
+
+    @classmethod
+    def of(cls, r: JobRecord) -> JobView:
+        req = r.request
+        return cls(
+            id=r.id,
+            name=req.name,
+            tenant=req.tenant,
+            state=str(r.state),
+            reason=r.reason,
+            attempt=r.attempt,
+            cluster=r.cluster,
+            workload=r.workload_name,
+            placement=PlacementView.of(r.placement) if r.placement else None,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            request={
+                "gpus": req.gpus_per_pod,
+                "pods": req.pods,
+                "gpuProducts": list(req.gpu_products),
+                "migProfile": req.mig_profile,
+                "migNeedGB": req.mig_need.memory_gb if req.mig_need else None,
+                "numaAligned": req.numa_aligned,
+                "allowBurst": req.allow_burst,
+            },
+        )
+
+
+class EventView(_Wire):
+    at: float
+    state: str
+    attempt: int
+    reason: str
+    cluster: str | None
+
+    @classmethod
+    def of(cls, e: JobEvent) -> EventView:
+        return cls(at=e.at, state=str(e.state), attempt=e.attempt, reason=e.reason, cluster=e.cluster)
+
+
+def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
+    """A cluster's capacity as the fleet view shows it (JSON-ready)."""
+    return {
+        "cluster": s.cluster,
+        "tier": str(s.tier),
+        "region": s.region,
+        "health": str(s.health),
+        "ageSeconds": round(max(0.0, now - s.heartbeat), 1) if s.heartbeat else None,
+        "version": s.version,
+        "nodes": {"total": s.nodes_total, "ready": s.nodes_ready, "bad": s.bad_nodes},
+        "products": [
+            {
+                "product": p.product,
+                "memoryMiB": p.memory_mib,
+                "total": p.total,
+                "allocatable": p.allocatable,
+                "allocated": p.allocated,
+                "free": p.free,
+                "maxFreeOnOneNode": p.max_free_on_one_node,
+                "nodesByFree": list(p.nodes_by_free),
+                "numaBlocks": list(p.numa_blocks),
+                "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),
+            }
+            for p in s.products
+        ],
+        "mig": [
+            {
+                "product": m.product,
+                "profile": m.profile,
+                "resource": m.resource_name,
+                "allocatable": m.allocatable,
+                "free": m.free,
+                "largestFreeOnNode": m.largest_free_on_node,
+                "settled": m.settled,
+            }
+            for m in s.mig
+        ],
+        "queues": [
+            {
+                "clusterQueue": q.cluster_queue,
+                "flavor": q.flavor,
+                "resource": q.resource,
+                "nominal": q.nominal,
+                "used": q.used,
+                "headroom": q.headroom,
+            }
+            for q in s.queues
+        ],
+    }
+
+
+def decision_view(decision: Placement | NoFit) -> dict[str, Any]:
+    if isinstance(decision, NoFit):
+        return {"placed": False, "message": decision.message}
+    return {"placed": True, "placement": PlacementView.of(decision).model_dump(by_alias=True)}

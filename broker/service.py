@@ -1,0 +1,246 @@
+"""Use cases of the broker: submit, cancel, schedule_once, sync_status, explain, fleet.
+
+Owns the order of steps and their idempotence, over the ports only (StateStore, ClusterGateway, Clock);
+every decision is delegated to the pure core (placement, hints, lifecycle). Each step can be re-run
+after a crash at any point without losing or duplicating a job:
+
+- schedule_once: QUEUED -> reserve capacity (atomic) -> record PLACED with the workload name derived
+  from job id + attempt -> create the Job in the member cluster (409 = already there). A failed create
+  releases the reservation and puts the job back to QUEUED with the reason.
+- sync_status: for PLACED/ADMITTED/RUNNING jobs, read the Job in its cluster and apply
+  lifecycle.observe; reservations are released once the pods are visible (RUNNING) or the job ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from broker import hints, lifecycle, placement, telemetry
+from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound
+from broker.model import (
+    ClusterSummary,
+    ClusterTraits,
+    JobEvent,
+    JobRecord,
+    JobRequest,
+    JobState,
+    NoFit,
+    Placement,
+    Reservation,
+)
+from broker.ports import Clock, ClusterGateway, StateStore
+
+log = logging.getLogger(__name__)
+
+
+def new_job_id() -> str:
+    return "j" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    reservation_ttl_seconds: float = 120.0
+    priorities: Mapping[str, int] | None = None  # priority class name -> value
+
+
+class BrokerService:
+    def __init__(
+        self,
+        store: StateStore,
+        gateway: ClusterGateway,
+        clock: Clock,
+        traits: Mapping[str, ClusterTraits],
+        policy: placement.PlacementPolicy | None = None,
+        settings: ServiceSettings | None = None,
+        new_id: Callable[[], str] = new_job_id,
+    ) -> None:
+        self.store = store
+        self.gateway = gateway
+        self.clock = clock
+        self.traits = dict(traits)
+        self.policy = policy or placement.PlacementPolicy()
+        self.settings = settings or ServiceSettings()
+        self._new_id = new_id
+
+    # ------------------------------------------------------------------ submit / read / cancel
+
+    def submit(self, request: JobRequest, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
+        """Accept a job into the global queue. Returns (record, created); a seen key returns the first job."""
+        unknown = [c for c in request.clusters if c not in self.traits]
+        if unknown:
+            raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
+        now = self.clock.now()
+        record = JobRecord(
+            id=self._new_id(),
+            request=request,
+            state=JobState.QUEUED,
+            created_at=now,
+            updated_at=now,
+            reason="waiting for placement",
+            idempotency_key=idempotency_key,
+        )
+        stored = self.store.create_job(record)
+        created = stored.id == record.id
+        if created:
+            self._event(stored, "submitted")
+        return stored, created
+
+    def get(self, job_id: str) -> JobRecord:
+        record = self.store.get_job(job_id)
+        if record is None:
+            raise NotFound(f"job {job_id} not found")
+        return record
+
+    def jobs(self, states: list[JobState] | None = None) -> list[JobRecord]:
+        return sorted(self.store.list_jobs(states), key=lambda r: (r.created_at, r.id))
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        self.get(job_id)
+        return self.store.job_events(job_id)
+
+    def cancel(self, job_id: str) -> JobRecord:
+        record = self.get(job_id)
+        if record.state.terminal:
+            raise Conflict(f"job {job_id} is already {record.state}")
+        if record.cluster and record.workload_name and record.state is not JobState.QUEUED:
+            namespace = self.traits[record.cluster].namespace
+            self.gateway.delete_workload(record.cluster, namespace, record.workload_name)
+        self.store.release(job_id)
+        return self._transition(record, JobState.CANCELLED, "cancelled by user")
+
+    # ------------------------------------------------------------------ capacity
+
+    def fleet(self) -> list[ClusterSummary]:
+        return sorted(self.store.observed_summaries(), key=lambda s: s.cluster)
+
+    def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
+        """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
+        summaries = self.store.placeable_summaries()
+        now = self.clock.now()
+        decision = placement.place(request, summaries, self.traits, self.policy, now)
+        return decision, placement.explain(request, summaries, self.traits, self.policy, now)
+
+    # ------------------------------------------------------------------ the control loop's steps
+
+    def schedule_once(self) -> list[JobRecord]:
+        """Try to place every QUEUED job once, highest priority first. Returns the jobs that changed."""
+        queued = lifecycle.queue_order(
+            self.store.list_jobs([JobState.QUEUED]), dict(self.settings.priorities or {})
+        )
+        if not queued:
+            return []
+        changed: list[JobRecord] = []
+        summaries = self.store.placeable_summaries()
+        for record in queued:
+            now = self.clock.now()
+            started = time.perf_counter()
+            decision = placement.place(record.request, summaries, self.traits, self.policy, now)
+            telemetry.placement_latency.record(time.perf_counter() - started)
+            if isinstance(decision, NoFit):
+                telemetry.unplaceable.add(1)
+                if record.reason != decision.message:
+                    changed.append(self._save(replace(record, reason=decision.message, updated_at=now)))
+                continue
+            placed = self._dispatch(record, decision, now)
+            if placed is not None:
+                telemetry.placements.add(1, {"cluster": decision.cluster})
+                changed.append(placed)
+                summaries = self.store.placeable_summaries()
+        return changed
+
+    def _dispatch(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
+        attempt = record.attempt + 1
+        reservation = Reservation(
+            job_id=record.id,
+            attempt=attempt,
+            cluster=where.cluster,
+            product=where.product,
+            resource_name=where.resource_name,
+            units=where.total_units,
+            created_at=now,
+            expires_at=now + self.settings.reservation_ttl_seconds,
+        )
+        if not self.store.reserve(reservation, now):
+            return None  # lost a race for the capacity; the next cycle sees fresh numbers
+        traits = self.traits[where.cluster]
+        manifests = hints.build_workload(record.id, attempt, record.request, where, traits)
+        name = hints.workload_name(record.id, attempt)
+        reason = f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod ({where.product}), score {where.score}"
+        try:
+            placed = self._transition(
+                replace(record, attempt=attempt, cluster=where.cluster, placement=where, workload_name=name),
+                JobState.PLACED,
+                reason,
+                expected=JobState.QUEUED,
+            )
+        except Conflict:
+            self.store.release(record.id)
+            return None  # cancelled meanwhile, or another replica took it
+        try:
+            self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+        except ClusterError as exc:
+            log.warning("dispatch of %s to %s failed: %s", record.id, where.cluster, exc)
+            self.store.release(record.id)
+            return self._transition(
+                replace(placed, cluster=None, placement=None, workload_name=None),
+                JobState.QUEUED,
+                f"dispatch-failed: {exc}",
+                expected=JobState.PLACED,
+            )
+        return placed
+
+    def sync_status(self) -> list[JobRecord]:
+        """Follow every placed job in its member cluster. Returns the jobs that changed state."""
+        changed: list[JobRecord] = []
+        for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+            if not record.cluster or not record.workload_name:
+                continue
+            namespace = self.traits[record.cluster].namespace if record.cluster in self.traits else "default"
+            try:
+                status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
+            except ClusterError as exc:
+                log.info("cannot read %s on %s: %s", record.workload_name, record.cluster, exc)
+                continue
+            step = lifecycle.observe(record, status, self.clock.now())
+            if step is None:
+                continue
+            if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
+                self.store.release(record.id)
+            target = record
+            if step.state is JobState.QUEUED:
+                target = replace(record, cluster=None, placement=None, workload_name=None)
+            try:
+                changed.append(self._transition(target, step.state, step.reason, expected=record.state))
+            except Conflict:
+                continue  # cancelled meanwhile
+        return changed
+
+    # ------------------------------------------------------------------ helpers
+
+    def _transition(
+        self, record: JobRecord, state: JobState, reason: str, expected: JobState | None = None
+    ) -> JobRecord:
+        now = self.clock.now()
+        saved = self.store.save_job(replace(record, state=state, reason=reason, updated_at=now), expected)
+        telemetry.transitions.add(1, {"state": str(state)})
+        self._event(saved, reason)
+        return saved
+
+    def _save(self, record: JobRecord) -> JobRecord:
+        return self.store.save_job(record, record.state)
+
+    def _event(self, record: JobRecord, reason: str) -> None:
+        self.store.append_event(
+            JobEvent(
+                job_id=record.id,
+                at=record.updated_at,
+                state=record.state,
+                attempt=record.attempt,
+                reason=reason,
+                cluster=record.cluster,
+            )
+        )
