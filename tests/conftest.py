@@ -13,7 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,3 +93,38 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_url(redis_server: RedisServer) -> str:
     """URL of the session's private redis-server (db 0). Tests isolate themselves by key prefix."""
     return redis_server.url
+
+
+# --------------------------------------------------------------------------- ray and the broker (service)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """Ray started once per test session (never per test), stopped at the end."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for servers tests start)."""
+    return _free_port()
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "condition"
+) -> object:
+    """Poll `predicate` until it returns something truthy; fail the test with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,186 @@
+"""Ray actors that keep every member cluster's summary fresh in Redis.
+
+    PollerSpec    one cluster to watch: name, kubeconfig, context, declared traits (picklable)
+    PollerShard   plain Python: owns many clusters; one ClusterWatcher (list+watch informers) per cluster;
+                  a publisher thread turns dirty snapshots into ClusterSummaries and writes them to Redis,
+                  and re-writes each at least every heartbeat interval so freshness is visible.
+    PollerFleet   starts Ray (ray.init(); RAY_ADDRESS joins an existing cluster), spreads clusters over
+                  `shards` named actors by a stable hash, and stops them.
+
+Actor classes stay plain Python; `ray.remote` is applied in PollerFleet (max_restarts=-1: a crashed
+shard restarts and rebuilds everything from the clusters and Redis). One process per shard, not per
+cluster: each cluster costs threads, not a Python process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.kube import ClusterWatcher
+from adapters.redis_store import RedisStateStore
+from broker import capacity
+from broker.model import ClusterTraits
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class PollerSpec:
+    name: str
+    kubeconfig: str
+    context: str | None
+    traits: ClusterTraits
+
+
+def shard_of(cluster: str, shards: int) -> int:
+    """A stable shard for a cluster name (the same across processes and restarts)."""
+    digest = hashlib.blake2b(cluster.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+class PollerShard:
+    def __init__(
+        self, specs: list[PollerSpec], redis_url: str, prefix: str, summary_interval_seconds: float = 0.2
+    ) -> None:
+        self._specs = {s.name: s for s in specs}
+        self._store = RedisStateStore(redis_url, prefix=prefix)
+        self._interval = summary_interval_seconds
+        self._watchers: dict[str, ClusterWatcher] = {}
+        self._dirty: set[str] = set()
+        self._last_write: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._publisher: threading.Thread | None = None
+        self.writes = 0
+
+    def _mark(self, cluster: str) -> None:
+        with self._lock:
+            self._dirty.add(cluster)
+
+    def start(self) -> list[str]:
+        for name, spec in self._specs.items():
+            watcher = ClusterWatcher(
+                name, spec.kubeconfig, spec.context, on_change=lambda n=name: self._mark(n)
+            )
+            watcher.start()
+            self._watchers[name] = watcher
+        self._publisher = threading.Thread(target=self._publish_loop, name="gpufed-publisher", daemon=True)
+        self._publisher.start()
+        return sorted(self._watchers)
+
+    def publish_once(self) -> int:
+        """Write the summary of every dirty (or heartbeat-due) cluster. Returns how many were written."""
+        now = time.time()
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+        written = 0
+        for name, watcher in self._watchers.items():
+            if name not in dirty and now - self._last_write.get(name, 0.0) < HEARTBEAT_SECONDS:
+                continue
+            try:
+                snapshot = watcher.snapshot()
+                summary = capacity.summarize(
+                    snapshot, self._specs[name].traits, watcher.health, watcher.last_success
+                )
+                self._store.put_summary(summary)
+            except Exception:
+                log.exception("publishing the summary of %s failed; retrying next pass", name)
+                with self._lock:
+                    self._dirty.add(name)
+                continue
+            self._last_write[name] = now
+            written += 1
+        self.writes += written
+        return written
+
+    def _publish_loop(self) -> None:
+        while not self._stop.is_set():
+            self.publish_once()
+            self._stop.wait(self._interval)
+
+    def health(self) -> dict[str, str]:
+        return {name: str(w.health) for name, w in self._watchers.items()}
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._publisher is not None:
+            self._publisher.join(timeout=5)
+        for w in self._watchers.values():
+            w.stop()
+        self._store.close()
+
+
+class PollerFleet:
+    """The poller shards of one broker, as named Ray actors."""
+
+    def __init__(
+        self,
+        specs: list[PollerSpec],
+        redis_url: str,
+        prefix: str,
+        shards: int = 1,
+        summary_interval_seconds: float = 0.2,
+    ) -> None:
+        self._specs = specs
+        self._redis_url = redis_url
+        self._prefix = prefix
+        self._shards = max(1, min(shards, len(specs) or 1))
+        self._interval = summary_interval_seconds
+        self._actors: list[Any] = []
+        self._started_ray = False
+
+    def start(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(
+                address=os.environ.get("RAY_ADDRESS"),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            self._started_ray = True
+        remote_shard = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
+        groups: list[list[PollerSpec]] = [[] for _ in range(self._shards)]
+        for spec in self._specs:
+            groups[shard_of(spec.name, self._shards)].append(spec)
+        for i, group in enumerate(groups):
+            if not group:
+                continue
+            actor = remote_shard.options(name=f"gpufed-poller-{self._prefix}-{i}").remote(
+                group, self._redis_url, self._prefix, self._interval
+            )
+            self._actors.append(actor)
+        ray.get([a.start.remote() for a in self._actors], timeout=120)
+
+    def health(self) -> dict[str, str]:
+        import ray
+
+        out: dict[str, str] = {}
+        for part in ray.get([a.health.remote() for a in self._actors], timeout=30):
+            out.update(part)
+        return out
+
+    def stop(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for a in self._actors:
+            try:
+                ray.get(a.stop.remote(), timeout=15)
+            except Exception:
+                log.warning("a poller shard did not stop cleanly; killing it")
+            ray.kill(a, no_restart=True)
+        self._actors = []
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False

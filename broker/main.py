@@ -1,0 +1,128 @@
+"""Composition root: the one broker module that wires adapters into ports.
+
+build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
+running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM
+probe(xml, fmt)               `gpufed probe`
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from adapters import nvml
+from adapters.kube import KubeGateway
+from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.redis_store import RedisStateStore
+from adapters.system_clock import SystemClock
+from broker.api import create_app
+from broker.config import FleetConfig, load_fleet_config
+from broker.placement import PlacementPolicy
+from broker.runtime import ControlLoop
+from broker.service import BrokerService, ServiceSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Broker:
+    service: BrokerService
+    store: RedisStateStore
+    gateway: KubeGateway
+    loop: ControlLoop
+    pollers: PollerFleet
+
+    def store_cleanup(self) -> int:
+        """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
+        client = self.store.client
+        keys = list(client.scan_iter(match=f"{self.store.prefix}:*", count=1000))
+        return int(client.delete(*keys)) if keys else 0
+
+
+def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, KubeGateway]:
+    settings = cfg.settings
+    store = RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
+    gateway = KubeGateway.from_kubeconfigs({c.name: (c.kubeconfig, c.context) for c in cfg.clusters})
+    policy = PlacementPolicy(stale_after_seconds=settings.stale_after_seconds)
+    service = BrokerService(
+        store,
+        gateway,
+        SystemClock(),
+        cfg.traits(),
+        policy,
+        ServiceSettings(reservation_ttl_seconds=settings.reservation_ttl_seconds),
+    )
+    return service, store, gateway
+
+
+def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
+    return [
+        PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
+        for c in cfg.clusters
+    ]
+
+
+@contextlib.contextmanager
+def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
+    """Everything a broker process runs, started in order and stopped in reverse order."""
+    service, store, gateway = build_service(cfg)
+    pollers = PollerFleet(
+        poller_specs(cfg),
+        redis_url=cfg.settings.redis_url,
+        prefix=cfg.settings.redis_prefix,
+        shards=cfg.settings.poller_shards,
+        summary_interval_seconds=cfg.settings.summary_interval_seconds,
+    )
+    loop = ControlLoop(service, cfg.settings.schedule_interval_seconds)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service, service.clock), host=host, port=port, log_level="warning", lifespan="off"
+        )
+    )
+    thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
+    pollers.start()
+    try:
+        loop.start()
+        thread.start()
+        deadline = 50
+        while not server.started and thread.is_alive() and deadline > 0:
+            threading.Event().wait(0.1)
+            deadline -= 1
+        if not server.started:
+            raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
+        yield Broker(service, store, gateway, loop, pollers)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        loop.stop()
+        pollers.stop()
+        gateway.close()
+        store.close()
+
+
+def serve(config_path: Path, host: str, port: int) -> None:
+    """`gpufed serve`: run until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_fleet_config(config_path)
+    stop = threading.Event()
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with running_broker(cfg, host, port):
+        log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+
+
+def probe(nvidia_smi_xml: Path | None, fmt: str) -> str:
+    """`gpufed probe`: this host's GPUs as NodeFacts and GFD-style labels."""
+    return nvml.render(nvml.probe(nvidia_smi_xml), fmt)

@@ -1,0 +1,132 @@
+"""End to end on real parts: HTTP endpoint -> placement -> Job in a kubesim cluster -> status back.
+
+Three simulated member clusters (kubesim's demo fleet, over real HTTPS), a private Redis, Ray started
+once for the session, the broker's poller actor, control loop and HTTP API on a free port. The Job the
+broker creates is read back with the official kubernetes client, as an operator would see it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client, config
+
+from broker import main as composition
+from broker.config import load_fleet_config
+from broker.demo import write_demo_config
+from kubesim.fleet import load_fleet
+from kubesim.sim import Simulation
+from tests.conftest import free_port, wait_for
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
+    fleet = load_fleet(REPO / "kubesim" / "fleets" / "demo.yaml")
+    with Simulation(fleet, tmp_path_factory.mktemp("kubeconfigs"), speed=50.0) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def broker_url(
+    sim: Simulation, redis_url: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("broker")
+    kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
+    cfg = load_fleet_config(write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-skeleton"))
+    port = free_port()
+    with composition.running_broker(cfg, port=port):
+        url = f"http://127.0.0.1:{port}"
+        wait_for(
+            lambda: len(httpx.get(f"{url}/v1/fleet").json()["clusters"]) == 3,
+            timeout=60,
+            what="a summary of every cluster in Redis",
+        )
+        yield url
+
+
+def _batch_api(sim: Simulation, cluster: str) -> client.BatchV1Api:
+    api = config.new_client_from_config(str(sim.kubeconfig_path(cluster)), persist_config=False)
+    return client.BatchV1Api(api)
+
+
+def _job(url: str, job_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}").json()
+    return body
+
+
+def test_a_submitted_job_runs_in_the_chosen_cluster_with_its_hints_and_succeeds(
+    sim: Simulation, broker_url: str
+) -> None:
+    spec = {"name": "skeleton-h100", "gpus": 8, "gpuProducts": ["H100-80GB"], "durationSeconds": 60}
+    r = httpx.post(f"{broker_url}/v1/jobs", json=spec)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+
+    placed = wait_for(
+        lambda: (j := _job(broker_url, job_id))["state"] != "QUEUED" and j, timeout=30, what="placement"
+    )
+    assert isinstance(placed, dict)
+    assert placed["cluster"] == "onprem-b", placed  # the only cluster with H100-80GB nodes
+    assert placed["placement"]["resourceName"] == "nvidia.com/gpu"
+
+    jobs = _batch_api(sim, "onprem-b").list_namespaced_job(
+        "default", label_selector=f"gpufed.io/job-id={job_id}"
+    )
+    assert len(jobs.items) == 1
+    k8s_job = jobs.items[0]
+    assert k8s_job.metadata.labels["gpufed.io/attempt"] == "1"
+    pod = k8s_job.spec.template.spec
+    assert pod.containers[0].resources.limits["nvidia.com/gpu"] == "8"
+    assert pod.containers[0].resources.requests["nvidia.com/gpu"] == "8"
+    assert pod.node_selector["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
+    assert any(t.key == "nvidia.com/gpu" for t in pod.tolerations or [])
+    assert k8s_job.spec.template.metadata.labels["gpufed.io/job-id"] == job_id
+
+    done = wait_for(
+        lambda: (j := _job(broker_url, job_id))["state"] in ("SUCCEEDED", "FAILED") and j,
+        timeout=120,
+        what="the job to finish",
+    )
+    assert isinstance(done, dict)
+    assert done["state"] == "SUCCEEDED", done
+    states = [e["state"] for e in httpx.get(f"{broker_url}/v1/jobs/{job_id}/events").json()["items"]]
+    assert states[0] == "QUEUED" and states[-1] == "SUCCEEDED" and "PLACED" in states
+
+
+def test_a_job_that_fits_nowhere_stays_queued_with_a_readable_reason(broker_url: str) -> None:
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "too-big", "gpus": 16})
+    assert r.status_code == 201
+    job_id = r.json()["id"]
+    job = wait_for(
+        lambda: "clusters are available" in (j := _job(broker_url, job_id))["reason"] and j,
+        timeout=30,
+        what="a diagnosis",
+    )
+    assert isinstance(job, dict)
+    assert job["state"] == "QUEUED"
+    assert job["reason"].startswith("0/3 clusters are available:")
+    assert "16" in job["reason"]
+
+
+def test_bad_submission_is_refused_with_the_field_named(broker_url: str) -> None:
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "Bad Name!", "gpus": -1})
+    assert r.status_code == 422
+    fields = {f["field"] for f in r.json()["fields"]}
+    assert {"name", "gpus"} <= fields
+
+
+def test_same_idempotency_key_returns_the_same_job(broker_url: str) -> None:
+    spec = {"name": "idem", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 30}
+    headers = {"Idempotency-Key": "skeleton-idem-1"}
+    first = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=headers)
+    second = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=headers)
+    assert first.status_code == 201 and second.status_code == 200
+    assert first.json()["id"] == second.json()["id"]
