@@ -186,10 +186,10 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
 
 def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240.0) -> int:
     """Run the demo; returns the process exit code (0 when every job ended where it should)."""
-    from kubesim.fleet import load_fleet
     from kubesim.sim import Simulation
 
     from broker import main as composition
+    from kubesim.fleet import load_fleet
 
     workdir.mkdir(parents=True, exist_ok=True)
     fleet_file = Path(__file__).resolve().parent.parent / "kubesim" / "fleets" / "demo.yaml"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Kub
     settings = cfg.settings
     store = RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = KubeGateway.from_kubeconfigs({c.name: (c.kubeconfig, c.context) for c in cfg.clusters})
-    policy = PlacementPolicy(stale_after_seconds=settings.stale_after_seconds)
+    policy = PlacementPolicy(staleness_limit_s=settings.stale_after_seconds)
     service = BrokerService(
         store,
         gateway,
@@ -112,15 +113,11 @@ def serve(config_path: Path, host: str, port: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_fleet_config(config_path)
     stop = threading.Event()
-    import signal
-
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with running_broker(cfg, host, port):
         log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
-        except KeyboardInterrupt:
-            pass
 
 
 def probe(nvidia_smi_xml: Path | None, fmt: str) -> str:
