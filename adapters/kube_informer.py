@@ -1,0 +1,503 @@
+"""Informers: keep one member cluster's capacity fresh by list + watch, and turn it into ClusterSnapshots.
+
+Owns the watch protocol and the per-cluster state the broker keeps between events:
+    Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues):
+                    a paginated list, then a watch from the list's resourceVersion with bookmarks, server
+                    timeoutSeconds and a client read timeout; relist on 410 Gone; tenacity-jittered retries
+                    on connection errors; a missing CRD (404) is "absent", not an error
+    ClusterWatcher  a cluster's current objects, each node's summed active-pod requests kept incrementally,
+                    NodeFacts recomputed only for the nodes an event touched, and after each batch of
+                    events a ClusterSnapshot handed to a callback with the cluster's health
+                    (healthy / unreachable on connection errors / forbidden on 401/403)
+
+Each informer runs in its own thread; a failing cluster only fails its own threads. Malformed nodes are
+logged once, counted (snapshot.bad_nodes) and skipped; malformed pods are counted and skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from adapters.kube import ApiStatus, KubeRest, Obj
+from broker import capacity
+from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
+from broker.model import ClusterSnapshot, Health, NodeFacts, QueueHeadroom
+
+log = logging.getLogger(__name__)
+
+# Informer states
+PENDING, SYNCED, UNREACHABLE, FORBIDDEN, ABSENT = "pending", "synced", "unreachable", "forbidden", "absent"
+_BAD_OBJECT = (MalformedObject, ValueError, TypeError, KeyError, AttributeError)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A watched collection: its name and REST paths (alternatives, newest API version first)."""
+
+    name: str
+    paths: tuple[str, ...]
+    optional: bool = False  # a missing CRD is not an error
+
+
+NODES = Resource("nodes", ("/api/v1/nodes",))
+PODS = Resource("pods", ("/api/v1/pods",))
+NODE_TOPOLOGIES = Resource(
+    "noderesourcetopologies", ("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies",), optional=True
+)
+CLUSTER_QUEUES = Resource(
+    "clusterqueues",
+    ("/apis/kueue.x-k8s.io/v1beta2/clusterqueues", "/apis/kueue.x-k8s.io/v1beta1/clusterqueues"),
+    optional=True,
+)
+ALL_RESOURCES = (NODES, PODS, NODE_TOPOLOGIES, CLUSTER_QUEUES)
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """Timeouts and backoff of list/watch. Server timeoutSeconds bounds a watch; the read timeout catches
+    a cluster that hangs without closing the connection."""
+
+    watch_timeout_s: int = 60
+    read_slack_s: float = 15.0
+    list_timeout: tuple[float, float] = (5.0, 60.0)
+    page_size: int = 500
+    backoff_base_s: float = 0.25
+    backoff_max_s: float = 10.0
+    absent_recheck_s: float = 60.0
+    list_attempts: int = 3
+
+
+@dataclass
+class InformerStats:
+    lists: int = 0
+    relists_410: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    errors: int = 0
+
+
+class Informer:
+    """List + watch one resource of one cluster into a ClusterWatcher."""
+
+    def __init__(
+        self,
+        rest: KubeRest,
+        resource: Resource,
+        sink: ClusterWatcher,
+        stop: threading.Event,
+        settings: WatchSettings,
+    ) -> None:
+        self.rest = rest
+        self.resource = resource
+        self.sink = sink
+        self.stop = stop
+        self.settings = settings
+        self.stats = InformerStats()
+        self.path = resource.paths[0]
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self.run, name=f"informer-{self.rest.cluster}-{self.resource.name}", daemon=True
+        )
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _list(self) -> tuple[list[Obj], str]:
+        """List, trying each API version of the resource; ApiStatus(404) when none is served."""
+        last: ApiStatus | None = None
+        for path in self.resource.paths:
+            try:
+                for attempt in Retrying(
+                    retry=retry_if_exception_type(ClusterUnreachable),
+                    wait=wait_random_exponential(multiplier=self.settings.backoff_base_s, max=2.0),
+                    stop=stop_after_attempt(self.settings.list_attempts),
+                    reraise=True,
+                ):
+                    with attempt:
+                        items, rv = self.rest.list_pages(
+                            path, self.settings.page_size, timeout=self.settings.list_timeout
+                        )
+                self.path = path
+                return items, rv
+            except ApiStatus as e:
+                if e.code != 404:
+                    raise
+                last = e
+        assert last is not None
+        raise last
+
+    def run(self) -> None:
+        rv = ""
+        failures = 0
+        s = self.settings
+        while not self.stop.is_set():
+            try:
+                if not rv:
+                    items, rv = self._list()
+                    self.stats.lists += 1
+                    self.sink.replace(self.resource.name, items, rv)
+                    self.sink.report(self.resource.name, SYNCED)
+                rv = self._watch(rv)
+                failures = 0
+            except ApiStatus as e:
+                if e.code == 410:
+                    self.stats.relists_410 += 1
+                    rv = ""
+                    continue
+                if e.code == 404 and self.resource.optional:
+                    self.sink.replace(self.resource.name, [], "")
+                    self.sink.report(self.resource.name, ABSENT)
+                    rv = ""
+                    self.stop.wait(s.absent_recheck_s)
+                    continue
+                failures += 1
+                self.stats.errors += 1
+                self.sink.report(self.resource.name, UNREACHABLE, str(e))
+            except ClusterForbidden as e:
+                failures += 1
+                self.stats.errors += 1
+                self.sink.report(self.resource.name, FORBIDDEN, str(e))
+            except ClusterUnreachable as e:
+                failures += 1
+                self.stats.errors += 1
+                self.sink.report(self.resource.name, UNREACHABLE, str(e))
+            except Exception as e:  # never let one resource's surprise kill the thread
+                failures += 1
+                self.stats.errors += 1
+                log.exception("cluster %s: %s informer failed", self.rest.cluster, self.resource.name)
+                self.sink.report(self.resource.name, UNREACHABLE, f"{type(e).__name__}: {e}")
+            if failures:
+                delay = min(s.backoff_max_s, s.backoff_base_s * 2 ** min(failures, 10))
+                self.stop.wait(delay * random.uniform(0.5, 1.0))
+
+    def _watch(self, rv: str) -> str:
+        """One watch request; returns the resourceVersion to resume from. Raises ApiStatus(410) to relist."""
+        s = self.settings
+        stream = self.rest.watch(self.path, rv, s.watch_timeout_s, s.watch_timeout_s + s.read_slack_s)
+        connected = False
+        for ev in stream:
+            if self.stop.is_set():
+                break
+            if not connected:
+                connected = True
+                self.sink.report(self.resource.name, SYNCED)
+            kind = ev.get("type")
+            obj = ev.get("object") or {}
+            if kind == "ERROR":
+                code = int(obj.get("code") or 0)
+                raise ApiStatus(
+                    self.rest.cluster, code, str(obj.get("reason", "")), str(obj.get("message", ""))
+                )
+            new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+            if kind == "BOOKMARK":
+                self.stats.bookmarks += 1
+                self.sink.touch(self.resource.name, new_rv)
+            elif kind in ("ADDED", "MODIFIED", "DELETED"):
+                self.stats.events += 1
+                self.sink.apply(self.resource.name, kind, obj, new_rv)
+            rv = new_rv
+        self.sink.report(self.resource.name, SYNCED)
+        return rv
+
+
+def _trim_node(node: Obj) -> Obj:
+    """Keep what capacity reads of a node (drops images, nodeInfo, managedFields: memory at 100k nodes)."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+        "spec": node.get("spec") or {},
+        "status": {
+            "allocatable": status.get("allocatable") or {},
+            "conditions": [
+                c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"
+            ],
+        },
+    }
+
+
+def _add(into: dict[str, int], req: dict[str, int], sign: int) -> None:
+    for k, v in req.items():
+        into[k] = into.get(k, 0) + sign * v
+
+
+SnapshotCallback = Callable[[ClusterSnapshot, Health, float], None]
+
+
+@dataclass
+class WatcherStats:
+    snapshots: int = 0
+    bad_pods: int = 0
+    facts_recomputed: int = 0
+    last_event_at: float = 0.0  # wall time of the last applied event (for latency measurement)
+    informers: dict[str, InformerStats] = field(default_factory=dict)
+
+
+class ClusterWatcher:
+    """One cluster's informers, its current state, and snapshots after each batch of events."""
+
+    def __init__(
+        self,
+        cluster: str,
+        rest: KubeRest,
+        on_snapshot: SnapshotCallback,
+        *,
+        resources: Sequence[Resource] = ALL_RESOURCES,
+        settings: WatchSettings | None = None,
+        flush_interval_s: float = 0.05,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster = cluster
+        self.rest = rest
+        self._on_snapshot = on_snapshot
+        self._settings = settings or WatchSettings()
+        self._flush_interval = flush_interval_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Obj] = {}
+        self._pods: dict[tuple[str, str], tuple[str, dict[str, int]]] = {}
+        self._alloc: dict[str, dict[str, int]] = {}
+        self._nrts: dict[str, Obj] = {}
+        self._cqs: dict[str, Obj] = {}
+        self._facts: dict[str, NodeFacts] = {}
+        self._bad: dict[str, str] = {}
+        self._queues: tuple[QueueHeadroom, ...] = ()
+        self._dirty: set[str] = set()
+        self._queues_dirty = False
+        self._states: dict[str, str] = {r.name: PENDING for r in resources}
+        self._required = {r.name for r in resources if not r.optional}
+        self._rv = ""
+        self._heartbeat = 0.0
+        self._last_health: Health | None = None
+        self.stats = WatcherStats()
+        self._informers = [Informer(rest, r, self, self._stop, self._settings) for r in resources]
+        self.stats.informers = {i.resource.name: i.stats for i in self._informers}
+        self._flusher: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        for inf in self._informers:
+            inf.start()
+        self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
+        self._flusher.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        for inf in self._informers:
+            inf.join(timeout)
+        if self._flusher is not None:
+            self._flusher.join(timeout)
+
+    # ------------------------------------------------------------------ informer sink
+
+    def replace(self, resource: str, items: list[Obj], rv: str) -> None:
+        """A fresh list: forget what we had of this resource and take these items."""
+        with self._lock:
+            if resource == "nodes":
+                self._dirty.update(self._nodes)
+                self._nodes = {}
+                for n in items:
+                    self._put_node(n)
+            elif resource == "pods":
+                self._dirty.update(self._alloc)
+                self._pods, self._alloc = {}, {}
+                for p in items:
+                    self._put_pod("ADDED", p)
+            elif resource == "noderesourcetopologies":
+                self._dirty.update(self._nrts)
+                self._nrts = {}
+                for t in items:
+                    self._put_nrt("ADDED", t)
+            elif resource == "clusterqueues":
+                self._cqs = {str((q.get("metadata") or {}).get("name")): q for q in items}
+                self._queues_dirty = True
+            self._observed(rv)
+        self._wake.set()
+
+    def apply(self, resource: str, event_type: str, obj: Obj, rv: str) -> None:
+        with self._lock:
+            if resource == "nodes":
+                if event_type == "DELETED":
+                    name = str((obj.get("metadata") or {}).get("name"))
+                    self._nodes.pop(name, None)
+                    self._dirty.add(name)
+                else:
+                    self._put_node(obj)
+            elif resource == "pods":
+                self._put_pod(event_type, obj)
+            elif resource == "noderesourcetopologies":
+                self._put_nrt(event_type, obj)
+            elif resource == "clusterqueues":
+                name = str((obj.get("metadata") or {}).get("name"))
+                if event_type == "DELETED":
+                    self._cqs.pop(name, None)
+                else:
+                    self._cqs[name] = obj
+                self._queues_dirty = True
+            self._observed(rv)
+            self.stats.last_event_at = time.time()
+        self._wake.set()
+
+    def touch(self, resource: str, rv: str) -> None:
+        """A bookmark: the cluster is alive and we are current up to rv."""
+        with self._lock:
+            self._observed(rv)
+
+    def report(self, resource: str, state: str, detail: str = "") -> None:
+        with self._lock:
+            before = self._states.get(resource)
+            self._states[resource] = state
+            if state == SYNCED:
+                self._heartbeat = self._clock()
+        if before != state:
+            if state in (UNREACHABLE, FORBIDDEN):
+                log.warning("cluster %s: %s %s: %s", self.cluster, resource, state, detail)
+            self._wake.set()
+
+    # ------------------------------------------------------------------ state (under the lock)
+
+    def _observed(self, rv: str) -> None:
+        self._heartbeat = self._clock()
+        if rv:
+            self._rv = rv
+
+    def _put_node(self, node: Obj) -> None:
+        name = (node.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            return  # an unnamed object can't be tracked (the API server never sends one)
+        self._nodes[name] = _trim_node(node)
+        self._dirty.add(name)
+
+    def _put_pod(self, event_type: str, pod: Obj) -> None:
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        old = self._pods.pop(key, None)
+        if old is not None:
+            _add(self._alloc.setdefault(old[0], {}), old[1], -1)
+            self._dirty.add(old[0])
+        if event_type == "DELETED" or not capacity.pod_is_active(pod):
+            return
+        try:
+            req = {k: v for k, v in capacity.pod_requests(pod).items() if v}
+        except _BAD_OBJECT as e:
+            self.stats.bad_pods += 1
+            log.debug("cluster %s: pod %s/%s skipped: %s", self.cluster, key[0], key[1], e)
+            return
+        node = str(pod["spec"]["nodeName"])
+        self._pods[key] = (node, req)
+        _add(self._alloc.setdefault(node, {}), req, 1)
+        self._dirty.add(node)
+
+    def _put_nrt(self, event_type: str, nrt: Obj) -> None:
+        name = str((nrt.get("metadata") or {}).get("name"))
+        if event_type == "DELETED":
+            self._nrts.pop(name, None)
+        else:
+            self._nrts[name] = nrt
+        self._dirty.add(name)
+
+    def _refresh(self) -> None:
+        for name in self._dirty:
+            node = self._nodes.get(name)
+            if node is None:
+                self._facts.pop(name, None)
+                self._bad.pop(name, None)
+                continue
+            try:
+                self._facts[name] = capacity.node_facts_from_requests(
+                    node, self._alloc.get(name, {}), self._nrts.get(name)
+                )
+                self._bad.pop(name, None)
+            except _BAD_OBJECT as e:
+                self._facts.pop(name, None)
+                if self._bad.get(name) != str(e):
+                    log.warning("cluster %s: node %s skipped: %s", self.cluster, name, e)
+                self._bad[name] = str(e)
+            self.stats.facts_recomputed += 1
+        self._dirty.clear()
+        if self._queues_dirty:
+            queues: list[QueueHeadroom] = []
+            for name in sorted(self._cqs):
+                try:
+                    queues.extend(capacity.queue_headroom(self._cqs[name]))
+                except _BAD_OBJECT as e:
+                    log.warning("cluster %s: clusterqueue %s skipped: %s", self.cluster, name, e)
+            self._queues = tuple(queues)
+            self._queues_dirty = False
+
+    # ------------------------------------------------------------------ outputs
+
+    @property
+    def health(self) -> Health:
+        with self._lock:
+            return self._health()
+
+    def _health(self) -> Health:
+        states = self._states
+        if FORBIDDEN in states.values():
+            return Health.FORBIDDEN
+        required = [states[r] for r in self._required]
+        if UNREACHABLE in required:
+            return Health.UNREACHABLE
+        if all(st == SYNCED for st in required):
+            return Health.DEGRADED if UNREACHABLE in states.values() else Health.HEALTHY
+        return Health.UNKNOWN
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The cluster as last observed (NodeFacts recomputed for the nodes touched since the last call)."""
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> ClusterSnapshot:
+        self._refresh()
+        return ClusterSnapshot(
+            cluster=self.cluster,
+            nodes=tuple(self._facts[n] for n in sorted(self._facts)),
+            queues=self._queues,
+            observed_at=self._heartbeat,
+            resource_version=self._rv,
+            bad_nodes=tuple(sorted(self._bad)),
+        )
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            if self._stop.is_set():
+                return
+            if not self._wake.is_set():
+                continue
+            self._stop.wait(self._flush_interval)  # let a burst of events land in one batch
+            self._wake.clear()
+            with self._lock:
+                health = self._health()
+                ready = all(self._states[r] not in (PENDING,) for r in self._required)
+                if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
+                    continue
+                if not self._dirty and not self._queues_dirty and health == self._last_health:
+                    continue
+                snap = self._snapshot()
+                heartbeat = self._heartbeat
+                self._last_health = health
+            try:
+                self._on_snapshot(snap, health, heartbeat)
+                self.stats.snapshots += 1
+            except Exception:
+                log.exception("cluster %s: snapshot callback failed; the next batch retries", self.cluster)
+                with self._lock:
+                    self._last_health = None
+                self._wake.set()
