@@ -22,10 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from adapters.kube import ApiStatus, KubeRest, Obj
+from adapters.kube_rest import ApiStatus, KubeRest, Obj
 from broker import capacity
 from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
 from broker.model import ClusterSnapshot, Health, NodeFacts, QueueHeadroom
@@ -250,17 +251,23 @@ class ClusterWatcher:
     def __init__(
         self,
         cluster: str,
-        rest: KubeRest,
-        on_snapshot: SnapshotCallback,
+        rest: KubeRest | Path | str,
+        context: str | None = None,
         *,
+        on_snapshot: SnapshotCallback | None = None,
+        on_change: Callable[[], None] | None = None,
         resources: Sequence[Resource] = ALL_RESOURCES,
         settings: WatchSettings | None = None,
         flush_interval_s: float = 0.05,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
+        of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
+        are called from the watcher's flusher thread."""
         self.cluster = cluster
-        self.rest = rest
+        self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
         self._on_snapshot = on_snapshot
+        self._on_change = on_change
         self._settings = settings or WatchSettings()
         self._flush_interval = flush_interval_s
         self._clock = clock
@@ -283,7 +290,7 @@ class ClusterWatcher:
         self._heartbeat = 0.0
         self._last_health: Health | None = None
         self.stats = WatcherStats()
-        self._informers = [Informer(rest, r, self, self._stop, self._settings) for r in resources]
+        self._informers = [Informer(self.rest, r, self, self._stop, self._settings) for r in resources]
         self.stats.informers = {i.resource.name: i.stats for i in self._informers}
         self._flusher: threading.Thread | None = None
 
@@ -296,12 +303,12 @@ class ClusterWatcher:
         self._flusher.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the threads. A watch blocked in a read ends at its read timeout; threads are daemons."""
         self._stop.set()
         self._wake.set()
-        for inf in self._informers:
-            inf.join(timeout)
         if self._flusher is not None:
             self._flusher.join(timeout)
+        self.rest.close()
 
     # ------------------------------------------------------------------ informer sink
 
@@ -458,6 +465,12 @@ class ClusterWatcher:
             return Health.DEGRADED if UNREACHABLE in states.values() else Health.HEALTHY
         return Health.UNKNOWN
 
+    @property
+    def last_success(self) -> float:
+        """Epoch seconds of the last successful observation (list, event, bookmark): the heartbeat."""
+        with self._lock:
+            return self._heartbeat
+
     def snapshot(self) -> ClusterSnapshot:
         """The cluster as last observed (NodeFacts recomputed for the nodes touched since the last call)."""
         with self._lock:
@@ -494,7 +507,10 @@ class ClusterWatcher:
                 heartbeat = self._heartbeat
                 self._last_health = health
             try:
-                self._on_snapshot(snap, health, heartbeat)
+                if self._on_snapshot is not None:
+                    self._on_snapshot(snap, health, heartbeat)
+                if self._on_change is not None:
+                    self._on_change()
                 self.stats.snapshots += 1
             except Exception:
                 log.exception("cluster %s: snapshot callback failed; the next batch retries", self.cluster)

@@ -1,0 +1,153 @@
+"""The ClusterGateway on Kubernetes: create, delete and read the broker's Jobs in member clusters.
+
+Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
+    create_workload   companions first (e.g. a scheduling.x-k8s.io PodGroup), then the batch/v1 Job;
+                      409 AlreadyExists is success, so a retried create is harmless
+    delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup;
+                      404 is success
+    read_workload     the Job's status as a WorkloadStatus (active/ready/succeeded/failed, Complete/Failed,
+                      spec.suspend); exists=False on 404
+Errors surface as broker.errors: ClusterUnreachable, ClusterForbidden, ClusterRejected. Retries on
+connection errors are tenacity's, jittered and bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from adapters.kube_rest import ApiStatus, KubeRest
+from broker.errors import ClusterRejected, ClusterUnreachable
+from broker.model import WorkloadStatus
+
+log = logging.getLogger(__name__)
+
+_PLURALS = {"Job": "jobs", "PodGroup": "podgroups", "JobSet": "jobsets", "Workload": "workloads"}
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """The REST path of a namespaced object (or its collection when name is None)."""
+    plural = _PLURALS.get(kind, kind.lower() + "s")
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{quote(namespace, safe='')}/{plural}"
+    return path if name is None else f"{path}/{quote(name, safe='')}"
+
+
+def _retrying() -> Retrying:
+    return Retrying(
+        retry=retry_if_exception_type(ClusterUnreachable),
+        wait=wait_random_exponential(multiplier=0.2, max=2.0),
+        stop=stop_after_attempt(3),
+        reraise=True,
+    )
+
+
+def workload_status(job: Mapping[str, Any], name: str, namespace: str) -> WorkloadStatus:
+    """A batch/v1 Job's status as the broker reads it (reference 4)."""
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    conditions = {
+        c.get("type"): c
+        for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("status") == "True"
+    }
+    message = ""
+    for kind in ("Failed", "Complete", "FailureTarget", "Suspended"):
+        if kind in conditions:
+            c = conditions[kind]
+            message = f"{kind}: {c.get('reason', '')} {c.get('message', '')}".strip()
+            break
+    return WorkloadStatus(
+        name=name,
+        namespace=namespace,
+        exists=True,
+        suspended=bool(spec.get("suspend")),
+        active=int(status.get("active") or 0),
+        ready=int(status.get("ready") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed=int(status.get("failed") or 0),
+        complete="Complete" in conditions,
+        failed_terminal="Failed" in conditions,
+        message=message,
+    )
+
+
+class KubeGateway:
+    """broker.ports.ClusterGateway over KubeRest clients, one per member cluster."""
+
+    def __init__(self, clusters: Mapping[str, KubeRest]) -> None:
+        self._clusters = dict(clusters)
+
+    @classmethod
+    def from_kubeconfigs(cls, kubeconfigs: Mapping[str, tuple[Path | str, str | None]]) -> KubeGateway:
+        """{cluster: (kubeconfig path, context)} -> a gateway with one ApiClient per cluster."""
+        return cls(
+            {name: KubeRest.from_kubeconfig(name, path, ctx) for name, (path, ctx) in kubeconfigs.items()}
+        )
+
+    def add_cluster(self, rest: KubeRest) -> None:
+        self._clusters[rest.cluster] = rest
+
+    def close(self) -> None:
+        for r in self._clusters.values():
+            r.close()
+
+    def _rest(self, cluster: str) -> KubeRest:
+        try:
+            return self._clusters[cluster]
+        except KeyError:
+            raise ClusterRejected(cluster, "not a member cluster of this broker") from None
+
+    def _create(self, rest: KubeRest, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not (isinstance(api_version, str) and isinstance(kind, str) and meta.get("name")):
+            raise ClusterRejected(rest.cluster, "manifest: apiVersion, kind and metadata.name are required")
+        path = object_path(api_version, kind, str(meta.get("namespace") or "default"))
+        try:
+            for attempt in _retrying():
+                with attempt:
+                    rest.request("POST", path, body=dict(obj))
+        except ApiStatus as e:
+            if e.code == 409:  # already there: a retried create is harmless
+                return
+            raise ClusterRejected(
+                rest.cluster, f"create {kind} {meta.get('name')}: {e.code} {e.message}"
+            ) from e
+
+    def create_workload(
+        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        rest = self._rest(cluster)
+        for obj in companions:
+            self._create(rest, obj)
+        self._create(rest, job)
+
+    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
+        rest = self._rest(cluster)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        for api_version, kind in (("batch/v1", "Job"), ("scheduling.x-k8s.io/v1alpha1", "PodGroup")):
+            try:
+                for attempt in _retrying():
+                    with attempt:
+                        rest.request("DELETE", object_path(api_version, kind, namespace, name), body=body)
+            except ApiStatus as e:
+                if e.code != 404:  # gone already (or no PodGroup CRD): success
+                    raise ClusterRejected(cluster, f"delete {kind} {name}: {e.code} {e.message}") from e
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        rest = self._rest(cluster)
+        try:
+            for attempt in _retrying():
+                with attempt:
+                    job = rest.request("GET", object_path("batch/v1", "Job", namespace, name))
+        except ApiStatus as e:
+            if e.code == 404:
+                return WorkloadStatus(name=name, namespace=namespace, exists=False)
+            raise ClusterRejected(cluster, f"read Job {name}: {e.code} {e.message}") from e
+        return workload_status(job, name, namespace)

@@ -1,0 +1,202 @@
+"""HTTP to one member cluster: its own ApiClient, raw JSON requests and watch streams, mapped errors.
+
+Owns how the broker talks to a member cluster's API server:
+    connect(kubeconfig, context)   an ApiClient bound to its own Configuration (never the process-global
+                                   default, which is racy across clusters); credentials are never logged
+    KubeRest                       GET/POST/DELETE, paginated lists and watch streams as plain dicts (orjson
+                                   over the raw bytes; no typed-model deserialisation on the hot path)
+    raise_for_status               401/403 -> ClusterForbidden; 404/409/410 -> ApiStatus (callers branch on
+                                   them); 429/5xx and connection failures -> ClusterUnreachable; other 4xx
+                                   -> ClusterRejected
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds for plain requests
+
+
+class ApiStatus(Exception):
+    """An API answer callers branch on: 404 NotFound, 409 AlreadyExists/Conflict, 410 Gone (Expired)."""
+
+    def __init__(self, cluster: str, code: int, reason: str, message: str) -> None:
+        super().__init__(f"cluster {cluster}: {code} {reason}: {message}")
+        self.cluster = cluster
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+def connect(kubeconfig: Path | str, context: str | None = None, pool_size: int = 8) -> client.ApiClient:
+    """An ApiClient for one cluster, from its kubeconfig and context, with its own Configuration."""
+    cfg = client.Configuration()
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig), context=context, client_configuration=cfg, persist_config=False
+        )
+    except (config.ConfigException, OSError, TypeError, ValueError) as e:
+        # The message names the file and the context, never the credentials inside.
+        raise ConfigError(
+            f"kubeconfig {kubeconfig}: context {context or '(current)'}: {type(e).__name__}"
+        ) from e
+    cfg.retries = 0  # retries are ours (tenacity, jittered); urllib3's would hide a dead cluster for seconds
+    cfg.connection_pool_maxsize = pool_size
+    return client.ApiClient(cfg)
+
+
+def _status_body(cluster: str, code: int, data: bytes | None) -> tuple[str, str]:
+    try:
+        body = orjson.loads(data or b"{}")
+    except orjson.JSONDecodeError:
+        return "", (data or b"")[:200].decode("utf-8", "replace")
+    if not isinstance(body, dict):
+        return "", ""
+    return str(body.get("reason", "")), str(body.get("message", ""))
+
+
+def raise_for_status(cluster: str, code: int, data: bytes | None) -> None:
+    """Map a non-2xx answer: auth -> ClusterForbidden; 404/409/410 -> ApiStatus; 5xx/429 -> ClusterUnreachable;
+    other 4xx -> ClusterRejected."""
+    if 200 <= code <= 299:
+        return
+    reason, message = _status_body(cluster, code, data)
+    if code in (401, 403):
+        raise ClusterForbidden(cluster, f"{code} {reason or 'Forbidden'}: {message}")
+    if code in (404, 409, 410):
+        raise ApiStatus(cluster, code, reason, message)
+    if code == 429 or code >= 500:
+        raise ClusterUnreachable(cluster, f"{code} {reason}: {message}")
+    raise ClusterRejected(cluster, f"{code} {reason}: {message}")
+
+
+class KubeRest:
+    """Raw JSON requests against one member cluster through its ApiClient (auth, TLS, pool)."""
+
+    def __init__(
+        self, cluster: str, api: client.ApiClient, timeout: tuple[float, float] = DEFAULT_TIMEOUT
+    ) -> None:
+        self.cluster = cluster
+        self.api = api
+        self.timeout = timeout
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_kubeconfig(cls, cluster: str, kubeconfig: Path | str, context: str | None = None) -> KubeRest:
+        return cls(cluster, connect(kubeconfig, context))
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, Any]] = (),
+        body: Any = None,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        req = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query) or None,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            resp = self.api.call_api(*req, _request_timeout=timeout or self.timeout)
+        except ApiException as e:
+            raise_for_status(
+                self.cluster, int(e.status or 0), e.body.encode() if isinstance(e.body, str) else None
+            )
+            raise
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise ClusterUnreachable(self.cluster, f"{method} {path}: {type(e).__name__}") from e
+        raw: urllib3.BaseHTTPResponse = resp.response
+        return raw
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, Any]] = (),
+        body: Any = None,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Obj:
+        """One request; the JSON answer as a dict. Errors as raise_for_status says."""
+        resp = self._open(method, path, query, body, timeout)
+        try:
+            data = resp.data
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise ClusterUnreachable(self.cluster, f"{method} {path}: {type(e).__name__}") from e
+        finally:
+            resp.release_conn()
+        raise_for_status(self.cluster, resp.status, data)
+        out = orjson.loads(data) if data else {}
+        return out if isinstance(out, dict) else {}
+
+    def list_pages(
+        self, path: str, page_size: int = 500, timeout: float | tuple[float, float] | None = None
+    ) -> tuple[list[Obj], str]:
+        """Every item of a collection (paginated with limit/continue) and the list's resourceVersion."""
+        items: list[Obj] = []
+        cont = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", page_size)]
+            if cont:
+                query.append(("continue", cont))
+            page = self.request("GET", path, query, timeout=timeout)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or ""
+            if not cont:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self, path: str, resource_version: str, timeout_seconds: int, read_timeout: float
+    ) -> Iterator[Obj]:
+        """Watch events ({"type", "object"}) from resource_version, with bookmarks, until the server ends
+        the stream (timeoutSeconds) or the connection fails (ClusterUnreachable)."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
+        try:
+            if resp.status != 200:
+                raise_for_status(self.cluster, resp.status, resp.data)
+            buf = b""
+            for chunk in resp.stream(64 * 1024, decode_content=True):
+                buf += chunk
+                if b"\n" not in buf:
+                    continue
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield orjson.loads(line)
+            if buf.strip():
+                yield orjson.loads(buf)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise ClusterUnreachable(self.cluster, f"watch {path}: {type(e).__name__}") from e
+        finally:
+            resp.release_conn()
