@@ -1,0 +1,66 @@
+"""Benchmark: capacity.summarize() and placement.place() over synthetic 1,000-node clusters.
+
+Run: .venv/bin/python -m benchmarks.summarize [nodes] [clusters]
+Prints the median time of summarize() for one cluster and of place() over `clusters` summaries.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+from broker import capacity
+from broker.model import ClusterSnapshot, ClusterTraits, Health, JobRequest, Tier
+from broker.placement import PlacementPolicy, place
+
+LABELS = {
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.memory": "81559",
+}
+
+
+def synthetic_snapshot(cluster: str, nodes: int) -> ClusterSnapshot:
+    facts = []
+    for i in range(nodes):
+        node = {
+            "metadata": {"name": f"n{i}", "labels": LABELS},
+            "spec": {},
+            "status": {
+                "allocatable": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        facts.append(capacity.node_facts_from_requests(node, {"nvidia.com/gpu": i % 9}, None))
+    return ClusterSnapshot(cluster=cluster, nodes=tuple(facts))
+
+
+def median_ms(fn: object, repeat: int = 30) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    clusters = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    snap = synthetic_snapshot("c0", nodes)
+    traits = ClusterTraits("c0")
+    ms = median_ms(lambda: capacity.summarize(snap, traits, Health.HEALTHY, 0.0))
+    print(f"summarize: {nodes} nodes, median {ms:.2f} ms")
+    summary = capacity.summarize(snap, traits, Health.HEALTHY, 0.0)
+    summaries = [
+        type(summary)(**{**summary.__dict__, "cluster": f"c{i}", "tier": Tier.ONPREM})
+        for i in range(clusters)
+    ]
+    job = JobRequest("bench", gpus_per_pod=4, pods=2)
+    ms = median_ms(lambda: place(job, summaries, {}, PlacementPolicy(), 0.0))
+    print(f"place: {clusters} clusters, median {ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
