@@ -152,7 +152,7 @@ def build_workload(
 ) -> WorkloadManifests:
     """The Job for one attempt of a job in the placement's cluster, with its level-2 hints."""
     name = workload_name(job_id, attempt)
-    namespace = job.namespace if job.namespace != "default" else traits.namespace
+    namespace = traits.namespace  # the broker's namespace in that cluster (where its LocalQueue lives)
     ids = {JOB_ID_LABEL: _label_value(job_id), ATTEMPT_LABEL: str(attempt)}
     job_labels = {**{k: v for k, v in job.labels.items()}, **ids}
     pod_labels = dict(job_labels)

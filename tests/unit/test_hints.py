@@ -74,7 +74,7 @@ def test_whole_gpu_job() -> None:
         duration_seconds=90,
         labels={"team": "a"},
     )
-    w = build_workload("J1", 2, job, whole(4), PLAIN)
+    w = build_workload("J1", 2, job, whole(4), ClusterTraits("onprem-a", namespace="team-a"))
     m = w.job
     assert (m["apiVersion"], m["kind"], m["metadata"]["name"], m["metadata"]["namespace"]) == (
         "batch/v1",
@@ -217,4 +217,4 @@ def test_spot_cluster_tolerates_spot_taints_and_preferred_nodes() -> None:
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [p["preference"]["matchExpressions"][0]["values"] for p in preferred] == [["n1"], ["n2"]]
     assert preferred[0]["weight"] > preferred[1]["weight"]
-    assert w.namespace == "gpufed"  # the cluster's namespace when the job names none
+    assert w.namespace == "gpufed"  # the broker's namespace in that cluster
