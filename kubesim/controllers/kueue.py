@@ -1,0 +1,490 @@
+"""The simulated Kueue: queued Jobs become Workloads admitted against ClusterQueue quota.
+
+Owns `KueueController`. A Job labelled `kueue.x-k8s.io/queue-name` is held suspended (the webhook's job)
+and gets a Workload (v1beta2 shape; owner = the Job; label kueue.x-k8s.io/job-uid; one pod set `main`
+with count = parallelism). Pending Workloads of a ClusterQueue are admitted in order (priority, then
+creation): the first flavor of the covering resource group whose nominal quota (plus borrowing from the
+cohort, up to borrowingLimit and the lenders' lendingLimit) fits the pod set gets it. StrictFIFO stops at a
+head that does not fit; BestEffortFIFO tries the next. On admission the Workload gets status.admission
+and QuotaReserved/Admitted conditions, and the Job is unsuspended with the flavor's nodeLabels added to
+the pod template's nodeSelector and its tolerations appended. ClusterQueue status (flavorsReservation,
+flavorsUsage, pending/reserving/admittedWorkloads) and LocalQueue status follow; quota is freed when the
+Job finishes (Workload condition Finished) or the Workload is deleted. No preemption, no admission checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+from kubesim.clock import SimClock
+from kubesim.controllers.events import EventRecorder
+from kubesim.controllers.jobs import JOBS, is_finished
+from kubesim.controllers.pods import (
+    Requests,
+    condition,
+    condition_true,
+    controller_owner,
+    effective_requests,
+    key_of,
+    replace_field,
+    set_condition,
+)
+from kubesim.quantity import format_quantity, parse_quantity
+from kubesim.store import NotFoundError, Obj, ObjectStore, WatchEvent
+
+WORKLOADS = "workloads.kueue.x-k8s.io"
+CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
+LOCAL_QUEUES = "localqueues.kueue.x-k8s.io"
+FLAVORS = "resourceflavors.kueue.x-k8s.io"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+_EPS = 1e-9
+
+Usage = dict[str, dict[str, float]]  # flavor -> resource -> amount
+
+
+def workload_name(job_name: str, job_uid: str) -> str:
+    digest = hashlib.sha256(f"{job_name}/{job_uid}".encode()).hexdigest()[:5]
+    return f"job-{job_name}"[:57] + f"-{digest}"
+
+
+def _queue(job: Obj) -> str | None:
+    return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+
+
+class KueueController:
+    def __init__(self, store: ObjectStore, clock: SimClock, events: EventRecorder) -> None:
+        self._store = store
+        self._clock = clock
+        self._events = events
+        self._writing = False
+        self.dirty = True
+        for key in (JOBS, WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS):
+            store.subscribe(key, self._on_write)
+
+    def _on_write(self, event: WatchEvent) -> None:
+        if self._writing:
+            return
+        if event.key == JOBS and _queue(event.obj) is None:
+            return
+        self.dirty = True
+
+    # ------------------------------------------------------------------ the pass
+
+    def tick(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        cqs = {cq["metadata"]["name"]: cq for cq in self._store.list(CLUSTER_QUEUES)[0]}
+        if not cqs and not any(_queue(j) for j in self._store.list(JOBS)[0]):
+            return
+        self._writing = True
+        try:
+            self._pass(cqs)
+        finally:
+            self._writing = False
+
+    def _pass(self, cqs: dict[str, Obj]) -> None:
+        now = self._clock.now()
+        lqs = {key_of(lq): lq for lq in self._store.list(LOCAL_QUEUES)[0]}
+        flavors = {f["metadata"]["name"]: f for f in self._store.list(FLAVORS)[0]}
+        workloads = {
+            w["metadata"].get("labels", {}).get(JOB_UID_LABEL, ""): w for w in self._store.list(WORKLOADS)[0]
+        }
+        for job in self._store.list(JOBS)[0]:
+            if _queue(job) is None or is_finished(job):
+                continue
+            uid = job["metadata"].get("uid", "")
+            if uid not in workloads:
+                if not (job.get("spec") or {}).get("suspend") and not (job.get("status") or {}).get(
+                    "startTime"
+                ):
+                    self._store.mutate(JOBS, *key_of(job), lambda o: o["spec"].__setitem__("suspend", True))
+                workloads[uid] = self._create_workload(job)
+        # finished jobs free their quota
+        for uid, wl in list(workloads.items()):
+            owner = controller_owner(wl, "Job")
+            owner_job = (
+                self._store.find(JOBS, wl["metadata"].get("namespace", ""), owner["name"]) if owner else None
+            )
+            if owner_job is not None and is_finished(owner_job) and not condition_true(wl, "Finished"):
+                ok = condition_true(owner_job, "Complete")
+                workloads[uid] = self._set_wl(
+                    wl,
+                    lambda o, ok=ok: set_condition(
+                        o,
+                        "Finished",
+                        "True",
+                        now,
+                        "Succeeded" if ok else "Failed",
+                        "Job finished successfully" if ok else "Job failed",
+                    ),
+                )
+        usage: dict[str, Usage] = {name: {} for name in cqs}
+        queued: dict[str, list[Obj]] = {name: [] for name in cqs}
+        for wl in workloads.values():
+            if condition_true(wl, "Finished"):
+                continue
+            admission = (wl.get("status") or {}).get("admission")
+            if admission:
+                cq_usage = usage.setdefault(admission.get("clusterQueue", ""), {})
+                for psa in admission.get("podSetAssignments") or ():
+                    for res, flavor in (psa.get("flavors") or {}).items():
+                        amount = parse_quantity((psa.get("resourceUsage") or {}).get(res, "0"))
+                        per = cq_usage.setdefault(flavor, {})
+                        per[res] = per.get(res, 0.0) + amount
+                continue
+            lq = lqs.get((wl["metadata"].get("namespace", ""), (wl.get("spec") or {}).get("queueName", "")))
+            if lq is None:
+                self._pending(
+                    wl,
+                    now,
+                    "Inadmissible",
+                    f"LocalQueue {(wl.get('spec') or {}).get('queueName')} doesn't exist",
+                )
+                continue
+            cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
+            if cq_name not in cqs:
+                self._pending(wl, now, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
+                continue
+            queued[cq_name].append(wl)
+        for name in sorted(cqs):
+            cq = cqs[name]
+            order = sorted(
+                queued[name],
+                key=lambda w: (
+                    -int((w.get("spec") or {}).get("priority") or 0),
+                    w["metadata"].get("creationTimestamp", ""),
+                    w["metadata"]["name"],
+                ),
+            )
+            strict = (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
+            blocked = False
+            for wl in order:
+                if blocked:
+                    self._pending(
+                        wl, now, "Pending", "Workload is waiting behind the head of a StrictFIFO ClusterQueue"
+                    )
+                    continue
+                assignment, need, why = self._assign(cq, cqs, usage, wl, flavors)
+                if assignment is None:
+                    self._pending(wl, now, "Pending", why)
+                    blocked = strict
+                    continue
+                self._admit(wl, cq, assignment, need, flavors, usage, now)
+        self._write_queue_status(cqs, lqs, workloads, usage)
+
+    # ------------------------------------------------------------------ workloads
+
+    def _create_workload(self, job: Obj) -> Obj:
+        ns, name = key_of(job)
+        uid = job["metadata"].get("uid", "")
+        spec = job.get("spec") or {}
+        template = copy.deepcopy(spec.get("template") or {})
+        priority = 0
+        pc_name = (template.get("spec") or {}).get("priorityClassName")
+        wl_spec: dict[str, Any] = {
+            "queueName": _queue(job),
+            "podSets": [{"name": "main", "count": int(spec.get("parallelism", 1)), "template": template}],
+            "active": True,
+        }
+        if pc_name:
+            pc = self._store.find("priorityclasses.scheduling.k8s.io", "", pc_name)
+            priority = int(pc.get("value") or 0) if pc else 0
+            wl_spec["priorityClassRef"] = {
+                "group": "scheduling.k8s.io",
+                "kind": "PriorityClass",
+                "name": pc_name,
+            }
+        wl_spec["priority"] = priority
+        wl = {
+            "apiVersion": API_VERSION,
+            "kind": "Workload",
+            "metadata": {
+                "name": workload_name(name, uid),
+                "namespace": ns,
+                "labels": {JOB_UID_LABEL: uid},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": name,
+                        "uid": uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": wl_spec,
+            "status": {"conditions": []},
+        }
+        created = self._store.create(WORKLOADS, wl)
+        self._events.record(
+            job,
+            "CreatedWorkload",
+            f"Created Workload: {ns}/{created['metadata']['name']}",
+            "Normal",
+            "kueue-controller",
+        )
+        return created
+
+    def _set_wl(self, wl: Obj, fn: Any) -> Obj:
+        try:
+            return self._store.mutate(WORKLOADS, *key_of(wl), fn)
+        except NotFoundError:
+            return wl
+
+    def _pending(self, wl: Obj, now: float, reason: str, message: str) -> None:
+        current = condition(wl, "QuotaReserved")
+        if current and current.get("reason") == reason and current.get("message") == message:
+            return
+        self._set_wl(wl, lambda o: set_condition(o, "QuotaReserved", "False", now, reason, message))
+
+    def _assign(
+        self, cq: Obj, cqs: dict[str, Obj], usage: dict[str, Usage], wl: Obj, flavors: dict[str, Obj]
+    ) -> tuple[dict[str, str] | None, Requests, str]:
+        pod_set = ((wl.get("spec") or {}).get("podSets") or [{}])[0]
+        count = int(pod_set.get("count") or 1)
+        template = pod_set.get("template") or {}
+        per_pod = effective_requests({"spec": template.get("spec") or {}})
+        need: Requests = {r: v * count for r, v in per_pod.items()}
+        selector = (template.get("spec") or {}).get("nodeSelector") or {}
+        groups = (cq.get("spec") or {}).get("resourceGroups") or []
+        assignment: dict[str, str] = {}
+        for res in sorted(need):
+            if not any(res in (g.get("coveredResources") or ()) for g in groups):
+                return (
+                    None,
+                    need,
+                    f"couldn't assign flavors to pod set main: resource {res} unavailable in ClusterQueue",
+                )
+        for group in groups:
+            covered = [r for r in group.get("coveredResources") or () if r in need]
+            if not covered:
+                continue
+            reasons = []
+            for fq in group.get("flavors") or ():
+                flavor = flavors.get(fq.get("name", ""))
+                if flavor is None:
+                    reasons.append(f"flavor {fq.get('name')} not found")
+                    continue
+                labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
+                if any(k in selector and selector[k] != v for k, v in labels.items()):
+                    reasons.append(f"flavor {fq['name']} doesn't match node affinity")
+                    continue
+                short = [
+                    r for r in covered if need[r] > self._available(cq, cqs, usage, fq["name"], r) + _EPS
+                ]
+                if short:
+                    r = short[0]
+                    more = need[r] - self._available(cq, cqs, usage, fq["name"], r)
+                    reasons.append(
+                        f"insufficient unused quota for {r} in flavor {fq['name']}, "
+                        f"{format_quantity(more, r)} more needed"
+                    )
+                    continue
+                for r in covered:
+                    assignment[r] = fq["name"]
+                break
+            else:
+                return None, need, "couldn't assign flavors to pod set main: " + "; ".join(reasons)
+        return assignment, need, ""
+
+    def _quota(self, cq: Obj, flavor: str, res: str) -> tuple[float, float | None, float | None]:
+        for group in (cq.get("spec") or {}).get("resourceGroups") or ():
+            for fq in group.get("flavors") or ():
+                if fq.get("name") != flavor:
+                    continue
+                for r in fq.get("resources") or ():
+                    if r.get("name") == res:
+                        borrow = r.get("borrowingLimit")
+                        lend = r.get("lendingLimit")
+                        return (
+                            parse_quantity(r.get("nominalQuota", "0")),
+                            None if borrow is None else parse_quantity(borrow),
+                            None if lend is None else parse_quantity(lend),
+                        )
+        return 0.0, None, None
+
+    def _available(
+        self, cq: Obj, cqs: dict[str, Obj], usage: dict[str, Usage], flavor: str, res: str
+    ) -> float:
+        name = cq["metadata"]["name"]
+        nominal, borrow_limit, _ = self._quota(cq, flavor, res)
+        used = usage.get(name, {}).get(flavor, {}).get(res, 0.0)
+        own = nominal - used
+        cohort = (cq.get("spec") or {}).get("cohortName") or (cq.get("spec") or {}).get("cohort")
+        if not cohort:
+            return own
+        lendable = 0.0
+        for other_name, other in cqs.items():
+            ospec = other.get("spec") or {}
+            if other_name == name or (ospec.get("cohortName") or ospec.get("cohort")) != cohort:
+                continue
+            o_nominal, _, o_lend = self._quota(other, flavor, res)
+            o_used = usage.get(other_name, {}).get(flavor, {}).get(res, 0.0)
+            spare = max(0.0, o_nominal - o_used)
+            lendable += spare if o_lend is None else min(spare, o_lend)
+        borrow = lendable if borrow_limit is None else min(lendable, borrow_limit)
+        return own + borrow
+
+    def _admit(
+        self,
+        wl: Obj,
+        cq: Obj,
+        assignment: dict[str, str],
+        need: Requests,
+        flavors: dict[str, Obj],
+        usage: dict[str, Usage],
+        now: float,
+    ) -> None:
+        cq_name = cq["metadata"]["name"]
+        count = int(((wl.get("spec") or {}).get("podSets") or [{}])[0].get("count") or 1)
+        cq_usage = usage.setdefault(cq_name, {})
+        for res, flavor in assignment.items():
+            per = cq_usage.setdefault(flavor, {})
+            per[res] = per.get(res, 0.0) + need[res]
+        admission = {
+            "clusterQueue": cq_name,
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "count": count,
+                    "flavors": dict(sorted(assignment.items())),
+                    "resourceUsage": {r: format_quantity(need[r], r) for r in sorted(assignment)},
+                }
+            ],
+        }
+
+        def admit(obj: Obj) -> None:
+            obj.setdefault("status", {})["admission"] = admission
+            set_condition(
+                obj,
+                "QuotaReserved",
+                "True",
+                now,
+                "QuotaReserved",
+                f"Quota reserved in ClusterQueue {cq_name}",
+            )
+            set_condition(obj, "Admitted", "True", now, "Admitted", "The workload is admitted")
+
+        admitted = self._set_wl(wl, admit)
+        self._events.record(
+            admitted,
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq_name}",
+            "Normal",
+            "kueue-admission",
+        )
+        owner = controller_owner(wl, "Job")
+        if owner is None:
+            return
+        ns = wl["metadata"].get("namespace", "")
+        used_flavors = [flavors[f] for f in dict.fromkeys(assignment.values()) if f in flavors]
+
+        def start(job: Obj) -> None:
+            spec = job.setdefault("spec", {})
+            spec["suspend"] = False
+            pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
+            for flavor in used_flavors:
+                fspec = flavor.get("spec") or {}
+                if fspec.get("nodeLabels"):
+                    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **fspec["nodeLabels"]}
+                for tol in fspec.get("tolerations") or ():
+                    tolerations = pod_spec.setdefault("tolerations", [])
+                    if tol not in tolerations:
+                        tolerations.append(dict(tol))
+
+        try:
+            job = self._store.mutate(JOBS, ns, owner["name"], start)
+        except NotFoundError:
+            return
+        self._events.record(
+            job, "Started", f"Admitted by clusterQueue {cq_name}", "Normal", "kueue-controller"
+        )
+
+    # ------------------------------------------------------------------ queue status
+
+    def _write_queue_status(
+        self,
+        cqs: dict[str, Obj],
+        lqs: dict[tuple[str, str], Obj],
+        workloads: dict[str, Obj],
+        usage: dict[str, Usage],
+    ) -> None:
+        current = {key_of(w): w for w in self._store.list(WORKLOADS)[0]}
+        per_cq: dict[str, list[int]] = {n: [0, 0] for n in cqs}  # pending, admitted
+        per_lq: dict[tuple[str, str], list[Any]] = {k: [0, 0, {}] for k in lqs}
+        for wl in current.values():
+            if condition_true(wl, "Finished"):
+                continue
+            ns = wl["metadata"].get("namespace", "")
+            lq_key = (ns, (wl.get("spec") or {}).get("queueName", ""))
+            admission = (wl.get("status") or {}).get("admission")
+            cq_name = (
+                admission.get("clusterQueue")
+                if admission
+                else (((lqs.get(lq_key) or {}).get("spec") or {}).get("clusterQueue"))
+            )
+            slot = 1 if admission else 0
+            if cq_name in per_cq:
+                per_cq[cq_name][slot] += 1
+            if lq_key in per_lq:
+                per_lq[lq_key][slot] += 1
+                if admission:
+                    for psa in admission.get("podSetAssignments") or ():
+                        for res, flavor in (psa.get("flavors") or {}).items():
+                            amount = parse_quantity((psa.get("resourceUsage") or {}).get(res, "0"))
+                            per = per_lq[lq_key][2].setdefault(flavor, {})
+                            per[res] = per.get(res, 0.0) + amount
+        for name, cq in cqs.items():
+            flavors_usage = []
+            for group in (cq.get("spec") or {}).get("resourceGroups") or ():
+                for fq in group.get("flavors") or ():
+                    resources = []
+                    for r in fq.get("resources") or ():
+                        total = usage.get(name, {}).get(fq["name"], {}).get(r["name"], 0.0)
+                        nominal = parse_quantity(r.get("nominalQuota", "0"))
+                        resources.append(
+                            {
+                                "name": r["name"],
+                                "total": format_quantity(total, r["name"]),
+                                "borrowed": format_quantity(max(0.0, total - nominal), r["name"]),
+                            }
+                        )
+                    flavors_usage.append({"name": fq["name"], "resources": resources})
+            pending, admitted = per_cq[name]
+            status = {
+                **(cq.get("status") or {}),
+                "flavorsReservation": flavors_usage,
+                "flavorsUsage": flavors_usage,
+                "pendingWorkloads": pending,
+                "reservingWorkloads": admitted,
+                "admittedWorkloads": admitted,
+            }
+            if status != cq.get("status"):
+                self._store.mutate(CLUSTER_QUEUES, "", name, replace_field("status", status))
+        for key, lq in lqs.items():
+            pending, admitted, lq_usage = per_lq[key]
+            fu = [
+                {
+                    "name": f,
+                    "resources": [
+                        {"name": r, "total": format_quantity(v, r)} for r, v in sorted(res.items())
+                    ],
+                }
+                for f, res in sorted(lq_usage.items())
+            ]
+            status = {
+                **(lq.get("status") or {}),
+                "pendingWorkloads": pending,
+                "reservingWorkloads": admitted,
+                "admittedWorkloads": admitted,
+                "flavorsReservation": fu,
+                "flavorsUsage": fu,
+            }
+            if status != lq.get("status"):
+                self._store.mutate(LOCAL_QUEUES, *key, replace_field("status", status))

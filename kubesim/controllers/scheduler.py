@@ -1,0 +1,495 @@
+"""The simulated kube-scheduler: binds Pending pods to nodes the way the real plugins would.
+
+Owns `Scheduler` (one per cluster, serving every scheduler profile the cluster runs: ClusterSpec
+.schedulers names them and says which are NUMA-aware and which do coscheduling) and `fit_reasons`, the
+filter chain the cluster autoscaler reuses:
+
+  NodeUnschedulable / NotReady -> NodeAffinity (nodeSelector, required affinity) -> TaintToleration
+  (NoSchedule, NoExecute) -> NodeResourcesFit (effective requests against allocatable minus what
+  non-terminated bound pods request; cpu, memory, pods, nvidia.com/gpu, nvidia.com/mig-*) ->
+  NodeResourceTopologyMatch (NUMA-aware profiles only, nodes whose NRT policy is single-numa-node: the
+  pod's exclusive resources inside one zone's available, scope pod).
+
+Feasible nodes are scored by preferred node affinity (sum of weights), then bin-packing (fewest of the
+pod's first device resource left free), then name. Pods are taken by priority (spec.priority, else
+their PriorityClass value), then creation time. Scheduling gates hold a pod (PodScheduled=False
+SchedulingGated). Pods of a coscheduling profile labelled `scheduling.x-k8s.io/pod-group` are placed as
+a gang: at least the PodGroup's minMember bound together, or none. A pod that fits nowhere gets
+PodScheduled=False reason Unschedulable with kube-scheduler's message ("0/12 nodes are available: 12
+Insufficient nvidia.com/gpu.") and a FailedScheduling event; a bound pod gets spec.nodeName,
+PodScheduled=True and a Scheduled event. When it binds to a node with NUMA zones the scheduler also
+records the kubelet's zone choice on the pod (see accounting.py). There is no preemption.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from kubesim.clock import SimClock
+from kubesim.controllers.accounting import Accounting, encode_split, exclusive_requests
+from kubesim.controllers.events import EventRecorder
+from kubesim.controllers.matching import (
+    preferred_score,
+    selector_and_affinity_match,
+    taint_text,
+    tolerates,
+    untolerated_taint,
+)
+from kubesim.controllers.pods import (
+    ANN_NUMA_SPLIT,
+    ANN_NUMA_ZONE,
+    POD_GROUP_LABEL,
+    Requests,
+    condition,
+    is_terminal,
+    key_of,
+    node_name,
+    scheduler_name,
+    set_condition,
+)
+from kubesim.fleet import ClusterSpec, SchedulerSpec
+from kubesim.quantity import parse_resource_list
+from kubesim.store import NotFoundError, Obj, ObjectStore, WatchEvent, rfc3339
+
+PODGROUPS = "podgroups.scheduling.x-k8s.io"
+PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
+_EPS = 1e-9
+_UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+@dataclass(slots=True)
+class NodeView:
+    """The parts of a Node the filters read, parsed once per node resourceVersion."""
+
+    name: str
+    rv: str
+    labels: dict[str, str]
+    taints: list[Obj]
+    allocatable: Requests
+    ready: bool
+    unschedulable: bool
+
+
+def node_view(node: Obj) -> NodeView:
+    meta = node["metadata"]
+    status = node.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+    spec = node.get("spec") or {}
+    return NodeView(
+        name=meta["name"],
+        rv=str(meta.get("resourceVersion", "")),
+        labels=dict(meta.get("labels") or {}),
+        taints=list(spec.get("taints") or ()),
+        allocatable=parse_resource_list(status.get("allocatable")),
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+def fit_reasons(pod_spec: Obj, requests: Requests, view: NodeView, used: Requests) -> list[str]:
+    """Why the pod cannot go to this node (empty when it fits), in kube-scheduler's words."""
+    if not view.ready:
+        return ["node(s) had untolerated taint {node.kubernetes.io/not-ready: }"]
+    if view.unschedulable and not any(
+        tolerates(t, _UNSCHEDULABLE_TAINT) for t in pod_spec.get("tolerations") or ()
+    ):
+        return ["node(s) were unschedulable"]
+    if not selector_and_affinity_match(pod_spec, view.labels, view.name):
+        return ["node(s) didn't match Pod's node affinity/selector"]
+    taint = untolerated_taint(pod_spec, view.taints)
+    if taint is not None:
+        return [f"node(s) had untolerated taint {taint_text(taint)}"]
+    reasons = []
+    alloc = view.allocatable
+    if used.get("pods", 0.0) + 1 > alloc.get("pods", 110.0) + _EPS:
+        reasons.append("Too many pods")
+    for res in sorted(requests):
+        if res == "pods":
+            continue
+        if requests[res] > alloc.get(res, 0.0) - used.get(res, 0.0) + _EPS:
+            reasons.append(f"Insufficient {res}")
+    return reasons
+
+
+def fits_in(free: Requests, want: Requests) -> bool:
+    return all(v <= free.get(r, 0.0) + _EPS for r, v in want.items())
+
+
+def unschedulable_message(total: int, reasons: Counter[str]) -> str:
+    if total == 0:
+        return "no nodes available to schedule pods"
+    parts = sorted(f"{n} {r}" for r, n in reasons.items())
+    return f"0/{total} nodes are available: {', '.join(parts)}."
+
+
+@dataclass(slots=True)
+class _Choice:
+    node: str
+    zone: str | None = None
+    split: dict[str, Requests] | None = None
+
+
+class Scheduler:
+    """Binds pending pods of one cluster; cheap when nothing changed (dirty flag from store listeners)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: SimClock,
+        cluster: ClusterSpec,
+        accounting: Accounting,
+        events: EventRecorder,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._profiles = {s.name: s for s in cluster.schedulers}
+        self._acct = accounting
+        self._events = events
+        self._pending: dict[tuple[str, str], int] = {}
+        self._views: dict[str, NodeView] = {}
+        self.dirty = True
+        for pod in store.list("pods")[0]:
+            if self._is_candidate(pod):
+                self._pending[key_of(pod)] = int(pod["metadata"].get("generation", 1))
+        store.subscribe("pods", self._on_pod)
+        store.subscribe("nodes", self._on_node)
+        store.subscribe(PODGROUPS, self._on_podgroup)
+
+    # ------------------------------------------------------------------ listeners
+
+    def _is_candidate(self, pod: Obj) -> bool:
+        return (
+            not node_name(pod)
+            and not is_terminal(pod)
+            and not pod["metadata"].get("deletionTimestamp")
+            and scheduler_name(pod) in self._profiles
+        )
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        pod = event.obj
+        key = key_of(pod)
+        if event.type != "DELETED" and self._is_candidate(pod):
+            gen = int(pod["metadata"].get("generation", 1))
+            if self._pending.get(key) != gen:
+                self._pending[key] = gen
+                self.dirty = True
+            return
+        self._pending.pop(key, None)
+        if node_name(pod) and (event.type == "DELETED" or is_terminal(pod)):
+            self.dirty = True  # capacity freed
+
+    def _on_node(self, event: WatchEvent) -> None:
+        self._views.pop(event.obj["metadata"]["name"], None)
+        self.dirty = True
+
+    def _on_podgroup(self, event: WatchEvent) -> None:
+        if event.type != "MODIFIED":
+            self.dirty = True
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # ------------------------------------------------------------------ the pass
+
+    def _node_views(self) -> list[NodeView]:
+        nodes, _ = self._store.list("nodes")
+        out = []
+        for node in nodes:
+            name = node["metadata"]["name"]
+            view = self._views.get(name)
+            if view is None or view.rv != node["metadata"].get("resourceVersion"):
+                view = self._views[name] = node_view(node)
+            out.append(view)
+        out.sort(key=lambda v: v.name)
+        return out
+
+    def _priority_of(self, pod: Obj, classes: dict[str, int], default: int) -> int:
+        spec = pod.get("spec") or {}
+        if spec.get("priority") is not None:
+            return int(spec["priority"])
+        name = spec.get("priorityClassName")
+        return classes.get(name, default) if name else default
+
+    def tick(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        if not self._pending:
+            return
+        classes: dict[str, int] = {}
+        default = 0
+        for pc in self._store.list(PRIORITY_CLASSES)[0]:
+            classes[pc["metadata"]["name"]] = int(pc.get("value") or 0)
+            if pc.get("globalDefault"):
+                default = int(pc.get("value") or 0)
+        pods = []
+        for ns, name in list(self._pending):
+            pod = self._store.find("pods", ns, name)
+            if pod is not None and self._is_candidate(pod):
+                pods.append(pod)
+        pods.sort(
+            key=lambda p: (
+                -self._priority_of(p, classes, default),
+                p["metadata"].get("creationTimestamp", ""),
+                p["metadata"]["name"],
+            )
+        )
+        views = self._node_views()
+        gangs: dict[tuple[str, str], list[Obj]] = {}
+        order: list[Obj | tuple[str, str]] = []
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            if spec.get("schedulingGates"):
+                self._mark(
+                    pod,
+                    "SchedulingGated",
+                    "Scheduling is blocked due to non-empty scheduling gates",
+                    event=False,
+                )
+                continue
+            group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
+            if group and self._profiles[scheduler_name(pod)].coscheduling:
+                gkey = (pod["metadata"].get("namespace", ""), group)
+                if gkey not in gangs:
+                    gangs[gkey] = []
+                    order.append(gkey)
+                gangs[gkey].append(pod)
+            else:
+                order.append(pod)
+        failed: dict[str, str] = {}
+        for unit in order:
+            if isinstance(unit, tuple):
+                self._schedule_gang(unit, gangs[unit], views)
+            else:
+                self._schedule_one(unit, views, failed)
+
+    # ------------------------------------------------------------------ one pod
+
+    def _signature(self, pod: Obj, requests: Requests) -> str:
+        spec = pod.get("spec") or {}
+        return repr(
+            (
+                scheduler_name(pod),
+                sorted(requests.items()),
+                spec.get("nodeSelector"),
+                spec.get("affinity"),
+                spec.get("tolerations"),
+                spec.get("topologySpreadConstraints"),
+            )
+        )
+
+    def _schedule_one(self, pod: Obj, views: list[NodeView], failed: dict[str, str]) -> None:
+        requests = self._acct.requests(pod)
+        sig = self._signature(pod, requests)
+        if sig in failed:
+            self._mark(pod, "Unschedulable", failed[sig])
+            return
+        choice, message = self._find(pod, requests, views, {}, {})
+        if choice is None:
+            failed[sig] = message
+            self._mark(pod, "Unschedulable", message)
+            return
+        self._bind(pod, choice)
+
+    def _find(
+        self,
+        pod: Obj,
+        requests: Requests,
+        views: list[NodeView],
+        overlay: dict[str, Requests],
+        zone_overlay: dict[tuple[str, str], Requests],
+    ) -> tuple[_Choice | None, str]:
+        spec = pod.get("spec") or {}
+        profile: SchedulerSpec = self._profiles[scheduler_name(pod)]
+        exclusive = exclusive_requests(pod, requests)
+        primary = next((r for r in sorted(requests) if r.startswith("nvidia.com/")), "cpu")
+        reasons: Counter[str] = Counter()
+        best: tuple[tuple[int, float, str], _Choice] | None = None
+        for view in views:
+            used = self._acct.used(view.name)
+            extra = overlay.get(view.name)
+            if extra:
+                used = {r: used.get(r, 0.0) + extra.get(r, 0.0) for r in set(used) | set(extra)}
+            why = fit_reasons(spec, requests, view, used)
+            if why:
+                reasons.update(why)
+                continue
+            choice = _Choice(view.name)
+            topo = self._acct.topology.get(view.name)
+            if topo is not None and exclusive:
+                zone = self._pick_zone(view.name, exclusive, zone_overlay)
+                if zone is not None:
+                    choice.zone = zone
+                elif profile.numa_aware and topo.policy == "single-numa-node":
+                    reasons["node(s) cannot align pod"] += 1
+                    continue
+                elif topo.policy not in ("single-numa-node", "restricted"):
+                    choice.split = self._spread(view.name, exclusive, zone_overlay)
+            free_after = (
+                view.allocatable.get(primary, 0.0) - used.get(primary, 0.0) - requests.get(primary, 0.0)
+            )
+            score = (-preferred_score(spec, view.labels, view.name), free_after, view.name)
+            if best is None or score < best[0]:
+                best = (score, choice)
+        if best is None:
+            return None, unschedulable_message(len(views), reasons)
+        return best[1], ""
+
+    def _zone_free(self, node: str, zone_overlay: dict[tuple[str, str], Requests]) -> dict[str, Requests]:
+        free = self._acct.zone_free(node)
+        for zone, res in free.items():
+            extra = zone_overlay.get((node, zone))
+            if extra:
+                free[zone] = {r: v - extra.get(r, 0.0) for r, v in res.items()}
+        return free
+
+    def _pick_zone(
+        self, node: str, exclusive: Requests, zone_overlay: dict[tuple[str, str], Requests]
+    ) -> str | None:
+        free = self._zone_free(node, zone_overlay)
+        tracked = {r for res in free.values() for r in res}
+        want = {r: v for r, v in exclusive.items() if r in tracked}
+        if not want:
+            return None
+        primary = sorted(want)[0]
+        fitting = [(res.get(primary, 0.0), zone) for zone, res in free.items() if fits_in(res, want)]
+        return min(fitting)[1] if fitting else None
+
+    def _spread(
+        self, node: str, exclusive: Requests, zone_overlay: dict[tuple[str, str], Requests]
+    ) -> dict[str, Requests]:
+        free = self._zone_free(node, zone_overlay)
+        split: dict[str, Requests] = {zone: {} for zone in free}
+        for res, amount in sorted(exclusive.items()):
+            left = amount
+            for zone in sorted(free):
+                take = min(left, max(free[zone].get(res, 0.0), 0.0))
+                if take > 0:
+                    split[zone][res] = take
+                    left -= take
+                if left <= _EPS:
+                    break
+        return {z: r for z, r in split.items() if r}
+
+    # ------------------------------------------------------------------ gangs
+
+    def _schedule_gang(self, gkey: tuple[str, str], pending: list[Obj], views: list[NodeView]) -> None:
+        ns, group = gkey
+        pg = self._store.find(PODGROUPS, ns, group)
+        if pg is None:
+            for pod in pending:
+                self._mark(pod, "Unschedulable", f"PodGroup {ns}/{group} not found")
+            return
+        min_member = int((pg.get("spec") or {}).get("minMember") or 1)
+        siblings = [
+            p
+            for p in self._store.list("pods", ns)[0]
+            if (p["metadata"].get("labels") or {}).get(POD_GROUP_LABEL) == group
+        ]
+        bound = sum(1 for p in siblings if node_name(p) and not is_terminal(p))
+        if bound + len(pending) < min_member:
+            for pod in pending:
+                self._mark(
+                    pod,
+                    "Unschedulable",
+                    f"pre-filter pod {pod['metadata']['name']} cannot find enough sibling pods, "
+                    f"current pods number: {bound + len(pending)}, minMember: {min_member}",
+                )
+            return
+        overlay: dict[str, Requests] = {}
+        zone_overlay: dict[tuple[str, str], Requests] = {}
+        placed: list[tuple[Obj, _Choice]] = []
+        left: list[tuple[Obj, str]] = []
+        for pod in pending:
+            requests = self._acct.requests(pod)
+            choice, message = self._find(pod, requests, views, overlay, zone_overlay)
+            if choice is None:
+                left.append((pod, message))
+                continue
+            placed.append((pod, choice))
+            node_extra = overlay.setdefault(choice.node, {})
+            for r, v in {**requests, "pods": requests.get("pods", 0.0) + 1}.items():
+                node_extra[r] = node_extra.get(r, 0.0) + v
+            zones = {choice.zone: exclusive_requests(pod, requests)} if choice.zone else (choice.split or {})
+            for zone, res in zones.items():
+                zextra = zone_overlay.setdefault((choice.node, zone), {})
+                for r, v in res.items():
+                    zextra[r] = zextra.get(r, 0.0) + v
+        if bound + len(placed) >= min_member:
+            for pod, choice in placed:
+                self._bind(pod, choice)
+            for pod, message in left:
+                self._mark(pod, "Unschedulable", message)
+            self._set_group_phase(pg, "Running" if bound + len(placed) >= min_member else "Scheduling")
+            return
+        first = left[0][1] if left else ""
+        for pod in pending:
+            self._mark(
+                pod,
+                "Unschedulable",
+                f"{first} pod group {group} rejected: {bound + len(placed)}/{min_member} members fit".strip(),
+            )
+        self._set_group_phase(pg, "Pending")
+
+    def _set_group_phase(self, pg: Obj, phase: str) -> None:
+        if (pg.get("status") or {}).get("phase") == phase:
+            return
+        now = self._clock.now()
+
+        def fn(obj: Obj) -> None:
+            status = obj.setdefault("status", {})
+            status["phase"] = phase
+            if phase != "Pending":
+                status.setdefault("scheduleStartTime", rfc3339(now))
+
+        self._store.mutate(PODGROUPS, pg["metadata"].get("namespace", ""), pg["metadata"]["name"], fn)
+
+    # ------------------------------------------------------------------ writes
+
+    def _mark(self, pod: Obj, reason: str, message: str, event: bool = True) -> None:
+        current = condition(pod, "PodScheduled")
+        if current and current.get("reason") == reason and current.get("message") == message:
+            return
+        now = self._clock.now()
+
+        def fn(obj: Obj) -> None:
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+            set_condition(obj, "PodScheduled", "False", now, reason, message, probe_times=True)
+
+        ns, name = key_of(pod)
+        try:
+            self._store.mutate("pods", ns, name, fn)
+        except NotFoundError:
+            return
+        if event:
+            self._events.record(pod, "FailedScheduling", message, "Warning", scheduler_name(pod))
+
+    def _bind(self, pod: Obj, choice: _Choice) -> None:
+        now = self._clock.now()
+
+        def fn(obj: Obj) -> None:
+            obj.setdefault("spec", {})["nodeName"] = choice.node
+            annotations = obj["metadata"].setdefault("annotations", {})
+            if choice.zone:
+                annotations[ANN_NUMA_ZONE] = choice.zone
+            elif choice.split:
+                annotations[ANN_NUMA_SPLIT] = encode_split(choice.split)
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+            set_condition(obj, "PodScheduled", "True", now)
+
+        ns, name = key_of(pod)
+        try:
+            self._store.mutate("pods", ns, name, fn)
+        except NotFoundError:
+            return
+        self._events.record(
+            pod,
+            "Scheduled",
+            f"Successfully assigned {ns}/{name} to {choice.node}",
+            "Normal",
+            scheduler_name(pod),
+        )
