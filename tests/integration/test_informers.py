@@ -211,7 +211,7 @@ def test_a_410_forces_a_relist_and_the_state_is_still_right(world: World) -> Non
         st.create("pods", gpu_pod("hidden", node, 2))
         st.mutate("nodes", "", node, lambda n: n["metadata"]["labels"].__setitem__("touched", "yes"))
         st.compact("pods", keep=0)
-        world.sim.faults(c).cut_watches()
+        world.sim.api(c).cut_watches()
 
     world.call(change_behind_the_watch)
 
