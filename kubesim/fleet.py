@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -397,8 +398,11 @@ def _stable_hex(*parts: str, length: int = 8) -> str:
     return hashlib.blake2b("/".join(parts).encode(), digest_size=16).hexdigest()[:length]
 
 
-def _reserved(capacity: float, share: float, floor: float) -> float:
-    return min(capacity * share, floor) if capacity > floor * 4 else 0.0
+def _reserved(capacity: float, share: float, cap: float, whole: float) -> float:
+    """What the kubelet keeps for the system (kube-reserved + system-reserved), in `whole` units."""
+    if capacity <= cap * 4:
+        return 0.0
+    return max(whole, math.ceil(min(capacity * share, cap) / whole) * whole)
 
 
 def _gpu_config(shape: NodeShape, cluster: ClusterSpec) -> GpuNodeConfig | None:
@@ -507,8 +511,8 @@ class NodeTemplate:
         gpu_labels, gpu_resources = gpu_labels_and_resources(cfg, int(now)) if cfg else ({}, {})
         cpu = parse_quantity(shape.cpu)
         memory = parse_quantity(shape.memory)
-        cpu_alloc = cpu - _reserved(cpu, 0.02, 2.0)
-        mem_alloc = memory - _reserved(memory, 0.05, 8 * 2.0**30)
+        cpu_alloc = cpu - _reserved(cpu, 0.02, 2.0, 1.0)
+        mem_alloc = memory - _reserved(memory, 0.05, 8 * 2.0**30, 2.0**30)
         instance_type = shape.machine or (cfg.model.machine if cfg else "cpu-standard")
         labels: dict[str, str] = {
             "beta.kubernetes.io/arch": "amd64",
@@ -635,12 +639,12 @@ def node_name(cluster: ClusterSpec, pool: str, index: int) -> str:
 def create_node(store: ObjectStore, template: NodeTemplate, name: str, now: float) -> Obj:
     """Create a Node and (when its pool has NUMA zones) its NodeResourceTopology, owned by the node."""
     node, nrt = template.render(name, now)
-    created = store.create("nodes", node)
+    created = store.create("nodes", node, owned=True)  # fresh dicts; shared parts are never mutated
     if nrt is not None:
         nrt["metadata"]["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": name, "uid": created["metadata"]["uid"]}
         ]
-        store.create("noderesourcetopologies.topology.node.k8s.io", nrt)
+        store.create("noderesourcetopologies.topology.node.k8s.io", nrt, owned=True)
     return created
 
 
