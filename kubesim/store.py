@@ -117,14 +117,20 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ writes
 
-    def create(self, key: str, obj: Obj) -> Obj:
+    def create(self, key: str, obj: Obj, *, owned: bool = False) -> Obj:
+        """Store a new object. With owned=True the caller hands `obj` over (it is stored without the
+        defensive deep copy and the caller must not touch it again); bulk population uses it."""
         ns, name = _ns_name(obj)
         if not name:
             raise InvalidError("name is required", [("metadata.name", "Required value")])
         bucket = self._objects.setdefault(key, {})
         if (ns, name) in bucket:
             raise AlreadyExistsError(f'{key} "{name}" already exists')
-        new = copy.deepcopy(obj)
+        if owned:
+            new = dict(obj)
+            new["metadata"] = dict(obj.get("metadata") or {})
+        else:
+            new = copy.deepcopy(obj)
         meta = new.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", rfc3339(self._now()))
