@@ -81,6 +81,7 @@ class Autoscaler:
             self._pools[spec.name] = _Pool(spec, template, node_view(node), zones, policy)
         self._orders: list[_Order] = []
         self._covered: dict[str, str] = {}  # pod uid -> ordered node name
+        self._recheck: set[str] = set()
         self._idle_since: dict[str, float] = {}
         self._next_idle_check: float | None = None
         self._serial = 0
@@ -114,9 +115,12 @@ class Autoscaler:
             return
         now = self._clock.now()
         due = self.next_due
-        if not self.dirty and (due is None or due > now):
+        if not self.dirty and not self._recheck and (due is None or due > now):
             return
         self.dirty = False
+        for uid in self._recheck:
+            self._covered.pop(uid, None)
+        self._recheck = set()
         self._deliver(now)
         self._scale_up(now)
         self._scale_down(now)
@@ -139,8 +143,7 @@ class Autoscaler:
         for order in ready:
             pool = self._pools[order.pool]
             create_node(self._store, pool.template, order.name, now)
-            for uid in order.pods:
-                self._covered.pop(uid, None)
+            self._recheck |= order.pods  # reconsidered after the scheduler has seen the new node
 
     def _fits_fresh(self, pool: _Pool, pod: Obj, requests: Requests) -> bool:
         if fit_reasons(pod.get("spec") or {}, requests, pool.view, {}):

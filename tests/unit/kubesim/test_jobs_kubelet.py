@@ -7,12 +7,25 @@ from tests.unit.kubesim.world import batch_job, job_condition, pod_condition, po
 
 def test_indexed_job_with_parallelism_runs_all_completions() -> None:
     w = world({"name": "c", "nodePools": [pool("h", 1)]})
-    w.store.create("jobs.batch", batch_job("train", {"nvidia.com/gpu": 2}, duration=60, parallelism=2,
-                                           completions=5, completionMode="Indexed", backoffLimit=0))
+    w.store.create(
+        "jobs.batch",
+        batch_job(
+            "train",
+            {"nvidia.com/gpu": 2},
+            duration=60,
+            parallelism=2,
+            completions=5,
+            completionMode="Indexed",
+            backoffLimit=0,
+        ),
+    )
     w.settle()
     pods = w.pods()
     assert len(pods) == 2
-    assert sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1"]
+    assert sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods) == [
+        "0",
+        "1",
+    ]
     job = w.job("train")
     uid = job["metadata"]["uid"]
     for p in pods:
@@ -20,10 +33,18 @@ def test_indexed_job_with_parallelism_runs_all_completions() -> None:
         assert p["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "train"
         assert p["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] == uid
         assert p["metadata"]["labels"]["app"] == "train"
-        assert p["metadata"]["ownerReferences"][0] == {"apiVersion": "batch/v1", "kind": "Job", "name": "train",
-                                                       "uid": uid, "controller": True, "blockOwnerDeletion": True}
-        assert {"name": "JOB_COMPLETION_INDEX", "value": p["metadata"]["labels"][
-            "batch.kubernetes.io/job-completion-index"]} in p["spec"]["containers"][0]["env"]
+        assert p["metadata"]["ownerReferences"][0] == {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "train",
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        assert {
+            "name": "JOB_COMPLETION_INDEX",
+            "value": p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"],
+        } in p["spec"]["containers"][0]["env"]
         assert pod_condition(p, "Ready")["status"] == "True"
         assert p["status"]["containerStatuses"][0]["state"]["running"]
     assert job["status"]["active"] == 2
@@ -44,7 +65,9 @@ def test_indexed_job_with_parallelism_runs_all_completions() -> None:
 
 def test_failing_pods_retry_until_the_backoff_limit_then_the_job_fails() -> None:
     w = world({"name": "c", "nodePools": [pool("h", 1)]})
-    w.store.create("jobs.batch", batch_job("flaky", {"nvidia.com/gpu": 1}, duration=10, exit_code=3, backoffLimit=2))
+    w.store.create(
+        "jobs.batch", batch_job("flaky", {"nvidia.com/gpu": 1}, duration=10, exit_code=3, backoffLimit=2)
+    )
     w.advance(15)
     assert w.job("flaky")["status"]["failed"] == 1
     assert job_condition(w.job("flaky"), "Failed") is None

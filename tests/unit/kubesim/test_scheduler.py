@@ -49,35 +49,76 @@ def test_taints_keep_pods_away_unless_tolerated() -> None:
     taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     w = world({"name": "c", "nodePools": [pool("h", 1, taints=[taint])]})
     w.store.create("pods", bare_pod("intolerant", {"nvidia.com/gpu": 1}))
-    w.store.create("pods", bare_pod("tolerant", {"nvidia.com/gpu": 1},
-                                    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]))
-    w.store.create("pods", bare_pod("equal", {"nvidia.com/gpu": 1}, tolerations=[
-        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]))
+    w.store.create(
+        "pods",
+        bare_pod(
+            "tolerant", {"nvidia.com/gpu": 1}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]
+        ),
+    )
+    w.store.create(
+        "pods",
+        bare_pod(
+            "equal",
+            {"nvidia.com/gpu": 1},
+            tolerations=[
+                {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+            ],
+        ),
+    )
     w.settle()
     assert scheduled(w.pod("tolerant")) == "c-h-0"
     assert scheduled(w.pod("equal")) == "c-h-0"
     assert pod_condition(w.pod("intolerant"), "PodScheduled")["message"] == (
-        "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}.")
+        "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}."
+    )
 
 
 def test_required_node_affinity_and_node_selector_are_honoured() -> None:
     w = world({"name": "c", "nodePools": [pool("h100", 1), pool("a100", 1, "A100-80GB")]})
 
-    def affinity(op: str, values: list[str] | None = None, key: str = "nvidia.com/gpu.product") -> dict[str, Any]:
+    def affinity(
+        op: str, values: list[str] | None = None, key: str = "nvidia.com/gpu.product"
+    ) -> dict[str, Any]:
         expr: dict[str, Any] = {"key": key, "operator": op}
         if values is not None:
             expr["values"] = values
-        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [expr]}]}}}
+        return {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [expr]}]
+                }
+            }
+        }
 
-    w.store.create("pods", bare_pod("in", {"nvidia.com/gpu": 1}, affinity=affinity("In", ["NVIDIA-A100-SXM4-80GB"])))
-    w.store.create("pods", bare_pod("notin", {"nvidia.com/gpu": 1}, affinity=affinity("NotIn", ["NVIDIA-A100-SXM4-80GB"])))
-    w.store.create("pods", bare_pod("gt", {"nvidia.com/gpu": 1}, affinity=affinity("Gt", ["81000"], "nvidia.com/gpu.memory")))
-    w.store.create("pods", bare_pod("lt", {"nvidia.com/gpu": 1}, affinity=affinity("Lt", ["81600"], "nvidia.com/gpu.memory")))
-    w.store.create("pods", bare_pod("missing", {"nvidia.com/gpu": 1}, affinity=affinity("Exists", key="nope")))
-    w.store.create("pods", bare_pod("absent", {"nvidia.com/gpu": 1}, affinity=affinity("DoesNotExist", key="nope")))
-    w.store.create("pods", bare_pod("selector", {"nvidia.com/gpu": 1},
-                                    nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}))
+    w.store.create(
+        "pods", bare_pod("in", {"nvidia.com/gpu": 1}, affinity=affinity("In", ["NVIDIA-A100-SXM4-80GB"]))
+    )
+    w.store.create(
+        "pods",
+        bare_pod("notin", {"nvidia.com/gpu": 1}, affinity=affinity("NotIn", ["NVIDIA-A100-SXM4-80GB"])),
+    )
+    w.store.create(
+        "pods",
+        bare_pod("gt", {"nvidia.com/gpu": 1}, affinity=affinity("Gt", ["81000"], "nvidia.com/gpu.memory")),
+    )
+    w.store.create(
+        "pods",
+        bare_pod("lt", {"nvidia.com/gpu": 1}, affinity=affinity("Lt", ["81600"], "nvidia.com/gpu.memory")),
+    )
+    w.store.create(
+        "pods", bare_pod("missing", {"nvidia.com/gpu": 1}, affinity=affinity("Exists", key="nope"))
+    )
+    w.store.create(
+        "pods", bare_pod("absent", {"nvidia.com/gpu": 1}, affinity=affinity("DoesNotExist", key="nope"))
+    )
+    w.store.create(
+        "pods",
+        bare_pod(
+            "selector",
+            {"nvidia.com/gpu": 1},
+            nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        ),
+    )
     w.settle()
     assert scheduled(w.pod("in")) == "c-a100-0"
     assert scheduled(w.pod("notin")) == "c-h100-0"
@@ -86,14 +127,26 @@ def test_required_node_affinity_and_node_selector_are_honoured() -> None:
     assert scheduled(w.pod("gt")) != ""
     assert scheduled(w.pod("absent")) != ""
     assert pod_condition(w.pod("missing"), "PodScheduled")["message"] == (
-        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.")
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    )
 
 
 def test_preferred_affinity_picks_the_preferred_node() -> None:
     w = world({"name": "c", "nodePools": [pool("a", 1), pool("b", 1)]})
-    pref = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 50, "preference": {"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["c-b-0"]}]}}]}}
+    pref = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["c-b-0"]}
+                        ]
+                    },
+                }
+            ]
+        }
+    }
     w.store.create("pods", bare_pod("p", {"nvidia.com/gpu": 1}, affinity=pref))
     w.settle()
     assert scheduled(w.pod("p")) == "c-b-0"
@@ -115,22 +168,35 @@ def test_cordoned_and_not_ready_nodes_are_skipped() -> None:
     assert scheduled(w.pod("p")) == "c-h-2"
     assert pod_condition(w.pod("q"), "PodScheduled")["message"] == (
         "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint "
-        "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable.")
+        "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable."
+    )
 
 
 def test_mig_mixed_and_single_resources_are_scheduled() -> None:
-    w = world({"name": "c", "nodePools": [
-        pool("mixed", 1, "A100-80GB", gpu={"mig": {"strategy": "mixed", "config": "all-balanced"}}),
-        pool("single", 1, "A100-40GB", gpu={"mig": {"strategy": "single", "config": "all-1g.5gb"}}),
-    ]})
+    w = world(
+        {
+            "name": "c",
+            "nodePools": [
+                pool("mixed", 1, "A100-80GB", gpu={"mig": {"strategy": "mixed", "config": "all-balanced"}}),
+                pool("single", 1, "A100-40GB", gpu={"mig": {"strategy": "single", "config": "all-1g.5gb"}}),
+            ],
+        }
+    )
     for i in range(3):
         w.store.create("pods", bare_pod(f"slice{i}", {"nvidia.com/mig-3g.40gb": 3}))
-    w.store.create("pods", bare_pod("onegig", {"nvidia.com/gpu": 50},
-                                    nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"}))
+    w.store.create(
+        "pods",
+        bare_pod(
+            "onegig",
+            {"nvidia.com/gpu": 50},
+            nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"},
+        ),
+    )
     w.settle()
     assert [scheduled(w.pod(f"slice{i}")) for i in range(3)] == ["c-mixed-0", "c-mixed-0", ""]
     assert pod_condition(w.pod("slice2"), "PodScheduled")["message"] == (
-        "0/2 nodes are available: 2 Insufficient nvidia.com/mig-3g.40gb.")
+        "0/2 nodes are available: 2 Insufficient nvidia.com/mig-3g.40gb."
+    )
     assert scheduled(w.pod("onegig")) == "c-single-0"
 
 
@@ -149,11 +215,16 @@ def test_numa_aligned_pod_lands_only_where_one_zone_has_room() -> None:
     assert scheduled(aligned) == "c-h-1"
     zone = aligned["metadata"]["annotations"]["sim.gpufed.io/numa-zone"]
     nrt = w.store.get(NRT, "", "c-h-1")
-    available = {z["name"]: {r["name"]: r["available"] for r in z["resources"]}["nvidia.com/gpu"] for z in nrt["zones"]}
+    available = {
+        z["name"]: {r["name"]: r["available"] for r in z["resources"]}["nvidia.com/gpu"] for z in nrt["zones"]
+    }
     assert available[zone] == "2"
     assert sorted(available.values()) == ["2", "4"]
     busy = w.store.get(NRT, "", "c-h-0")
-    assert [{r["name"]: r["available"] for r in z["resources"]}["nvidia.com/gpu"] for z in busy["zones"]] == ["1", "1"]
+    assert [{r["name"]: r["available"] for r in z["resources"]}["nvidia.com/gpu"] for z in busy["zones"]] == [
+        "1",
+        "1",
+    ]
     # a 5-GPU pod can never be aligned on 4-GPU zones
     w.store.create("pods", bare_pod("too-wide", {"nvidia.com/gpu": 5}, schedulerName="topo-aware-scheduler"))
     w.settle()
@@ -173,13 +244,25 @@ def test_kubelet_rejects_an_unalignable_pod_from_the_default_scheduler() -> None
 
 
 def _gang(w: Any, name: str, members: int, gpus: int, min_member: int) -> None:
-    w.store.create("podgroups.scheduling.x-k8s.io", {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": "default"}, "spec": {"minMember": min_member}})
+    w.store.create(
+        "podgroups.scheduling.x-k8s.io",
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"minMember": min_member},
+        },
+    )
     for i in range(members):
-        w.store.create("pods", bare_pod(f"{name}-{i}", {"nvidia.com/gpu": gpus},
-                                        labels={"scheduling.x-k8s.io/pod-group": name},
-                                        schedulerName="scheduler-plugins-scheduler"))
+        w.store.create(
+            "pods",
+            bare_pod(
+                f"{name}-{i}",
+                {"nvidia.com/gpu": gpus},
+                labels={"scheduling.x-k8s.io/pod-group": name},
+                schedulerName="scheduler-plugins-scheduler",
+            ),
+        )
 
 
 def test_a_gang_that_cannot_fit_stays_pending_whole() -> None:
@@ -221,7 +304,9 @@ def test_higher_priority_pods_are_scheduled_first() -> None:
 
 def test_scheduling_gates_hold_a_pod() -> None:
     w = world({"name": "c", "nodePools": [pool("h", 1)]})
-    w.store.create("pods", bare_pod("gated", {"nvidia.com/gpu": 1}, schedulingGates=[{"name": "example.com/wait"}]))
+    w.store.create(
+        "pods", bare_pod("gated", {"nvidia.com/gpu": 1}, schedulingGates=[{"name": "example.com/wait"}])
+    )
     w.settle()
     assert pod_condition(w.pod("gated"), "PodScheduled")["reason"] == "SchedulingGated"
     w.store.mutate("pods", "default", "gated", lambda p: p["spec"].pop("schedulingGates"))
@@ -238,17 +323,19 @@ def test_pods_of_other_schedulers_are_left_alone() -> None:
 
 
 def test_effective_requests_take_init_containers_and_sidecars_into_account() -> None:
-    pod = {"spec": {
-        "initContainers": [
-            {"name": "setup", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}},
-            {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
-            {"name": "late-init", "resources": {"requests": {"cpu": "2"}}},
-        ],
-        "containers": [
-            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "1"}}},
-            {"name": "b", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}},
-        ],
-    }}
+    pod = {
+        "spec": {
+            "initContainers": [
+                {"name": "setup", "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}},
+                {"name": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
+                {"name": "late-init", "resources": {"requests": {"cpu": "2"}}},
+            ],
+            "containers": [
+                {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}},
+            ],
+        }
+    }
     req = effective_requests(pod)
     assert req["cpu"] == 4.0  # max(sum 2 + sidecar 0.5, setup 4, late-init 2 + sidecar 0.5)
     assert req["memory"] == 2 * 2**30
