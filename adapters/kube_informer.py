@@ -366,6 +366,8 @@ class ClusterWatcher:
             self._observed(rv)
 
     def report(self, resource: str, state: str, detail: str = "") -> None:
+        if self._stop.is_set():
+            return  # stopping closes the streams; that is not the cluster's fault
         with self._lock:
             before = self._states.get(resource)
             self._states[resource] = state

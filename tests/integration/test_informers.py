@@ -19,6 +19,7 @@ import pytest
 from adapters.kube import ClusterWatcher, KubeGateway, WatchSettings
 from adapters.redis_store import RedisStateStore
 from broker import capacity
+from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health
 
 pytestmark = pytest.mark.integration
@@ -290,4 +291,23 @@ def test_the_gateway_creates_reads_and_deletes_a_job(world: World) -> None:
         wait_for("the job gone", lambda: not gw.read_workload(c, "default", "gpufed-j1-0").exists)
         assert not gw.read_workload(c, "default", "never-there").exists
     finally:
+        gw.close()
+
+
+def test_revoked_credentials_are_forbidden_and_a_dead_cluster_is_unreachable(world: World) -> None:
+    c = world.clusters[1]
+    gw = KubeGateway.from_kubeconfigs({c: (world.sim.kubeconfig_path(c), None)})
+    try:
+        world.sim.faults(c).set(forbidden=True, cut_watches=True)
+        with pytest.raises(ClusterForbidden, match=c):
+            gw.read_workload(c, "default", "any")
+        wait_for("the watcher reports forbidden", healthy(world, c, Health.FORBIDDEN), 10)
+
+        world.sim.faults(c).set(clear=True, down=True)
+        with pytest.raises(ClusterUnreachable, match=c):
+            gw.read_workload(c, "default", "any")
+        with pytest.raises(ClusterRejected, match="not a member"):
+            gw.read_workload("elsewhere", "default", "any")
+    finally:
+        world.sim.faults(c).clear()
         gw.close()
