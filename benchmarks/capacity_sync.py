@@ -59,9 +59,8 @@ def _pod(name: str, node: str) -> dict[str, Any]:
 
 def run_kubesim(args: argparse.Namespace, out_dir: str, conn: Any) -> None:
     """Serve the fleet; on "churn <seconds> <rate>" flip pod phases at that rate; on "stop" exit."""
-    from kubesim.sim import Simulation
-
     from kubesim.fleet import synthetic_fleet
+    from kubesim.sim import Simulation
 
     fleet = synthetic_fleet(args.clusters, args.nodes, gpus_per_node=8)
     with Simulation(fleet, Path(out_dir), speed=0) as sim:
