@@ -308,7 +308,7 @@ class Scheduler:
         exclusive = exclusive_requests(pod, requests)
         primary = next((r for r in sorted(requests) if r.startswith("nvidia.com/")), "cpu")
         reasons: Counter[str] = Counter()
-        best: tuple[tuple[int, float, str], _Choice] | None = None
+        feasible: list[tuple[tuple[int, float, str], NodeView]] = []
         for view in views:
             used = self._acct.used(view.name)
             extra = overlay.get(view.name)
@@ -318,6 +318,13 @@ class Scheduler:
             if why:
                 reasons.update(why)
                 continue
+            free_after = (
+                view.allocatable.get(primary, 0.0) - used.get(primary, 0.0) - requests.get(primary, 0.0)
+            )
+            feasible.append(((-preferred_score(spec, view.labels, view.name), free_after, view.name), view))
+        feasible.sort(key=lambda item: item[0])
+        # NUMA alignment last and lazily, best-scored node first: the first node that aligns wins.
+        for _, view in feasible:
             choice = _Choice(view.name)
             topo = self._acct.topology.get(view.name)
             if topo is not None and exclusive:
@@ -329,15 +336,8 @@ class Scheduler:
                     continue
                 elif topo.policy not in ("single-numa-node", "restricted"):
                     choice.split = self._spread(view.name, exclusive, zone_overlay)
-            free_after = (
-                view.allocatable.get(primary, 0.0) - used.get(primary, 0.0) - requests.get(primary, 0.0)
-            )
-            score = (-preferred_score(spec, view.labels, view.name), free_after, view.name)
-            if best is None or score < best[0]:
-                best = (score, choice)
-        if best is None:
-            return None, unschedulable_message(len(views), reasons)
-        return best[1], ""
+            return choice, ""
+        return None, unschedulable_message(len(views), reasons)
 
     def _zone_free(self, node: str, zone_overlay: dict[tuple[str, str], Requests]) -> dict[str, Requests]:
         free = self._acct.zone_free(node)
