@@ -14,6 +14,7 @@ cluster: each cluster costs threads, not a Python process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os

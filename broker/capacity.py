@@ -511,6 +511,7 @@ def summarize(
         nodes = per_product[name]
         total = allocatable = allocated = free = 0
         frees: list[int] = []
+        usable_nodes = 0
         blocks: list[int] = []
         gfd: set[str] = set()
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
@@ -522,7 +523,13 @@ def summarize(
             allocatable += node.gpus_allocatable
             allocated += node.gpus_allocated
             free += node_free
-            frees.append(node_free)
+            usable_nodes += 1
+            if node.topology_policy == "single-numa-node" and node.numa_zones:
+                # The kubelet's topology manager refuses a pod whose GPUs can't come from one NUMA zone
+                # (TopologyAffinityError), so on such nodes each zone is its own placement domain.
+                frees.extend(min(z.gpus_available, node_free) for z in node.numa_zones)
+            else:
+                frees.append(node_free)
             blocks.append(min(node.largest_numa_gpu_block, node_free))
             label = node.labels.get(L_PRODUCT)
             if label:
@@ -537,7 +544,7 @@ def summarize(
                 free=free,
                 nodes_by_free=_histogram(frees),
                 numa_blocks=_histogram(blocks),
-                nodes=len(frees),
+                nodes=usable_nodes,
                 gfd_products=tuple(sorted(gfd)),
             )
         )

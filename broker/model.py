@@ -188,7 +188,10 @@ class ClusterSnapshot:
 class ProductCapacity:
     """Whole-GPU capacity of one product in one cluster, over ready and schedulable nodes.
 
-    nodes_by_free[k] = number of nodes with exactly k free GPUs.
+    nodes_by_free[k] = number of placement domains with exactly k free GPUs. A domain is a node, or one
+                       NUMA zone of a node whose topology-manager policy is single-numa-node (the kubelet
+                       refuses a pod whose GPUs span zones there), so "one pod of g GPUs fits" reads the
+                       same for both.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
     """
 

@@ -14,6 +14,7 @@ Contract (the API server and the controllers both build on it):
 
 from __future__ import annotations
 
+import builtins
 import copy
 import uuid
 from collections import deque
@@ -186,7 +187,7 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ watch
 
-    def events_since(self, key: str, rv: int) -> list[WatchEvent]:
+    def events_since(self, key: str, rv: int) -> builtins.list[WatchEvent]:
         """Events of a resource with resourceVersion > rv. Gone when rv predates the retained window."""
         if rv < self._dropped_upto.get(key, 0):
             raise GoneError(f"too old resource version: {rv} ({self._dropped_upto[key] + 1})")

@@ -427,7 +427,8 @@ def test_summary_histograms() -> None:
         12,
         20,
     )
-    assert h100.nodes_by_free == (1, 0, 0, 0, 0, 0, 2, 0, 1)
+    # n4 runs single-numa-node: its zones (2 and 4 free) are separate placement domains
+    assert h100.nodes_by_free == (1, 0, 1, 0, 1, 0, 1, 0, 1)
     assert h100.numa_blocks == (1, 0, 0, 0, 1, 0, 1, 0, 1)
     assert h100.max_free_on_one_node == 8
     assert h100.pods_that_fit(4) == 4  # 8 -> 2, 6 -> 1, 6 -> 1
@@ -510,3 +511,19 @@ def test_summary_carries_traits() -> None:
     )
     s = summarize(snapshot(facts(node())), traits)
     assert (s.region, s.price_per_gpu_hour, s.labels) == ("eu-west", {"H100-80GB": 2.5}, {"a": "b"})
+
+
+def test_single_numa_node_policy_splits_a_node_into_zone_domains_for_whole_gpu_fit() -> None:
+    """8 free GPUs split 4+4 across zones under single-numa-node can't take an 8-GPU pod (the kubelet
+    answers TopologyAffinityError), but takes two 4-GPU pods."""
+    from broker.capacity import node_facts, summarize
+    from broker.model import ClusterSnapshot, ClusterTraits, Health
+
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
+    facts = node_facts(node("n1", labels), [], nrt("n1", (4, 4), policy="single-numa-node"))
+    summary = summarize(ClusterSnapshot("c", (facts,)), ClusterTraits("c"), Health.HEALTHY, 1.0)
+    h100 = summary.products[0]
+    assert h100.free == 8
+    assert h100.pods_that_fit(8) == 0
+    assert h100.pods_that_fit(4) == 2
+    assert h100.nodes == 1
