@@ -96,7 +96,7 @@ def test_a_submitted_job_runs_in_the_chosen_cluster_with_its_hints_and_succeeds(
         what="the job to finish",
     )
     assert isinstance(done, dict)
-    assert done["state"] == "SUCCEEDED", done
+    assert done["state"] == "SUCCEEDED", done["reason"]
     states = [e["state"] for e in httpx.get(f"{broker_url}/v1/jobs/{job_id}/events").json()["items"]]
     assert states[0] == "QUEUED" and states[-1] == "SUCCEEDED" and "PLACED" in states
 
