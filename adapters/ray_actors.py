@@ -69,7 +69,7 @@ class PollerShard:
     def start(self) -> list[str]:
         for name, spec in self._specs.items():
             watcher = ClusterWatcher(
-                name, spec.kubeconfig, spec.context, on_change=lambda n=name: self._mark(n)
+                name, spec.kubeconfig, spec.context, on_change=functools.partial(self._mark, name)
             )
             watcher.start()
             self._watchers[name] = watcher

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import httpx
 import typer
 import yaml
@@ -27,8 +28,8 @@ from rich.table import Table
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="gpufed: one endpoint for a fleet of GPU clusters"
 )
-console = Console()
-err = Console(stderr=True)
+console = Console(width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 ServerOpt = Annotated[
     str, typer.Option("--server", envvar="GPUFED_URL", help="broker URL", show_default=True)
@@ -47,7 +48,7 @@ def _call(server: str, method: str, path: str, **kwargs: Any) -> Any:
     except httpx.HTTPError as exc:
         err.print(f"[red]cannot reach the broker at {server}: {exc}[/red]")
         raise typer.Exit(2) from None
-    body = (
+    body: dict[str, Any] = (
         r.json() if r.headers.get("content-type", "").startswith("application/json") else {"message": r.text}
     )
     if r.status_code >= 400:
@@ -306,4 +307,17 @@ def explain(
 
 def main() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    sys.exit(app())
+    from broker.errors import GpufedError
+
+    try:
+        app(standalone_mode=False)
+    except GpufedError as exc:
+        err.print(f"[red]{exc}[/red]")
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from rich.table import Table
 from broker.cli import fleet_table
 from broker.config import load_fleet_config
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 
 DEMO_JOBS: list[dict[str, Any]] = [
     {  # a whole 8-GPU H100 node
@@ -157,7 +158,7 @@ def write_demo_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: st
     if not doc:
         raise SystemExit(f"cannot read {example}")
     for c in doc["clusters"]:
-        c["kubeconfig"] = str(kubeconfigs[c["name"]])
+        c["kubeconfig"] = str(kubeconfigs[c["name"]].resolve())
     doc["settings"] = {**doc.get("settings", {}), "redisUrl": redis_url, "redisPrefix": prefix}
     path = workdir / "clusters.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -186,10 +187,9 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
 
 def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240.0) -> int:
     """Run the demo; returns the process exit code (0 when every job ended where it should)."""
-    from kubesim.sim import Simulation
-
     from broker import main as composition
     from kubesim.fleet import load_fleet
+    from kubesim.sim import Simulation
 
     workdir.mkdir(parents=True, exist_ok=True)
     fleet_file = Path(__file__).resolve().parent.parent / "kubesim" / "fleets" / "demo.yaml"

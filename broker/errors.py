@@ -1,16 +1,16 @@
 """The exception tree. Exceptions are faults; rejections (NoFit, validation of a job) are data.
 
-    GpufedError                     base of everything gpufed raises on purpose
-    ├── ConfigError                 a bad clusters.yaml / setting; the message names file, cluster, field
-    ├── InvalidRequest              a bad job submission; `field` names the offending field
-    ├── NotFound                    no such job / cluster
-    ├── Conflict                    a state change that lost a race (stale version, already terminal)
-    ├── MalformedObject             a Kubernetes object the broker cannot read (reported, skipped)
-    ├── ClusterError                a member cluster did not do what was asked
-    │   ├── ClusterUnreachable      connection refused, timeout, TLS failure
-    │   ├── ClusterForbidden        401/403: expired or insufficient credentials
-    │   └── ClusterRejected         4xx other than auth: the cluster refused the object
-    └── StoreError                  the state store (Redis) failed
+GpufedError                     base of everything gpufed raises on purpose
+├── ConfigError                 a bad clusters.yaml / setting; the message names file, cluster, field
+├── InvalidRequest              a bad job submission; `field` names the offending field
+├── NotFound                    no such job / cluster
+├── Conflict                    a state change that lost a race (stale version, already terminal)
+├── MalformedObject             a Kubernetes object the broker cannot read (reported, skipped)
+├── ClusterError                a member cluster did not do what was asked
+│   ├── ClusterUnreachable      connection refused, timeout, TLS failure
+│   ├── ClusterForbidden        401/403: expired or insufficient credentials
+│   └── ClusterRejected         4xx other than auth: the cluster refused the object
+└── StoreError                  the state store (Redis) failed
 """
 
 from __future__ import annotations

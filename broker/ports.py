@@ -1,8 +1,8 @@
 """Ports: the Protocols the service layer needs from the outside world. Adapters implement them.
 
-    Clock           now() in epoch seconds; the only time source the service sees
-    ClusterGateway  create / delete / read the broker's Jobs in a member cluster
-    StateStore      summaries, reservations, jobs, events and idempotency keys (Redis in production)
+Clock           now() in epoch seconds; the only time source the service sees
+ClusterGateway  create / delete / read the broker's Jobs in a member cluster
+StateStore      summaries, reservations, jobs, events and idempotency keys (Redis in production)
 """
 
 from __future__ import annotations
