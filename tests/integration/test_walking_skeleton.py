@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client, config
-from kubesim.sim import Simulation
 
 from broker import main as composition
 from broker.config import load_fleet_config
 from broker.demo import write_demo_config
 from kubesim.fleet import load_fleet
+from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.integration

@@ -69,7 +69,9 @@ def test_relative_kubeconfig_resolves_against_the_config_file(tmp_path: Path) ->
         ({"name": "east", "kubeconfig": "x"}, "cluster 'east' (clusters[1]): name: duplicate"),
     ],
 )
-def test_bad_cluster_entry_names_file_cluster_and_field(tmp_path: Path, cluster: dict[str, object], expected: str) -> None:
+def test_bad_cluster_entry_names_file_cluster_and_field(
+    tmp_path: Path, cluster: dict[str, object], expected: str
+) -> None:
     _kubeconfig(tmp_path, "east")
     path = _write(tmp_path, {"clusters": [{"name": "east", "kubeconfig": "east.kubeconfig"}, cluster]})
     with pytest.raises(ConfigError) as err:
@@ -86,7 +88,9 @@ def test_missing_kubeconfig_file_is_named(tmp_path: Path) -> None:
 
 def test_unknown_context_is_named(tmp_path: Path) -> None:
     _kubeconfig(tmp_path, "east")
-    path = _write(tmp_path, {"clusters": [{"name": "east", "kubeconfig": "east.kubeconfig", "context": "west"}]})
+    path = _write(
+        tmp_path, {"clusters": [{"name": "east", "kubeconfig": "east.kubeconfig", "context": "west"}]}
+    )
     with pytest.raises(ConfigError, match="context: 'west' not in"):
         load_fleet_config(path)
 
