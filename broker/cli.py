@@ -321,3 +321,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""`gpufed demo` end to end, as a user runs it: jobs land where they should, and nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _processes_mentioning(token: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if token in line and "ps -eo" not in line]
+
+
+def test_demo_places_every_job_where_expected_and_leaves_no_process(tmp_path: Path, redis_url: str) -> None:
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
+    workdir = tmp_path / "demo"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", "demo", "--workdir", str(workdir), "--speed", "40"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out, _ = demo.communicate(timeout=600)
+    assert demo.returncode == 0, out[-6000:]
+    assert "demo finished: every job ended where expected" in out
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 4}
+    assert "onprem-b" in rows["llm-pretrain-h100x8"]
+    assert "cloud-burst" in rows["h200-burst"]
+    assert "onprem-a" in rows["inference-mig"] and "mig" in rows["inference-mig"]
+    assert "QUEUED" in rows["too-big-16gpu"]
+    assert "0/3 clusters are available" in out
+
+    # Ray names its session directory after the driver's pid: no server of that session may outlive it.
+    session_suffix = f"_{demo.pid}/"
+    deadline = time.monotonic() + 30
+    while (left := _processes_mentioning(session_suffix)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, left
+    assert not _processes_mentioning(str(workdir))
