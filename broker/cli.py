@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import httpx
 import typer
 import yaml
@@ -26,7 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="gpufed: one endpoint for a fleet of GPU clusters"
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    help="gpufed: one endpoint for a fleet of GPU clusters",
 )
 console = Console(width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
@@ -310,17 +312,10 @@ def main() -> None:
     from broker.errors import GpufedError
 
     try:
-        app(standalone_mode=False)
-    except GpufedError as exc:
+        app()
+    except GpufedError as exc:  # a fault the user can act on: one line, not a traceback
         err.print(f"[red]{exc}[/red]")
         sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(130)
 
 
 if __name__ == "__main__":
