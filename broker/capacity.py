@@ -36,12 +36,19 @@ __all__ = [
     "GPU_TAINT_KEY",
     "SPOT_TAINT_KEYS",
     "accepts_broker_pods",
+    "cluster_summary",
+    "gfd_parent",
+    "gpu_domains",
+    "histogram",
+    "mig_resource_name",
     "node_facts",
     "node_facts_from_requests",
+    "numa_block",
     "pod_is_active",
     "pod_requests",
     "queue_headroom",
     "summarize",
+    "takes_whole_gpus",
     "tolerated_taint_keys",
 ]
 
@@ -457,13 +464,83 @@ def accepts_broker_pods(node: NodeFacts, tolerated: frozenset[str]) -> bool:
     return all(t.effect not in _BLOCKING_EFFECTS or t.key in tolerated for t in node.taints)
 
 
+def gpu_domains(node: NodeFacts) -> tuple[int, ...]:
+    """Free whole GPUs of each placement domain of a node (what nodes_by_free counts).
+
+    A domain is the node, or under topology policy single-numa-node each NUMA zone: the kubelet's
+    topology manager refuses a pod whose GPUs can't come from one zone (TopologyAffinityError).
+    """
+    node_free = node.gpus_free
+    if node.topology_policy == "single-numa-node" and node.numa_zones:
+        return tuple(min(z.gpus_available, node_free) for z in node.numa_zones)
+    return (node_free,)
+
+
+def numa_block(node: NodeFacts) -> int:
+    """The largest free GPU block inside one NUMA zone of a node, bounded by its free GPUs."""
+    return min(node.largest_numa_gpu_block, node.gpus_free)
+
+
+def takes_whole_gpus(node: NodeFacts, tolerated: frozenset[str]) -> bool:
+    """The node counts towards free whole GPUs: it has some and takes the broker's pods."""
+    return node.gpus_allocatable > 0 and accepts_broker_pods(node, tolerated)
+
+
+def gfd_parent(node: NodeFacts) -> str | None:
+    """The parent gpu.product label value of a node (no -MIG-/-SHARED suffix), None without the label."""
+    label = node.labels.get(L_PRODUCT)
+    return catalog.split_product_label(label)[0] if label else None
+
+
+def mig_resource_name(node: NodeFacts, profile: str) -> str:
+    """The extended resource a pod asks for to get one slice of `profile` on this node."""
+    if node.mig_strategy is MigStrategy.SINGLE:
+        return GPU
+    return MIG_PREFIX + profile.replace("+", ".")
+
+
+def histogram(counts: Mapping[int, int]) -> tuple[int, ...]:
+    """(count of 0, count of 1, ..., count of the largest value with a non-zero count)."""
+    top = max((v for v, n in counts.items() if n), default=-1)
+    return tuple(counts.get(k, 0) for k in range(top + 1))
+
+
 def _histogram(values: Iterable[int]) -> tuple[int, ...]:
     counts: dict[int, int] = {}
-    top = -1
     for v in values:
         counts[v] = counts.get(v, 0) + 1
-        top = max(top, v)
-    return tuple(counts.get(k, 0) for k in range(top + 1))
+    return histogram(counts)
+
+
+def cluster_summary(
+    cluster: str,
+    traits: ClusterTraits,
+    health: Health,
+    heartbeat: float,
+    *,
+    products: tuple[ProductCapacity, ...],
+    mig: tuple[MigCapacity, ...],
+    queues: tuple[QueueHeadroom, ...],
+    nodes_total: int,
+    nodes_ready: int,
+    bad_nodes: int,
+) -> ClusterSummary:
+    """A ClusterSummary from its aggregates and the operator's declared traits."""
+    return ClusterSummary(
+        cluster=cluster,
+        tier=traits.tier,
+        region=traits.region,
+        health=health,
+        heartbeat=heartbeat,
+        products=products,
+        mig=mig,
+        queues=queues,
+        price_per_gpu_hour=dict(traits.price_per_gpu_hour),
+        nodes_total=nodes_total,
+        nodes_ready=nodes_ready,
+        bad_nodes=bad_nodes,
+        labels=dict(traits.labels),
+    )
 
 
 def summarize(
@@ -473,6 +550,7 @@ def summarize(
 
     Free capacity counts only nodes that take the broker's pods (ready, uncordoned, no untolerated
     taint); `total` counts every physical GPU. MIG free slices count settled nodes only.
+    (broker.capacity_index.CapacityIndex keeps the same summary incrementally.)
     """
     tolerated = tolerated_taint_keys(traits.spot)
     per_product: dict[str, list[NodeFacts]] = {}
@@ -488,13 +566,9 @@ def summarize(
         if not node.mig:
             continue
         usable = accepts_broker_pods(node, tolerated)
-        resource_of = (
-            (lambda _p: GPU)
-            if node.mig_strategy is MigStrategy.SINGLE
-            else (lambda p: MIG_PREFIX + p.replace("+", "."))
-        )
+        parent = gfd_parent(node)
         for s in node.mig:
-            key = (node.product.name, s.profile, resource_of(s.profile))
+            key = (node.product.name, s.profile, mig_resource_name(node, s.profile))
             acc = mig_acc.setdefault(key, [0, 0, 0, 0])
             acc[0] += s.allocatable
             if not node.mig_settled:
@@ -502,9 +576,8 @@ def summarize(
             elif usable:
                 acc[1] += s.free
                 acc[2] = max(acc[2], s.free)
-            product_label = node.labels.get(L_PRODUCT)
-            if product_label:
-                mig_gfd.setdefault(key, set()).add(catalog.split_product_label(product_label)[0])
+            if parent:
+                mig_gfd.setdefault(key, set()).add(parent)
 
     products = []
     for name in sorted(per_product):
@@ -517,23 +590,17 @@ def summarize(
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
             total += node.gpu_count
-            if node.gpus_allocatable <= 0 or not accepts_broker_pods(node, tolerated):
+            if not takes_whole_gpus(node, tolerated):
                 continue
-            node_free = node.gpus_free
             allocatable += node.gpus_allocatable
             allocated += node.gpus_allocated
-            free += node_free
+            free += node.gpus_free
             usable_nodes += 1
-            if node.topology_policy == "single-numa-node" and node.numa_zones:
-                # The kubelet's topology manager refuses a pod whose GPUs can't come from one NUMA zone
-                # (TopologyAffinityError), so on such nodes each zone is its own placement domain.
-                frees.extend(min(z.gpus_available, node_free) for z in node.numa_zones)
-            else:
-                frees.append(node_free)
-            blocks.append(min(node.largest_numa_gpu_block, node_free))
-            label = node.labels.get(L_PRODUCT)
-            if label:
-                gfd.add(catalog.split_product_label(label)[0])
+            frees.extend(gpu_domains(node))
+            blocks.append(numa_block(node))
+            parent = gfd_parent(node)
+            if parent:
+                gfd.add(parent)
         products.append(
             ProductCapacity(
                 product=name,
@@ -561,18 +628,15 @@ def summarize(
         )
         for (product, profile, resource), acc in sorted(mig_acc.items())
     )
-    return ClusterSummary(
-        cluster=snapshot.cluster,
-        tier=traits.tier,
-        region=traits.region,
-        health=health,
-        heartbeat=heartbeat,
+    return cluster_summary(
+        snapshot.cluster,
+        traits,
+        health,
+        heartbeat,
         products=tuple(products),
         mig=mig,
         queues=snapshot.queues,
-        price_per_gpu_hour=dict(traits.price_per_gpu_hour),
         nodes_total=len(snapshot.nodes),
         nodes_ready=ready,
         bad_nodes=len(snapshot.bad_nodes),
-        labels=dict(traits.labels),
     )
