@@ -1,0 +1,126 @@
+"""The admin endpoint: plain HTTP on 127.0.0.1 for fault and clock control of a running simulation.
+
+GET    /clusters                     every cluster: server URL, kubeconfig, faults, open watches
+GET    /clusters/<name>              one cluster
+GET    /clusters/<name>/faults       its fault state
+POST   /clusters/<name>/faults       {"down": true} {"hang": true} {"latency": 0.5}
+                                     {"error_rate": 0.3, "error_codes": [500, 503, 429], "retry_after": 2}
+                                     {"expired_token": true} {"forbidden": true} {"cut_watches": true}
+                                     {"clear": true} (any mix; false/0 clears one fault)
+DELETE /clusters/<name>/faults       clear every fault
+POST   /clusters/<name>/compact      {"resource": "nodes", "keep": 0}: drop watch history (forces 410)
+GET    /clock                        {"now": <sim epoch>, "speed": x}
+POST   /clock                        {"speed": x} and/or {"advance": seconds}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from kubesim.faults import FaultError
+from kubesim.http import Connection, Request, Response
+from kubesim.resources import BY_KEY
+
+if TYPE_CHECKING:
+    from kubesim.sim import Simulation
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(status, orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+class AdminApi:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def _cluster(self, name: str) -> dict[str, Any]:
+        sim = self.sim
+        api = sim.api(name)
+        return {
+            "name": name,
+            "server": sim.server_url(name),
+            "kubeconfig": str(sim.kubeconfig_path(name)),
+            "faults": api.faults.as_dict(),
+            "watches": api.watch_count,
+            "resourceVersion": api.store.resource_version,
+        }
+
+    def _clock(self) -> dict[str, Any]:
+        return {"now": self.sim.clock.now(), "speed": self.sim.clock.speed}
+
+    async def handle(self, req: Request, conn: Connection) -> Response | None:
+        segs = [s for s in req.path.split("/") if s]
+        body: Any = {}
+        if req.body:
+            try:
+                body = orjson.loads(req.body)
+            except orjson.JSONDecodeError as e:
+                return _error(400, f"the body is not JSON: {e}")
+            if not isinstance(body, dict):
+                return _error(400, "the body must be a JSON object")
+        try:
+            return await self._route(req.method, segs, body)
+        except FaultError as e:
+            return _error(400, str(e))
+        except KeyError as e:
+            return _error(404, str(e.args[0]) if e.args else "not found")
+
+    async def _route(self, method: str, segs: list[str], body: dict[str, Any]) -> Response:
+        sim = self.sim
+        if not segs or segs == ["clusters"]:
+            if method != "GET":
+                return _error(405, "use GET")
+            return _json(
+                {
+                    "admin": sim.admin_url,
+                    "clock": self._clock(),
+                    "clusters": [self._cluster(n) for n in sim.cluster_names()],
+                }
+            )
+        if segs == ["clock"]:
+            if method == "POST":
+                speed, advance = body.get("speed"), body.get("advance")
+                if speed is None and advance is None:
+                    return _error(400, 'send {"speed": x} and/or {"advance": seconds}')
+                for label, value in (("speed", speed), ("advance", advance)):
+                    if value is not None and (
+                        isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+                    ):
+                        return _error(400, f"{label} must be a number >= 0")
+                if speed is not None:
+                    sim.clock.set_speed(float(speed))
+                if advance:
+                    sim.clock.advance(float(advance))
+            elif method != "GET":
+                return _error(405, "use GET or POST")
+            return _json(self._clock())
+        if segs[0] == "clusters" and len(segs) >= 2:
+            name = segs[1]
+            sim.api(name)  # KeyError -> 404
+            if len(segs) == 2 and method == "GET":
+                return _json(self._cluster(name))
+            if len(segs) == 3 and segs[2] == "faults":
+                if method == "GET":
+                    return _json(await sim.set_faults(name, {}))
+                if method == "POST":
+                    return _json(await sim.set_faults(name, body))
+                if method == "DELETE":
+                    return _json(await sim.set_faults(name, {"clear": True}))
+                return _error(405, "use GET, POST or DELETE")
+            if len(segs) == 3 and segs[2] == "compact" and method == "POST":
+                key = str(body.get("resource", "nodes"))
+                if key not in BY_KEY:
+                    return _error(400, f"unknown resource {key!r}; known: {', '.join(BY_KEY)}")
+                keep = body.get("keep", 0)
+                if not isinstance(keep, int) or keep < 0:
+                    return _error(400, "keep must be an integer >= 0")
+                store = sim.store(name)
+                store.compact(key, keep)
+                return _json({"resource": key, "kept": keep, "resourceVersion": store.resource_version})
+        return _error(404, f"no admin route {method} /{'/'.join(segs)}")

@@ -1,0 +1,201 @@
+"""`kubesim`: serve a fleet of simulated clusters, and steer a running one through its admin endpoint.
+
+kubesim serve --fleet kubesim/fleets/demo.yaml --out run/ [--speed 10] [--admin-port 8470]
+kubesim fault onprem-a --down            (--up, --hang/--no-hang, --latency 0.5, --error-rate 0.2,
+                                          --expired-token/--valid-token, --forbidden/--allowed,
+                                          --cut-watches, --clear)
+kubesim clock --speed 60 | --advance 3600
+kubesim status
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Simulated Kubernetes member clusters for gpufed.", no_args_is_help=True, add_completion=False
+)
+console = Console()
+
+OutOption = Annotated[
+    Path, typer.Option("--out", help="The serve command's output directory (holds kubesim.json).")
+]
+AdminOption = Annotated[
+    str | None,
+    typer.Option("--admin", envvar="KUBESIM_ADMIN", help="Admin URL; default: read from <out>/kubesim.json."),
+]
+
+
+@app.command()
+def serve(
+    fleet: Annotated[Path, typer.Option("--fleet", help="Fleet file (YAML).", exists=True, dir_okay=False)],
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory for kubeconfigs, certificates and kubesim.json.")
+    ],
+    speed: Annotated[float, typer.Option("--speed", min=0, help="Simulated seconds per real second.")] = 1.0,
+    admin_port: Annotated[
+        int, typer.Option("--admin-port", help="Admin endpoint port (0: any free port).")
+    ] = 0,
+    host: Annotated[str, typer.Option("--host", help="Address the API listeners bind.")] = "127.0.0.1",
+    controllers: Annotated[
+        bool, typer.Option("--controllers/--no-controllers", help="Run the clusters' controllers.")
+    ] = True,
+) -> None:
+    """Serve every cluster of FLEET until SIGINT/SIGTERM."""
+    from kubesim.fleet import FleetError, load_fleet
+    from kubesim.sim import Simulation
+
+    try:
+        spec = load_fleet(fleet)
+    except FleetError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    started = time.monotonic()
+    sim = Simulation(spec, out, speed=speed, host=host, admin_port=admin_port, controllers=controllers)
+    try:
+        sim.start()
+    except OSError as e:
+        console.print(f"[red]cannot start: {e}[/red]")
+        raise typer.Exit(1) from None
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    table = Table(title=f"kubesim: {len(sim.cluster_names())} clusters in {time.monotonic() - started:.1f}s")
+    table.add_column("cluster")
+    table.add_column("server")
+    table.add_column("kubeconfig")
+    for name in sim.cluster_names():
+        table.add_row(name, sim.server_url(name), str(sim.kubeconfig_path(name)))
+    console.print(table)
+    console.print(f"admin: {sim.admin_url}   (e.g. kubesim fault <cluster> --down --out {out})")
+    console.print(f"try:   KUBECONFIG={sim.kubeconfig_path(sim.cluster_names()[0])} kubectl get nodes")
+    try:
+        stop.wait()
+    finally:
+        sim.stop()
+        console.print("kubesim stopped")
+
+
+def _admin_url(admin: str | None, out: Path) -> str:
+    if admin:
+        return admin.rstrip("/")
+    info = out / "kubesim.json"
+    try:
+        return str(json.loads(info.read_text())["admin"]).rstrip("/")
+    except (OSError, ValueError, KeyError):
+        console.print(
+            f"[red]no admin URL: pass --admin URL, set KUBESIM_ADMIN, or --out DIR of a running "
+            f"`kubesim serve` ({info} not readable)[/red]"
+        )
+        raise typer.Exit(2) from None
+
+
+def _call(url: str, method: str = "GET", body: Any = None) -> Any:
+    req = urllib.request.Request(
+        url,
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        console.print(f"[red]{e.code}: {e.read().decode().strip()}[/red]")
+        raise typer.Exit(1) from None
+    except urllib.error.URLError as e:
+        console.print(f"[red]cannot reach the admin endpoint {url}: {e.reason}[/red]")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def fault(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    down: Annotated[bool | None, typer.Option("--down/--up", help="Close/reopen the listener.")] = None,
+    hang: Annotated[bool | None, typer.Option("--hang/--no-hang", help="Accept but never answer.")] = None,
+    latency: Annotated[
+        float | None, typer.Option("--latency", min=0, help="Seconds added per request.")
+    ] = None,
+    error_rate: Annotated[
+        float | None,
+        typer.Option("--error-rate", min=0, max=1, help="Fraction of requests answered with an error."),
+    ] = None,
+    error_codes: Annotated[str | None, typer.Option("--error-codes", help="e.g. 500,503,429")] = None,
+    expired_token: Annotated[bool | None, typer.Option("--expired-token/--valid-token")] = None,
+    forbidden: Annotated[bool | None, typer.Option("--forbidden/--allowed")] = None,
+    cut_watches: Annotated[bool, typer.Option("--cut-watches", help="Close every open watch now.")] = False,
+    clear: Annotated[bool, typer.Option("--clear", help="Clear every fault first.")] = False,
+    out: OutOption = Path("run"),
+    admin: AdminOption = None,
+) -> None:
+    """Set or clear faults of a cluster of a running `kubesim serve`; prints the resulting fault state."""
+    changes: dict[str, Any] = {}
+    for key, value in (
+        ("down", down),
+        ("hang", hang),
+        ("latency", latency),
+        ("error_rate", error_rate),
+        ("expired_token", expired_token),
+        ("forbidden", forbidden),
+    ):
+        if value is not None:
+            changes[key] = value
+    if error_codes:
+        try:
+            changes["error_codes"] = [int(c) for c in error_codes.split(",") if c.strip()]
+        except ValueError:
+            console.print("[red]--error-codes is a comma-separated list of HTTP codes[/red]")
+            raise typer.Exit(2) from None
+    if cut_watches:
+        changes["cut_watches"] = True
+    if clear:
+        changes["clear"] = True
+    method = "POST" if changes else "GET"
+    state = _call(f"{_admin_url(admin, out)}/clusters/{cluster}/faults", method, changes if changes else None)
+    console.print_json(data=state)
+
+
+@app.command()
+def clock(
+    speed: Annotated[float | None, typer.Option("--speed", min=0)] = None,
+    advance: Annotated[float | None, typer.Option("--advance", min=0, help="Seconds to jump ahead.")] = None,
+    out: OutOption = Path("run"),
+    admin: AdminOption = None,
+) -> None:
+    """Show, speed up or advance the simulated clock."""
+    body = {k: v for k, v in (("speed", speed), ("advance", advance)) if v is not None}
+    console.print_json(data=_call(f"{_admin_url(admin, out)}/clock", "POST" if body else "GET", body or None))
+
+
+@app.command()
+def status(out: OutOption = Path("run"), admin: AdminOption = None) -> None:
+    """Clusters of a running `kubesim serve`, their servers and faults."""
+    data = _call(f"{_admin_url(admin, out)}/clusters")
+    table = Table(title=f"kubesim at {data['admin']} (speed {data['clock']['speed']})")
+    for col in ("cluster", "server", "faults", "watches"):
+        table.add_column(col)
+    for c in data["clusters"]:
+        active = {k: v for k, v in c["faults"].items() if v and k not in ("error_codes", "retry_after")}
+        table.add_row(
+            c["name"], c["server"], ", ".join(f"{k}={v}" for k, v in active.items()) or "-", str(c["watches"])
+        )
+    console.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""The simulation runner: every cluster of a fleet served from one asyncio loop in a background thread.
+
+    with Simulation(load_fleet(path), out_dir) as sim:
+        api = config.new_client_from_config(str(sim.kubeconfig_path("onprem-a")), persist_config=False)
+        sim.faults("onprem-a").down()
+        sim.call(lambda: sim.store("onprem-a").mutate("nodes", "", "n1", fn))
+
+Per cluster: an ObjectStore on the shared SimClock, populated from the fleet, its controllers as a task,
+a ClusterApi behind its own TLS listener on 127.0.0.1 (own CA, own bearer token), and
+`<out_dir>/<cluster>.kubeconfig`. The admin endpoint (kubesim.admin) serves fault and clock controls.
+The ObjectStore is not thread-safe: other threads go through `call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import orjson
+
+from kubesim.api import ClusterApi
+from kubesim.certs import ClusterTls, make_cluster_tls
+from kubesim.clock import SimClock
+from kubesim.faults import ClusterFaults
+from kubesim.http import HttpServer
+from kubesim.kubeconfig import write_kubeconfig
+from kubesim.store import ObjectStore
+
+log = logging.getLogger("kubesim")
+
+BASE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class ClusterLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class FleetLike(Protocol):
+    @property
+    def clusters(self) -> list[Any]: ...
+
+
+Populate = Callable[[ObjectStore, Any, SimClock], None]
+
+
+@dataclass
+class ClusterRuntime:
+    name: str
+    spec: Any
+    store: ObjectStore
+    api: ClusterApi
+    server: HttpServer
+    tls: ClusterTls
+    kubeconfig: Path
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    controllers: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.server.host}:{self.server.port}"
+
+
+def ensure_namespaces(store: ObjectStore, names: tuple[str, ...] = BASE_NAMESPACES) -> None:
+    """Every cluster has these namespaces, whatever the fleet's populate created."""
+    for ns in names:
+        if store.find("namespaces", "", ns) is None:
+            store.create(
+                "namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+                    "spec": {"finalizers": ["kubernetes"]},
+                    "status": {"phase": "Active"},
+                },
+            )
+
+
+class Simulation:
+    """Simulated member clusters over real HTTPS, run from a background thread's event loop."""
+
+    def __init__(
+        self,
+        fleet: FleetLike,
+        out_dir: Path,
+        speed: float = 1.0,
+        host: str = "127.0.0.1",
+        *,
+        admin_port: int = 0,
+        populate: Populate | None = None,
+        controllers: bool = True,
+        bookmark_interval: float = 5.0,
+        history: int = 20_000,
+    ) -> None:
+        self.fleet = fleet
+        self.out_dir = Path(out_dir)
+        self.host = host
+        self.clock = SimClock(speed)
+        self.admin_port = admin_port
+        self._populate = populate
+        self._run_controllers = controllers
+        self._bookmark_interval = bookmark_interval
+        self._history = history
+        self._clusters: dict[str, ClusterRuntime] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._admin: HttpServer | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Simulation:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self._started:
+            return
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="kubesim-loop", daemon=True)
+        self._thread.start()
+        ready.wait()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(), loop).result()
+        except BaseException:
+            self.stop()
+            raise
+        self._started = True
+
+    async def _start(self) -> None:
+        populate = self._populate
+        if populate is None:
+            from kubesim.fleet import populate as fleet_populate
+
+            populate = fleet_populate
+        controller_cls = None
+        if self._run_controllers:
+            from kubesim.controllers import Controllers
+
+            controller_cls = Controllers
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        certs_dir = self.out_dir / "certs"
+        for spec in self.fleet.clusters:
+            name = spec.name
+            store = ObjectStore(self.clock.now, history=self._history)
+            populate(store, spec, self.clock)
+            ensure_namespaces(store)
+            token = secrets.token_urlsafe(32)
+            api = ClusterApi(name, store, self.clock, token, bookmark_interval=self._bookmark_interval)
+            tls = make_cluster_tls(name, certs_dir, self.host)
+            server = HttpServer(api.handle, self.host, 0, tls.server_context())
+            await server.start()
+            runtime = ClusterRuntime(name, spec, store, api, server, tls, self.out_dir / f"{name}.kubeconfig")
+            write_kubeconfig(runtime.kubeconfig, name, runtime.url, tls.ca_pem, token)
+            self._clusters[name] = runtime
+            if controller_cls is not None:
+                runtime.controllers = controller_cls(store, self.clock, spec)
+                runtime.tasks.append(
+                    asyncio.get_running_loop().create_task(
+                        self._supervise(name, runtime.controllers.run()), name=f"controllers-{name}"
+                    )
+                )
+        from kubesim.admin import AdminApi
+
+        self._admin = HttpServer(AdminApi(self).handle, self.host, self.admin_port, None)
+        await self._admin.start()
+        (self.out_dir / "kubesim.json").write_bytes(orjson.dumps(self.describe(), option=orjson.OPT_INDENT_2))
+
+    @staticmethod
+    async def _supervise(name: str, coro: Any) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("controllers of cluster %s stopped with an error", name)
+
+    def stop(self) -> None:
+        """Stop serving and controlling; leaves no thread, socket or task behind."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._stop(), loop).result(timeout=30)
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        if not loop.is_closed():
+            loop.close()
+        self._loop = self._thread = None
+        self._started = False
+
+    async def _stop(self) -> None:
+        for runtime in self._clusters.values():
+            for task in runtime.tasks:
+                task.cancel()
+        for runtime in self._clusters.values():
+            for task in runtime.tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            runtime.api.close()
+            await runtime.server.close()
+        if self._admin is not None:
+            await self._admin.close()
+        # Let the aborted connections' handlers run to completion, then cancel anything left.
+        await asyncio.sleep(0)
+        current = asyncio.current_task()
+        pending = [t for t in asyncio.all_tasks() if t is not current]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        await asyncio.get_running_loop().shutdown_default_executor()
+
+    # ------------------------------------------------------------------ access
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the simulation is not running")
+        return self._loop
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = 60) -> Any:
+        """Run fn(*args) on the simulation loop (awaiting it if it returns an awaitable) and return its result."""
+        loop = self.loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("Simulation.call from the simulation loop itself: call the function directly")
+
+        async def invoke() -> Any:
+            result = fn(*args)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(invoke(), loop).result(timeout)
+
+    def _runtime(self, name: str) -> ClusterRuntime:
+        try:
+            return self._clusters[name]
+        except KeyError:
+            raise KeyError(f"no cluster {name!r}; known: {', '.join(self._clusters)}") from None
+
+    def cluster_names(self) -> list[str]:
+        return list(self._clusters)
+
+    def store(self, name: str) -> ObjectStore:
+        """The cluster's ObjectStore; use it only on the simulation loop (through `call`)."""
+        return self._runtime(name).store
+
+    def api(self, name: str) -> ClusterApi:
+        return self._runtime(name).api
+
+    def controllers(self, name: str) -> Any:
+        return self._runtime(name).controllers
+
+    def kubeconfig_path(self, name: str) -> Path:
+        return self._runtime(name).kubeconfig
+
+    def server_url(self, name: str) -> str:
+        return self._runtime(name).url
+
+    def token(self, name: str) -> str:
+        return self._runtime(name).api.token
+
+    def ca_path(self, name: str) -> Path:
+        return self._runtime(name).tls.ca_path
+
+    @property
+    def admin_url(self) -> str:
+        if self._admin is None:
+            raise RuntimeError("the simulation is not running")
+        return f"http://{self.host}:{self._admin.port}"
+
+    def faults(self, name: str) -> ClusterFaults:
+        self._runtime(name)
+        return ClusterFaults(lambda changes: self.call(self.set_faults, name, changes))
+
+    async def set_faults(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Apply fault changes to a cluster (on the loop); returns its fault state."""
+        runtime = self._runtime(name)
+        api = runtime.api
+        was_hanging = api.faults.hang
+        api.faults.update(changes)
+        cut = api.cut_watches() if changes.get("cut_watches") else 0
+        if api.faults.down and runtime.server.listening:
+            await runtime.server.close(drop_connections=True)
+        elif not api.faults.down and not runtime.server.listening:
+            await runtime.server.start()
+        if was_hanging and not api.faults.hang:
+            api.release_hung()
+        return {**api.faults.as_dict(), "watches": api.watch_count, **({"cut": cut} if cut else {})}
+
+    def describe(self) -> dict[str, Any]:
+        """What runs where (written to <out_dir>/kubesim.json and served by the admin endpoint)."""
+        return {
+            "admin": self.admin_url,
+            "speed": self.clock.speed,
+            "clusters": [
+                {"name": r.name, "server": r.url, "kubeconfig": str(r.kubeconfig), "ca": str(r.tls.ca_path)}
+                for r in self._clusters.values()
+            ],
+        }

@@ -1,0 +1,756 @@
+"""kubesim's API over real HTTPS, through the official kubernetes Python client (one ApiClient per cluster).
+
+The simulation runs without controllers so that every object and event here is one the test made.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from kubesim.fleet import synthetic_fleet
+from kubesim.sim import Simulation
+
+pytestmark = pytest.mark.integration
+
+NODES = 30
+NS = "team-a"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
+    with Simulation(
+        synthetic_fleet(2, NODES),
+        tmp_path_factory.mktemp("kubesim"),
+        controllers=False,
+        bookmark_interval=0.3,
+    ) as s:
+        s.call(lambda: s.store("sim-000").create("namespaces", {"metadata": {"name": NS}}))
+        yield s
+
+
+def api_client(sim: Simulation, name: str = "sim-000") -> client.ApiClient:
+    return config.new_client_from_config(str(sim.kubeconfig_path(name)), persist_config=False)
+
+
+@pytest.fixture(scope="module")
+def api(sim: Simulation) -> Iterator[client.ApiClient]:
+    c = api_client(sim)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def batch(api: client.ApiClient) -> client.BatchV1Api:
+    return client.BatchV1Api(api)
+
+
+@pytest.fixture
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def raw(
+    sim: Simulation,
+    method: str,
+    path: str,
+    body: Any = None,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    name: str = "sim-000",
+    timeout: float = 10,
+) -> tuple[int, dict[str, str], Any]:
+    """A plain HTTPS request (status, headers, decoded JSON body or text)."""
+    ctx = ssl.create_default_context(cafile=str(sim.ca_path(name)))
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(sim.server_url(name) + path, data=data, method=method)
+    if token is not False:
+        req.add_header("Authorization", f"Bearer {token or sim.token(name)}")
+    req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+            status, hdrs, text = resp.status, dict(resp.headers), resp.read().decode()
+    except urllib.error.HTTPError as e:
+        status, hdrs, text = e.code, dict(e.headers), e.read().decode()
+    try:
+        return status, hdrs, json.loads(text)
+    except ValueError:
+        return status, hdrs, text
+
+
+def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"gpufed.io/job-id": name}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox:1.36",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                }
+            },
+            **spec,
+        },
+    }
+
+
+def pod_manifest(name: str, labels: dict[str, str], node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+# ------------------------------------------------------------------------------------------ discovery, auth
+
+
+def test_discovery_serves_groups_versions_and_subresources(sim: Simulation) -> None:
+    status, _, body = raw(sim, "GET", "/apis")
+    assert status == 200
+    groups = {g["name"]: [v["version"] for v in g["versions"]] for g in body["groups"]}
+    assert groups["batch"] == ["v1"]
+    assert groups["kueue.x-k8s.io"] == ["v1beta2", "v1beta1"]
+    status, _, body = raw(sim, "GET", "/apis/batch/v1")
+    names = {r["name"]: r for r in body["resources"]}
+    assert names["jobs"]["namespaced"] is True and "watch" in names["jobs"]["verbs"]
+    assert names["jobs/status"]["verbs"] == ["get", "patch", "update"]
+    _, _, core = raw(sim, "GET", "/api/v1")
+    core_names = {r["name"]: r for r in core["resources"]}
+    assert core_names["nodes"]["shortNames"] == ["no"] and core_names["nodes"]["namespaced"] is False
+    assert "pods/binding" in core_names
+    status, headers, agg = raw(
+        sim,
+        "GET",
+        "/apis",
+        headers={
+            "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        },
+    )
+    assert headers["Content-Type"].endswith("as=APIGroupDiscoveryList")
+    assert agg["kind"] == "APIGroupDiscoveryList"
+    _, _, version = raw(sim, "GET", "/version", token=False)
+    assert version["major"] == "1"
+
+
+@pytest.mark.parametrize("token", [False, "not-the-token"])
+def test_missing_or_wrong_token_is_401(sim: Simulation, token: Any) -> None:
+    status, _, body = raw(sim, "GET", "/api/v1/nodes", token=token)
+    assert status == 401
+    assert body["kind"] == "Status" and body["reason"] == "Unauthorized" and body["code"] == 401
+
+
+def test_each_cluster_has_its_own_ca_and_token(sim: Simulation) -> None:
+    assert sim.token("sim-000") != sim.token("sim-001")
+    assert sim.ca_path("sim-000").read_bytes() != sim.ca_path("sim-001").read_bytes()
+    kubeconfig = Path(sim.kubeconfig_path("sim-001")).read_text()
+    assert sim.server_url("sim-001") in kubeconfig and "current-context: sim-001" in kubeconfig
+    ctx = ssl.create_default_context(cafile=str(sim.ca_path("sim-000")))
+    host, port = sim.server_url("sim-001").removeprefix("https://").split(":")
+    with (
+        pytest.raises(ssl.SSLCertVerificationError),
+        socket.create_connection((host, int(port))) as s,
+        ctx.wrap_socket(s, server_hostname=host),
+    ):
+        pass
+
+
+# ------------------------------------------------------------------------------------------ lists
+
+
+def test_typed_list_node(core: client.CoreV1Api) -> None:
+    nodes = core.list_node()
+    assert len(nodes.items) == NODES
+    assert int(nodes.metadata.resource_version) > 0
+    node = nodes.items[0]
+    assert node.metadata.labels["nvidia.com/gpu.count"] == "8"
+    assert node.status.allocatable["nvidia.com/gpu"] == "8"
+    names = [n.metadata.name for n in nodes.items]
+    assert names == sorted(names)
+
+
+def test_pagination_with_limit_and_continue(core: client.CoreV1Api) -> None:
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = core.list_node(limit=7, _continue=token)
+        pages += 1
+        seen += [n.metadata.name for n in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count == NODES - len(seen)
+    assert pages == -(-NODES // 7)
+    assert len(seen) == len(set(seen)) == NODES
+    assert seen == [n.metadata.name for n in core.list_node().items]
+
+
+def test_list_namespaced_pod_with_label_and_field_selectors(core: client.CoreV1Api) -> None:
+    nodes = [n.metadata.name for n in core.list_node(limit=2).items]
+    specs = [
+        ("sel-a", {"app": "a", "tier": "x"}, nodes[0]),
+        ("sel-b", {"app": "a", "tier": "y"}, nodes[1]),
+        ("sel-c", {"app": "b"}, nodes[0]),
+        ("sel-d", {"app": "a", "tier": "z", "canary": "1"}, None),
+    ]
+    for name, labels, node in specs:
+        core.create_namespaced_pod(NS, pod_manifest(name, labels, node))
+
+    def names(**kw: Any) -> set[str]:
+        return {
+            p.metadata.name
+            for p in core.list_namespaced_pod(NS, **kw).items
+            if p.metadata.name.startswith("sel-")
+        }
+
+    assert names(label_selector="app=a") == {"sel-a", "sel-b", "sel-d"}
+    assert names(label_selector="app==a,tier in (x, y)") == {"sel-a", "sel-b"}
+    assert names(label_selector="app=a,tier notin (x)") == {"sel-b", "sel-d"}
+    assert names(label_selector="app!=a") == {"sel-c"}
+    assert names(label_selector="canary") == {"sel-d"}
+    assert names(label_selector="app,!canary") == {"sel-a", "sel-b", "sel-c"}
+    assert names(field_selector=f"spec.nodeName={nodes[0]}") == {"sel-a", "sel-c"}
+    assert names(field_selector=f"spec.nodeName={nodes[0]},status.phase!=Failed,metadata.name!=sel-c") == {
+        "sel-a"
+    }
+    assert names(field_selector="spec.nodeName=", label_selector="app=a") == {"sel-d"}
+    assert names(field_selector="status.phase=Pending") == {"sel-a", "sel-b", "sel-c", "sel-d"}
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod(NS, field_selector="spec.unknownField=x")
+    assert err.value.status == 400
+    for name, _, _ in specs:
+        core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+
+
+# ------------------------------------------------------------------------------------------ writes
+
+
+def test_job_create_get_patch_delete(batch: client.BatchV1Api) -> None:
+    created = batch.create_namespaced_job(NS, job_manifest("train-1", suspend=True))
+    assert created.metadata.uid and created.metadata.resource_version
+    assert created.spec.selector.match_labels["batch.kubernetes.io/controller-uid"] == created.metadata.uid
+    assert created.spec.template.spec.containers[0].resources.requests["nvidia.com/gpu"] == "1"
+    got = batch.read_namespaced_job("train-1", NS)
+    assert got.metadata.labels["gpufed.io/job-id"] == "train-1"
+
+    patched = batch.patch_namespaced_job("train-1", NS, {"metadata": {"labels": {"gpufed.io/attempt": "2"}}})
+    assert patched.metadata.labels == {"gpufed.io/job-id": "train-1", "gpufed.io/attempt": "2"}
+    assert int(patched.metadata.resource_version) > int(created.metadata.resource_version)
+    merged = batch.patch_namespaced_job(
+        "train-1", NS, {"spec": {"suspend": False}}, _content_type="application/merge-patch+json"
+    )
+    assert merged.spec.suspend is False and merged.metadata.generation == 2
+    jp = batch.patch_namespaced_job(
+        "train-1", NS, [{"op": "add", "path": "/metadata/annotations", "value": {"note": "hi"}}]
+    )
+    assert jp.metadata.annotations == {"note": "hi"}
+
+    status = batch.delete_namespaced_job("train-1", NS, propagation_policy="Background")
+    assert status["status"] == "Success"  # v37 returns deletes as plain objects
+    with pytest.raises(ApiException) as err:
+        batch.read_namespaced_job("train-1", NS)
+    assert err.value.status == 404
+
+
+def test_status_subresource_and_main_resource_keep_apart(batch: client.BatchV1Api) -> None:
+    batch.create_namespaced_job(NS, job_manifest("status-1"))
+    st = batch.patch_namespaced_job_status(
+        "status-1", NS, {"status": {"active": 1}, "metadata": {"labels": {"x": "y"}}}
+    )
+    assert st.status.active == 1
+    assert "x" not in st.metadata.labels  # a status write changes only status
+    main = batch.patch_namespaced_job(
+        "status-1", NS, {"status": {"active": 5}, "metadata": {"labels": {"x": "z"}}}
+    )
+    assert (
+        main.status.active == 1 and main.metadata.labels["x"] == "z"
+    )  # a main write keeps the stored status
+    job = batch.read_namespaced_job("status-1", NS)
+    job.status.succeeded = 1
+    replaced = batch.replace_namespaced_job_status("status-1", NS, job)
+    assert replaced.status.succeeded == 1
+    batch.delete_namespaced_job("status-1", NS, propagation_policy="Background")
+
+
+def test_error_statuses_map_to_api_exceptions(batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as err:
+        batch.read_namespaced_job("nope", NS)
+    body = json.loads(err.value.body)
+    assert err.value.status == 404 and body["reason"] == "NotFound"
+    assert body["message"] == 'jobs.batch "nope" not found'
+    assert body["details"] == {"name": "nope", "group": "batch", "kind": "jobs"}
+
+    batch.create_namespaced_job(NS, job_manifest("dup"))
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(NS, job_manifest("dup"))
+    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "AlreadyExists"
+
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(NS, job_manifest("Bad_Name"))
+    body = json.loads(err.value.body)
+    assert err.value.status == 422 and body["reason"] == "Invalid"
+    assert [c["field"] for c in body["details"]["causes"]] == ["metadata.name"]
+
+    no_containers = job_manifest("empty")
+    no_containers["spec"]["template"]["spec"]["containers"] = []
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job(NS, no_containers)
+    body = json.loads(err.value.body)
+    assert err.value.status == 422
+    assert [c["field"] for c in body["details"]["causes"]] == ["spec.template.spec.containers"]
+    assert body["details"]["causes"][0]["reason"] == "FieldValueRequired"
+
+    with pytest.raises(ApiException) as err:
+        core.create_namespace({"metadata": {"name": "not.a.label"}})
+    assert err.value.status == 422
+
+    job = batch.read_namespaced_job("dup", NS)
+    job.spec.template.spec.containers[0].image = "busybox:2"
+    with pytest.raises(ApiException) as err:
+        batch.replace_namespaced_job("dup", NS, job)
+    body = json.loads(err.value.body)
+    assert err.value.status == 422 and "spec.template" in [c["field"] for c in body["details"]["causes"]]
+    with pytest.raises(ApiException) as err:
+        batch.patch_namespaced_job("dup", NS, {"spec": {"completions": 3}})
+    assert err.value.status == 422
+
+    stale = batch.read_namespaced_job("dup", NS)
+    batch.patch_namespaced_job("dup", NS, {"metadata": {"labels": {"bump": "1"}}})
+    stale.metadata.labels["late"] = "1"
+    with pytest.raises(ApiException) as err:
+        batch.replace_namespaced_job("dup", NS, stale)
+    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "Conflict"
+
+    with pytest.raises(ApiException) as err:
+        batch.create_namespaced_job("no-such-namespace", job_manifest("x"))
+    assert err.value.status == 404
+    batch.delete_namespaced_job("dup", NS, propagation_policy="Background")
+
+
+def test_delete_semantics_grace_finalizers_and_orphans(
+    sim: Simulation, core: client.CoreV1Api, batch: client.BatchV1Api
+) -> None:
+    node = core.list_node(limit=1).items[0].metadata.name
+    core.create_namespaced_pod(NS, pod_manifest("del-bound", {"del": "1"}, node))
+    sim.call(
+        lambda: sim.store("sim-000").mutate(
+            "pods", NS, "del-bound", lambda p: p["status"].update(phase="Running")
+        )
+    )
+    terminating = core.delete_namespaced_pod("del-bound", NS)  # a running pod waits for its kubelet
+    assert (
+        terminating.metadata.deletion_timestamp and terminating.metadata.deletion_grace_period_seconds == 30
+    )
+    assert core.read_namespaced_pod("del-bound", NS).metadata.deletion_timestamp is not None
+    core.delete_namespaced_pod("del-bound", NS, grace_period_seconds=0)  # force
+    core.create_namespaced_pod(NS, pod_manifest("del-pending", {"del": "1"}))
+    core.delete_namespaced_pod("del-pending", NS)  # never scheduled: gone at once
+    assert not core.list_namespaced_pod(NS, label_selector="del=1").items
+
+    job = batch.create_namespaced_job(NS, job_manifest("owner"))
+    owned = pod_manifest("owned-pod", {"del": "2"})
+    owned["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "owner",
+            "uid": job.metadata.uid,
+            "controller": True,
+        }
+    ]
+    core.create_namespaced_pod(NS, owned)
+    status, headers, body = raw(sim, "DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/owner")
+    assert status == 200 and body["status"] == "Success" and "child pods are preserved" in headers["Warning"]
+    assert core.read_namespaced_pod("owned-pod", NS).metadata.owner_references is None  # orphaned
+
+    keep = {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}
+    core.create_namespace(keep)
+    marked = core.delete_namespace("held")
+    assert marked["metadata"]["deletionTimestamp"]
+    core.patch_namespace(
+        "held", {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+    with pytest.raises(ApiException) as err:
+        core.read_namespace("held")
+    assert err.value.status == 404
+
+    for i in range(3):
+        core.create_namespaced_pod(NS, pod_manifest(f"coll-{i}", {"coll": "yes"}))
+    status, _, gone = raw(sim, "DELETE", f"/api/v1/namespaces/{NS}/pods?labelSelector=coll%3Dyes")
+    assert status == 200 and gone["kind"] == "PodList"  # the real server answers with what it deleted
+    assert sorted(p["metadata"]["name"] for p in gone["items"]) == ["coll-0", "coll-1", "coll-2"]
+    assert not core.list_namespaced_pod(NS, label_selector="coll=yes").items
+    core.delete_namespaced_pod("owned-pod", NS)
+
+
+# ------------------------------------------------------------------------------------------ Kueue versions
+
+
+def test_kueue_served_at_v1beta2_and_v1beta1_with_renamed_fields(
+    sim: Simulation, custom: client.CustomObjectsApi
+) -> None:
+    g = "kueue.x-k8s.io"
+    cq = {
+        "apiVersion": f"{g}/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "cq-conv"},
+        "spec": {
+            "cohort": "research",
+            "admissionChecks": ["multikueue"],
+            "namespaceSelector": {},
+            "resourceGroups": [],
+        },
+    }
+    created = custom.create_cluster_custom_object(g, "v1beta1", "clusterqueues", cq)
+    assert created["apiVersion"] == f"{g}/v1beta1" and created["spec"]["cohort"] == "research"
+    stored = sim.call(lambda: sim.store("sim-000").get("clusterqueues.kueue.x-k8s.io", "", "cq-conv"))
+    assert stored["apiVersion"] == f"{g}/v1beta2"
+    assert stored["spec"]["cohortName"] == "research" and "cohort" not in stored["spec"]
+    assert stored["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]}
+    v2 = custom.get_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv")
+    assert v2["spec"]["cohortName"] == "research"
+    patched = custom.patch_cluster_custom_object(
+        g, "v1beta1", "clusterqueues", "cq-conv", {"spec": {"cohort": "prod"}}
+    )
+    assert patched["spec"]["cohort"] == "prod"
+    assert (
+        custom.get_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv")["spec"]["cohortName"]
+        == "prod"
+    )
+
+    lq = {
+        "apiVersion": f"{g}/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "lq-conv", "namespace": NS},
+        "spec": {"clusterQueue": "cq-conv"},
+    }
+    custom.create_namespaced_custom_object(g, "v1beta2", NS, "localqueues", lq)
+    usage = [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": "8"}]}]
+    custom.patch_namespaced_custom_object_status(
+        g, "v1beta2", NS, "localqueues", "lq-conv", {"status": {"flavorsUsage": usage}}
+    )
+    old = custom.get_namespaced_custom_object(g, "v1beta1", NS, "localqueues", "lq-conv")
+    assert old["status"]["flavorUsage"] == usage and "flavorsUsage" not in old["status"]
+    listed = custom.list_namespaced_custom_object(g, "v1beta1", NS, "localqueues")
+    assert listed["apiVersion"] == f"{g}/v1beta1" and listed["items"][0]["status"]["flavorUsage"] == usage
+    status, _, _ = raw(
+        sim,
+        "PATCH",
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/cq-conv",
+        {"spec": {}},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
+    assert status == 415  # custom resources take no strategic merge patch
+    custom.delete_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv")
+
+
+# ------------------------------------------------------------------------------------------ watch
+
+
+def mutate_node(sim: Simulation, name: str, key: str, value: str) -> None:
+    def fn(node: dict[str, Any]) -> None:
+        node["metadata"].setdefault("labels", {})[key] = value
+
+    sim.call(lambda: sim.store("sim-000").mutate("nodes", "", name, fn))
+
+
+def later(delay: float, fn: Any) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        fn()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_watch_nodes_gets_added_and_modified_events(sim: Simulation, core: client.CoreV1Api) -> None:
+    nodes = core.list_node()
+    rv = nodes.metadata.resource_version
+    first = nodes.items[0].metadata.name
+    new_node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "late-node", "labels": {"pool": "x"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+
+    def act() -> None:
+        mutate_node(sim, first, "touched", "yes")
+        core.create_node(new_node)
+
+    t = later(0.2, act)
+    events = []
+    w = watch.Watch()
+    for ev in w.stream(core.list_node, resource_version=rv, timeout_seconds=10, _request_timeout=15):
+        events.append((ev["type"], ev["object"].metadata.name))
+        if len(events) == 2:
+            w.stop()
+    t.join()
+    assert events == [("MODIFIED", first), ("ADDED", "late-node")]
+    assert (
+        isinstance(ev["object"], client.V1Node) and ev["object"].status.allocatable["nvidia.com/gpu"] == "8"
+    )
+    core.delete_node("late-node")
+
+
+def test_watch_from_zero_sends_current_state_then_events(core: client.CoreV1Api) -> None:
+    w = watch.Watch()
+    added = []
+    for ev in w.stream(core.list_node, timeout_seconds=5, _request_timeout=10):
+        added.append(ev["type"])
+        if len(added) == NODES:
+            w.stop()
+    assert added == ["ADDED"] * NODES
+
+
+def test_watch_bookmarks_carry_the_current_resource_version(sim: Simulation, core: client.CoreV1Api) -> None:
+    rv = core.list_node().metadata.resource_version
+    w = watch.Watch()
+    seen = None
+    for ev in w.stream(
+        core.list_node,
+        resource_version=rv,
+        allow_watch_bookmarks=True,
+        timeout_seconds=5,
+        _request_timeout=10,
+    ):
+        if ev["type"] == "BOOKMARK":
+            seen = ev["raw_object"]
+            w.stop()
+    assert seen is not None and seen["kind"] == "Node"
+    assert int(seen["metadata"]["resourceVersion"]) >= int(rv)
+    assert w.resource_version == seen["metadata"]["resourceVersion"]
+
+
+def test_watch_timeout_seconds_ends_the_stream_cleanly(core: client.CoreV1Api) -> None:
+    rv = core.list_node().metadata.resource_version
+    start = time.monotonic()
+    events = list(
+        watch.Watch().stream(core.list_node, resource_version=rv, timeout_seconds=1, _request_timeout=10)
+    )
+    assert events == []
+    assert 0.9 < time.monotonic() - start < 5
+
+
+def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.CoreV1Api) -> None:
+    first = core.list_node().items[1].metadata.name
+    old_rv = core.list_node().metadata.resource_version
+    for i in range(3):
+        mutate_node(sim, first, "round", str(i))
+    sim.call(lambda: sim.store("sim-000").compact("nodes"))
+    with pytest.raises(ApiException) as err:
+        for _ in watch.Watch().stream(
+            core.list_node, resource_version=old_rv, timeout_seconds=5, _request_timeout=10
+        ):
+            pass
+    assert err.value.status == 410
+    assert "Expired" in err.value.reason
+    relisted = core.list_node()  # recover: relist, then watch from the list's resourceVersion
+    assert relisted.items[1].metadata.labels["round"] == "2"
+    t = later(0.2, lambda: mutate_node(sim, first, "round", "3"))
+    w = watch.Watch()
+    for ev in w.stream(
+        core.list_node,
+        resource_version=relisted.metadata.resource_version,
+        timeout_seconds=10,
+        _request_timeout=15,
+    ):
+        assert ev["type"] == "MODIFIED" and ev["object"].metadata.labels["round"] == "3"
+        w.stop()
+    t.join()
+
+
+def test_watch_with_label_selector_sees_objects_enter_and_leave(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod(NS, pod_manifest("w-pod", {"app": "other"}))
+    rv = core.list_namespaced_pod(NS).metadata.resource_version
+
+    def act() -> None:
+        core.patch_namespaced_pod("w-pod", NS, {"metadata": {"labels": {"app": "watched"}}})
+        core.patch_namespaced_pod("w-pod", NS, {"metadata": {"labels": {"extra": "1"}}})
+        core.patch_namespaced_pod("w-pod", NS, {"metadata": {"labels": {"app": "gone"}}})
+
+    t = later(0.2, act)
+    events = []
+    w = watch.Watch()
+    for ev in w.stream(
+        core.list_namespaced_pod,
+        NS,
+        label_selector="app=watched",
+        resource_version=rv,
+        timeout_seconds=10,
+        _request_timeout=15,
+    ):
+        events.append(ev["type"])
+        if len(events) == 3:
+            w.stop()
+    t.join()
+    assert events == ["ADDED", "MODIFIED", "DELETED"]
+    core.delete_namespaced_pod("w-pod", NS)
+
+
+# ------------------------------------------------------------------------------------------ faults
+
+
+def test_fault_down_refuses_connections_until_cleared(sim: Simulation) -> None:
+    host, port = sim.server_url("sim-001").removeprefix("https://").split(":")
+    sim.faults("sim-001").down()
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=2).close()
+        c = api_client(sim, "sim-001")
+        c.configuration.retries = False
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            client.CoreV1Api(c).list_node(_request_timeout=2)
+    finally:
+        sim.faults("sim-001").clear()
+    with api_client(sim, "sim-001") as c:
+        assert len(client.CoreV1Api(c).list_node().items) == NODES
+
+
+def test_fault_expired_token_is_401_for_every_request(sim: Simulation) -> None:
+    sim.faults("sim-001").expire_token()
+    try:
+        with api_client(sim, "sim-001") as c, pytest.raises(ApiException) as err:
+            client.CoreV1Api(c).list_node()
+        assert err.value.status == 401 and json.loads(err.value.body)["reason"] == "Unauthorized"
+    finally:
+        sim.faults("sim-001").clear()
+
+
+def test_fault_error_rate_answers_5xx_and_429_with_retry_after(sim: Simulation) -> None:
+    faults = sim.faults("sim-001")
+    faults.error_rate(1.0, codes=[429], retry_after=3)
+    try:
+        status, headers, body = raw(sim, "GET", "/api/v1/nodes", name="sim-001")
+        assert status == 429 and headers["Retry-After"] == "3" and body["reason"] == "TooManyRequests"
+        faults.error_rate(1.0, codes=[500, 503])
+        codes = {raw(sim, "GET", "/api/v1/nodes", name="sim-001")[0] for _ in range(20)}
+        assert codes == {500, 503}
+        faults.error_rate(0.5)
+        results = [raw(sim, "GET", "/api/v1/namespaces", name="sim-001")[0] for _ in range(200)]
+        assert 40 < results.count(200) < 160 and set(results) <= {200, 500, 503, 429}
+    finally:
+        faults.clear()
+    assert raw(sim, "GET", "/api/v1/nodes", name="sim-001")[0] == 200
+
+
+def test_fault_cut_watches_ends_open_streams(sim: Simulation) -> None:
+    with api_client(sim, "sim-001") as c:
+        core = client.CoreV1Api(c)
+        rv = core.list_node().metadata.resource_version
+        t = later(0.5, lambda: sim.faults("sim-001").cut_watches())
+        start = time.monotonic()
+        # timeout_seconds disables the client's own re-watch, so the stream's end ends the loop.
+        events = list(
+            watch.Watch().stream(core.list_node, resource_version=rv, timeout_seconds=30, _request_timeout=40)
+        )
+        t.join()
+        assert events == [] and time.monotonic() - start < 10
+
+
+def test_fault_hang_and_latency(sim: Simulation) -> None:
+    faults = sim.faults("sim-001")
+    faults.latency(0.4)
+    try:
+        start = time.monotonic()
+        assert raw(sim, "GET", "/api/v1/namespaces", name="sim-001")[0] == 200
+        assert time.monotonic() - start >= 0.4
+    finally:
+        faults.clear()
+    faults.hang()
+    try:
+        with api_client(sim, "sim-001") as c, pytest.raises(urllib3.exceptions.HTTPError):
+            c.configuration.retries = False
+            client.CoreV1Api(c).list_node(_request_timeout=1)
+    finally:
+        faults.clear()
+    assert raw(sim, "GET", "/api/v1/namespaces", name="sim-001")[0] == 200
+
+
+def admin(sim: Simulation, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        sim.admin_url + path, method=method, data=json.dumps(body).encode() if body is not None else None
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_admin_endpoint_sets_faults_and_the_clock(sim: Simulation) -> None:
+    status, body = admin(sim, "GET", "/clusters")
+    assert status == 200 and [c["name"] for c in body["clusters"]] == ["sim-000", "sim-001"]
+    status, state = admin(sim, "POST", "/clusters/sim-001/faults", {"expired_token": True, "latency": 0.1})
+    assert status == 200 and state["expired_token"] is True and state["latency"] == 0.1
+    assert raw(sim, "GET", "/api/v1/nodes", name="sim-001")[0] == 401
+    status, state = admin(sim, "DELETE", "/clusters/sim-001/faults")
+    assert status == 200 and state["expired_token"] is False
+    assert raw(sim, "GET", "/api/v1/nodes", name="sim-001")[0] == 200
+    assert admin(sim, "POST", "/clusters/sim-001/faults", {"bogus": 1})[0] == 400
+    assert admin(sim, "POST", "/clusters/nope/faults", {"down": True})[0] == 404
+    before = admin(sim, "GET", "/clock")[1]["now"]
+    status, clock = admin(sim, "POST", "/clock", {"advance": 3600})
+    assert status == 200 and clock["now"] - before >= 3600
+    status, _ = admin(sim, "POST", "/clusters/sim-001/compact", {"resource": "nodes"})
+    assert status == 200
+
+
+def test_stop_leaves_no_thread_or_socket(tmp_path: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    sim = Simulation(synthetic_fleet(1, 3), tmp_path, controllers=False)
+    sim.start()
+    url, admin_url = sim.server_url("sim-000"), sim.admin_url
+    with api_client(sim) as c:
+        core = client.CoreV1Api(c)
+        rv = core.list_node().metadata.resource_version
+        result: list[Any] = []
+
+        def watch_forever() -> None:
+            try:
+                result.extend(
+                    watch.Watch().stream(
+                        core.list_node, resource_version=rv, timeout_seconds=60, _request_timeout=70
+                    )
+                )
+            except Exception as e:  # the stream breaks when the server goes away
+                result.append(e)
+
+        t = threading.Thread(target=watch_forever)
+        t.start()
+        time.sleep(0.3)
+        sim.stop()
+        t.join(10)
+        assert not t.is_alive()
+    assert {t.ident for t in threading.enumerate()} == before
+    for u in (url, admin_url):
+        host, port = u.split("://")[1].split(":")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=2).close()
