@@ -2,8 +2,10 @@
 
     PollerSpec    one cluster to watch: name, kubeconfig, context, declared traits (picklable)
     PollerShard   plain Python: owns many clusters; one ClusterWatcher (list+watch informers) per cluster;
-                  a publisher thread turns dirty snapshots into ClusterSummaries and writes them to Redis,
-                  and re-writes each at least every heartbeat interval so freshness is visible.
+                  a publisher thread writes the ClusterSummary of each cluster that changed since its last
+                  pass (coalesced: one write per cluster per pass, however many events) from the watcher's
+                  incremental CapacityIndex (no snapshot, no O(nodes) summarize per write), and re-writes
+                  each at least every heartbeat interval so freshness is visible.
     PollerFleet   starts Ray (ray.init(); RAY_ADDRESS joins an existing cluster), spreads clusters over
                   `shards` named actors by a stable hash, and stops them.
 
@@ -25,8 +27,7 @@ from typing import Any
 
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
-from broker import capacity
-from broker.model import ClusterTraits
+from broker.model import ClusterSummary, ClusterTraits
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,19 @@ class PollerShard:
         with self._lock:
             self._dirty.add(cluster)
 
+    def make_watcher(self, spec: PollerSpec) -> ClusterWatcher:
+        """The watcher of one cluster; it marks the cluster dirty after each batch of events."""
+        return ClusterWatcher(
+            spec.name,
+            spec.kubeconfig,
+            spec.context,
+            on_change=functools.partial(self._mark, spec.name),
+            spot=spec.traits.spot,
+        )
+
     def start(self) -> list[str]:
         for name, spec in self._specs.items():
-            watcher = ClusterWatcher(
-                name, spec.kubeconfig, spec.context, on_change=functools.partial(self._mark, name)
-            )
+            watcher = self.make_watcher(spec)
             watcher.start()
             self._watchers[name] = watcher
         self._publisher = threading.Thread(target=self._publish_loop, name="gpufed-publisher", daemon=True)
@@ -83,15 +92,11 @@ class PollerShard:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         written = 0
-        for name, watcher in self._watchers.items():
+        for name in self._watchers:
             if name not in dirty and now - self._last_write.get(name, 0.0) < HEARTBEAT_SECONDS:
                 continue
             try:
-                snapshot = watcher.snapshot()
-                summary = capacity.summarize(
-                    snapshot, self._specs[name].traits, watcher.health, watcher.last_success
-                )
-                self._store.put_summary(summary)
+                self.publish_cluster(name)
             except Exception:
                 log.exception("publishing the summary of %s failed; retrying next pass", name)
                 with self._lock:
@@ -101,6 +106,11 @@ class PollerShard:
             written += 1
         self.writes += written
         return written
+
+    def publish_cluster(self, name: str) -> ClusterSummary:
+        """Write one cluster's summary (from its watcher's index) to Redis; the summary as written."""
+        summary = self._watchers[name].summary(self._specs[name].traits)
+        return self._store.put_summary(summary)
 
     def _publish_loop(self) -> None:
         while not self._stop.is_set():

@@ -1,0 +1,114 @@
+"""A PollerShard (in this process, no Ray) publishes each cluster's summary from its watcher's index.
+
+kubesim serves three small clusters over real HTTPS; the shard watches them and writes to a private Redis.
+The summary in Redis must be what capacity.summarize says of the watcher's snapshot, and follow a change
+in the cluster within 2 seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from adapters.ray_actors import PollerShard, PollerSpec
+from adapters.redis_store import RedisStateStore
+from broker import capacity
+from broker.model import ClusterSummary, ClusterTraits, Health, Tier
+
+pytestmark = pytest.mark.integration
+
+sim_mod = pytest.importorskip("kubesim.sim")
+fleet_mod = pytest.importorskip("kubesim.fleet")
+
+GPU = "nvidia.com/gpu"
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float = 2.0) -> T:
+    end = time.monotonic() + deadline_s
+    last: T | None = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"not within {deadline_s}s: {what} (last: {last!r})")
+
+
+@pytest.fixture
+def shard(tmp_path: Path, redis_url: str) -> Iterator[tuple[Any, PollerShard, RedisStateStore]]:
+    fleet = fleet_mod.synthetic_fleet(3, 4, gpus_per_node=8)
+    prefix = "shard" + uuid.uuid4().hex[:8]
+    with sim_mod.Simulation(fleet, tmp_path, speed=0) as sim:
+        names = [c.name for c in fleet.clusters]
+        specs = [
+            PollerSpec(
+                n,
+                sim.kubeconfig_path(n).as_posix(),
+                None,
+                ClusterTraits(name=n, tier=Tier.CLOUD, spot=True) if i == 2 else ClusterTraits(name=n),
+            )
+            for i, n in enumerate(names)
+        ]
+        poller = PollerShard(specs, redis_url, prefix, summary_interval_seconds=0.05)
+        store = RedisStateStore(redis_url, prefix=prefix)
+        poller.start()
+        try:
+            for n in names:
+                wait_for(
+                    f"{n} healthy", lambda n=n: (s := store.get_summary(n)) and s.health == Health.HEALTHY, 10
+                )
+            yield sim, poller, store
+        finally:
+            poller.stop()
+            store.close()
+
+
+def free_gpus(s: ClusterSummary | None) -> int:
+    return sum(p.free for p in s.products) if s else -1
+
+
+def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
+    shard: tuple[Any, PollerShard, RedisStateStore],
+) -> None:
+    _, poller, store = shard
+    for name, spec in sorted(poller._specs.items()):
+        watcher = poller._watchers[name]
+        written = poller.publish_cluster(name)
+        snap = watcher.snapshot()
+        assert len(snap.nodes) == 4
+        want = capacity.summarize(snap, spec.traits, watcher.health, written.heartbeat)
+        assert dataclasses.replace(written, version=0) == want
+        stored = store.get_summary(name)
+        assert stored is not None and stored.products == want.products and stored.mig == want.mig
+
+
+def test_a_pod_that_starts_reaches_redis_within_two_seconds(
+    shard: tuple[Any, PollerShard, RedisStateStore],
+) -> None:
+    sim, poller, store = shard
+    c = sorted(poller._specs)[0]
+    before = free_gpus(store.get_summary(c))
+    nodes, _ = sim.call(lambda: sim.store(c).list("nodes"))
+    node = sorted(n["metadata"]["name"] for n in nodes if GPU in (n["status"].get("allocatable") or {}))[0]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p1", "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "schedulerName": "none",
+            "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"limits": {GPU: "2"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    sim.call(lambda: sim.store(c).create("pods", pod))
+    wait_for("2 GPUs allocated in Redis", lambda: free_gpus(store.get_summary(c)) == before - 2)
+    sim.call(lambda: sim.store(c).delete("pods", "default", "p1"))
+    wait_for("the GPUs free again in Redis", lambda: free_gpus(store.get_summary(c)) == before)
