@@ -140,9 +140,13 @@ def _affinity(placement: Placement, products: tuple[str, ...]) -> dict[str, Any]
 
 
 def _scheduler_name(job: JobRequest, traits: ClusterTraits) -> str | None:
+    """Gangs go to the coscheduling profile; every other whole-GPU pod to the topology-aware profile
+    where the cluster runs one. The default scheduler does not read NodeResourceTopology, so it may bind
+    a pod to a single-numa-node node whose zones can't hold the pod's GPUs, and the kubelet then refuses
+    it (TopologyAffinityError); the topology-aware filter keeps such nodes out."""
     if job.pods > 1 and traits.gang_scheduler:
         return traits.gang_scheduler
-    if job.numa_aligned and traits.topology_scheduler:
+    if traits.topology_scheduler and (job.numa_aligned or job.gpus_per_pod > 0):
         return traits.topology_scheduler
     return None
 

@@ -218,3 +218,15 @@ def test_spot_cluster_tolerates_spot_taints_and_preferred_nodes() -> None:
     assert [p["preference"]["matchExpressions"][0]["values"] for p in preferred] == [["n1"], ["n2"]]
     assert preferred[0]["weight"] > preferred[1]["weight"]
     assert w.namespace == "gpufed"  # the broker's namespace in that cluster
+
+
+def test_whole_gpu_pods_use_the_topology_aware_scheduler_where_the_cluster_runs_one() -> None:
+    """The default scheduler would bind an 8-GPU pod to a 4+4 single-numa-node node; the kubelet then
+    refuses it. Where the cluster declares a topology-aware profile, every whole-GPU pod goes there."""
+    traits = ClusterTraits("b", topology_scheduler="topo-aware-scheduler")
+    job = JobRequest(name="t", gpus_per_pod=8)
+    m = build_workload("j1", 1, job, whole(8), traits).job
+    assert pod_spec(m)["schedulerName"] == "topo-aware-scheduler"
+    mig = JobRequest(name="m", mig_profile="1g.10gb")
+    mig_placement = replace(whole(1), resource_name="nvidia.com/mig-1g.10gb", mig_profile="1g.10gb")
+    assert "schedulerName" not in pod_spec(build_workload("j2", 1, mig, mig_placement, traits).job)

@@ -166,7 +166,7 @@ def test_builtin_fleets_load_and_populate() -> None:
     clock = SimClock(speed=0, start=1_800_000_000)
     store = ObjectStore(clock.now)
     populate(store, demo.cluster("onprem-b"), clock)
-    assert store.count("nodes") == 2
+    assert store.count("nodes") == 3  # two single-numa-node H100 nodes and one whole-node H100
     assert store.get("localqueues.kueue.x-k8s.io", "default", "gpu")["spec"]["clusterQueue"] == "gpu"
     assert {n["metadata"]["name"] for n in store.list("namespaces")[0]} >= {
         "default",
