@@ -771,15 +771,13 @@ class ClusterApi:
     def _get(self, req: Request, rt: ResourceType, version: str, ns: str, name: str) -> Response:
         return self._out(rt, self.store.get(rt.key, ns, name), version, req=req)
 
-    def _selected(
-        self, req: Request, rt: ResourceType, ns: str | None, name: str | None = None
-    ) -> tuple[list[Obj], int, bool]:
+    def _selected(self, req: Request, rt: ResourceType, ns: str | None) -> tuple[list[Obj], int, bool]:
+        """Objects in `ns` (all when None) matching the request's selectors, the store's rv, and whether
+        a selector filtered."""
         labels = parse_label_selector(req.param("labelSelector"))
         fields = parse_field_selector(req.param("fieldSelector"), rt.key)
         match = matcher(labels, fields)
         objs, rv = self.store.list(rt.key, ns)
-        if name is not None:
-            objs = [o for o in objs if _meta(o).get("name") == name]
         if match is not None:
             objs = [o for o in objs if match(o)]
         return objs, rv, match is not None

@@ -37,13 +37,6 @@ from kubesim.store import ObjectStore
 
 log = logging.getLogger("kubesim")
 
-BASE_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-
-class ClusterLike(Protocol):
-    @property
-    def name(self) -> str: ...
-
 
 class FleetLike(Protocol):
     @property
@@ -68,22 +61,6 @@ class ClusterRuntime:
     @property
     def url(self) -> str:
         return f"https://{self.server.host}:{self.server.port}"
-
-
-def ensure_namespaces(store: ObjectStore, names: tuple[str, ...] = BASE_NAMESPACES) -> None:
-    """Every cluster has these namespaces, whatever the fleet's populate created."""
-    for ns in names:
-        if store.find("namespaces", "", ns) is None:
-            store.create(
-                "namespaces",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
-                    "spec": {"finalizers": ["kubernetes"]},
-                    "status": {"phase": "Active"},
-                },
-            )
 
 
 class Simulation:
@@ -167,7 +144,6 @@ class Simulation:
             name = spec.name
             store = ObjectStore(self.clock.now, history=self._history)
             populate(store, spec, self.clock)
-            ensure_namespaces(store)
             token = secrets.token_urlsafe(32)
             api = ClusterApi(name, store, self.clock, token, bookmark_interval=self._bookmark_interval)
             tls = make_cluster_tls(name, certs_dir, self.host)
