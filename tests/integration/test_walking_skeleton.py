@@ -130,3 +130,45 @@ def test_same_idempotency_key_returns_the_same_job(broker_url: str) -> None:
     second = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=headers)
     assert first.status_code == 201 and second.status_code == 200
     assert first.json()["id"] == second.json()["id"]
+
+
+def test_cancel_deletes_the_workload_from_its_cluster(sim: Simulation, broker_url: str) -> None:
+    spec = {"name": "to-cancel", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 100000}
+    job_id = httpx.post(f"{broker_url}/v1/jobs", json=spec).json()["id"]
+    placed = wait_for(
+        lambda: (j := _job(broker_url, job_id))["state"] in ("ADMITTED", "RUNNING") and j,
+        timeout=30,
+        what="the job to start",
+    )
+    assert isinstance(placed, dict)
+    batch = _batch_api(sim, placed["cluster"])
+    selector = f"gpufed.io/job-id={job_id}"
+    assert len(batch.list_namespaced_job("default", label_selector=selector).items) == 1
+
+    r = httpx.delete(f"{broker_url}/v1/jobs/{job_id}")
+    assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
+    wait_for(
+        lambda: not batch.list_namespaced_job("default", label_selector=selector).items,
+        timeout=30,
+        what="the Job to be deleted from the member cluster",
+    )
+    again = httpx.delete(f"{broker_url}/v1/jobs/{job_id}")
+    assert again.status_code == 409
+
+
+def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -> None:
+    r = httpx.post(
+        f"{broker_url}/v1/explain", json={"name": "what-if", "gpus": 4, "gpuProducts": ["H200-141GB"]}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["placed"] is False
+    assert "burst not allowed" in body["message"]
+    assert {c["cluster"] for c in body["clusters"]} == {"onprem-a", "onprem-b", "cloud-burst"}
+    with_burst = httpx.post(
+        f"{broker_url}/v1/explain",
+        json={"name": "what-if", "gpus": 4, "gpuProducts": ["H200-141GB"], "allowBurst": True},
+    ).json()
+    assert with_burst["placed"] is True and with_burst["placement"]["cluster"] == "cloud-burst"
+    names = [j["name"] for j in httpx.get(f"{broker_url}/v1/jobs").json()["items"]]
+    assert "what-if" not in names
