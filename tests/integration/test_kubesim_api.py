@@ -41,8 +41,13 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
         yield s
 
 
-def api_client(sim: Simulation, name: str = "sim-000") -> client.ApiClient:
-    return config.new_client_from_config(str(sim.kubeconfig_path(name)), persist_config=False)
+def api_client(sim: Simulation, name: str = "sim-000", retries: bool | None = None) -> client.ApiClient:
+    """One ApiClient for one cluster from its kubeconfig (retries=False: fail on the first error)."""
+    cfg = client.Configuration()
+    config.load_kube_config(str(sim.kubeconfig_path(name)), client_configuration=cfg, persist_config=False)
+    if retries is not None:
+        cfg.retries = retries
+    return client.ApiClient(cfg)
 
 
 @pytest.fixture(scope="module")
@@ -409,6 +414,25 @@ def test_delete_semantics_grace_finalizers_and_orphans(
     core.delete_namespaced_pod("owned-pod", NS)
 
 
+def test_pod_binding_assigns_a_node_once(sim: Simulation, core: client.CoreV1Api) -> None:
+    node = core.list_node(limit=1).items[0].metadata.name
+    core.create_namespaced_pod(NS, pod_manifest("to-bind", {}))
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "to-bind"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    path = f"/api/v1/namespaces/{NS}/pods/to-bind/binding"
+    assert raw(sim, "POST", path, binding)[0] == 201
+    pod = core.read_namespaced_pod("to-bind", NS)
+    assert pod.spec.node_name == node
+    assert [(c.type, c.status) for c in pod.status.conditions] == [("PodScheduled", "True")]
+    status, _, body = raw(sim, "POST", path, binding)
+    assert status == 409 and body["reason"] == "Conflict"
+    core.delete_namespaced_pod("to-bind", NS, grace_period_seconds=0)
+
+
 # ------------------------------------------------------------------------------------------ Kueue versions
 
 
@@ -624,10 +648,12 @@ def test_fault_down_refuses_connections_until_cleared(sim: Simulation) -> None:
     try:
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((host, int(port)), timeout=2).close()
-        c = api_client(sim, "sim-001")
-        c.configuration.retries = False
-        with pytest.raises(urllib3.exceptions.HTTPError):
+        with (
+            api_client(sim, "sim-001", retries=False) as c,
+            pytest.raises(urllib3.exceptions.HTTPError) as err,
+        ):
             client.CoreV1Api(c).list_node(_request_timeout=2)
+        assert "refused" in str(err.value).lower()
     finally:
         sim.faults("sim-001").clear()
     with api_client(sim, "sim-001") as c:
@@ -686,12 +712,25 @@ def test_fault_hang_and_latency(sim: Simulation) -> None:
         faults.clear()
     faults.hang()
     try:
-        with api_client(sim, "sim-001") as c, pytest.raises(urllib3.exceptions.HTTPError):
-            c.configuration.retries = False
+        start = time.monotonic()
+        with (
+            api_client(sim, "sim-001", retries=False) as c,
+            pytest.raises(urllib3.exceptions.ReadTimeoutError),
+        ):
             client.CoreV1Api(c).list_node(_request_timeout=1)
+        assert time.monotonic() - start < 3
     finally:
         faults.clear()
     assert raw(sim, "GET", "/api/v1/namespaces", name="sim-001")[0] == 200
+
+
+def test_fault_forbidden_is_403(sim: Simulation) -> None:
+    sim.faults("sim-001").forbid()
+    try:
+        status, _, body = raw(sim, "GET", "/api/v1/nodes", name="sim-001")
+        assert status == 403 and body["reason"] == "Forbidden"
+    finally:
+        sim.faults("sim-001").clear()
 
 
 def admin(sim: Simulation, method: str, path: str, body: Any = None) -> tuple[int, Any]:
