@@ -232,59 +232,75 @@ def fleet(
 
 
 def fleet_table(clusters: list[dict[str, Any]]) -> Table:
-    """The fleet view: one row per cluster and product (and MIG profile)."""
-    table = Table(title="gpufed fleet capacity", show_lines=False)
+    """The fleet view: per cluster, one row per GPU product, MIG profile and Kueue GPU quota.
+
+    FREE/ALLOC counts whole GPUs (or MIG slices, or quota); 8-GPU SLOTS is how many 8-GPU pods fit, each
+    on one node; MAX/NODE the most free on one placement domain; NUMA BEST the most free GPUs inside
+    one NUMA zone of one node.
+    """
+    table = Table(title="gpufed fleet capacity")
+    left = ("CLUSTER", "TIER", "HEALTH", "CAPACITY")
     for col in (
         "CLUSTER",
         "TIER",
         "HEALTH",
+        "NODES",
         "AGE",
-        "PRODUCT",
+        "CAPACITY",
         "FREE/ALLOC",
-        "NODES FREE>=8",
+        "8-GPU SLOTS",
         "MAX/NODE",
         "NUMA BEST",
         "$/GPU-H",
     ):
-        table.add_column(
-            col, justify="right" if col not in ("CLUSTER", "TIER", "HEALTH", "PRODUCT") else "left"
-        )
+        table.add_column(col, justify="left" if col in left else "right")
     for c in clusters:
         age = f"{c['ageSeconds']:.0f}s" if c.get("ageSeconds") is not None else "-"
-        rows = c["products"] or [None]
-        for p in rows:
-            if p is None:
-                table.add_row(c["cluster"], c["tier"], c["health"], age, "-", "-", "-", "-", "-", "-")
-                continue
-            by_free = p["nodesByFree"]
-            big = sum(n for k, n in enumerate(by_free) if k >= 8)
-            numa = max((k for k, n in enumerate(p["numaBlocks"]) if n), default=0)
+        nodes = c["nodes"]
+        node_text = f"{nodes['ready']}/{nodes['total']}" + (
+            f" ({nodes['bad']} bad)" if nodes.get("bad") else ""
+        )
+        head = [c["cluster"], c["tier"], c["health"], node_text, age]
+        blank = ["", "", "", "", ""]
+        rows: list[list[str]] = []
+        for p in c["products"]:
             price = p.get("pricePerGpuHour")
-            table.add_row(
-                c["cluster"],
-                c["tier"],
-                c["health"],
-                age,
-                p["product"],
-                f"{p['free']}/{p['allocatable']}",
-                str(big),
-                str(p["maxFreeOnOneNode"]),
-                str(numa),
-                "-" if price is None else f"{price:.2f}",
+            numa = max((k for k, n in enumerate(p["numaBlocks"]) if n), default=0)
+            rows.append(
+                [
+                    p["product"],
+                    f"{p['free']}/{p['allocatable']}",
+                    str(sum(n * (k // 8) for k, n in enumerate(p["nodesByFree"]))),
+                    str(p["maxFreeOnOneNode"]),
+                    str(numa),
+                    "-" if price is None else f"{price:.2f}",
+                ]
             )
         for m in c.get("mig", []):
-            table.add_row(
-                c["cluster"],
-                c["tier"],
-                c["health"],
-                age,
-                f"{m['product']} MIG {m['profile']}",
-                f"{m['free']}/{m['allocatable']}",
-                "-",
-                str(m["largestFreeOnNode"]),
-                "-",
-                "-",
+            rows.append(
+                [
+                    f"{m['product']} MIG {m['profile']}" + ("" if m["settled"] else " (reconfiguring)"),
+                    f"{m['free']}/{m['allocatable']}",
+                    "-",
+                    str(m["largestFreeOnNode"]),
+                    "-",
+                    "-",
+                ]
             )
+        for q in c.get("queues", []):
+            if q["resource"].startswith("nvidia.com/"):
+                rows.append(
+                    [
+                        f"Kueue {q['clusterQueue']}/{q['flavor']}",
+                        f"{q['headroom']}/{q['nominal']}",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                    ]
+                )
+        for i, row in enumerate(rows or [["-", "-", "-", "-", "-", "-"]]):
+            table.add_row(*(head if i == 0 else blank), *row)
     return table
 
 
