@@ -8,6 +8,7 @@
     POST   /v1/explain           dry run: where a job would go and every cluster's verdict
     GET    /v1/fleet             capacity per cluster and product (what operators watch)
     GET    /v1/clusters          the member clusters as declared, with health
+    GET    /metrics              Prometheus text: fleet gauges from the summaries, broker counters
     GET    /healthz
 
 Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message"}]} with 404, 409,
@@ -21,10 +22,11 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
+from broker import telemetry
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
-from broker.model import JobState
+from broker.model import Health, JobState
 from broker.ports import Clock
 from broker.schemas import EventView, JobSpec, JobView, decision_view, summary_view
 from broker.service import BrokerService
@@ -112,6 +114,59 @@ def create_app(service: BrokerService, clock: Clock) -> FastAPI:
     def fleet() -> dict[str, Any]:
         now = clock.now()
         return {"clusters": [summary_view(s, now) for s in service.fleet()]}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> str:
+        lines: list[str] = []
+        now = clock.now()
+
+        def gauge(name: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} gauge")
+            for labels, value in samples:
+                label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                lines.append(f"{name}{{{label_text}}} {value:g}")
+
+        summaries = service.fleet()
+        per_product = [(s, p) for s in summaries for p in s.products]
+        gauge(
+            "gpufed_gpus_free",
+            "free whole GPUs",
+            [({"cluster": s.cluster, "product": p.product}, p.free) for s, p in per_product],
+        )
+        gauge(
+            "gpufed_gpus_allocatable",
+            "allocatable whole GPUs",
+            [({"cluster": s.cluster, "product": p.product}, p.allocatable) for s, p in per_product],
+        )
+        gauge(
+            "gpufed_mig_slices_free",
+            "free MIG slices",
+            [
+                ({"cluster": s.cluster, "product": m.product, "profile": m.profile}, m.free)
+                for s in summaries
+                for m in s.mig
+            ],
+        )
+        gauge(
+            "gpufed_bad_nodes",
+            "node objects that could not be read",
+            [({"cluster": s.cluster}, s.bad_nodes) for s in summaries],
+        )
+        gauge(
+            "gpufed_cluster_healthy",
+            "1 when the cluster is healthy",
+            [({"cluster": s.cluster}, 1.0 if s.health == Health.HEALTHY else 0.0) for s in summaries],
+        )
+        gauge(
+            "gpufed_summary_age_seconds",
+            "seconds since the last successful observation",
+            [({"cluster": s.cluster}, max(0.0, now - s.heartbeat)) for s in summaries],
+        )
+        for name, value in sorted(telemetry.metrics_snapshot().items()):
+            lines.append(f"# TYPE {name} counter")
+            lines.append(f"{name} {value:g}")
+        return "\n".join(lines) + "\n"
 
     @app.get("/v1/clusters")
     def clusters() -> dict[str, Any]:

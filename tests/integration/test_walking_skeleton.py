@@ -172,3 +172,11 @@ def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -
     assert with_burst["placed"] is True and with_burst["placement"]["cluster"] == "cloud-burst"
     names = [j["name"] for j in httpx.get(f"{broker_url}/v1/jobs").json()["items"]]
     assert "what-if" not in names
+
+
+def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
+    text = httpx.get(f"{broker_url}/metrics").text
+    assert "# TYPE gpufed_gpus_free gauge" in text
+    assert 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24' in text
+    assert 'gpufed_cluster_healthy{cluster="cloud-burst"} 1' in text
+    assert 'gpufed_bad_nodes{cluster="onprem-a"} 0' in text
