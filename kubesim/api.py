@@ -1354,9 +1354,9 @@ class ClusterApi:
         next_bookmark = loop.time() + self.bookmark_interval if bookmarks else float("inf")
         try:
             while True:
-                while w.out:
-                    item = w.out.popleft()
-                    conn.write_chunk(item if isinstance(item, bytes) else self._encode(w, *item))
+                if w.out:  # one write (one TLS record batch) for everything queued
+                    items = [w.out.popleft() for _ in range(len(w.out))]
+                    conn.write_chunks([i if isinstance(i, bytes) else self._encode(w, *i) for i in items])
                 await conn.drain()
                 if w.closed:
                     break

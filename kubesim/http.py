@@ -128,6 +128,10 @@ class Connection:
         if data:
             self.writer.write(b"%x\r\n%s\r\n" % (len(data), data))
 
+    def write_chunks(self, chunks: list[bytes]) -> None:
+        """Several chunks in one write (one TLS record batch, one send)."""
+        self.writer.write(b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c))
+
     async def drain(self) -> None:
         await self.writer.drain()
 
