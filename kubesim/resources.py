@@ -41,12 +41,21 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
     ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass", False, ("pc",), ()),
     ResourceType(
-        "topology.node.k8s.io", ("v1alpha2",), "noderesourcetopologies", "NodeResourceTopology", False,
-        ("node-res-topo",), (),
+        "topology.node.k8s.io",
+        ("v1alpha2",),
+        "noderesourcetopologies",
+        "NodeResourceTopology",
+        False,
+        ("node-res-topo",),
+        (),
     ),
-    ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "resourceflavors", "ResourceFlavor", False, ("rf",), ()),
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "resourceflavors", "ResourceFlavor", False, ("rf",), ()
+    ),
     ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "clusterqueues", "ClusterQueue", False, ("cq",)),
-    ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", True, ("queue", "queues", "lq")),
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues", "LocalQueue", True, ("queue", "queues", "lq")
+    ),
     ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Workload", True, ("wl",)),
     ResourceType("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, ("pg", "pgs")),
 )
