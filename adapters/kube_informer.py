@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -155,6 +157,7 @@ class Informer:
                     items, rv = self._list()
                     self.stats.lists += 1
                     self.sink.replace(self.resource.name, items, rv)
+                    del items  # the whole list (every pod in full) must not live as long as the watch
                     self.sink.report(self.resource.name, SYNCED)
                 rv = self._watch(rv)
                 failures = 0
@@ -224,14 +227,26 @@ def _trim_node(node: Obj) -> Obj:
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     return {
-        "metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+        "metadata": {"name": meta.get("name"), "labels": _interned(meta.get("labels"))},
         "spec": node.get("spec") or {},
         "status": {
-            "allocatable": status.get("allocatable") or {},
+            "allocatable": _interned(status.get("allocatable")),
             "conditions": [
-                c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"
+                {"type": "Ready", "status": c.get("status")}
+                for c in status.get("conditions") or []
+                if isinstance(c, dict) and c.get("type") == "Ready"
             ],
         },
+    }
+
+
+def _interned(mapping: Any) -> Any:
+    """A str->str mapping with its strings interned: 1,000 nodes of a pool share their label strings."""
+    if not isinstance(mapping, dict):
+        return mapping or {}
+    return {
+        sys.intern(k) if isinstance(k, str) else k: sys.intern(v) if isinstance(v, str) else v
+        for k, v in mapping.items()
     }
 
 
