@@ -19,6 +19,7 @@ __all__ = [
     "gfd_products",
     "mig_profile",
     "mig_profiles",
+    "names",
     "normalise_product",
     "parse_profile",
     "profile_for_need",
@@ -88,6 +89,11 @@ _BY_NAME = {e.name.upper(): e for e in _ENTRIES}
 _BY_GFD = {g.upper(): e for e in _ENTRIES for g in e.gfd}
 _PROFILE = re.compile(r"^(?P<g>[1-9]\d*)g\.(?P<mem>[1-9]\d*)gb(?P<me>\+me)?$")
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>.+)$", re.IGNORECASE)
+
+
+def names() -> tuple[str, ...]:
+    """Every catalog product name, in catalog order."""
+    return tuple(e.name for e in _ENTRIES)
 
 
 def entry(name: str) -> CatalogEntry | None:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from broker import hints, lifecycle, placement, telemetry
+from broker import catalog, hints, lifecycle, placement, telemetry
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound
 from broker.model import (
     ClusterSummary,
@@ -73,6 +73,7 @@ class BrokerService:
         unknown = [c for c in request.clusters if c not in self.traits]
         if unknown:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
+        request = self._canonical_products(request)
         now = self.clock.now()
         record = JobRecord(
             id=self._new_id(),
@@ -88,6 +89,25 @@ class BrokerService:
         if created:
             self._event(stored, "submitted")
         return stored, created
+
+    def _canonical_products(self, request: JobRequest) -> JobRequest:
+        """Catalog names in their canonical spelling; a product neither in the catalog nor seen in any
+        cluster (unknown products keep their raw GFD name) is refused, as is a MIG profile no product has."""
+        seen = {p.product for s in self.store.observed_summaries() for p in s.products}
+        products: list[str] = []
+        for i, name in enumerate(request.gpu_products):
+            known = catalog.entry(name)
+            if known is not None:
+                products.append(known.name)
+            elif name in seen:
+                products.append(name)
+            else:
+                choices = ", ".join(sorted(set(catalog.names()) | seen))
+                raise InvalidRequest(f"gpuProducts[{i}]", f"unknown GPU product {name!r}; known: {choices}")
+        profile = request.mig_profile
+        if profile is not None and not any(catalog.mig_profile(n, profile) for n in catalog.names()):
+            raise InvalidRequest("mig.profile", f"no GPU product has the MIG profile {profile!r}")
+        return replace(request, gpu_products=tuple(products))
 
     def get(self, job_id: str) -> JobRecord:
         record = self.store.get_job(job_id)

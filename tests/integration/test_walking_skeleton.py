@@ -180,3 +180,20 @@ def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
     assert 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24' in text
     assert 'gpufed_cluster_healthy{cluster="cloud-burst"} 1' in text
     assert 'gpufed_bad_nodes{cluster="onprem-a"} 0' in text
+
+
+def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> None:
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "typo", "gpus": 1, "gpuProducts": ["H100"]})
+    assert r.status_code == 422
+    assert r.json()["fields"][0]["field"] == "gpuProducts[0]"
+    assert "H100-80GB" in r.json()["message"]  # the known names are listed
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "bad-mig", "mig": {"profile": "5g.50gb"}})
+    assert r.status_code == 422 and r.json()["fields"][0]["field"] == "mig.profile"
+    r = httpx.post(
+        f"{broker_url}/v1/jobs",
+        json={"name": "lower", "gpus": 1, "gpuProducts": ["a100-80gb"], "durationSeconds": 10},
+    )
+    assert r.status_code == 201
+    job_id = r.json()["id"]
+    placed = wait_for(lambda: (j := _job(broker_url, job_id))["cluster"] and j, timeout=30, what="placement")
+    assert isinstance(placed, dict) and placed["cluster"] == "onprem-a"
