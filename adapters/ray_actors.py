@@ -2,10 +2,12 @@
 
     PollerSpec    one cluster to watch: name, kubeconfig, context, declared traits (picklable)
     PollerShard   plain Python: owns many clusters; one ClusterWatcher (list+watch informers) per cluster;
-                  a publisher thread writes the ClusterSummary of each cluster that changed since its last
-                  pass (coalesced: one write per cluster per pass, however many events) from the watcher's
-                  incremental CapacityIndex (no snapshot, no O(nodes) summarize per write), and re-writes
-                  each at least every heartbeat interval so freshness is visible.
+                  after each batch of events (coalesced: at most one batch per cluster per summary
+                  interval, however many events) the cluster's watcher thread writes its ClusterSummary
+                  from the watcher's incremental CapacityIndex (no snapshot, no O(nodes) summarize per
+                  write), so clusters publish in parallel and one slow write delays only its cluster;
+                  a publisher thread retries failed writes and re-writes each summary at least every
+                  heartbeat interval so freshness is visible.
     PollerFleet   starts Ray (ray.init(); RAY_ADDRESS joins an existing cluster), spreads clusters over
                   `shards` named actors by a stable hash, and stops them.
 
@@ -68,14 +70,26 @@ class PollerShard:
             self._dirty.add(cluster)
 
     def make_watcher(self, spec: PollerSpec) -> ClusterWatcher:
-        """The watcher of one cluster; it marks the cluster dirty after each batch of events."""
+        """The watcher of one cluster: it batches events for a summary interval, then publishes."""
         return ClusterWatcher(
             spec.name,
             spec.kubeconfig,
             spec.context,
-            on_change=functools.partial(self._mark, spec.name),
+            on_change=functools.partial(self.changed, spec.name),
+            flush_interval_s=self._interval,
             spot=spec.traits.spot,
         )
+
+    def changed(self, name: str) -> None:
+        """A batch of events of one cluster was applied (called on its watcher's thread): publish it now;
+        on failure leave it to the publisher thread's next pass."""
+        if self._stop.is_set():
+            return
+        try:
+            self.publish_cluster(name)
+        except Exception:
+            log.exception("publishing the summary of %s failed; retrying next pass", name)
+            self._mark(name)
 
     def start(self) -> list[str]:
         for name, spec in self._specs.items():
@@ -91,26 +105,28 @@ class PollerShard:
         now = time.time()
         with self._lock:
             dirty, self._dirty = self._dirty, set()
+            last = dict(self._last_write)
         written = 0
         for name in self._watchers:
-            if name not in dirty and now - self._last_write.get(name, 0.0) < HEARTBEAT_SECONDS:
+            if name not in dirty and now - last.get(name, 0.0) < HEARTBEAT_SECONDS:
                 continue
             try:
                 self.publish_cluster(name)
             except Exception:
                 log.exception("publishing the summary of %s failed; retrying next pass", name)
-                with self._lock:
-                    self._dirty.add(name)
+                self._mark(name)
                 continue
-            self._last_write[name] = now
             written += 1
-        self.writes += written
         return written
 
     def publish_cluster(self, name: str) -> ClusterSummary:
         """Write one cluster's summary (from its watcher's index) to Redis; the summary as written."""
         summary = self._watchers[name].summary(self._specs[name].traits)
-        return self._store.put_summary(summary)
+        written = self._store.put_summary(summary)
+        with self._lock:
+            self._last_write[name] = time.time()
+            self.writes += 1
+        return written
 
     def _publish_loop(self) -> None:
         while not self._stop.is_set():

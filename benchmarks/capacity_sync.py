@@ -1,14 +1,18 @@
-"""Capacity sync at fleet scale: kubesim clusters over HTTPS -> ClusterWatchers -> summaries in Redis.
+"""Capacity sync at fleet scale: kubesim clusters over HTTPS -> PollerShard -> summaries in Redis.
 
-Measures, for C clusters x N nodes x P pods per node (kubesim's synthetic_fleet, pods written straight
-into the simulated stores):
+Measures, for C clusters x N nodes x P pods per node (kubesim's synthetic_fleet, GPU pods bound straight
+to the nodes), with the broker's own publishing path (adapters.ray_actors.PollerShard: one ClusterWatcher
+per cluster folding events into its CapacityIndex, one publisher writing each changed cluster's summary):
     cold sync        start of the watchers -> every cluster's HEALTHY summary (with all its nodes) in Redis
-    steady state     pod events per second the broker applies while kubesim writes them as fast as asked
-    event -> Redis   latency from the simulated write (stamped in the pod) to the summary write, p50/p99
-    broker memory    peak RSS of the broker process (kubesim runs in its own process: it competes for the
-                     cores but not for the broker's GIL or memory)
-and, with --decode, the raw-JSON list (orjson over _preload_content=False bytes) against the typed
-client's deserialisation on one cluster's node list.
+    steady state     pod watch events per second the broker applies while kubesim replaces pods (delete
+                     one + create one on the same node, kubesim.churn.PodChurn) at --rate events/s
+    event -> Redis   latency from the pod's write in kubesim (time stamped in the pod) to the write of a
+                     summary in Redis that reflects it, p50/p99 (every created pod is a sample)
+    broker memory    peak RSS of the broker process
+kubesim runs in --sim-procs processes of its own, each serving a slice of the clusters and generating its
+churn on its simulation loop, so the load generator is not the bottleneck and shares no GIL with the
+broker (all processes share the machine's cores). With --decode: the raw-JSON list (orjson over
+_preload_content=False bytes) against the typed client's deserialisation on one cluster's node list.
 
     .venv/bin/python benchmarks/capacity_sync.py --clusters 100 --nodes 1000 --pods-per-node 5
     .venv/bin/python benchmarks/capacity_sync.py --clusters 1 --nodes 1000 --decode
@@ -28,94 +32,77 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ANNOTATION = "bench.gpufed.io/written-at"
+# --------------------------------------------------------------------------- kubesim side (child processes)
 
 
-# --------------------------------------------------------------------------- kubesim side (child process)
+def run_kubesim(args: argparse.Namespace, part: int, out_dir: str, conn: Any) -> None:
+    """Serve clusters part, part+K, ... of the fleet; on ("churn", seconds, rate) replace pods at that
+    rate on the simulation loop and answer ("churned", events written); on ("stop",) exit."""
+    import asyncio
 
-
-def _pod(name: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": {ANNOTATION: "0"}},
-        "spec": {
-            "nodeName": node,
-            "schedulerName": "none",
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox:1.36",
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": "1", "cpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                }
-            ],
-        },
-        "status": {"phase": "Running"},
-    }
-
-
-def run_kubesim(args: argparse.Namespace, out_dir: str, conn: Any) -> None:
-    """Serve the fleet; on "churn <seconds> <rate>" flip pod phases at that rate; on "stop" exit."""
-    from kubesim.fleet import synthetic_fleet
+    from kubesim.churn import PodChurn
+    from kubesim.fleet import FleetSpec, synthetic_fleet
     from kubesim.sim import Simulation
 
-    fleet = synthetic_fleet(args.clusters, args.nodes, gpus_per_node=8)
-    with Simulation(fleet, Path(out_dir), speed=0) as sim:
+    whole = synthetic_fleet(args.clusters, args.nodes, gpus_per_node=8)
+    fleet = FleetSpec(clusters=whole.clusters[part :: args.sim_procs])
+    with Simulation(fleet, Path(out_dir) / f"part-{part}", speed=0, controllers=False) as sim:
         names = [c.name for c in fleet.clusters]
-
-        def populate(cluster: str) -> list[str]:
-            st = sim.store(cluster)
-            nodes, _ = st.list("nodes")
-            pods = []
-            for n in nodes:
-                node = n["metadata"]["name"]
-                for i in range(args.pods_per_node):
-                    name = f"{node}-p{i}"
-                    st.create("pods", _pod(name, node))
-                    pods.append(name)
-            return pods
-
-        pods = {c: sim.call(lambda c=c: populate(c)) for c in names}
+        churn = PodChurn({c: sim.store(c) for c in names})
+        sim.call(lambda: churn.populate(args.pods_per_node))
         conn.send(("ready", {c: sim.kubeconfig_path(c).as_posix() for c in names}))
-        flips = 0
         while True:
             msg = conn.recv()
             if msg[0] == "stop":
                 break
             _, seconds, rate = msg
-            batch = max(1, int(rate / 50))  # 50 batches a second
-            end = time.monotonic() + seconds
-            k = 0
-            while time.monotonic() < end:
-                t0 = time.monotonic()
-
-                def churn(k0: int = k, batch: int = batch) -> None:
-                    now = repr(time.time())
-                    for j in range(k0, k0 + batch):
-                        c = names[j % len(names)]
-                        plist = pods[c]
-                        name = plist[(j // len(names)) % len(plist)]
-
-                        def edit(p: dict[str, Any], now: str = now) -> None:
-                            p["metadata"].setdefault("annotations", {})[ANNOTATION] = now
-                            p["status"]["phase"] = (
-                                "Succeeded" if p["status"]["phase"] == "Running" else "Running"
-                            )
-
-                        sim.store(c).mutate("pods", "default", name, edit)
-
-                sim.call(churn)
-                k += batch
-                flips += batch
-                time.sleep(max(0.0, 0.02 - (time.monotonic() - t0)))
-            conn.send(("churned", flips))
+            written = asyncio.run_coroutine_threadsafe(churn.run(rate, seconds), sim.loop).result()
+            conn.send(("churned", written))
     conn.send(("stopped", 0))
 
 
+class Kubesims:
+    """The kubesim child processes and their pipes."""
+
+    def __init__(self, args: argparse.Namespace, procs: int) -> None:
+        out_dir = tempfile.mkdtemp(prefix="gpufed-bench-")
+        ctx = mp.get_context("spawn")
+        self.pipes = []
+        self.procs = []
+        for part in range(procs):
+            parent, child = mp.Pipe()
+            proc = ctx.Process(target=run_kubesim, args=(args, part, out_dir, child), daemon=True)
+            proc.start()
+            self.pipes.append(parent)
+            self.procs.append(proc)
+        self.kubeconfigs: dict[str, str] = {}
+        for pipe in self.pipes:
+            kind, configs = pipe.recv()
+            assert kind == "ready", kind
+            self.kubeconfigs.update(configs)
+
+    def churn(self, seconds: float, rate: float) -> int:
+        for pipe in self.pipes:
+            pipe.send(("churn", seconds, rate / len(self.pipes)))
+        return sum(int(pipe.recv()[1]) for pipe in self.pipes)
+
+    def stop(self) -> None:
+        for pipe in self.pipes:
+            pipe.send(("stop",))
+        for pipe, proc in zip(self.pipes, self.procs, strict=True):
+            pipe.recv()
+            proc.join(30)
+
+
 # --------------------------------------------------------------------------- broker side (this process)
+
+
+def _rss_mib() -> int:
+    """This process's resident memory now (Linux /proc), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    return -1
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -127,105 +114,114 @@ def percentile(values: list[float], q: float) -> float:
 
 def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
     from adapters.kube import ClusterWatcher, WatchSettings
-    from adapters.redis_store import RedisStateStore
-    from broker import capacity
-    from broker.model import ClusterSnapshot, ClusterTraits, Health
+    from adapters.ray_actors import PollerShard, PollerSpec
+    from broker.model import ClusterSummary, ClusterTraits, Health
+    from kubesim.churn import WRITTEN_AT
 
-    parent, child = mp.Pipe()
-    out_dir = tempfile.mkdtemp(prefix="gpufed-bench-")
-    proc = mp.get_context("spawn").Process(target=run_kubesim, args=(args, out_dir, child), daemon=True)
     t_spawn = time.monotonic()
-    proc.start()
-    kind, kubeconfigs = parent.recv()
-    assert kind == "ready", kind
-    t_world = time.monotonic() - t_spawn
+    sims = Kubesims(args, args.sim_procs)
     print(
-        f"kubesim up: {args.clusters} x {args.nodes} nodes x {args.pods_per_node} pods in {t_world:.1f}s",
+        f"kubesim up ({args.sim_procs} processes): {args.clusters} x {args.nodes} nodes x "
+        f"{args.pods_per_node} pods in {time.monotonic() - t_spawn:.1f}s",
         flush=True,
     )
 
-    store = RedisStateStore(args.redis_url, prefix="bench" + uuid.uuid4().hex[:6])
     latencies: list[float] = []
     lat_lock = threading.Lock()
-    pending: dict[str, list[float]] = {c: [] for c in kubeconfigs}
+    pending: dict[str, list[float]] = {c: [] for c in sims.kubeconfigs}
+    synced: set[str] = set()
+    settings = WatchSettings(watch_timeout_s=300, list_timeout=(10.0, 300.0))
 
     class TimedWatcher(ClusterWatcher):
+        """Notes the write time of every pod it sees created (before applying it)."""
+
         def apply(self, resource_name: str, event_type: str, obj: dict[str, Any], rv: str) -> None:
-            stamp = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+            stamp = None
+            if event_type == "ADDED" and resource_name == "pods":
+                stamp = ((obj.get("metadata") or {}).get("annotations") or {}).get(WRITTEN_AT)
             super().apply(resource_name, event_type, obj, rv)
-            if stamp and stamp != "0":
+            if stamp and stamp != "0.0":
                 with lat_lock:
                     pending[self.cluster].append(float(stamp))
 
-    synced: set[str] = set()
-    settings = WatchSettings(watch_timeout_s=300, list_timeout=(10.0, 300.0))
-    watchers: list[ClusterWatcher] = []
-    for name, path in kubeconfigs.items():
-        traits = ClusterTraits(name=name)
+    class TimedShard(PollerShard):
+        """The broker's publisher; a pod's latency ends when a summary written after it was applied."""
 
-        def publish(snap: ClusterSnapshot, health: Health, hb: float, t: ClusterTraits = traits) -> None:
-            store.put_summary(capacity.summarize(snap, t, health, hb))
+        def make_watcher(self, spec: PollerSpec) -> ClusterWatcher:
+            return TimedWatcher(
+                spec.name,
+                spec.kubeconfig,
+                spec.context,
+                on_change=lambda: self.changed(spec.name),
+                flush_interval_s=args.summary_interval,
+                settings=settings,
+                spot=spec.traits.spot,
+            )
+
+        def publish_cluster(self, name: str) -> ClusterSummary:
+            with lat_lock:
+                stamps, pending[name] = pending[name], []
+            written = super().publish_cluster(name)
             done = time.time()
             with lat_lock:
-                stamps, pending[t.name] = pending[t.name], []
                 latencies.extend(done - s for s in stamps)
-                if health == Health.HEALTHY and len(snap.nodes) == args.nodes:
-                    synced.add(t.name)
+                if written.health == Health.HEALTHY and written.nodes_total == args.nodes:
+                    synced.add(name)
+            return written
 
-        watchers.append(
-            TimedWatcher(name, path, on_snapshot=publish, settings=settings, flush_interval_s=0.05)
-        )
+    specs = [PollerSpec(n, path, None, ClusterTraits(name=n)) for n, path in sorted(sims.kubeconfigs.items())]
+    shard = TimedShard(specs, args.redis_url, "bench" + uuid.uuid4().hex[:6], args.summary_interval)
 
     t0 = time.monotonic()
-    for w in watchers:
-        w.start()
-    while len(synced) < len(watchers):
-        if time.monotonic() - t0 > args.cold_timeout:
-            break
+    shard.start()
+    while len(synced) < len(specs) and time.monotonic() - t0 < args.cold_timeout:
         time.sleep(0.05)
     cold = time.monotonic() - t0
-    print(f"cold sync: {len(synced)}/{len(watchers)} clusters in {cold:.1f}s", flush=True)
+    rss_synced = _rss_mib()
+    print(f"cold sync: {len(synced)}/{len(specs)} clusters in {cold:.1f}s, RSS {rss_synced} MiB", flush=True)
+    time.sleep(2.0)  # let the list-time backlog settle before the steady-state window
 
     def applied() -> int:
-        return sum(i.events for w in watchers for i in w.stats.informers.values())
+        return sum(i.events for w in shard._watchers.values() for i in w.stats.informers.values())
 
     with lat_lock:
         latencies.clear()
     before = applied()
     t1 = time.monotonic()
-    parent.send(("churn", args.churn_seconds, args.rate))
-    kind, written = parent.recv()
-    # let the broker drain what was written, bounded
+    written = sims.churn(args.churn_seconds, args.rate)
+    offered_s = time.monotonic() - t1
     drain_end = time.monotonic() + 30
     while applied() - before < written and time.monotonic() < drain_end:
-        time.sleep(0.05)
+        time.sleep(0.02)
     window = time.monotonic() - t1
     events = applied() - before
-    parent.send(("stop",))
-    parent.recv()
-    proc.join(30)
-    for w in watchers:
-        w.stop(timeout=1)
+    time.sleep(args.summary_interval * 3)  # the last summaries
+    rss_end = _rss_mib()
+    shard.stop()
+    sims.stop()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = {
+    return {
         "clusters": args.clusters,
         "nodes": args.nodes,
         "pods_per_node": args.pods_per_node,
+        "sim_procs": args.sim_procs,
         "cold_sync_s": round(cold, 1),
         "clusters_synced": len(synced),
         "events_written": written,
+        "events_offered_per_s": round(written / offered_s),
         "events_applied": events,
         "events_per_s": round(events / window),
         "window_s": round(window, 1),
         "latency_p50_s": round(percentile(latencies, 0.5), 3),
         "latency_p99_s": round(percentile(latencies, 0.99), 3),
+        "latency_max_s": round(max(latencies), 3) if latencies else None,
         "latency_samples": len(latencies),
-        "broker_peak_rss_mib": round(rss_mib),
-        "snapshots": sum(w.stats.snapshots for w in watchers),
         "mean_latency_s": round(statistics.fmean(latencies), 3) if latencies else None,
+        "broker_peak_rss_mib": round(rss_mib),
+        "broker_rss_after_sync_mib": rss_synced,
+        "broker_rss_at_end_mib": rss_end,
+        "summary_writes": shard.writes,
     }
-    store.close()
-    return result
 
 
 def bench_decode(args: argparse.Namespace) -> dict[str, Any]:
@@ -234,13 +230,10 @@ def bench_decode(args: argparse.Namespace) -> dict[str, Any]:
 
     from adapters.kube import KubeRest, connect
 
-    parent, child = mp.Pipe()
-    out_dir = tempfile.mkdtemp(prefix="gpufed-bench-")
-    a = argparse.Namespace(**{**vars(args), "clusters": 1, "pods_per_node": 0})
-    proc = mp.get_context("spawn").Process(target=run_kubesim, args=(a, out_dir, child), daemon=True)
-    proc.start()
-    _, kubeconfigs = parent.recv()
-    [(name, path)] = kubeconfigs.items()
+    sims = Kubesims(
+        argparse.Namespace(**{**vars(args), "clusters": 1, "pods_per_node": 0, "sim_procs": 1}), 1
+    )
+    [(name, path)] = sims.kubeconfigs.items()
     api = connect(path)
     core = client.CoreV1Api(api)
     rest = KubeRest(name, api, timeout=(10.0, 300.0))
@@ -252,9 +245,7 @@ def bench_decode(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         n_raw = len(rest.request("GET", "/api/v1/nodes", timeout=(10.0, 300.0))["items"])
         raw.append(time.perf_counter() - t)
-    parent.send(("stop",))
-    parent.recv()
-    proc.join(30)
+    sims.stop()
     return {
         "nodes": (n_typed, n_raw),
         "typed_list_s": round(min(typed), 3),
@@ -268,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clusters", type=int, default=100)
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--pods-per-node", type=int, default=5)
-    p.add_argument("--rate", type=float, default=10_000, help="pod events per second kubesim offers")
-    p.add_argument("--churn-seconds", type=float, default=10.0)
+    p.add_argument("--rate", type=float, default=8_000, help="pod events per second kubesim offers")
+    p.add_argument("--churn-seconds", type=float, default=20.0)
+    p.add_argument("--sim-procs", type=int, default=2, help="kubesim processes, each serving a slice")
+    p.add_argument("--summary-interval", type=float, default=0.2, help="the publisher's pass interval")
     p.add_argument("--cold-timeout", type=float, default=900.0)
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--decode", action="store_true", help="only compare typed vs raw decoding of a node list")
