@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clusters", type=int, default=100)
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--pods-per-node", type=int, default=5)
-    p.add_argument("--rate", type=float, default=8_000, help="pod events per second kubesim offers")
+    p.add_argument("--rate", type=float, default=6_000, help="pod events per second kubesim offers")
     p.add_argument("--churn-seconds", type=float, default=20.0)
     p.add_argument("--sim-procs", type=int, default=2, help="kubesim processes, each serving a slice")
     p.add_argument("--summary-interval", type=float, default=0.2, help="the publisher's pass interval")
