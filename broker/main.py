@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,10 +93,9 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     try:
         loop.start()
         thread.start()
-        deadline = 50
-        while not server.started and thread.is_alive() and deadline > 0:
-            threading.Event().wait(0.1)
-            deadline -= 1
+        deadline = time.monotonic() + 10
+        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
         if not server.started:
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         yield Broker(service, store, gateway, loop, pollers)
