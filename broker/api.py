@@ -17,7 +17,6 @@ Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request, Response
@@ -28,7 +27,7 @@ from broker import telemetry
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
 from broker.model import Health, JobState
 from broker.ports import Clock
-from broker.schemas import EventView, JobSpec, JobView, decision_view, summary_view
+from broker.schemas import EventView, JobSpec, JobView, decision_view, summary_view, verdict_view
 from broker.service import BrokerService
 
 
@@ -107,7 +106,7 @@ def create_app(service: BrokerService, clock: Clock) -> FastAPI:
     def explain(spec: JobSpec) -> dict[str, Any]:
         decision, verdicts = service.explain(spec.to_request())
         body = decision_view(decision)
-        body["clusters"] = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in verdicts]
+        body["clusters"] = [verdict_view(v) for v in verdicts]
         return body
 
     @app.get("/v1/fleet")

@@ -314,13 +314,39 @@ def explain(
     mig_memory_gb: Annotated[int | None, typer.Option(help="MIG by need, GB")] = None,
     numa: Annotated[bool, typer.Option(help="NUMA aligned")] = False,
     burst: Annotated[bool, typer.Option(help="may burst")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
     server: ServerOpt = DEFAULT_SERVER,
 ) -> None:
     """Dry run: where a job would go now, and why not elsewhere."""
     spec = _spec_from_flags(
         name, gpus, pods, product, mig_profile, mig_memory_gb, numa, burst, None, "default", None
     )
-    console.print_json(json.dumps(_call(server, "POST", "/v1/explain", json=spec)))
+    body = _call(server, "POST", "/v1/explain", json=spec)
+    if output == "json":
+        console.print_json(json.dumps(body))
+        return
+    if body["placed"]:
+        p = body["placement"]
+        console.print(
+            f"[green]would place on {p['cluster']}[/green]: {p['unitsPerPod']}x {p['resourceName']} per pod ({p['product']}), score {p['score']}"
+        )
+    else:
+        console.print(f"[yellow]{body['message']}[/yellow]")
+    table = Table("CLUSTER", "TIER", "VERDICT", "SCORE", "DETAIL")
+    for v in body["clusters"]:
+        if v["chosen"]:
+            verdict = "[green]chosen[/green]"
+        elif v["feasible"]:
+            verdict = "feasible"
+        else:
+            verdict = f"[red]{v['rejection']['plugin']}[/red]"
+        detail = (
+            v["rejection"]["reason"]
+            if v["rejection"]
+            else (v["note"] or ", ".join(f"{k}={s}" for k, s in v["scores"].items()))
+        )
+        table.add_row(v["cluster"], v["tier"], verdict, str(v["score"]) if v["feasible"] else "-", detail)
+    console.print(table)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from broker.model import (
     NoFit,
     Placement,
 )
+from broker.placement import ClusterVerdict
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -229,6 +230,37 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
             }
             for q in s.queues
         ],
+    }
+
+
+def verdict_view(v: ClusterVerdict) -> dict[str, Any]:
+    """One cluster's level-1 verdict for explain: why not, or how it scored."""
+    rejection = v.rejection
+    return {
+        "cluster": v.cluster,
+        "tier": str(v.tier),
+        "feasible": v.feasible,
+        "chosen": v.chosen,
+        "score": v.score,
+        "scores": dict(v.scores),
+        "rejection": None
+        if rejection is None
+        else {
+            "plugin": rejection.plugin,
+            "reason": rejection.reason,
+            "code": rejection.code.name,
+            "best": rejection.best,
+        },
+        "option": None
+        if v.option is None
+        else {
+            "product": v.option.product,
+            "resourceName": v.option.resource_name,
+            "unitsPerPod": v.option.units_per_pod,
+            "migProfile": v.option.mig_profile,
+        },
+        "filtersPassed": [st.plugin for st in v.statuses if st.is_success],
+        "note": v.note,
     }
 
 

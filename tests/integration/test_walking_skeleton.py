@@ -165,6 +165,13 @@ def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -
     assert body["placed"] is False
     assert "burst not allowed" in body["message"]
     assert {c["cluster"] for c in body["clusters"]} == {"onprem-a", "onprem-b", "cloud-burst"}
+    cloud = next(c for c in body["clusters"] if c["cluster"] == "cloud-burst")
+    assert cloud["rejection"] == {
+        "plugin": "burst",
+        "reason": "burst not allowed",
+        "code": "UNSCHEDULABLE_AND_UNRESOLVABLE",
+        "best": None,
+    }
     with_burst = httpx.post(
         f"{broker_url}/v1/explain",
         json={"name": "what-if", "gpus": 4, "gpuProducts": ["H200-141GB"], "allowBurst": True},
