@@ -43,9 +43,11 @@ def observe(record: JobRecord, status: WorkloadStatus, now: float) -> Transition
     if status.suspended:
         wanted = JobState.PLACED
         reason = f"waiting for Kueue admission on {where}"
-    elif status.active > 0 and (status.ready > 0 or status.active >= record.request.pods):
+    elif status.ready > 0 and status.ready + status.succeeded >= record.request.pods:
+        # Job status.active counts Pending pods as well; only a ready pod surely holds its GPUs on a
+        # node, and RUNNING releases the reservation, so every pod must be ready (or done) first.
         wanted = JobState.RUNNING
-        reason = f"running on {where} ({status.active} pod(s) active)"
+        reason = f"running on {where} ({status.ready} pod(s) ready)"
     else:
         wanted = JobState.ADMITTED
         reason = f"admitted on {where}, pods starting"

@@ -37,7 +37,9 @@ def _status(**kw: object) -> WorkloadStatus:
         (JobState.PLACED, _status(suspended=True), None),
         (JobState.PLACED, _status(), JobState.ADMITTED),
         (JobState.PLACED, _status(active=1, ready=1), JobState.RUNNING),
-        (JobState.ADMITTED, _status(active=1, ready=0), JobState.RUNNING),
+        # Job status.active counts Pending pods too: active without ready is not running yet.
+        (JobState.ADMITTED, _status(active=1, ready=0), None),
+        (JobState.PLACED, _status(active=1, ready=0), JobState.ADMITTED),
         (JobState.RUNNING, _status(active=1, ready=1), None),
         (JobState.RUNNING, _status(active=0), None),
         (JobState.RUNNING, _status(complete=True, succeeded=1), JobState.SUCCEEDED),
@@ -59,10 +61,16 @@ def test_state_follows_the_cluster(
     assert (step.state if step else None) == expected
 
 
-def test_gang_is_running_only_when_all_pods_are_active_or_one_is_ready() -> None:
+def test_gang_is_running_only_when_every_pod_is_ready_or_done() -> None:
+    """RUNNING releases the job's reservation, so it must mean every pod holds its GPUs on a node:
+    Job status.active counts Pending (unscheduled) pods, which no node's allocated GPUs include yet."""
     rec = _record(JobState.ADMITTED, pods=4)
     assert observe(rec, _status(active=2), NOW) is None
-    step = observe(rec, _status(active=4), NOW)
+    assert observe(rec, _status(active=4), NOW) is None
+    assert observe(rec, _status(active=4, ready=1), NOW) is None
+    step = observe(rec, _status(active=4, ready=4), NOW)
+    assert step is not None and step.state is JobState.RUNNING
+    step = observe(rec, _status(active=3, ready=3, succeeded=1), NOW)
     assert step is not None and step.state is JobState.RUNNING
 
 
