@@ -348,7 +348,6 @@ class Watch:
         "ns",
         "out",
         "rt",
-        "seen",
         "table",
         "version",
         "wake",
@@ -365,32 +364,30 @@ class Watch:
     ) -> None:
         self.rt, self.version, self.ns, self.match = rt, version, ns, match
         self.table, self.include = table, include
-        self.seen: set[tuple[str, str]] = set()  # objects this watcher has been told exist (selectors only)
         self.out: deque[tuple[str, Obj] | bytes] = deque()
         self.wake = asyncio.Event()
         self.closed = False
         self.cut = False
         self.headers_sent = False
 
-    def offer(self, etype: str, obj: Obj) -> None:
-        """Queue an event if it concerns this watcher; selectors turn objects entering/leaving into ADDED/DELETED."""
-        meta = obj["metadata"]
-        if self.ns is not None and meta.get("namespace", "") != self.ns:
+    def offer(self, etype: str, obj: Obj, prev: Obj | None = None) -> None:
+        """Queue an event if it concerns this watcher. With a selector, as the real watch cache does: an
+        object that starts matching is ADDED, one that stops matching is DELETED carrying its previous
+        (last matching) state stamped with this event's resourceVersion, and one matching neither before
+        nor after is skipped."""
+        if self.ns is not None and obj["metadata"].get("namespace", "") != self.ns:
             return
         if self.match is not None:
-            key = (meta.get("namespace", ""), meta.get("name", ""))
-            ok = self.match(obj)
-            if etype == "DELETED":
-                if not ok and key not in self.seen:
-                    return
-                self.seen.discard(key)
-            elif ok:
-                if etype == "MODIFIED" and key not in self.seen:
-                    etype = "ADDED"
-                self.seen.add(key)
-            elif key in self.seen:
-                self.seen.discard(key)
+            now_ok = etype != "DELETED" and self.match(obj)
+            was_ok = prev is not None and self.match(prev)
+            if now_ok:
+                etype = "MODIFIED" if was_ok else "ADDED"
+            elif was_ok and prev is not None:
                 etype = "DELETED"
+                obj = {
+                    **prev,
+                    "metadata": {**prev["metadata"], "resourceVersion": obj["metadata"]["resourceVersion"]},
+                }
             else:
                 return
         self.out.append((etype, obj))
@@ -1274,7 +1271,7 @@ class ClusterApi:
     def _fan_out(self, event: WatchEvent) -> None:
         for w in tuple(self._watches.get(event.key, ())):
             if not w.closed:
-                w.offer(event.type, event.obj)
+                w.offer(event.type, event.obj, event.prev)
 
     def _encode(self, w: Watch, etype: str, obj: Obj) -> bytes:
         ext = to_version(w.rt, obj, w.version)
@@ -1331,12 +1328,8 @@ class ClusterApi:
             except GoneError as e:
                 gone = str(e)
             else:
-                if match is not None:  # what the watcher is deemed to know already at `since`
-                    objs, _ = self.store.list(rt.key, ns)
-                    w.seen = {_sort_key(o) for o in objs if match(o)}
-                    w.seen.difference_update(_sort_key(ev.obj) for ev in events if ev.type == "ADDED")
                 for ev in events:
-                    w.offer(ev.type, ev.obj)
+                    w.offer(ev.type, ev.obj, ev.prev)
         await conn.start_chunked(200, _JSON)
         if gone is not None:
             conn.write_chunk(

@@ -5,7 +5,9 @@ Contract (the API server and the controllers both build on it):
   so readers (list, watch fan-out, serialisers) may hold references without copying.
 - One cluster-wide resourceVersion counter, like etcd's revision; every write bumps it and stamps
   metadata.resourceVersion (a decimal string).
-- Each resource keeps a bounded history of WatchEvents. events_since(key, rv) raises Gone when rv is
+- Each resource keeps a bounded history of WatchEvents, each with the object before the write (`prev`), so
+  a selector-filtered watch can tell an object leaving its selector from one it never matched.
+- Each resource's history is bounded: events_since(key, rv) raises Gone when rv is
   older than what is retained (the API answers 410 Expired; clients relist).
 - Listeners (subscribe) are called synchronously after each write, on the thread that wrote. The whole
   simulation runs on one asyncio loop, so no locking is needed.
@@ -65,6 +67,7 @@ class WatchEvent:
     key: str  # resource key, e.g. "pods" or "jobs.batch"
     obj: Obj
     rv: int
+    prev: Obj | None = None  # the object before this write (None for ADDED); selectors filter on both
 
 
 Listener = Callable[[WatchEvent], None]
@@ -154,7 +157,7 @@ class ObjectStore:
             meta[k] = old["metadata"].get(k)
         gen = old["metadata"].get("generation", 1)
         meta["generation"] = gen + 1 if new.get("spec") != old.get("spec") else gen
-        return self._write(key, "MODIFIED", new)
+        return self._write(key, "MODIFIED", new, prev=old)
 
     def mutate(self, key: str, namespace: str, name: str, fn: Callable[[Obj], None]) -> Obj:
         """Controllers' read-modify-write: fn edits a deep copy, which is then stored (never a Conflict)."""
@@ -167,14 +170,14 @@ class ObjectStore:
         del self._objects[key][(namespace, name)]
         gone = copy.copy(old)
         gone["metadata"] = dict(old["metadata"])
-        return self._write(key, "DELETED", gone, store=False)
+        return self._write(key, "DELETED", gone, store=False, prev=old)
 
-    def _write(self, key: str, etype: str, obj: Obj, store: bool = True) -> Obj:
+    def _write(self, key: str, etype: str, obj: Obj, store: bool = True, prev: Obj | None = None) -> Obj:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         if store:
             self._objects.setdefault(key, {})[_ns_name(obj)] = obj
-        event = WatchEvent(etype, key, obj, self._rv)
+        event = WatchEvent(etype, key, obj, self._rv, prev)
         hist = self._history.get(key)
         if hist is None:
             hist = self._history[key] = deque()
