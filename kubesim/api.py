@@ -951,7 +951,14 @@ class ClusterApi:
             validate_update(rt, old, new)
         if self._dry_run(req):
             return self._out(rt, new, version)
-        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        # As the real registry: an update deletes an object being deleted once no finalizer is left and its
+        # grace period is zero (a terminating pod within its grace period stays for its kubelet). The
+        # finalizers are the stored object's ones: a status write keeps the old metadata.
+        if (
+            old_meta.get("deletionTimestamp")
+            and not _meta(new).get("finalizers")
+            and not old_meta.get("deletionGracePeriodSeconds")
+        ):
             self._check_rv(rt, old, new)
             return self._out(
                 rt, self.store.delete(rt.key, old_meta.get("namespace", ""), old_meta["name"]), version

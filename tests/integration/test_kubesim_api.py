@@ -639,6 +639,80 @@ def test_watch_with_label_selector_sees_objects_enter_and_leave(core: client.Cor
     core.delete_namespaced_pod("w-pod", NS)
 
 
+def test_watch_from_list_rv_reports_an_object_that_left_the_selector_before_the_watch_opened(
+    core: client.CoreV1Api,
+) -> None:
+    """A reflector lists with a selector, then watches from the list's resourceVersion: an object that
+    stopped matching in between must come as DELETED (with its last matching state, as the real watch
+    cache sends it), or the client keeps it for ever."""
+    core.create_namespaced_pod(NS, pod_manifest("gap-pod", {"app": "gap"}))
+    listed = core.list_namespaced_pod(NS, label_selector="app=gap")
+    assert [p.metadata.name for p in listed.items] == ["gap-pod"]
+    core.patch_namespaced_pod("gap-pod", NS, {"metadata": {"labels": {"app": "elsewhere"}}})
+    w = watch.Watch()
+    events = []
+    for ev in w.stream(
+        core.list_namespaced_pod,
+        NS,
+        label_selector="app=gap",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=2,
+        _request_timeout=10,
+    ):
+        events.append(ev)
+        w.stop()
+    assert [e["type"] for e in events] == ["DELETED"]
+    gone = events[0]["object"]
+    assert gone.metadata.labels["app"] == "gap"  # the state the watcher knew, not one it cannot match
+    assert int(gone.metadata.resource_version) > int(listed.metadata.resource_version)
+    core.delete_namespaced_pod("gap-pod", NS)
+
+
+def test_updating_a_terminating_pod_does_not_delete_it_before_its_grace_period(
+    sim: Simulation, core: client.CoreV1Api
+) -> None:
+    """Only an object with no finalizers AND a zero grace period is deleted by an update; a running pod
+    inside its grace period stays (the kubelet removes it), however often it is patched."""
+    node = core.list_node(limit=1).items[0].metadata.name
+    core.create_namespaced_pod(NS, pod_manifest("grace-pod", {"grace": "1"}, node))
+    sim.call(
+        lambda: sim.store("sim-000").mutate(
+            "pods", NS, "grace-pod", lambda p: p["status"].update(phase="Running")
+        )
+    )
+    core.delete_namespaced_pod("grace-pod", NS)
+    core.patch_namespaced_pod("grace-pod", NS, {"metadata": {"labels": {"seen": "yes"}}})
+    core.patch_namespaced_pod_status("grace-pod", NS, {"status": {"message": "stopping"}})
+    pod = core.read_namespaced_pod("grace-pod", NS)
+    assert pod.metadata.deletion_timestamp is not None and pod.metadata.labels["seen"] == "yes"
+    core.delete_namespaced_pod("grace-pod", NS, grace_period_seconds=0)
+
+
+def test_a_status_write_keeps_an_object_held_by_its_finalizers(
+    sim: Simulation, batch: client.BatchV1Api
+) -> None:
+    """A PUT to /status ignores the metadata it carries, so it cannot drop finalizers and delete the object."""
+    job = job_manifest("held-job", suspend=True)
+    job["metadata"]["finalizers"] = ["example.com/hold"]
+    batch.create_namespaced_job(NS, job)
+    batch.delete_namespaced_job("held-job", NS, propagation_policy="Background")
+    current = batch.read_namespaced_job("held-job", NS).to_dict()
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "held-job"},
+        "status": {"active": 0},
+    }
+    body["metadata"]["resourceVersion"] = current["metadata"]["resource_version"]
+    status, _, _ = raw(sim, "PUT", f"/apis/batch/v1/namespaces/{NS}/jobs/held-job/status", body)
+    assert status == 200
+    kept = batch.read_namespaced_job("held-job", NS)
+    assert kept.metadata.deletion_timestamp is not None and kept.metadata.finalizers == ["example.com/hold"]
+    batch.patch_namespaced_job(
+        "held-job", NS, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
+    )
+
+
 # ------------------------------------------------------------------------------------------ faults
 
 
