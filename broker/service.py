@@ -7,6 +7,8 @@ after a crash at any point without losing or duplicating a job:
 - schedule_once: QUEUED -> reserve capacity (atomic) -> record PLACED with the workload name derived
   from job id + attempt -> create the Job in the member cluster (409 = already there). A failed create
   releases the reservation and puts the job back to QUEUED with the reason.
+- cancel: compare-and-set to CANCELLED, then delete the Job; a dispatch that created the Job meanwhile
+  sees CANCELLED after its create and deletes it, so a racing cancel never leaves a Job running.
 - sync_status: for PLACED/ADMITTED/RUNNING jobs, read the Job in its cluster and apply
   lifecycle.observe; reservations are released once the pods are visible (RUNNING) or the job ended.
 """
@@ -35,6 +37,10 @@ from broker.model import (
 from broker.ports import Clock, ClusterGateway, StateStore
 
 log = logging.getLogger(__name__)
+
+
+# How often cancel() re-reads a job that changed state under it before giving up.
+_CANCEL_ATTEMPTS = 5
 
 
 def new_job_id() -> str:
@@ -123,14 +129,35 @@ class BrokerService:
         return self.store.job_events(job_id)
 
     def cancel(self, job_id: str) -> JobRecord:
+        """CANCELLED first (compare-and-set on the state read), then the Job is deleted from its cluster.
+
+        In that order a dispatch racing with the cancel either loses its own compare-and-set or sees
+        CANCELLED after its create and deletes what it created (see _dispatch); a job that finished
+        meanwhile stays finished."""
         record = self.get(job_id)
-        if record.state.terminal:
-            raise Conflict(f"job {job_id} is already {record.state}")
-        if record.cluster and record.workload_name and record.state is not JobState.QUEUED:
-            namespace = self.traits[record.cluster].namespace
-            self.gateway.delete_workload(record.cluster, namespace, record.workload_name)
+        for _ in range(_CANCEL_ATTEMPTS):
+            if record.state.terminal:
+                raise Conflict(f"job {job_id} is already {record.state}")
+            try:
+                cancelled = self._transition(record, JobState.CANCELLED, "cancelled by user", record.state)
+                break
+            except Conflict:
+                record = self.get(job_id)  # it moved on meanwhile: judge the state it is in now
+        else:
+            raise Conflict(f"job {job_id} kept changing state; cancel again")
         self.store.release(job_id)
-        return self._transition(record, JobState.CANCELLED, "cancelled by user")
+        if record.cluster and record.workload_name and record.state is not JobState.QUEUED:
+            self._delete_workload(record.cluster, record.workload_name, cancelled)
+        return cancelled
+
+    def _delete_workload(self, cluster: str, name: str, record: JobRecord) -> None:
+        """Remove a Job the broker no longer wants; a failure is logged and recorded, never raised."""
+        namespace = self.traits[cluster].namespace if cluster in self.traits else "default"
+        try:
+            self.gateway.delete_workload(cluster, namespace, name)
+        except ClusterError as exc:
+            log.warning("cannot delete %s on %s for %s: %s", name, cluster, record.id, exc)
+            self._event(record, f"Job {name} could not be deleted from {cluster}: {exc}")
 
     # ------------------------------------------------------------------ capacity
 
@@ -211,6 +238,12 @@ class BrokerService:
                 f"dispatch-failed: {exc}",
                 expected=JobState.PLACED,
             )
+        current = self.store.get_job(record.id)
+        if current is None or current.state is JobState.CANCELLED or current.workload_name != name:
+            # Cancelled while the Job was being created: cancel() may have deleted before our create.
+            self.store.release(record.id)
+            self._delete_workload(where.cluster, name, current or placed)
+            return None
         return placed
 
     def sync_status(self) -> list[JobRecord]:

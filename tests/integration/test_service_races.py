@@ -1,0 +1,164 @@
+"""BrokerService races between the API threads and the control loop, on real Redis and a kubesim cluster.
+
+A cancel that lands while schedule_once is dispatching the same job must never leave a Job running in the
+member cluster (holding GPUs nobody accounts for) behind a CANCELLED record. The interleavings are forced
+by running the other side from inside a step of this one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.kube import KubeGateway
+from adapters.kube_rest import KubeRest
+from adapters.redis_store import RedisStateStore
+from adapters.system_clock import SystemClock
+from broker.model import (
+    ClusterSummary,
+    ClusterTraits,
+    Health,
+    JobRecord,
+    JobRequest,
+    JobState,
+    ProductCapacity,
+)
+from broker.service import BrokerService
+
+pytestmark = pytest.mark.integration
+
+sim_mod = pytest.importorskip("kubesim.sim")
+fleet_mod = pytest.importorskip("kubesim.fleet")
+
+
+class HookedGateway(KubeGateway):
+    """The real gateway; `before_create` runs first, as another thread that got there first would."""
+
+    before_create: Callable[[], object] | None = None
+
+    def create_workload(
+        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        hook, self.before_create = self.before_create, None
+        if hook is not None:
+            hook()
+        super().create_workload(cluster, job, companions)
+
+
+class HookedStore(RedisStateStore):
+    """The real store; `before_save` runs before the next save of a record in the given state."""
+
+    before_save: tuple[JobState, Callable[[], Any]] | None = None
+
+    def save_job(self, record: JobRecord, expected_state: JobState | None = None) -> JobRecord:
+        if self.before_save is not None and record.state is self.before_save[0]:
+            hook, self.before_save = self.before_save[1], None
+            hook()
+        return super().save_job(record, expected_state)
+
+
+@pytest.fixture
+def world(tmp_path: Path, redis_url: str) -> Iterator[tuple[BrokerService, HookedStore, HookedGateway]]:
+    fleet = fleet_mod.synthetic_fleet(1, 1, gpus_per_node=8)
+    with sim_mod.Simulation(fleet, tmp_path, speed=0) as sim:
+        name = fleet.clusters[0].name
+        store = HookedStore(redis_url, prefix="race" + uuid.uuid4().hex[:8])
+        gateway = HookedGateway({name: KubeRest.from_kubeconfig(name, sim.kubeconfig_path(name))})
+        clock = SystemClock()
+        store.put_summary(
+            ClusterSummary(
+                cluster=name,
+                health=Health.HEALTHY,
+                heartbeat=clock.now(),
+                products=(
+                    ProductCapacity(
+                        product="H100-80GB",
+                        memory_mib=81559,
+                        total=8,
+                        allocatable=8,
+                        allocated=0,
+                        free=8,
+                        nodes_by_free=(0,) * 8 + (1,),
+                        numa_blocks=(0,) * 4 + (1,),
+                        nodes=1,
+                    ),
+                ),
+            )
+        )
+        service = BrokerService(store, gateway, clock, {name: ClusterTraits(name=name)})
+        try:
+            yield service, store, gateway
+        finally:
+            gateway.close()
+            store.close()
+
+
+def _submit(service: BrokerService) -> JobRecord:
+    record, _ = service.submit(JobRequest(name="race", gpus_per_pod=1))
+    return record
+
+
+def _jobs_in_cluster(service: BrokerService, job_id: str) -> list[str]:
+    gateway = service.gateway
+    assert isinstance(gateway, KubeGateway)
+    (cluster,) = service.traits
+    rest = gateway._rest(cluster)
+    jobs = rest.request("GET", "/apis/batch/v1/namespaces/default/jobs")["items"]
+    return [
+        j["metadata"]["name"]
+        for j in jobs
+        if j["metadata"].get("labels", {}).get("gpufed.io/job-id") == job_id
+    ]
+
+
+def test_a_cancel_while_the_job_is_being_created_leaves_no_job_in_the_cluster(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    service, store, gateway = world
+    job = _submit(service)
+    gateway.before_create = lambda: service.cancel(job.id)  # the user's DELETE lands mid-dispatch
+
+    service.schedule_once()
+
+    assert service.get(job.id).state is JobState.CANCELLED
+    assert _jobs_in_cluster(service, job.id) == []
+    assert store.live_reservations(SystemClock().now()) == []
+
+
+def test_a_cancel_of_a_queued_job_that_the_loop_places_meanwhile_removes_its_workload(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    service, store, _ = world
+    job = _submit(service)
+    # cancel() read the job as QUEUED; before it writes CANCELLED the control loop places and creates it.
+    store.before_save = (JobState.CANCELLED, service.schedule_once)
+
+    cancelled = service.cancel(job.id)
+
+    assert cancelled.state is JobState.CANCELLED
+    assert _jobs_in_cluster(service, job.id) == []
+    assert store.live_reservations(SystemClock().now()) == []
+
+
+def test_a_cancel_does_not_overwrite_a_job_that_finished_meanwhile(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    service, store, _ = world
+    job = _submit(service)
+    service.schedule_once()
+    placed = service.get(job.id)
+    assert placed.state is JobState.PLACED
+
+    def finish() -> None:
+        store.save_job(replace(placed, state=JobState.SUCCEEDED), expected_state=JobState.PLACED)
+
+    store.before_save = (JobState.CANCELLED, finish)
+
+    with pytest.raises(Exception, match="SUCCEEDED"):
+        service.cancel(job.id)
+    assert service.get(job.id).state is JobState.SUCCEEDED
