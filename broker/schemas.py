@@ -6,9 +6,10 @@ mapping between wire models and broker.model dataclasses. The API module and the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from broker.model import (
     ClusterSummary,
@@ -22,6 +23,21 @@ from broker.model import (
 from broker.placement import ClusterVerdict
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# Kubernetes label syntax: key = [DNS-subdomain prefix "/"] name; name and value <= 63 characters.
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _label_problem(key: str, value: str) -> str | None:
+    """Why the API server would refuse this label, or None."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        return f"label key {key!r}: the prefix must be a DNS subdomain"
+    if not _LABEL_NAME.match(name):
+        return f"label key {key!r}: the name must be 1-63 of [A-Za-z0-9-_.], alphanumeric at both ends"
+    if value and not _LABEL_NAME.match(value):
+        return f"label {key!r}: the value must be empty or 1-63 of [A-Za-z0-9-_.], alphanumeric at both ends"
+    return None
 
 
 class _Wire(BaseModel):
@@ -65,6 +81,16 @@ class JobSpec(_Wire):
     clusters: list[str] = Field(default_factory=list)
     duration_seconds: float | None = Field(default=None, alias="durationSeconds", gt=0)
     labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("labels")
+    @classmethod
+    def _valid_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        """They go onto the Job and its pods: refuse here what the member cluster would refuse."""
+        for key, value in labels.items():
+            problem = _label_problem(key, value)
+            if problem:
+                raise ValueError(problem)
+        return labels
 
     @model_validator(mode="after")
     def _gpus_or_mig(self) -> JobSpec:
