@@ -166,7 +166,7 @@ class BrokerService:
 
     def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
         """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
-        summaries = self.store.placeable_summaries()
+        summaries = self._placeable()
         now = self.clock.now()
         decision = placement.place(request, summaries, self.traits, self.policy, now)
         return decision, placement.explain(request, summaries, self.traits, self.policy, now)
@@ -181,7 +181,7 @@ class BrokerService:
         if not queued:
             return []
         changed: list[JobRecord] = []
-        summaries = self.store.placeable_summaries()
+        summaries = self._placeable()
         for record in queued:
             now = self.clock.now()
             started = time.perf_counter()
@@ -196,7 +196,7 @@ class BrokerService:
             if placed is not None:
                 telemetry.placements.add(1, {"cluster": decision.cluster})
                 changed.append(placed)
-                summaries = self.store.placeable_summaries()
+                summaries = self._placeable()
         return changed
 
     def _dispatch(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
@@ -273,6 +273,11 @@ class BrokerService:
         return changed
 
     # ------------------------------------------------------------------ helpers
+
+    def _placeable(self) -> list[ClusterSummary]:
+        """Placeable summaries of the declared clusters only: Redis may still hold the summary of a
+        cluster removed from the configuration (or one another broker on the same prefix watches)."""
+        return [s for s in self.store.placeable_summaries() if s.cluster in self.traits]
 
     def _transition(
         self, record: JobRecord, state: JobState, reason: str, expected: JobState | None = None

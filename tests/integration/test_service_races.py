@@ -162,3 +162,23 @@ def test_a_cancel_does_not_overwrite_a_job_that_finished_meanwhile(
     with pytest.raises(Exception, match="SUCCEEDED"):
         service.cancel(job.id)
     assert service.get(job.id).state is JobState.SUCCEEDED
+
+
+def test_a_summary_left_in_redis_by_a_cluster_no_longer_declared_is_never_chosen(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """A cluster removed from clusters.yaml keeps its summary in Redis (fresh for the staleness limit, or
+    for as long as another broker on the same prefix still watches it). Choosing it reserved capacity and
+    then failed the whole scheduling pass on the missing traits, pass after pass."""
+    service, store, _ = world
+    (declared,) = service.traits
+    current = store.get_summary(declared)
+    assert current is not None
+    store.put_summary(replace(current, cluster="a-retired-cluster"))  # sorts first: wins the tie
+    job = _submit(service)
+
+    service.schedule_once()
+
+    placed = service.get(job.id)
+    assert placed.state is JobState.PLACED and placed.cluster == declared
+    assert [v.cluster for v in service.explain(job.request)[1]] == [declared]
