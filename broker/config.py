@@ -78,7 +78,9 @@ class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="redisUrl")
-    redis_prefix: str = Field(default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.:-]+$")
+    redis_prefix: str = Field(
+        default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$"
+    )  # no ":": the key separator
     stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)

@@ -103,3 +103,16 @@ def test_not_yaml_and_empty_are_refused(tmp_path: Path) -> None:
     path.write_text("clusters: []")
     with pytest.raises(ConfigError, match="clusters: List should have at least 1 item"):
         load_fleet_config(path)
+
+
+@pytest.mark.parametrize("prefix", ["gpufed:prod", "", "has space"])
+def test_a_redis_prefix_the_store_cannot_use_is_refused_with_the_field_named(
+    tmp_path: Path, prefix: str
+) -> None:
+    """The store separates key parts with ':'; a prefix with one would be refused only at startup."""
+    doc = {
+        "clusters": [{"name": "east", "kubeconfig": str(_kubeconfig(tmp_path, "east"))}],
+        "settings": {"redisPrefix": prefix},
+    }
+    with pytest.raises(ConfigError, match=r"settings\.redisPrefix"):
+        load_fleet_config(_write(tmp_path, doc))
