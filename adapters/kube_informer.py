@@ -74,7 +74,9 @@ class WatchSettings:
     """Timeouts and backoff of list/watch. Server timeoutSeconds bounds a watch; the read timeout catches
     a cluster that hangs without closing the connection."""
 
-    watch_timeout_s: int = 60
+    # The end of each watch is the heartbeat of a quiet cluster (real API servers bookmark about once a
+    # minute): keep it well inside the placer's staleness limit (settings.staleAfterSeconds, default 30).
+    watch_timeout_s: int = 20
     read_slack_s: float = 15.0
     list_timeout: tuple[float, float] = (5.0, 60.0)
     page_size: int = 500
