@@ -340,8 +340,10 @@ class Watch:
     """One open watch stream: events filtered for it, waiting to be written."""
 
     __slots__ = (
+        "abort",
         "closed",
         "cut",
+        "draining",
         "headers_sent",
         "include",
         "match",
@@ -369,6 +371,8 @@ class Watch:
         self.closed = False
         self.cut = False
         self.headers_sent = False
+        self.draining = False  # the writer waits for the client to read
+        self.abort: Callable[[], None] | None = None  # drops the connection once the stream is open
 
     def offer(self, etype: str, obj: Obj, prev: Obj | None = None) -> None:
         """Queue an event if it concerns this watcher. With a selector, as the real watch cache does: an
@@ -396,9 +400,13 @@ class Watch:
             self.stop(cut=True)
 
     def stop(self, cut: bool = False) -> None:
+        """End the stream; with cut=True the connection is dropped after what was queued is written, or at
+        once when the writer is blocked on a client that does not read (else it would wait for ever)."""
         self.closed = True
         self.cut = self.cut or cut
         self.wake.set()
+        if cut and self.draining and self.abort is not None:
+            self.abort()
 
 
 # ------------------------------------------------------------------------------------------ the API
@@ -1344,6 +1352,7 @@ class ClusterApi:
             )
             await conn.end_chunked()
             return None
+        w.abort = conn.abort
         self._subscribe(rt.key, w)
         loop = asyncio.get_running_loop()
         eof = loop.create_task(conn.reader.read(1))
@@ -1357,7 +1366,11 @@ class ClusterApi:
                 if w.out:  # one write (one TLS record batch) for everything queued
                     items = [w.out.popleft() for _ in range(len(w.out))]
                     conn.write_chunks([i if isinstance(i, bytes) else self._encode(w, *i) for i in items])
-                await conn.drain()
+                w.draining = True
+                try:
+                    await conn.drain()
+                finally:
+                    w.draining = False
                 if w.closed:
                     break
                 now = loop.time()

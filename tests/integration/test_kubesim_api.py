@@ -5,6 +5,7 @@ The simulation runs without controllers so that every object and event here is o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
@@ -498,10 +499,16 @@ def test_kueue_served_at_v1beta2_and_v1beta1_with_renamed_fields(
 
 
 def mutate_node(sim: Simulation, name: str, key: str, value: str) -> None:
+    sim.call(lambda: mutate_node_on(sim, "sim-000", name, key, value))
+
+
+def mutate_node_on(sim: Simulation, cluster: str, name: str, key: str, value: str) -> None:
+    """Set a label on a node (on the simulation loop)."""
+
     def fn(node: dict[str, Any]) -> None:
         node["metadata"].setdefault("labels", {})[key] = value
 
-    sim.call(lambda: sim.store("sim-000").mutate("nodes", "", name, fn))
+    sim.store(cluster).mutate("nodes", "", name, fn)
 
 
 def later(delay: float, fn: Any) -> threading.Thread:
@@ -773,6 +780,46 @@ def test_fault_cut_watches_ends_open_streams(sim: Simulation) -> None:
         )
         t.join()
         assert events == [] and time.monotonic() - start < 10
+
+
+def test_a_watcher_that_stops_reading_is_cut_and_its_connection_dropped(
+    sim: Simulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that opens a watch and never reads must not hold a stream, a coroutine and megabytes of
+    buffered events for ever: past the queue limit its watch ends and the connection is dropped."""
+    monkeypatch.setattr("kubesim.api.WATCH_QUEUE_LIMIT", 100)
+    name = "sim-001"
+    api_obj = sim.api(name)
+    assert api_obj.watch_count == 0
+    node = sim.call(lambda: sim.store(name).list("nodes")[0][0]["metadata"]["name"])
+    ctx = ssl.create_default_context(cafile=str(sim.ca_path(name)))
+    host, port = sim.server_url(name).removeprefix("https://").rsplit(":", 1)
+    raw_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw_sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw_sock.connect((host, int(port)))
+    stalled = ctx.wrap_socket(raw_sock, server_hostname=host)
+    try:
+        stalled.sendall(
+            f"GET /api/v1/nodes?watch=true&resourceVersion={sim.store(name).resource_version} HTTP/1.1\r\n"
+            f"Host: {host}\r\nAuthorization: Bearer {sim.token(name)}\r\n\r\n".encode()
+        )
+        deadline = time.monotonic() + 10
+        while api_obj.watch_count != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert api_obj.watch_count == 1
+
+        async def churn() -> None:
+            for i in range(300):  # ~15 MB of events, far beyond what the socket buffers take
+                mutate_node_on(sim, name, node, "blob", f"{i}" + "x" * 50_000)
+                await asyncio.sleep(0)  # let the watch write (and block on the full socket)
+
+        sim.call(churn)
+        deadline = time.monotonic() + 10
+        while api_obj.watch_count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert api_obj.watch_count == 0
+    finally:
+        stalled.close()
 
 
 def test_fault_hang_and_latency(sim: Simulation) -> None:
