@@ -2,7 +2,7 @@
 
 Owns `KueueController`. A Job labelled `kueue.x-k8s.io/queue-name` is held suspended (the webhook's job)
 and gets a Workload (v1beta2 shape; owner = the Job; label kueue.x-k8s.io/job-uid; one pod set `main`
-with count = parallelism). Pending Workloads of a ClusterQueue are admitted in order (priority, then
+with count = min(parallelism, completions)). Pending Workloads of a ClusterQueue are admitted in order (priority, then
 creation): the first flavor of the covering resource group whose nominal quota (plus borrowing from the
 cohort, up to borrowingLimit and the lenders' lendingLimit) fits the pod set gets it. StrictFIFO stops at a
 head that does not fit; BestEffortFIFO tries the next. On admission the Workload gets status.admission
@@ -53,6 +53,13 @@ def workload_name(job_name: str, job_uid: str) -> str:
 
 def _queue(job: Obj) -> str | None:
     return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+
+
+def _pods_count(job_spec: Obj) -> int:
+    """Pods a Job runs at once, as Kueue counts its pod set: parallelism, capped by completions."""
+    count = int(job_spec.get("parallelism", 1))
+    completions = job_spec.get("completions")
+    return count if completions is None else min(count, int(completions))
 
 
 class KueueController:
@@ -188,7 +195,7 @@ class KueueController:
         pc_name = (template.get("spec") or {}).get("priorityClassName")
         wl_spec: dict[str, Any] = {
             "queueName": _queue(job),
-            "podSets": [{"name": "main", "count": int(spec.get("parallelism", 1)), "template": template}],
+            "podSets": [{"name": "main", "count": _pods_count(spec), "template": template}],
             "active": True,
         }
         if pc_name:

@@ -207,3 +207,31 @@ def test_autoscaler_respects_max_and_pod_constraints() -> None:
     assert w.store.count("nodes") == 1
     placed = [p for p in w.pods() if scheduled(p)]
     assert len(placed) == 1 and placed[0]["metadata"]["labels"]["job-name"] == "two"
+
+
+def test_kueue_reserves_quota_for_the_pods_a_job_can_run_at_once_not_its_parallelism() -> None:
+    """Kueue's pod set count is min(parallelism, completions): a Job that will never run more pods than
+    its completions must not hold (and so block others from) quota for idle parallelism."""
+    w = world({"name": "c", "nodePools": [pool("h", 2)], "kueue": kueue(8)})
+    w.store.create(
+        "jobs.batch",
+        batch_job(
+            "wide",
+            {"nvidia.com/gpu": 2},
+            duration=100,
+            suspend=True,
+            labels=QUEUE,
+            parallelism=4,
+            completions=2,
+        ),
+    )
+    w.store.create(
+        "jobs.batch", batch_job("other", {"nvidia.com/gpu": 4}, duration=100, suspend=True, labels=QUEUE)
+    )
+    w.settle()
+    (wide,) = [
+        x for x in w.store.list(WL, "default")[0] if x["metadata"]["ownerReferences"][0]["name"] == "wide"
+    ]
+    assert wide["spec"]["podSets"][0]["count"] == 2
+    assert wide["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] == {"nvidia.com/gpu": "4"}
+    assert w.job("other")["spec"]["suspend"] is False  # 4 + 4 fits the 8 GPUs
