@@ -404,6 +404,8 @@ class JobRecord:
     reason: str = ""  # human-readable why of the current state
     workload_name: str | None = None  # the batch/v1 Job name in the member cluster
     idempotency_key: str | None = None
+    dispatch_failures: int = 0  # creates the member clusters refused or could not take
+    not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
 
 
 @dataclass(frozen=True)

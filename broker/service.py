@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from broker import catalog, hints, lifecycle, placement, telemetry
-from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound
+from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
@@ -37,6 +37,10 @@ from broker.model import (
 from broker.ports import Clock, ClusterGateway, StateStore
 
 log = logging.getLogger(__name__)
+
+# After the n-th refused or failed create, a job waits 2**n seconds (at most this) before the next try,
+# so a cluster that keeps refusing a manifest is not hammered every pass.
+DISPATCH_BACKOFF_MAX_SECONDS = 300.0
 
 
 # How often cancel() re-reads a job that changed state under it before giving up.
@@ -184,20 +188,39 @@ class BrokerService:
         summaries = self._placeable()
         for record in queued:
             now = self.clock.now()
-            started = time.perf_counter()
-            decision = placement.place(record.request, summaries, self.traits, self.policy, now)
-            telemetry.placement_latency.record(time.perf_counter() - started)
-            if isinstance(decision, NoFit):
-                telemetry.unplaceable.add(1)
-                if record.reason != decision.message:
-                    changed.append(self._save(replace(record, reason=decision.message, updated_at=now)))
+            if now < record.not_before:
+                continue  # backing off after a failed dispatch
+            try:
+                step = self._schedule_job(record, summaries, now)
+            except StoreError:
+                raise  # the store is down: nothing else can progress either
+            except Exception:
+                log.exception(
+                    "placing %s failed; the other jobs go on and it is retried next pass", record.id
+                )
                 continue
-            placed = self._dispatch(record, decision, now)
-            if placed is not None:
-                telemetry.placements.add(1, {"cluster": decision.cluster})
-                changed.append(placed)
-                summaries = self._placeable()
+            if step is not None:
+                changed.append(step)
+                if step.state is JobState.PLACED:
+                    summaries = self._placeable()
         return changed
+
+    def _schedule_job(
+        self, record: JobRecord, summaries: list[ClusterSummary], now: float
+    ) -> JobRecord | None:
+        """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None."""
+        started = time.perf_counter()
+        decision = placement.place(record.request, summaries, self.traits, self.policy, now)
+        telemetry.placement_latency.record(time.perf_counter() - started)
+        if isinstance(decision, NoFit):
+            telemetry.unplaceable.add(1)
+            if record.reason != decision.message:
+                return self._save(replace(record, reason=decision.message, updated_at=now))
+            return None
+        placed = self._dispatch(record, decision, now)
+        if placed is not None and placed.state is JobState.PLACED:
+            telemetry.placements.add(1, {"cluster": decision.cluster})
+        return placed
 
     def _dispatch(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
         attempt = record.attempt + 1
@@ -232,10 +255,19 @@ class BrokerService:
         except ClusterError as exc:
             log.warning("dispatch of %s to %s failed: %s", record.id, where.cluster, exc)
             self.store.release(record.id)
+            failures = placed.dispatch_failures + 1
+            backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
             return self._transition(
-                replace(placed, cluster=None, placement=None, workload_name=None),
+                replace(
+                    placed,
+                    cluster=None,
+                    placement=None,
+                    workload_name=None,
+                    dispatch_failures=failures,
+                    not_before=self.clock.now() + backoff,
+                ),
                 JobState.QUEUED,
-                f"dispatch-failed: {exc}",
+                f"dispatch-failed (attempt {attempt}, next try in {backoff:.0f} s): {exc}",
                 expected=JobState.PLACED,
             )
         current = self.store.get_job(record.id)
@@ -250,27 +282,40 @@ class BrokerService:
         """Follow every placed job in its member cluster. Returns the jobs that changed state."""
         changed: list[JobRecord] = []
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
-            if not record.cluster or not record.workload_name:
-                continue
-            namespace = self.traits[record.cluster].namespace if record.cluster in self.traits else "default"
             try:
-                status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
-            except ClusterError as exc:
-                log.info("cannot read %s on %s: %s", record.workload_name, record.cluster, exc)
+                step = self._sync_job(record)
+            except StoreError:
+                raise
+            except Exception:
+                log.exception(
+                    "following %s failed; the other jobs go on and it is retried next pass", record.id
+                )
                 continue
-            step = lifecycle.observe(record, status, self.clock.now())
-            if step is None:
-                continue
-            if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
-                self.store.release(record.id)
-            target = record
-            if step.state is JobState.QUEUED:
-                target = replace(record, cluster=None, placement=None, workload_name=None)
-            try:
-                changed.append(self._transition(target, step.state, step.reason, expected=record.state))
-            except Conflict:
-                continue  # cancelled meanwhile
+            if step is not None:
+                changed.append(step)
         return changed
+
+    def _sync_job(self, record: JobRecord) -> JobRecord | None:
+        if not record.cluster or not record.workload_name:
+            return None
+        namespace = self.traits[record.cluster].namespace if record.cluster in self.traits else "default"
+        try:
+            status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
+        except ClusterError as exc:
+            log.info("cannot read %s on %s: %s", record.workload_name, record.cluster, exc)
+            return None
+        step = lifecycle.observe(record, status, self.clock.now())
+        if step is None:
+            return None
+        if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
+            self.store.release(record.id)
+        target = record
+        if step.state is JobState.QUEUED:
+            target = replace(record, cluster=None, placement=None, workload_name=None)
+        try:
+            return self._transition(target, step.state, step.reason, expected=record.state)
+        except Conflict:
+            return None  # cancelled meanwhile
 
     # ------------------------------------------------------------------ helpers
 

@@ -182,3 +182,53 @@ def test_a_summary_left_in_redis_by_a_cluster_no_longer_declared_is_never_chosen
     placed = service.get(job.id)
     assert placed.state is JobState.PLACED and placed.cluster == declared
     assert [v.cluster for v in service.explain(job.request)[1]] == [declared]
+
+
+def test_a_refused_create_backs_off_instead_of_retrying_every_pass(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """A member cluster that refuses the manifest (or can't be reached) sends the job back to QUEUED with
+    the reason, and the job waits 2**n s before the n+1-th try instead of hammering the cluster."""
+    service, store, gateway = world
+    job = _submit(service)
+
+    def refuse() -> None:
+        from broker.errors import ClusterRejected
+
+        raise ClusterRejected("c", "admission webhook said no")
+
+    gateway.before_create = refuse
+    service.schedule_once()
+    failed = service.get(job.id)
+    assert failed.state is JobState.QUEUED
+    assert failed.dispatch_failures == 1
+    assert "dispatch-failed" in failed.reason and "admission webhook said no" in failed.reason
+    assert failed.not_before > SystemClock().now()
+    assert store.live_reservations(SystemClock().now()) == []
+
+    assert service.schedule_once() == []  # still backing off: not even tried
+    assert service.get(job.id).dispatch_failures == 1
+
+    store.save_job(replace(service.get(job.id), not_before=0.0), expected_state=JobState.QUEUED)
+    service.schedule_once()  # the backoff is over and the cluster takes it now
+    assert service.get(job.id).state is JobState.PLACED
+    assert _jobs_in_cluster(service, job.id) != []
+
+
+def test_one_job_that_breaks_placement_does_not_stop_the_others(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    service, _, gateway = world
+    first = _submit(service)
+    second = _submit(service)
+    calls = {"n": 0}
+
+    def explode_once() -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in one job's path")
+
+    gateway.before_create = explode_once
+    service.schedule_once()
+    states = {service.get(j.id).state for j in (first, second)}
+    assert JobState.PLACED in states
