@@ -61,6 +61,7 @@ class PollerShard:
         self._dirty: set[str] = set()
         self._last_write: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._publish_locks = {name: threading.Lock() for name in self._specs}
         self._stop = threading.Event()
         self._publisher: threading.Thread | None = None
         self.writes = 0
@@ -120,9 +121,13 @@ class PollerShard:
         return written
 
     def publish_cluster(self, name: str) -> ClusterSummary:
-        """Write one cluster's summary (from its watcher's index) to Redis; the summary as written."""
-        summary = self._watchers[name].summary(self._specs[name].traits)
-        written = self._store.put_summary(summary)
+        """Write one cluster's summary (from its watcher's index) to Redis; the summary as written.
+
+        One lock per cluster around read-and-write: the watcher thread and the heartbeat publisher may
+        both publish a cluster, and without it an older summary could land after a newer one."""
+        with self._publish_locks[name]:
+            summary = self._watchers[name].summary(self._specs[name].traits)
+            written = self._store.put_summary(summary)
         with self._lock:
             self._last_write[name] = time.time()
             self.writes += 1
