@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from adapters.redis_process import RedisServerUnavailable, private_redis
 from broker.cli import fleet_table
 from broker.config import load_fleet_config
 
@@ -112,43 +110,17 @@ def redis_for_demo() -> Iterator[str]:
     if _redis_answers(url):
         yield url
         return
-    exe = shutil.which("redis-server")
-    if exe is None:
+    try:
+        with private_redis() as server:
+            console.print(
+                f"[dim]no Redis at REDIS_URL; started a private redis-server on port {server.port}[/dim]"
+            )
+            yield server.url
+    except RedisServerUnavailable as exc:
         raise SystemExit(
-            f"No Redis answers at {url} and redis-server is not on PATH.\n"
+            f"No Redis answers at {url}, and a private one could not be started: {exc}.\n"
             "Start one (apt-get install redis-server; redis-server --daemonize yes) or set REDIS_URL."
-        )
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                tmp,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"redis://127.0.0.1:{port}/0"
-        try:
-            deadline = time.monotonic() + 10
-            while not _redis_answers(url):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("started a private redis-server but it does not answer")
-                time.sleep(0.05)
-            console.print(f"[dim]no Redis at REDIS_URL; started a private redis-server on port {port}[/dim]")
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+        ) from None
 
 
 def write_demo_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: str, prefix: str) -> Path:
