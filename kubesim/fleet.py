@@ -9,7 +9,7 @@ Owns
   NodeResourceTopology, as the real objects look (reference sections 1, 2). The autoscaler uses it too.
 - `populate(store, cluster, clock)`: namespaces, nodes, NRTs, priority classes and Kueue objects.
 
-The document format is described with an example in docs/kubesim-world.md.
+The document format is described with an example in docs/kubesim.md ("Fleet files").
 """
 
 from __future__ import annotations
