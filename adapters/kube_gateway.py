@@ -23,7 +23,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from adapters.kube_rest import ApiStatus, KubeRest
 from broker.errors import ClusterRejected, ClusterUnreachable
-from broker.model import WorkloadStatus
+from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
+from broker.model import WorkloadRef, WorkloadStatus
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +152,28 @@ class KubeGateway:
                 return WorkloadStatus(name=name, namespace=namespace, exists=False)
             raise ClusterRejected(cluster, f"read Job {name}: {e.code} {e.message}") from e
         return workload_status(job, name, namespace)
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        rest = self._rest(cluster)
+        path = f"/apis/batch/v1/namespaces/{quote(namespace, safe='')}/jobs"
+        try:
+            jobs, _ = rest.list_pages(path, selector=[("labelSelector", JOB_ID_LABEL)])
+        except ApiStatus as e:
+            raise ClusterRejected(cluster, f"list Jobs: {e.code} {e.message}") from e
+        refs = []
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            try:
+                attempt = int(labels.get(ATTEMPT_LABEL, ""))
+            except ValueError:
+                continue  # not one of ours in a shape we wrote: leave it alone
+            refs.append(
+                WorkloadRef(
+                    name=str(meta.get("name")),
+                    namespace=str(meta.get("namespace") or namespace),
+                    job_id=str(labels[JOB_ID_LABEL]),
+                    attempt=attempt,
+                )
+            )
+        return refs

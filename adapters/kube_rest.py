@@ -154,13 +154,18 @@ class KubeRest:
         return out if isinstance(out, dict) else {}
 
     def list_pages(
-        self, path: str, page_size: int = 500, timeout: float | tuple[float, float] | None = None
+        self,
+        path: str,
+        page_size: int = 500,
+        timeout: float | tuple[float, float] | None = None,
+        selector: Sequence[tuple[str, Any]] = (),
     ) -> tuple[list[Obj], str]:
-        """Every item of a collection (paginated with limit/continue) and the list's resourceVersion."""
+        """Every item of a collection (paginated with limit/continue) and the list's resourceVersion.
+        `selector` adds query parameters such as ("labelSelector", "gpufed.io/job-id")."""
         items: list[Obj] = []
         cont = ""
         while True:
-            query: list[tuple[str, Any]] = [("limit", page_size)]
+            query: list[tuple[str, Any]] = [("limit", page_size), *selector]
             if cont:
                 query.append(("continue", cont))
             page = self.request("GET", path, query, timeout=timeout)

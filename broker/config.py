@@ -86,6 +86,7 @@ class Settings(_Strict):
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
+    sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
 
 
 class FleetConfig(_Strict):

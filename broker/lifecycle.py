@@ -3,8 +3,8 @@
     QUEUED -> PLACED -> ADMITTED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
     and back to QUEUED (dispatch-failed, workload-lost, failover) with attempt + 1 at the next placement.
 
-Owns only the decision (`observe`) and the ordering of the pending queue (`queue_order`); the service
-applies the result. No I/O, no clock: `now` is an argument.
+Owns only the decisions (`observe`, `orphan_reason`) and the ordering of the pending queue
+(`queue_order`); the service applies the result. No I/O, no clock: `now` is an argument.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from broker.model import JobRecord, JobState, WorkloadStatus
+from broker.model import JobRecord, JobState, WorkloadRef, WorkloadStatus
 
 # A Job we just created may not be visible yet; only after this long is "not found" a loss.
 WORKLOAD_GRACE_SECONDS = 30.0
@@ -67,3 +67,26 @@ def queue_order(records: Iterable[JobRecord], priorities: dict[str, int] | None 
         return (-prio.get(r.request.priority_class or "", 0), r.created_at, r.id)
 
     return sorted(records, key=key)
+
+
+def orphan_reason(ref: WorkloadRef, record: JobRecord | None) -> str | None:
+    """Why a Job carrying the broker's labels should be removed from its cluster, or None to keep it.
+
+    The caller lists the cluster's Jobs *before* it reads the records: the broker saves PLACED with the
+    new attempt before it creates that attempt's Job, so a record read afterwards is at least as new as
+    any Job in the list, and an attempt the record has moved past, or a record back in QUEUED or
+    CANCELLED, means the Job is left over (a failed delete, a create that timed out but landed, a
+    cluster that came back after its jobs were moved). A job id this store has never seen is left
+    alone: it may belong to another broker sharing the cluster.
+    """
+    if record is None:
+        return None
+    if record.state is JobState.CANCELLED:
+        return f"job {record.id} was cancelled"
+    if ref.attempt < record.attempt:
+        return f"stale attempt {ref.attempt} of job {record.id} (now at attempt {record.attempt})"
+    if record.state is JobState.QUEUED:
+        return f"job {record.id} is queued again; attempt {ref.attempt} is no longer wanted"
+    if ref.attempt > record.attempt or (record.cluster is not None and ref.name != record.workload_name):
+        return f"job {record.id} does not know attempt {ref.attempt} ({ref.name})"
+    return None

@@ -82,7 +82,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
     )
-    loop = ControlLoop(service, cfg.settings.schedule_interval_seconds)
+    loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(service, service.clock), host=host, port=port, log_level="warning", lifespan="off"

@@ -419,6 +419,16 @@ class JobEvent:
 
 
 @dataclass(frozen=True)
+class WorkloadRef:
+    """A Job in a member cluster that carries the broker's labels (gpufed.io/job-id, gpufed.io/attempt)."""
+
+    name: str
+    namespace: str
+    job_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class WorkloadStatus:
     """What a member cluster says about a Job the broker created there."""
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from broker.model import ClusterSummary, JobEvent, JobRecord, JobState, Reservation, WorkloadStatus
+from broker.model import (
+    ClusterSummary,
+    JobEvent,
+    JobRecord,
+    JobState,
+    Reservation,
+    WorkloadRef,
+    WorkloadStatus,
+)
 
 
 class Clock(Protocol):
@@ -30,6 +38,10 @@ class ClusterGateway(Protocol):
 
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
         """The Job's status; exists=False when the cluster has no such Job."""
+        ...
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        """Every Job in the namespace that carries the gpufed.io/job-id label."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""The broker's control loop: schedule_once and sync_status, again and again, in a background thread.
+"""The broker's control loop: sync_status and schedule_once every pass, sweep_orphans every 30 s, in a
+background thread.
 
 Owns the cadence and the fault isolation of the loop (an exception in one pass is logged and the next
 pass runs), not any decision. Stopping is prompt: the loop waits on an Event, not on sleep.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from broker.service import BrokerService
 
@@ -15,9 +17,13 @@ log = logging.getLogger(__name__)
 
 
 class ControlLoop:
-    def __init__(self, service: BrokerService, interval_seconds: float = 0.5) -> None:
+    def __init__(
+        self, service: BrokerService, interval_seconds: float = 0.5, sweep_interval_seconds: float = 30.0
+    ) -> None:
         self._service = service
         self._interval = interval_seconds
+        self._sweep_interval = sweep_interval_seconds
+        self._next_sweep = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
@@ -27,6 +33,9 @@ class ControlLoop:
         try:
             self._service.sync_status()
             self._service.schedule_once()
+            if time.monotonic() >= self._next_sweep:
+                self._next_sweep = time.monotonic() + self._sweep_interval
+                self._service.sweep_orphans()
         except Exception:
             self.failures += 1
             log.exception("control loop pass failed; the next pass retries")

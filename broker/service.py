@@ -26,6 +26,7 @@ from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, Stor
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
+    Health,
     JobEvent,
     JobRecord,
     JobRequest,
@@ -281,7 +282,10 @@ class BrokerService:
     def sync_status(self) -> list[JobRecord]:
         """Follow every placed job in its member cluster. Returns the jobs that changed state."""
         changed: list[JobRecord] = []
+        down = self._unavailable_clusters()
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+            if record.cluster in down:
+                continue  # its pollers say it does not answer: don't stall the loop on its timeouts
             try:
                 step = self._sync_job(record)
             except StoreError:
@@ -317,7 +321,52 @@ class BrokerService:
         except Conflict:
             return None  # cancelled meanwhile
 
+    def sweep_orphans(self) -> list[str]:
+        """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
+        declared cluster that answers. Returns "cluster/name" of each Job deleted."""
+        deleted: list[str] = []
+        down = self._unavailable_clusters()
+        for cluster, traits in sorted(self.traits.items()):
+            if cluster in down:
+                continue
+            try:
+                refs = self.gateway.list_workloads(cluster, traits.namespace)  # before the records
+            except ClusterError as exc:
+                log.info("cannot list Jobs on %s for the sweep: %s", cluster, exc)
+                continue
+            for ref in refs:
+                record = self.store.get_job(ref.job_id)
+                reason = lifecycle.orphan_reason(ref, record)
+                if reason is None or record is None:
+                    continue
+                try:
+                    self.gateway.delete_workload(cluster, ref.namespace, ref.name)
+                except ClusterError as exc:
+                    log.warning("cannot delete left-over Job %s on %s: %s", ref.name, cluster, exc)
+                    continue
+                log.info("deleted left-over Job %s on %s: %s", ref.name, cluster, reason)
+                self.store.append_event(
+                    JobEvent(
+                        job_id=record.id,
+                        at=self.clock.now(),
+                        state=record.state,
+                        attempt=record.attempt,
+                        reason=f"deleted left-over Job {ref.name} on {cluster}: {reason}",
+                        cluster=cluster,
+                    )
+                )
+                deleted.append(f"{cluster}/{ref.name}")
+        return deleted
+
     # ------------------------------------------------------------------ helpers
+
+    def _unavailable_clusters(self) -> set[str]:
+        """Clusters whose pollers report them unreachable or forbidden: calls to them would only time out."""
+        return {
+            s.cluster
+            for s in self.store.observed_summaries()
+            if s.health in (Health.UNREACHABLE, Health.FORBIDDEN)
+        }
 
     def _placeable(self) -> list[ClusterSummary]:
         """Placeable summaries of the declared clusters only: Redis may still hold the summary of a

@@ -27,6 +27,7 @@ from broker.model import (
     JobRequest,
     JobState,
     ProductCapacity,
+    WorkloadStatus,
 )
 from broker.service import BrokerService
 
@@ -48,6 +49,12 @@ class HookedGateway(KubeGateway):
         if hook is not None:
             hook()
         super().create_workload(cluster, job, companions)
+
+    reads: int = 0
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        self.reads += 1
+        return super().read_workload(cluster, namespace, name)
 
 
 class HookedStore(RedisStateStore):
@@ -232,3 +239,76 @@ def test_one_job_that_breaks_placement_does_not_stop_the_others(
     service.schedule_once()
     states = {service.get(j.id).state for j in (first, second)}
     assert JobState.PLACED in states
+
+
+def test_the_sweep_removes_left_over_attempts_and_leaves_the_live_one_and_strangers(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """A create that timed out but landed, or a cluster that came back after its job moved, leaves a Job
+    of an attempt nobody wants: the sweep deletes it. The live attempt and Jobs of job ids this broker
+    never saw (another broker's) stay."""
+    service, store, gateway = world
+    (cluster,) = service.traits
+    job = _submit(service)
+    service.schedule_once()
+    live = service.get(job.id)
+    assert live.state is JobState.PLACED and live.attempt == 1
+
+    rest = gateway._rest(cluster)
+
+    def plant(name: str, job_id: str, attempt: int) -> None:
+        rest.request(
+            "POST",
+            "/apis/batch/v1/namespaces/default/jobs",
+            body={
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": name,
+                    "labels": {"gpufed.io/job-id": job_id, "gpufed.io/attempt": str(attempt)},
+                },
+                "spec": {
+                    "template": {
+                        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+                    }
+                },
+            },
+        )
+
+    # the record moved on to attempt 2 (as after a failover); attempt 1's Job is left over
+    store.save_job(replace(live, attempt=2, workload_name="moved-on"), expected_state=JobState.PLACED)
+    plant("moved-on", job.id, 2)
+    plant("someone-elses", "j-not-ours", 1)
+
+    deleted = service.sweep_orphans()
+
+    assert deleted == [f"{cluster}/{live.workload_name}"]
+    assert sorted(_jobs_in_cluster(service, job.id)) == ["moved-on"]
+    names = [
+        j["metadata"]["name"] for j in rest.request("GET", "/apis/batch/v1/namespaces/default/jobs")["items"]
+    ]
+    assert "someone-elses" in names
+    assert any("left-over" in e.reason for e in service.events(job.id))
+
+
+def test_jobs_on_a_cluster_its_pollers_report_unreachable_are_not_read_until_it_answers(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """A hung cluster would stall the whole control loop on its timeouts; the pollers' health says so."""
+    service, store, gateway = world
+    (cluster,) = service.traits
+    job = _submit(service)
+    service.schedule_once()
+    assert service.get(job.id).state is JobState.PLACED
+    summary = store.get_summary(cluster)
+    assert summary is not None
+
+    store.put_summary(replace(summary, health=Health.UNREACHABLE))
+    before = gateway.reads
+    service.sync_status()
+    assert service.sweep_orphans() == []
+    assert gateway.reads == before
+
+    store.put_summary(replace(summary, health=Health.HEALTHY))
+    service.sync_status()
+    assert gateway.reads == before + 1

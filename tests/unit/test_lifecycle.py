@@ -94,3 +94,30 @@ def test_queue_order_is_priority_then_first_come() -> None:
     d = replace(base, id="d", created_at=1, request=replace(base.request, priority_class=None))
     order = queue_order([a, b, c, d], {"high": 1000, "low": -10})
     assert [r.id for r in order] == ["c", "d", "a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("state", "record_attempt", "ref_attempt", "deleted"),
+    [
+        (JobState.RUNNING, 2, 2, False),  # the live attempt
+        (JobState.SUCCEEDED, 2, 2, False),  # finished: its Job stays for logs
+        (JobState.RUNNING, 2, 1, True),  # an older attempt came back (cluster returned after failover)
+        (JobState.QUEUED, 2, 2, True),  # sent back to the queue: its last attempt is no longer wanted
+        (JobState.CANCELLED, 2, 2, True),  # a cancel whose delete failed
+        (JobState.PLACED, 2, 3, True),  # an attempt the record never made
+    ],
+)
+def test_orphan_reason(state: JobState, record_attempt: int, ref_attempt: int, deleted: bool) -> None:
+    from broker.lifecycle import orphan_reason
+    from broker.model import WorkloadRef
+
+    record = replace(_record(state), attempt=record_attempt, workload_name=f"gpufed-j1-{record_attempt}")
+    ref = WorkloadRef(name=f"gpufed-j1-{ref_attempt}", namespace="default", job_id="j1", attempt=ref_attempt)
+    assert (orphan_reason(ref, record) is not None) is deleted
+
+
+def test_a_job_id_this_broker_never_saw_is_left_alone() -> None:
+    from broker.lifecycle import orphan_reason
+    from broker.model import WorkloadRef
+
+    assert orphan_reason(WorkloadRef("x", "default", "j-other", 1), None) is None
