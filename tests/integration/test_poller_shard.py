@@ -8,6 +8,7 @@ in the cluster within 2 seconds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -59,11 +60,14 @@ def shard(tmp_path: Path, redis_url: str) -> Iterator[tuple[Any, PollerShard, Re
         poller = PollerShard(specs, redis_url, prefix, summary_interval_seconds=0.05)
         store = RedisStateStore(redis_url, prefix=prefix)
         poller.start()
+
+        def healthy(name: str) -> bool:
+            s = store.get_summary(name)
+            return s is not None and s.health == Health.HEALTHY
+
         try:
             for n in names:
-                wait_for(
-                    f"{n} healthy", lambda n=n: (s := store.get_summary(n)) and s.health == Health.HEALTHY, 10
-                )
+                wait_for(f"{n} healthy", functools.partial(healthy, n), 10)
             yield sim, poller, store
         finally:
             poller.stop()

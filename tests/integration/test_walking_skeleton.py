@@ -21,6 +21,7 @@ from broker.demo import write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
+from tests.k8s_fields import labels_of, present
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +54,9 @@ def broker_url(
 
 
 def _batch_api(sim: Simulation, cluster: str) -> client.BatchV1Api:
-    api = config.new_client_from_config(str(sim.kubeconfig_path(cluster)), persist_config=False)
+    api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        str(sim.kubeconfig_path(cluster)), persist_config=False
+    )
     return client.BatchV1Api(api)
 
 
@@ -82,13 +85,15 @@ def test_a_submitted_job_runs_in_the_chosen_cluster_with_its_hints_and_succeeds(
     )
     assert len(jobs.items) == 1
     k8s_job = jobs.items[0]
-    assert k8s_job.metadata.labels["gpufed.io/attempt"] == "1"
-    pod = k8s_job.spec.template.spec
-    assert pod.containers[0].resources.limits["nvidia.com/gpu"] == "8"
-    assert pod.containers[0].resources.requests["nvidia.com/gpu"] == "8"
-    assert pod.node_selector["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
+    assert labels_of(k8s_job)["gpufed.io/attempt"] == "1"
+    template = present(k8s_job.spec, "job spec").template
+    pod = present(template.spec, "pod template spec")
+    resources = present(pod.containers[0].resources, "container resources")
+    assert present(resources.limits, "limits")["nvidia.com/gpu"] == "8"
+    assert present(resources.requests, "requests")["nvidia.com/gpu"] == "8"
+    assert present(pod.node_selector, "nodeSelector")["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
     assert any(t.key == "nvidia.com/gpu" for t in pod.tolerations or [])
-    assert k8s_job.spec.template.metadata.labels["gpufed.io/job-id"] == job_id
+    assert labels_of(template)["gpufed.io/job-id"] == job_id
 
     done = wait_for(
         lambda: (j := _job(broker_url, job_id))["state"] in ("SUCCEEDED", "FAILED") and j,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,9 @@ from tests.unit.kubesim.world import pool, world
 NRT = "noderesourcetopologies.topology.node.k8s.io"
 
 
-def labels_of(w_nodes: list[dict], name: str) -> dict[str, str]:
-    return next(n for n in w_nodes if n["metadata"]["name"] == name)["metadata"]["labels"]
+def labels_of(w_nodes: list[dict[str, Any]], name: str) -> dict[str, str]:
+    labels: dict[str, str] = next(n for n in w_nodes if n["metadata"]["name"] == name)["metadata"]["labels"]
+    return labels
 
 
 @pytest.mark.parametrize(
@@ -219,7 +221,7 @@ def test_builtin_fleets_load_and_populate() -> None:
     ],
 )
 def test_bad_fleet_files_name_the_file_cluster_and_field(
-    cluster: dict, expected: str, tmp_path: Path
+    cluster: dict[str, Any], expected: str, tmp_path: Path
 ) -> None:
     import yaml
 

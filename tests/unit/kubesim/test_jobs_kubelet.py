@@ -55,8 +55,10 @@ def test_indexed_job_with_parallelism_runs_all_completions() -> None:
     job = w.job("train")
     assert job["status"]["succeeded"] == 5
     assert job["status"]["completedIndexes"] == "0-4"
-    assert job_condition(job, "Complete")["reason"] == "CompletionsReached"
-    assert job_condition(job, "SuccessCriteriaMet")["status"] == "True"
+    complete = job_condition(job, "Complete")
+    assert complete is not None and complete["reason"] == "CompletionsReached"
+    criteria_met = job_condition(job, "SuccessCriteriaMet")
+    assert criteria_met is not None and criteria_met["status"] == "True"
     assert job["status"]["completionTime"]
     done = w.pods()
     assert len(done) == 5 and all(p["status"]["phase"] == "Succeeded" for p in done)
@@ -77,7 +79,8 @@ def test_failing_pods_retry_until_the_backoff_limit_then_the_job_fails() -> None
     assert job["status"]["failed"] == 3
     failed = job_condition(job, "Failed")
     assert failed is not None and failed["reason"] == "BackoffLimitExceeded"
-    assert job_condition(job, "FailureTarget")["status"] == "True"
+    failure_target = job_condition(job, "FailureTarget")
+    assert failure_target is not None and failure_target["status"] == "True"
     assert "active" not in job["status"]
     pods = w.pods()
     assert len(pods) == 3 and all(p["status"]["phase"] == "Failed" for p in pods)
@@ -90,12 +93,13 @@ def test_suspended_job_creates_no_pods_until_resumed() -> None:
     w.store.create("jobs.batch", batch_job("later", {"nvidia.com/gpu": 1}, suspend=True))
     w.settle()
     assert w.pods() == []
-    assert job_condition(w.job("later"), "Suspended")["status"] == "True"
+    suspended = job_condition(w.job("later"), "Suspended")
+    assert suspended is not None and suspended["status"] == "True"
     w.store.mutate("jobs.batch", "default", "later", lambda j: j["spec"].__setitem__("suspend", False))
     w.settle()
     assert len(w.pods()) == 1
     cond = job_condition(w.job("later"), "Suspended")
-    assert cond["status"] == "False" and cond["reason"] == "JobResumed"
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "JobResumed"
 
 
 def test_deleting_a_job_garbage_collects_its_pods() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.kubesim.world import batch_job, job_condition, pod_condition, pool, scheduled, world
+from tests.unit.kubesim.world import World, batch_job, job_condition, pod_condition, pool, scheduled, world
 
 WL = "workloads.kueue.x-k8s.io"
 CQ = "clusterqueues.kueue.x-k8s.io"
@@ -42,9 +42,10 @@ def kueue(gpu_quota: int, strategy: str = "BestEffortFIFO") -> dict[str, Any]:
     }
 
 
-def usage(w: Any) -> str:
+def usage(w: World) -> str:
     cq = w.store.get(CQ, "", "gpu-cq")
-    return cq["status"]["flavorsUsage"][0]["resources"][0]["total"]
+    total: str = cq["status"]["flavorsUsage"][0]["resources"][0]["total"]
+    return total
 
 
 def test_kueue_admits_in_quota_order_and_admits_the_next_when_quota_frees() -> None:
