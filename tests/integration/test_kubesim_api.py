@@ -14,15 +14,16 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import urllib3
 from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
+from tests.k8s_fields import as_dict, labels_of, list_rv, meta, name_of, present, rv_of, sent_as
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 def api_client(sim: Simulation, name: str = "sim-000", retries: bool | None = None) -> client.ApiClient:
     """One ApiClient for one cluster from its kubeconfig (retries=False: fail on the first error)."""
     cfg = client.Configuration()
-    config.load_kube_config(str(sim.kubeconfig_path(name)), client_configuration=cfg, persist_config=False)
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        str(sim.kubeconfig_path(name)), client_configuration=cfg, persist_config=False
+    )
     if retries is not None:
         cfg.retries = retries
     return client.ApiClient(cfg)
@@ -55,7 +58,7 @@ def api_client(sim: Simulation, name: str = "sim-000", retries: bool | None = No
 def api(sim: Simulation) -> Iterator[client.ApiClient]:
     c = api_client(sim)
     yield c
-    c.close()
+    c.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -78,12 +81,12 @@ def raw(
     method: str,
     path: str,
     body: Any = None,
-    token: str | None = None,
+    token: str | Literal[False] | None = None,
     headers: dict[str, str] | None = None,
     name: str = "sim-000",
     timeout: float = 10,
 ) -> tuple[int, dict[str, str], Any]:
-    """A plain HTTPS request (status, headers, decoded JSON body or text)."""
+    """A plain HTTPS request (status, headers, decoded JSON body or text); token=False sends none."""
     ctx = ssl.create_default_context(cafile=str(sim.ca_path(name)))
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(sim.server_url(name) + path, data=data, method=method)
@@ -101,6 +104,11 @@ def raw(
         return status, hdrs, json.loads(text)
     except ValueError:
         return status, hdrs, text
+
+
+def error_body(err: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
+    """The Status object an ApiException carries, decoded."""
+    return as_dict(json.loads(present(err.value.body, "ApiException.body")))
 
 
 def job_manifest(name: str, **spec: Any) -> dict[str, Any]:
@@ -165,7 +173,7 @@ def test_discovery_serves_groups_versions_and_subresources(sim: Simulation) -> N
 
 
 @pytest.mark.parametrize("token", [False, "not-the-token"])
-def test_missing_or_wrong_token_is_401(sim: Simulation, token: Any) -> None:
+def test_missing_or_wrong_token_is_401(sim: Simulation, token: str | Literal[False]) -> None:
     status, _, body = raw(sim, "GET", "/api/v1/nodes", token=token)
     assert status == 401
     assert body["kind"] == "Status" and body["reason"] == "Unauthorized" and body["code"] == 401
@@ -192,11 +200,12 @@ def test_each_cluster_has_its_own_ca_and_token(sim: Simulation) -> None:
 def test_typed_list_node(core: client.CoreV1Api) -> None:
     nodes = core.list_node()
     assert len(nodes.items) == NODES
-    assert int(nodes.metadata.resource_version) > 0
+    assert int(list_rv(nodes)) > 0
     node = nodes.items[0]
-    assert node.metadata.labels["nvidia.com/gpu.count"] == "8"
-    assert node.status.allocatable["nvidia.com/gpu"] == "8"
-    names = [n.metadata.name for n in nodes.items]
+    assert labels_of(node)["nvidia.com/gpu.count"] == "8"
+    allocatable = present(present(node.status, "node status").allocatable, "allocatable")
+    assert allocatable["nvidia.com/gpu"] == "8"
+    names = [name_of(n) for n in nodes.items]
     assert names == sorted(names)
 
 
@@ -207,18 +216,19 @@ def test_pagination_with_limit_and_continue(core: client.CoreV1Api) -> None:
     while True:
         page = core.list_node(limit=7, _continue=token)
         pages += 1
-        seen += [n.metadata.name for n in page.items]
-        token = page.metadata._continue
+        seen += [name_of(n) for n in page.items]
+        page_meta = present(page.metadata, "list metadata")
+        token = page_meta._continue
         if not token:
             break
-        assert page.metadata.remaining_item_count == NODES - len(seen)
+        assert page_meta.remaining_item_count == NODES - len(seen)
     assert pages == -(-NODES // 7)
     assert len(seen) == len(set(seen)) == NODES
-    assert seen == [n.metadata.name for n in core.list_node().items]
+    assert seen == [name_of(n) for n in core.list_node().items]
 
 
 def test_list_namespaced_pod_with_label_and_field_selectors(core: client.CoreV1Api) -> None:
-    nodes = [n.metadata.name for n in core.list_node(limit=2).items]
+    nodes = [name_of(n) for n in core.list_node(limit=2).items]
     specs = [
         ("sel-a", {"app": "a", "tier": "x"}, nodes[0]),
         ("sel-b", {"app": "a", "tier": "y"}, nodes[1]),
@@ -226,14 +236,10 @@ def test_list_namespaced_pod_with_label_and_field_selectors(core: client.CoreV1A
         ("sel-d", {"app": "a", "tier": "z", "canary": "1"}, None),
     ]
     for name, labels, node in specs:
-        core.create_namespaced_pod(NS, pod_manifest(name, labels, node))
+        core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest(name, labels, node)))
 
     def names(**kw: Any) -> set[str]:
-        return {
-            p.metadata.name
-            for p in core.list_namespaced_pod(NS, **kw).items
-            if p.metadata.name.startswith("sel-")
-        }
+        return {name_of(p) for p in core.list_namespaced_pod(NS, **kw).items if name_of(p).startswith("sel-")}
 
     assert names(label_selector="app=a") == {"sel-a", "sel-b", "sel-d"}
     assert names(label_selector="app==a,tier in (x, y)") == {"sel-a", "sel-b"}
@@ -258,26 +264,30 @@ def test_list_namespaced_pod_with_label_and_field_selectors(core: client.CoreV1A
 
 
 def test_job_create_get_patch_delete(batch: client.BatchV1Api) -> None:
-    created = batch.create_namespaced_job(NS, job_manifest("train-1", suspend=True))
-    assert created.metadata.uid and created.metadata.resource_version
-    assert created.spec.selector.match_labels["batch.kubernetes.io/controller-uid"] == created.metadata.uid
-    assert created.spec.template.spec.containers[0].resources.requests["nvidia.com/gpu"] == "1"
+    created = batch.create_namespaced_job(NS, sent_as(client.V1Job, job_manifest("train-1", suspend=True)))
+    assert meta(created).uid and rv_of(created)
+    spec = present(created.spec, "job spec")
+    match_labels = present(present(spec.selector, "selector").match_labels, "matchLabels")
+    assert match_labels["batch.kubernetes.io/controller-uid"] == meta(created).uid
+    pod_spec = present(spec.template.spec, "pod template spec")
+    resources = present(pod_spec.containers[0].resources, "container resources")
+    assert present(resources.requests, "requests")["nvidia.com/gpu"] == "1"
     got = batch.read_namespaced_job("train-1", NS)
-    assert got.metadata.labels["gpufed.io/job-id"] == "train-1"
+    assert labels_of(got)["gpufed.io/job-id"] == "train-1"
 
     patched = batch.patch_namespaced_job("train-1", NS, {"metadata": {"labels": {"gpufed.io/attempt": "2"}}})
-    assert patched.metadata.labels == {"gpufed.io/job-id": "train-1", "gpufed.io/attempt": "2"}
-    assert int(patched.metadata.resource_version) > int(created.metadata.resource_version)
+    assert labels_of(patched) == {"gpufed.io/job-id": "train-1", "gpufed.io/attempt": "2"}
+    assert int(rv_of(patched)) > int(rv_of(created))
     merged = batch.patch_namespaced_job(
         "train-1", NS, {"spec": {"suspend": False}}, _content_type="application/merge-patch+json"
     )
-    assert merged.spec.suspend is False and merged.metadata.generation == 2
+    assert present(merged.spec, "job spec").suspend is False and meta(merged).generation == 2
     jp = batch.patch_namespaced_job(
         "train-1", NS, [{"op": "add", "path": "/metadata/annotations", "value": {"note": "hi"}}]
     )
-    assert jp.metadata.annotations == {"note": "hi"}
+    assert meta(jp).annotations == {"note": "hi"}
 
-    status = batch.delete_namespaced_job("train-1", NS, propagation_policy="Background")
+    status = as_dict(batch.delete_namespaced_job("train-1", NS, propagation_policy="Background"))
     assert status["status"] == "Success"  # v37 returns deletes as plain objects
     with pytest.raises(ApiException) as err:
         batch.read_namespaced_job("train-1", NS)
@@ -285,62 +295,63 @@ def test_job_create_get_patch_delete(batch: client.BatchV1Api) -> None:
 
 
 def test_status_subresource_and_main_resource_keep_apart(batch: client.BatchV1Api) -> None:
-    batch.create_namespaced_job(NS, job_manifest("status-1"))
+    batch.create_namespaced_job(NS, sent_as(client.V1Job, job_manifest("status-1")))
     st = batch.patch_namespaced_job_status(
         "status-1", NS, {"status": {"active": 1}, "metadata": {"labels": {"x": "y"}}}
     )
-    assert st.status.active == 1
-    assert "x" not in st.metadata.labels  # a status write changes only status
+    assert present(st.status, "job status").active == 1
+    assert "x" not in labels_of(st)  # a status write changes only status
     main = batch.patch_namespaced_job(
         "status-1", NS, {"status": {"active": 5}, "metadata": {"labels": {"x": "z"}}}
     )
     assert (
-        main.status.active == 1 and main.metadata.labels["x"] == "z"
+        present(main.status, "job status").active == 1 and labels_of(main)["x"] == "z"
     )  # a main write keeps the stored status
     job = batch.read_namespaced_job("status-1", NS)
-    job.status.succeeded = 1
+    present(job.status, "job status").succeeded = 1
     replaced = batch.replace_namespaced_job_status("status-1", NS, job)
-    assert replaced.status.succeeded == 1
+    assert present(replaced.status, "job status").succeeded == 1
     batch.delete_namespaced_job("status-1", NS, propagation_policy="Background")
 
 
 def test_error_statuses_map_to_api_exceptions(batch: client.BatchV1Api, core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as err:
         batch.read_namespaced_job("nope", NS)
-    body = json.loads(err.value.body)
+    body = error_body(err)
     assert err.value.status == 404 and body["reason"] == "NotFound"
     assert body["message"] == 'jobs.batch "nope" not found'
     assert body["details"] == {"name": "nope", "group": "batch", "kind": "jobs"}
 
-    batch.create_namespaced_job(NS, job_manifest("dup"))
+    batch.create_namespaced_job(NS, sent_as(client.V1Job, job_manifest("dup")))
     with pytest.raises(ApiException) as err:
-        batch.create_namespaced_job(NS, job_manifest("dup"))
-    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "AlreadyExists"
+        batch.create_namespaced_job(NS, sent_as(client.V1Job, job_manifest("dup")))
+    assert err.value.status == 409 and error_body(err)["reason"] == "AlreadyExists"
 
     with pytest.raises(ApiException) as err:
-        batch.create_namespaced_job(NS, job_manifest("Bad_Name"))
-    body = json.loads(err.value.body)
+        batch.create_namespaced_job(NS, sent_as(client.V1Job, job_manifest("Bad_Name")))
+    body = error_body(err)
     assert err.value.status == 422 and body["reason"] == "Invalid"
     assert [c["field"] for c in body["details"]["causes"]] == ["metadata.name"]
 
     no_containers = job_manifest("empty")
     no_containers["spec"]["template"]["spec"]["containers"] = []
     with pytest.raises(ApiException) as err:
-        batch.create_namespaced_job(NS, no_containers)
-    body = json.loads(err.value.body)
+        batch.create_namespaced_job(NS, sent_as(client.V1Job, no_containers))
+    body = error_body(err)
     assert err.value.status == 422
     assert [c["field"] for c in body["details"]["causes"]] == ["spec.template.spec.containers"]
     assert body["details"]["causes"][0]["reason"] == "FieldValueRequired"
 
     with pytest.raises(ApiException) as err:
-        core.create_namespace({"metadata": {"name": "not.a.label"}})
+        core.create_namespace(sent_as(client.V1Namespace, {"metadata": {"name": "not.a.label"}}))
     assert err.value.status == 422
 
     job = batch.read_namespaced_job("dup", NS)
-    job.spec.template.spec.containers[0].image = "busybox:2"
+    pod_spec = present(present(job.spec, "job spec").template.spec, "pod template spec")
+    pod_spec.containers[0].image = "busybox:2"
     with pytest.raises(ApiException) as err:
         batch.replace_namespaced_job("dup", NS, job)
-    body = json.loads(err.value.body)
+    body = error_body(err)
     assert err.value.status == 422 and "spec.template" in [c["field"] for c in body["details"]["causes"]]
     with pytest.raises(ApiException) as err:
         batch.patch_namespaced_job("dup", NS, {"spec": {"completions": 3}})
@@ -348,13 +359,13 @@ def test_error_statuses_map_to_api_exceptions(batch: client.BatchV1Api, core: cl
 
     stale = batch.read_namespaced_job("dup", NS)
     batch.patch_namespaced_job("dup", NS, {"metadata": {"labels": {"bump": "1"}}})
-    stale.metadata.labels["late"] = "1"
+    labels_of(stale)["late"] = "1"
     with pytest.raises(ApiException) as err:
         batch.replace_namespaced_job("dup", NS, stale)
-    assert err.value.status == 409 and json.loads(err.value.body)["reason"] == "Conflict"
+    assert err.value.status == 409 and error_body(err)["reason"] == "Conflict"
 
     with pytest.raises(ApiException) as err:
-        batch.create_namespaced_job("no-such-namespace", job_manifest("x"))
+        batch.create_namespaced_job("no-such-namespace", sent_as(client.V1Job, job_manifest("x")))
     assert err.value.status == 404
     batch.delete_namespaced_job("dup", NS, propagation_policy="Background")
 
@@ -362,42 +373,40 @@ def test_error_statuses_map_to_api_exceptions(batch: client.BatchV1Api, core: cl
 def test_delete_semantics_grace_finalizers_and_orphans(
     sim: Simulation, core: client.CoreV1Api, batch: client.BatchV1Api
 ) -> None:
-    node = core.list_node(limit=1).items[0].metadata.name
-    core.create_namespaced_pod(NS, pod_manifest("del-bound", {"del": "1"}, node))
+    node = name_of(core.list_node(limit=1).items[0])
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("del-bound", {"del": "1"}, node)))
     sim.call(
         lambda: sim.store("sim-000").mutate(
             "pods", NS, "del-bound", lambda p: p["status"].update(phase="Running")
         )
     )
     terminating = core.delete_namespaced_pod("del-bound", NS)  # a running pod waits for its kubelet
-    assert (
-        terminating.metadata.deletion_timestamp and terminating.metadata.deletion_grace_period_seconds == 30
-    )
-    assert core.read_namespaced_pod("del-bound", NS).metadata.deletion_timestamp is not None
+    assert meta(terminating).deletion_timestamp and meta(terminating).deletion_grace_period_seconds == 30
+    assert meta(core.read_namespaced_pod("del-bound", NS)).deletion_timestamp is not None
     core.delete_namespaced_pod("del-bound", NS, grace_period_seconds=0)  # force
-    core.create_namespaced_pod(NS, pod_manifest("del-pending", {"del": "1"}))
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("del-pending", {"del": "1"})))
     core.delete_namespaced_pod("del-pending", NS)  # never scheduled: gone at once
     assert not core.list_namespaced_pod(NS, label_selector="del=1").items
 
-    job = batch.create_namespaced_job(NS, job_manifest("owner"))
+    job = batch.create_namespaced_job(NS, sent_as(client.V1Job, job_manifest("owner")))
     owned = pod_manifest("owned-pod", {"del": "2"})
     owned["metadata"]["ownerReferences"] = [
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
             "name": "owner",
-            "uid": job.metadata.uid,
+            "uid": meta(job).uid,
             "controller": True,
         }
     ]
-    core.create_namespaced_pod(NS, owned)
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, owned))
     status, headers, body = raw(sim, "DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/owner")
     assert status == 200 and body["status"] == "Success" and "child pods are preserved" in headers["Warning"]
-    assert core.read_namespaced_pod("owned-pod", NS).metadata.owner_references is None  # orphaned
+    assert meta(core.read_namespaced_pod("owned-pod", NS)).owner_references is None  # orphaned
 
     keep = {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}
-    core.create_namespace(keep)
-    marked = core.delete_namespace("held")
+    core.create_namespace(sent_as(client.V1Namespace, keep))
+    marked = as_dict(core.delete_namespace("held"))
     assert marked["metadata"]["deletionTimestamp"]
     core.patch_namespace(
         "held", {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
@@ -407,7 +416,7 @@ def test_delete_semantics_grace_finalizers_and_orphans(
     assert err.value.status == 404
 
     for i in range(3):
-        core.create_namespaced_pod(NS, pod_manifest(f"coll-{i}", {"coll": "yes"}))
+        core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest(f"coll-{i}", {"coll": "yes"})))
     status, _, gone = raw(sim, "DELETE", f"/api/v1/namespaces/{NS}/pods?labelSelector=coll%3Dyes")
     assert status == 200 and gone["kind"] == "PodList"  # the real server answers with what it deleted
     assert sorted(p["metadata"]["name"] for p in gone["items"]) == ["coll-0", "coll-1", "coll-2"]
@@ -416,8 +425,8 @@ def test_delete_semantics_grace_finalizers_and_orphans(
 
 
 def test_pod_binding_assigns_a_node_once(sim: Simulation, core: client.CoreV1Api) -> None:
-    node = core.list_node(limit=1).items[0].metadata.name
-    core.create_namespaced_pod(NS, pod_manifest("to-bind", {}))
+    node = name_of(core.list_node(limit=1).items[0])
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("to-bind", {})))
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",
@@ -427,8 +436,9 @@ def test_pod_binding_assigns_a_node_once(sim: Simulation, core: client.CoreV1Api
     path = f"/api/v1/namespaces/{NS}/pods/to-bind/binding"
     assert raw(sim, "POST", path, binding)[0] == 201
     pod = core.read_namespaced_pod("to-bind", NS)
-    assert pod.spec.node_name == node
-    assert [(c.type, c.status) for c in pod.status.conditions] == [("PodScheduled", "True")]
+    assert present(pod.spec, "pod spec").node_name == node
+    conditions = present(present(pod.status, "pod status").conditions, "conditions")
+    assert [(c.type, c.status) for c in conditions] == [("PodScheduled", "True")]
     status, _, body = raw(sim, "POST", path, binding)
     assert status == 409 and body["reason"] == "Conflict"
     core.delete_namespaced_pod("to-bind", NS, grace_period_seconds=0)
@@ -452,22 +462,22 @@ def test_kueue_served_at_v1beta2_and_v1beta1_with_renamed_fields(
             "resourceGroups": [],
         },
     }
-    created = custom.create_cluster_custom_object(g, "v1beta1", "clusterqueues", cq)
+    created = as_dict(custom.create_cluster_custom_object(g, "v1beta1", "clusterqueues", cq))
     assert created["apiVersion"] == f"{g}/v1beta1" and created["spec"]["cohort"] == "research"
     stored = sim.call(lambda: sim.store("sim-000").get("clusterqueues.kueue.x-k8s.io", "", "cq-conv"))
     assert stored["apiVersion"] == f"{g}/v1beta2"
     assert stored["spec"]["cohortName"] == "research" and "cohort" not in stored["spec"]
     assert stored["spec"]["admissionChecksStrategy"] == {"admissionChecks": [{"name": "multikueue"}]}
-    v2 = custom.get_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv")
+    v2 = as_dict(custom.get_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv"))
     assert v2["spec"]["cohortName"] == "research"
-    patched = custom.patch_cluster_custom_object(
-        g, "v1beta1", "clusterqueues", "cq-conv", {"spec": {"cohort": "prod"}}
+    patched = as_dict(
+        custom.patch_cluster_custom_object(
+            g, "v1beta1", "clusterqueues", "cq-conv", {"spec": {"cohort": "prod"}}
+        )
     )
     assert patched["spec"]["cohort"] == "prod"
-    assert (
-        custom.get_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv")["spec"]["cohortName"]
-        == "prod"
-    )
+    v2 = as_dict(custom.get_cluster_custom_object(g, "v1beta2", "clusterqueues", "cq-conv"))
+    assert v2["spec"]["cohortName"] == "prod"
 
     lq = {
         "apiVersion": f"{g}/v1beta2",
@@ -480,9 +490,9 @@ def test_kueue_served_at_v1beta2_and_v1beta1_with_renamed_fields(
     custom.patch_namespaced_custom_object_status(
         g, "v1beta2", NS, "localqueues", "lq-conv", {"status": {"flavorsUsage": usage}}
     )
-    old = custom.get_namespaced_custom_object(g, "v1beta1", NS, "localqueues", "lq-conv")
+    old = as_dict(custom.get_namespaced_custom_object(g, "v1beta1", NS, "localqueues", "lq-conv"))
     assert old["status"]["flavorUsage"] == usage and "flavorsUsage" not in old["status"]
-    listed = custom.list_namespaced_custom_object(g, "v1beta1", NS, "localqueues")
+    listed = as_dict(custom.list_namespaced_custom_object(g, "v1beta1", NS, "localqueues"))
     assert listed["apiVersion"] == f"{g}/v1beta1" and listed["items"][0]["status"]["flavorUsage"] == usage
     status, _, _ = raw(
         sim,
@@ -523,8 +533,8 @@ def later(delay: float, fn: Any) -> threading.Thread:
 
 def test_watch_nodes_gets_added_and_modified_events(sim: Simulation, core: client.CoreV1Api) -> None:
     nodes = core.list_node()
-    rv = nodes.metadata.resource_version
-    first = nodes.items[0].metadata.name
+    rv = list_rv(nodes)
+    first = name_of(nodes.items[0])
     new_node = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -534,7 +544,7 @@ def test_watch_nodes_gets_added_and_modified_events(sim: Simulation, core: clien
 
     def act() -> None:
         mutate_node(sim, first, "touched", "yes")
-        core.create_node(new_node)
+        core.create_node(sent_as(client.V1Node, new_node))
 
     t = later(0.2, act)
     events = []
@@ -545,9 +555,9 @@ def test_watch_nodes_gets_added_and_modified_events(sim: Simulation, core: clien
             w.stop()
     t.join()
     assert events == [("MODIFIED", first), ("ADDED", "late-node")]
-    assert (
-        isinstance(ev["object"], client.V1Node) and ev["object"].status.allocatable["nvidia.com/gpu"] == "8"
-    )
+    assert isinstance(ev["object"], client.V1Node)
+    allocatable = present(present(ev["object"].status, "node status").allocatable, "allocatable")
+    assert allocatable["nvidia.com/gpu"] == "8"
     core.delete_node("late-node")
 
 
@@ -562,7 +572,7 @@ def test_watch_from_zero_sends_current_state_then_events(core: client.CoreV1Api)
 
 
 def test_watch_bookmarks_carry_the_current_resource_version(sim: Simulation, core: client.CoreV1Api) -> None:
-    rv = core.list_node().metadata.resource_version
+    rv = list_rv(core.list_node())
     w = watch.Watch()
     seen = None
     for ev in w.stream(
@@ -581,7 +591,7 @@ def test_watch_bookmarks_carry_the_current_resource_version(sim: Simulation, cor
 
 
 def test_watch_timeout_seconds_ends_the_stream_cleanly(core: client.CoreV1Api) -> None:
-    rv = core.list_node().metadata.resource_version
+    rv = list_rv(core.list_node())
     start = time.monotonic()
     events = list(
         watch.Watch().stream(core.list_node, resource_version=rv, timeout_seconds=1, _request_timeout=10)
@@ -591,8 +601,8 @@ def test_watch_timeout_seconds_ends_the_stream_cleanly(core: client.CoreV1Api) -
 
 
 def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.CoreV1Api) -> None:
-    first = core.list_node().items[1].metadata.name
-    old_rv = core.list_node().metadata.resource_version
+    first = name_of(core.list_node().items[1])
+    old_rv = list_rv(core.list_node())
     for i in range(3):
         mutate_node(sim, first, "round", str(i))
     sim.call(lambda: sim.store("sim-000").compact("nodes"))
@@ -604,12 +614,12 @@ def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.Co
     assert err.value.status == 410
     assert "Expired" in err.value.reason
     relisted = core.list_node()  # recover: relist, then watch from the list's resourceVersion
-    assert relisted.items[1].metadata.labels["round"] == "2"
+    assert labels_of(relisted.items[1])["round"] == "2"
     t = later(0.2, lambda: mutate_node(sim, first, "round", "3"))
     w = watch.Watch()
     for ev in w.stream(
         core.list_node,
-        resource_version=relisted.metadata.resource_version,
+        resource_version=list_rv(relisted),
         timeout_seconds=10,
         _request_timeout=15,
     ):
@@ -619,8 +629,8 @@ def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.Co
 
 
 def test_watch_with_label_selector_sees_objects_enter_and_leave(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod(NS, pod_manifest("w-pod", {"app": "other"}))
-    rv = core.list_namespaced_pod(NS).metadata.resource_version
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("w-pod", {"app": "other"})))
+    rv = list_rv(core.list_namespaced_pod(NS))
 
     def act() -> None:
         core.patch_namespaced_pod("w-pod", NS, {"metadata": {"labels": {"app": "watched"}}})
@@ -652,9 +662,9 @@ def test_watch_from_list_rv_reports_an_object_that_left_the_selector_before_the_
     """A reflector lists with a selector, then watches from the list's resourceVersion: an object that
     stopped matching in between must come as DELETED (with its last matching state, as the real watch
     cache sends it), or the client keeps it for ever."""
-    core.create_namespaced_pod(NS, pod_manifest("gap-pod", {"app": "gap"}))
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("gap-pod", {"app": "gap"})))
     listed = core.list_namespaced_pod(NS, label_selector="app=gap")
-    assert [p.metadata.name for p in listed.items] == ["gap-pod"]
+    assert [name_of(p) for p in listed.items] == ["gap-pod"]
     core.patch_namespaced_pod("gap-pod", NS, {"metadata": {"labels": {"app": "elsewhere"}}})
     w = watch.Watch()
     events = []
@@ -662,7 +672,7 @@ def test_watch_from_list_rv_reports_an_object_that_left_the_selector_before_the_
         core.list_namespaced_pod,
         NS,
         label_selector="app=gap",
-        resource_version=listed.metadata.resource_version,
+        resource_version=list_rv(listed),
         timeout_seconds=2,
         _request_timeout=10,
     ):
@@ -671,7 +681,7 @@ def test_watch_from_list_rv_reports_an_object_that_left_the_selector_before_the_
     assert [e["type"] for e in events] == ["DELETED"]
     gone = events[0]["object"]
     assert gone.metadata.labels["app"] == "gap"  # the state the watcher knew, not one it cannot match
-    assert int(gone.metadata.resource_version) > int(listed.metadata.resource_version)
+    assert int(gone.metadata.resource_version) > int(list_rv(listed))
     core.delete_namespaced_pod("gap-pod", NS)
 
 
@@ -680,8 +690,8 @@ def test_updating_a_terminating_pod_does_not_delete_it_before_its_grace_period(
 ) -> None:
     """Only an object with no finalizers AND a zero grace period is deleted by an update; a running pod
     inside its grace period stays (the kubelet removes it), however often it is patched."""
-    node = core.list_node(limit=1).items[0].metadata.name
-    core.create_namespaced_pod(NS, pod_manifest("grace-pod", {"grace": "1"}, node))
+    node = name_of(core.list_node(limit=1).items[0])
+    core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("grace-pod", {"grace": "1"}, node)))
     sim.call(
         lambda: sim.store("sim-000").mutate(
             "pods", NS, "grace-pod", lambda p: p["status"].update(phase="Running")
@@ -691,7 +701,7 @@ def test_updating_a_terminating_pod_does_not_delete_it_before_its_grace_period(
     core.patch_namespaced_pod("grace-pod", NS, {"metadata": {"labels": {"seen": "yes"}}})
     core.patch_namespaced_pod_status("grace-pod", NS, {"status": {"message": "stopping"}})
     pod = core.read_namespaced_pod("grace-pod", NS)
-    assert pod.metadata.deletion_timestamp is not None and pod.metadata.labels["seen"] == "yes"
+    assert meta(pod).deletion_timestamp is not None and labels_of(pod)["seen"] == "yes"
     core.delete_namespaced_pod("grace-pod", NS, grace_period_seconds=0)
 
 
@@ -701,10 +711,10 @@ def test_a_status_write_keeps_an_object_held_by_its_finalizers(
     """A PUT to /status ignores the metadata it carries, so it cannot drop finalizers and delete the object."""
     job = job_manifest("held-job", suspend=True)
     job["metadata"]["finalizers"] = ["example.com/hold"]
-    batch.create_namespaced_job(NS, job)
+    batch.create_namespaced_job(NS, sent_as(client.V1Job, job))
     batch.delete_namespaced_job("held-job", NS, propagation_policy="Background")
     current = batch.read_namespaced_job("held-job", NS).to_dict()
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "held-job"},
@@ -714,7 +724,7 @@ def test_a_status_write_keeps_an_object_held_by_its_finalizers(
     status, _, _ = raw(sim, "PUT", f"/apis/batch/v1/namespaces/{NS}/jobs/held-job/status", body)
     assert status == 200
     kept = batch.read_namespaced_job("held-job", NS)
-    assert kept.metadata.deletion_timestamp is not None and kept.metadata.finalizers == ["example.com/hold"]
+    assert meta(kept).deletion_timestamp is not None and meta(kept).finalizers == ["example.com/hold"]
     batch.patch_namespaced_job(
         "held-job", NS, {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json"
     )
@@ -746,7 +756,7 @@ def test_fault_expired_token_is_401_for_every_request(sim: Simulation) -> None:
     try:
         with api_client(sim, "sim-001") as c, pytest.raises(ApiException) as err:
             client.CoreV1Api(c).list_node()
-        assert err.value.status == 401 and json.loads(err.value.body)["reason"] == "Unauthorized"
+        assert err.value.status == 401 and error_body(err)["reason"] == "Unauthorized"
     finally:
         sim.faults("sim-001").clear()
 
@@ -771,7 +781,7 @@ def test_fault_error_rate_answers_5xx_and_429_with_retry_after(sim: Simulation) 
 def test_fault_cut_watches_ends_open_streams(sim: Simulation) -> None:
     with api_client(sim, "sim-001") as c:
         core = client.CoreV1Api(c)
-        rv = core.list_node().metadata.resource_version
+        rv = list_rv(core.list_node())
         t = later(0.5, lambda: sim.faults("sim-001").cut_watches())
         start = time.monotonic()
         # timeout_seconds disables the client's own re-watch, so the stream's end ends the loop.
@@ -890,7 +900,7 @@ def test_stop_leaves_no_thread_or_socket(tmp_path: Path) -> None:
     url, admin_url = sim.server_url("sim-000"), sim.admin_url
     with api_client(sim) as c:
         core = client.CoreV1Api(c)
-        rv = core.list_node().metadata.resource_version
+        rv = list_rv(core.list_node())
         result: list[Any] = []
 
         def watch_forever() -> None:
