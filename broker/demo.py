@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis
@@ -123,6 +124,16 @@ def redis_for_demo() -> Iterator[str]:
         ) from None
 
 
+def redacted(url: str) -> str:
+    """The URL with any password replaced, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def write_demo_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: str, prefix: str) -> Path:
     """clusters.yaml for the demo: the example's clusters pointed at the simulation's kubeconfigs."""
     example = Path(__file__).resolve().parent.parent / "clusters.example.yaml"
@@ -169,7 +180,9 @@ def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240
     prefix = f"gpufed-demo-{os.getpid()}"
     with redis_for_demo() as redis_url:
         console.rule("[bold]gpufed demo")
-        console.print(f"simulated clusters from {fleet_file.name}, clock x{speed:g}; Redis {redis_url}")
+        console.print(
+            f"simulated clusters from {fleet_file.name}, clock x{speed:g}; Redis {redacted(redis_url)}"
+        )
         with Simulation(fleet, workdir / "kubeconfigs", speed=speed) as sim:
             kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
             for name, path in kubeconfigs.items():

@@ -116,3 +116,17 @@ def test_a_redis_prefix_the_store_cannot_use_is_refused_with_the_field_named(
     }
     with pytest.raises(ConfigError, match=r"settings\.redisPrefix"):
         load_fleet_config(_write(tmp_path, doc))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+        ("redis://user:pw@redis.internal/1", "redis://user:***@redis.internal/1"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
+def test_the_demo_never_prints_a_redis_password(url: str, shown: str) -> None:
+    from broker.demo import redacted
+
+    assert redacted(url) == shown
