@@ -78,6 +78,25 @@ def workload_status(job: Mapping[str, Any], name: str, namespace: str) -> Worklo
     )
 
 
+def workload_ref(job: Mapping[str, Any], namespace: str) -> WorkloadRef | None:
+    """A Job carrying the broker's labels as a WorkloadRef; None when its labels are not in a shape the
+    broker writes (not ours: leave it alone)."""
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        attempt = int(labels.get(ATTEMPT_LABEL, ""))
+    except ValueError:
+        return None
+    if JOB_ID_LABEL not in labels:
+        return None
+    return WorkloadRef(
+        name=str(meta.get("name")),
+        namespace=str(meta.get("namespace") or namespace),
+        job_id=str(labels[JOB_ID_LABEL]),
+        attempt=attempt,
+    )
+
+
 class KubeGateway:
     """broker.ports.ClusterGateway over KubeRest clients, one per member cluster."""
 
@@ -160,20 +179,4 @@ class KubeGateway:
             jobs, _ = rest.list_pages(path, selector=[("labelSelector", JOB_ID_LABEL)])
         except ApiStatus as e:
             raise ClusterRejected(cluster, f"list Jobs: {e.code} {e.message}") from e
-        refs = []
-        for job in jobs:
-            meta = job.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            try:
-                attempt = int(labels.get(ATTEMPT_LABEL, ""))
-            except ValueError:
-                continue  # not one of ours in a shape we wrote: leave it alone
-            refs.append(
-                WorkloadRef(
-                    name=str(meta.get("name")),
-                    namespace=str(meta.get("namespace") or namespace),
-                    job_id=str(labels[JOB_ID_LABEL]),
-                    attempt=attempt,
-                )
-            )
-        return refs
+        return [ref for ref in (workload_ref(job, namespace) for job in jobs) if ref is not None]

@@ -176,15 +176,22 @@ class KubeRest:
                 return items, str(meta.get("resourceVersion") or "")
 
     def watch(
-        self, path: str, resource_version: str, timeout_seconds: int, read_timeout: float
+        self,
+        path: str,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        selector: Sequence[tuple[str, Any]] = (),
     ) -> Iterator[Obj]:
         """Watch events ({"type", "object"}) from resource_version, with bookmarks, until the server ends
-        the stream (timeoutSeconds) or the connection fails (ClusterUnreachable)."""
-        query = [
+        the stream (timeoutSeconds) or the connection fails (ClusterUnreachable). `selector` as for
+        list_pages (the same selector the list used)."""
+        query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", timeout_seconds),
+            *selector,
         ]
         resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
         try:

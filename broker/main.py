@@ -1,7 +1,9 @@
 """Composition root: the one broker module that wires adapters into ports.
 
-build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
-running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
+build_service(cfg)            BrokerService over RedisStateStore + WatchingGateway (a KubeGateway whose Job
+                              status reads come from one Job informer per cluster) + SystemClock
+running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, control loop, HTTP API; all
+                              stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM
 probe(xml, fmt)               `gpufed probe`
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 import uvicorn
 
 from adapters import nvml
-from adapters.kube import KubeGateway
+from adapters.job_informer import WatchingGateway
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
@@ -37,7 +39,7 @@ log = logging.getLogger(__name__)
 class Broker:
     service: BrokerService
     store: RedisStateStore
-    gateway: KubeGateway
+    gateway: WatchingGateway
     loop: ControlLoop
     pollers: PollerFleet
 
@@ -48,10 +50,14 @@ class Broker:
         return int(client.delete(*keys)) if keys else 0
 
 
-def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, KubeGateway]:
+def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, WatchingGateway]:
+    """The service and its adapters, not started: the gateway's Job informers start with start()."""
     settings = cfg.settings
     store = RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
-    gateway = KubeGateway.from_kubeconfigs({c.name: (c.kubeconfig, c.context) for c in cfg.clusters})
+    gateway = WatchingGateway.watching(
+        {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
+        {c.name: c.namespace for c in cfg.clusters},
+    )
     policy = PlacementPolicy(staleness_limit_s=settings.stale_after_seconds)
     service = BrokerService(
         store,
@@ -91,6 +97,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
     pollers.start()
     try:
+        gateway.start()
         loop.start()
         thread.start()
         deadline = time.monotonic() + 10

@@ -8,6 +8,8 @@ POST   /clusters/<name>/faults       {"down": true} {"hang": true} {"latency": 0
                                      {"expired_token": true} {"forbidden": true} {"cut_watches": true}
                                      {"clear": true} (any mix; false/0 clears one fault)
 DELETE /clusters/<name>/faults       clear every fault
+GET    /clusters/<name>/requests     {"requests": [{"verb", "resource", "count"}...], "total": n}: API
+                                     requests served since start, per verb and resource
 POST   /clusters/<name>/compact      {"resource": "nodes", "keep": 0}: drop watch history (forces 410)
 GET    /clock                        {"now": <sim epoch>, "speed": x}
 POST   /clock                        {"speed": x} and/or {"advance": seconds}
@@ -113,6 +115,10 @@ class AdminApi:
                 if method == "DELETE":
                     return _json(await sim.set_faults(name, {"clear": True}))
                 return _error(405, "use GET, POST or DELETE")
+            if len(segs) == 3 and segs[2] == "requests" and method == "GET":
+                counts = sim.api(name).request_counts()
+                rows = [{"verb": v, "resource": r, "count": n} for (v, r), n in sorted(counts.items())]
+                return _json({"requests": rows, "total": sum(counts.values())})
             if len(segs) == 3 and segs[2] == "compact" and method == "POST":
                 key = str(body.get("resource", "nodes"))
                 if key not in BY_KEY:

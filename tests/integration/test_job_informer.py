@@ -1,0 +1,197 @@
+"""The broker's Jobs followed by watch: WatchingGateway against kubesim over real HTTPS.
+
+A user of the broker cares that a job's state follows its Job in the member cluster, and an operator of
+a member cluster that the broker does not poll it: these tests change Jobs through the gateway (real
+HTTP) or the simulated cluster's store (on the simulation's loop, via sim.call), poll the gateway's
+answers with a deadline, and count the requests the cluster served with kubesim's request counters.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+
+from adapters.job_informer import WatchingGateway
+from adapters.kube_informer import WatchSettings
+from broker.errors import ClusterUnreachable
+from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
+from kubesim.fleet import synthetic_fleet
+from kubesim.sim import Simulation
+
+pytestmark = pytest.mark.integration
+
+NS = "default"
+JOBS = "jobs.batch"
+T = TypeVar("T")
+
+SETTINGS = WatchSettings(
+    watch_timeout_s=30,
+    read_slack_s=5,
+    backoff_base_s=0.05,
+    backoff_max_s=0.5,
+    list_timeout=(1.0, 10.0),
+    list_attempts=2,
+)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float = 10.0) -> T:
+    """Poll until probe() returns something truthy; fail naming `what` and the last value seen."""
+    end = time.monotonic() + deadline_s
+    last: T | None = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"not within {deadline_s}s: {what} (last: {last!r})")
+
+
+def job(name: str, job_id: str | None, attempt: int = 1) -> dict[str, Any]:
+    labels = {JOB_ID_LABEL: job_id, ATTEMPT_LABEL: str(attempt)} if job_id else {"team": "other"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+                }
+            }
+        },
+    }
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Simulation]:
+    # No controllers: a Job changes only when a test changes it.
+    with Simulation(synthetic_fleet(2, 1), tmp_path, speed=0, controllers=False) as s:
+        yield s
+
+
+@pytest.fixture
+def gateway(sim: Simulation) -> Iterator[WatchingGateway]:
+    clusters = sim.cluster_names()
+    gw = WatchingGateway.watching(
+        {c: (sim.kubeconfig_path(c), None) for c in clusters}, {c: NS for c in clusters}, SETTINGS
+    )
+    gw.start()
+    try:
+        for c in clusters:
+            wait_for(f"{c} Jobs synced", lambda c=c: gw.synced(c))
+        yield gw
+    finally:
+        gw.close()
+
+
+def requests(sim: Simulation, cluster: str, verb: str, resource: str = JOBS) -> int:
+    counts: dict[tuple[str, str], int] = sim.api(cluster).request_counts()
+    return counts.get((verb, resource), 0)
+
+
+def complete(sim: Simulation, cluster: str, name: str) -> None:
+    def mark(obj: dict[str, Any]) -> None:
+        obj["status"] = {
+            "succeeded": 1,
+            "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}],
+        }
+
+    sim.call(lambda: sim.store(cluster).mutate(JOBS, NS, name, mark))
+
+
+def test_a_jobs_creation_update_and_deletion_are_seen_without_a_get(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    cluster = sim.cluster_names()[0]
+    cache = gateway.follower.caches[cluster]
+    gateway.create_workload(cluster, job("train-1", "job-1"))
+    wait_for("the created Job in the cache", lambda: cache.get("train-1"))
+    gets = requests(sim, cluster, "get")
+
+    status = gateway.read_workload(cluster, NS, "train-1")
+    assert status.exists and not status.complete
+
+    complete(sim, cluster, "train-1")
+    done = wait_for("Complete seen", lambda: gateway.read_workload(cluster, NS, "train-1").complete)
+    assert done
+    assert gateway.read_workload(cluster, NS, "train-1").succeeded == 1
+
+    gateway.delete_workload(cluster, NS, "train-1")
+    wait_for("the deleted Job gone from the cache", lambda: cache.get("train-1") is None)
+    assert requests(sim, cluster, "get") == gets, "status reads of a followed Job cost no GET"
+    assert gateway.served_from_cache >= 3
+
+
+def test_a_job_the_cache_does_not_hold_is_confirmed_gone_by_one_get(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    cluster = sim.cluster_names()[0]
+    gets = requests(sim, cluster, "get")
+    status = gateway.read_workload(cluster, NS, "never-created")
+    assert not status.exists
+    assert requests(sim, cluster, "get") == gets + 1
+
+
+def test_only_the_brokers_labelled_jobs_are_followed_and_listed_from_memory(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    cluster = sim.cluster_names()[1]
+    gateway.create_workload(cluster, job("ours-a", "job-a", attempt=2))
+    gateway.create_workload(cluster, job("theirs", None))
+    cache = gateway.follower.caches[cluster]
+    wait_for("our Job in the cache", lambda: cache.get("ours-a"))
+    lists = requests(sim, cluster, "list")
+
+    refs = gateway.list_workloads(cluster, NS)
+
+    assert [(r.name, r.job_id, r.attempt) for r in refs] == [("ours-a", "job-a", 2)]
+    assert cache.get("theirs") is None
+    assert requests(sim, cluster, "list") == lists, "list_workloads from a synced cache costs no LIST"
+
+
+def test_after_410_gone_the_informer_relists_and_sees_what_it_missed(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    cluster = sim.cluster_names()[0]
+    store = sim.store(cluster)
+    gateway.create_workload(cluster, job("old", "job-old"))
+    cache = gateway.follower.caches[cluster]
+    wait_for("the first Job in the cache", lambda: cache.get("old"))
+    stats = gateway.follower.stats(cluster)
+    lists_before = stats.lists
+
+    # While the cluster is down: its Jobs change and their watch history is dropped.
+    sim.faults(cluster).down()
+    wait_for("the cache unsynced while the cluster is down", lambda: not gateway.synced(cluster))
+    with pytest.raises(ClusterUnreachable):
+        gateway.read_workload(cluster, NS, "old")  # never a stale answer from an unsynced cache
+    sim.call(lambda: store.delete(JOBS, NS, "old"))
+    sim.call(lambda: store.create(JOBS, job("new", "job-new")))
+    sim.call(lambda: store.compact(JOBS, 0))
+    sim.faults(cluster).up()
+
+    wait_for("a relist after 410 Gone", lambda: stats.relists_410 >= 1 and stats.lists > lists_before)
+    wait_for("the Job created while down", lambda: cache.get("new"))
+    assert cache.get("old") is None
+    assert gateway.synced(cluster)
+    assert gateway.read_workload(cluster, NS, "new").exists
+
+
+def test_the_admin_endpoint_counts_requests_per_verb_and_resource(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    cluster = sim.cluster_names()[0]
+    gateway.create_workload(cluster, job("counted", "job-c"))
+    with urllib.request.urlopen(f"{sim.admin_url}/clusters/{cluster}/requests", timeout=10) as resp:
+        body = orjson.loads(resp.read())
+    counts = {(r["verb"], r["resource"]): r["count"] for r in body["requests"]}
+    assert counts[("create", JOBS)] == 1
+    assert counts[("list", JOBS)] >= 1 and counts[("watch", JOBS)] >= 1
+    assert body["total"] == sum(counts.values())
