@@ -84,8 +84,7 @@ def gateway(sim: Simulation) -> Iterator[WatchingGateway]:
     )
     gw.start()
     try:
-        for c in clusters:
-            wait_for(f"{c} Jobs synced", lambda c=c: gw.synced(c))
+        wait_for("every cluster's Jobs synced", lambda: all(gw.synced(c) for c in clusters))
         yield gw
     finally:
         gw.close()
