@@ -1420,6 +1420,9 @@ class ClusterApi:
             self._unsubscribe_watch(rt.key, w)
             eof.cancel()
             closed_waiter.cancel()
+            # Let the EOF reader finish cancelling before the connection reads its next request (a watch
+            # ended by timeoutSeconds leaves the connection open for reuse, as the real server does).
+            await asyncio.wait([eof, closed_waiter])
         return None
 
     # ------------------------------------------------------------------ shutdown

@@ -8,7 +8,10 @@ answers with a deadline, and count the requests the cluster served with kubesim'
 
 from __future__ import annotations
 
+import http.client
+import ssl
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,3 +197,46 @@ def test_the_admin_endpoint_counts_requests_per_verb_and_resource(
     assert counts[("create", JOBS)] == 1
     assert counts[("list", JOBS)] >= 1 and counts[("watch", JOBS)] >= 1
     assert body["total"] == sum(counts.values())
+
+
+def test_a_watch_the_server_ends_is_followed_by_the_next_on_the_same_connection(sim: Simulation) -> None:
+    # Watches of 1 s, ended by the server (timeoutSeconds) as a real API server ends them; the client
+    # reuses the keep-alive connection for the next watch, which must be served, not hang.
+    cluster = sim.cluster_names()[0]
+    short = WatchSettings(
+        watch_timeout_s=1, read_slack_s=30, backoff_base_s=0.05, backoff_max_s=0.5, list_attempts=2
+    )
+    gw = WatchingGateway.watching({cluster: (sim.kubeconfig_path(cluster), None)}, {cluster: NS}, short)
+    gw.start()
+    try:
+        wait_for("synced", lambda: gw.synced(cluster))
+        watches = requests(sim, cluster, "watch")
+        wait_for("two more watches", lambda: requests(sim, cluster, "watch") >= watches + 2)
+        gw.create_workload(cluster, job("late", "job-late"))
+        wait_for("a Job created after watches ended", lambda: gw.follower.caches[cluster].get("late"))
+        assert gw.follower.stats(cluster).errors == 0, "a watch the server ended is no error"
+    finally:
+        gw.close()
+
+
+def test_kubesim_serves_the_next_request_on_the_connection_of_a_watch_it_ended(sim: Simulation) -> None:
+    # A real API server ends a watch at timeoutSeconds with the connection kept alive; clients reuse it.
+    cluster = sim.cluster_names()[0]
+    url = urllib.parse.urlsplit(sim.server_url(cluster))
+    tls = ssl.create_default_context(cafile=str(sim.ca_path(cluster)))
+    conn = http.client.HTTPSConnection(url.hostname or "", url.port, context=tls, timeout=10)
+    headers = {"Authorization": f"Bearer {sim.token(cluster)}"}
+    try:
+        for _ in range(3):
+            conn.request(
+                "GET", "/apis/batch/v1/namespaces/default/jobs?watch=true&timeoutSeconds=1", headers=headers
+            )
+            resp = conn.getresponse()
+            assert resp.status == 200
+            resp.read()  # the server ends the stream after 1 s
+        conn.request("GET", "/apis/batch/v1/namespaces/default/jobs", headers=headers)
+        resp = conn.getresponse()
+        assert resp.status == 200 and orjson.loads(resp.read())["kind"] == "JobList"
+        assert conn.sock is not None, "the same connection served every request"
+    finally:
+        conn.close()
