@@ -12,6 +12,8 @@ level 1 reads, with `now` handed in (no clock here):
   `numa_blocks` (largest free block inside one NUMA zone per node) loses each pod the same way.
 - MIG slices: free drops by the reserved slices; the largest free on one node drops by them too
   (pessimistic: the pod may land on the node with the most free slices), staying >= 1 while any is free.
+- Kueue quota: a reserved Job is not yet admitted, so its units count as used in every ClusterQueue
+  quota entry covering its resource (pessimistic where several flavors could admit it).
 
 `live` filters what counts (same cluster, not expired); `units_held` sums per resource. The atomic step
 in the store (a compare-and-set on the summary version and the cluster's reservation ledger, see
@@ -114,4 +116,11 @@ def deduct(summary: ClusterSummary, reservations: Iterable[Reservation], now: fl
         else m
         for m in summary.mig
     )
-    return dataclasses.replace(summary, products=products, mig=migs)
+    by_resource: dict[str, int] = {}
+    for (_, resource), units in held.items():
+        by_resource[resource] = by_resource.get(resource, 0) + units
+    queues = tuple(
+        dataclasses.replace(q, used=q.used + by_resource[q.resource]) if q.resource in by_resource else q
+        for q in summary.queues
+    )
+    return dataclasses.replace(summary, products=products, mig=migs, queues=queues)

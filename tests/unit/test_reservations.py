@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import ClusterSummary, MigCapacity, ProductCapacity, Reservation
+from broker.model import ClusterSummary, MigCapacity, ProductCapacity, QueueHeadroom, Reservation
 from broker.reservations import deduct, live, take_best_fit
 
 NOW = 1_000.0
@@ -78,6 +78,16 @@ def test_only_live_reservations_of_the_cluster_count(reservation: Reservation, c
     s = ClusterSummary("a", products=(product((0, 0, 0, 0, 0, 0, 0, 0, 1)),))
     assert bool(live([reservation], "a", NOW)) is counts
     assert (deduct(s, [reservation], NOW).products[0].free == 0) is counts
+
+
+def test_reserved_units_count_against_the_kueue_quota_covering_them() -> None:
+    gpu_q = QueueHeadroom("cq", "h100", GPU, nominal=24, used=6)
+    cpu_q = QueueHeadroom("cq", "h100", "cpu", nominal=96, used=0)
+    s = ClusterSummary("a", products=(product((0, 0, 0, 0, 0, 0, 0, 0, 3)),), queues=(gpu_q, cpu_q))
+
+    after = deduct(s, [resv(8, 2)], NOW)
+
+    assert [(q.resource, q.used, q.headroom) for q in after.queues] == [(GPU, 14, 10), ("cpu", 0, 96)]
 
 
 def test_nothing_live_returns_the_summary_itself() -> None:
