@@ -87,6 +87,8 @@ class Settings(_Strict):
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
+    # Job creates in flight at once on one member cluster (creates on different clusters run in parallel).
+    dispatch_per_cluster: int = Field(default=4, alias="dispatchPerCluster", ge=1, le=64)
 
 
 class FleetConfig(_Strict):

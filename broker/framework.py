@@ -185,7 +185,13 @@ def build_nofit(total_clusters: int, failures: Iterable[tuple[str, Status]]) -> 
     """NoFit from each rejected cluster's failing status: "0/5 clusters are available: 3 no node with 8
     free H100-80GB (best: 6 on onprem-b), 1 stale, 1 burst not allowed."."""
     rejections = tuple(
-        ClusterRejection(cluster=cluster, plugin=status.plugin, reason=status.reason, best=status.best)
+        ClusterRejection(
+            cluster=cluster,
+            plugin=status.plugin,
+            reason=status.reason,
+            best=status.best,
+            unresolvable=status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+        )
         for cluster, status in sorted(failures, key=lambda cs: cs[0])
     )
     return NoFit(total_clusters=total_clusters, rejections=rejections)

@@ -28,8 +28,9 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
+from broker.dispatch import ConcurrentDispatcher
 from broker.placement import PlacementPolicy
-from broker.runtime import ControlLoop
+from broker.control_loop import ControlLoop
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Wat
         cfg.traits(),
         policy,
         ServiceSettings(reservation_ttl_seconds=settings.reservation_ttl_seconds),
+        dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
     return service, store, gateway
 
@@ -110,6 +112,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         server.should_exit = True
         thread.join(timeout=10)
         loop.stop()
+        service.dispatcher.close()
         pollers.stop()
         gateway.close()
         store.close()

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from broker.vocabulary import mig_resource
+
 
 class MigStrategy(StrEnum):
     NONE = "none"
@@ -79,7 +81,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The extended resource under the mixed strategy: '+' becomes '.' (nvidia.com/mig-1g.10gb.me)."""
-        return "nvidia.com/mig-" + self.name.replace("+", ".")
+        return mig_resource(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +349,7 @@ class ClusterRejection:
     plugin: str
     reason: str  # "no node with 8 free H100-80GB"; rejections with the same reason are counted together
     best: int | None = None  # how close this cluster came (e.g. 6 free on one node); named in the message
+    unresolvable: bool = False  # no change of free capacity can make this cluster fit the job
 
 
 @dataclass(frozen=True)
@@ -355,6 +358,12 @@ class NoFit:
 
     total_clusters: int
     rejections: tuple[ClusterRejection, ...]
+
+    @property
+    def never_fits(self) -> bool:
+        """Every cluster rejected the job for a reason freed capacity can't change (wrong product,
+        burst not allowed, ...): only a change of the fleet itself can make it fit."""
+        return bool(self.rejections) and all(r.unresolvable for r in self.rejections)
 
     @property
     def message(self) -> str:
@@ -377,7 +386,10 @@ class NoFit:
 
 @dataclass(frozen=True)
 class Reservation:
-    """GPUs assumed for a placement (Kueue's 'assume') until the cluster shows the pods."""
+    """GPUs assumed for a placement (Kueue's 'assume') until the cluster shows the pods.
+
+    `units` = pods x units per pod. A reservation is owned by the placer (`owner`) and the attempt that
+    made it: no other placer's reserve or release touches it (see reservations.py and the store)."""
 
     job_id: str
     attempt: int
@@ -387,6 +399,12 @@ class Reservation:
     units: int
     created_at: float
     expires_at: float
+    pods: int = 1
+    owner: str = ""
+
+    @property
+    def units_per_pod(self) -> int:
+        return self.units // self.pods if self.pods > 0 else self.units
 
 
 @dataclass(frozen=True)

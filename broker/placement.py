@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from broker import catalog
-from broker.capacity import GPU
 from broker.framework import (
     CycleState,
     FilterPlugin,
@@ -34,6 +33,7 @@ from broker.plugins.kueue import KueueHeadroom, QueueHeadroomScore
 from broker.plugins.mig_fit import MigFit
 from broker.plugins.numa import NumaFit
 from broker.plugins.price import PriceCap, PriceScore
+from broker.vocabulary import GPU, same_profile
 
 __all__ = [
     "DEFAULT_FILTERS",
@@ -108,7 +108,7 @@ def cluster_options(job: JobRequest, summary: ClusterSummary) -> list[Option]:
         out = []
         for m in summary.mig:
             if job.mig_profile is not None:
-                if m.profile != job.mig_profile and m.profile.replace("+", ".") != job.mig_profile:
+                if not same_profile(m.profile, job.mig_profile):
                     continue
             elif job.mig_need is not None:
                 profile = catalog.mig_profile(m.product, m.profile)
@@ -234,6 +234,49 @@ def place(
         resource_name=o.resource_name,
         units_per_pod=o.units_per_pod,
         pods=job.pods,
+        score=chosen.score,
+        scores=dict(chosen.scores),
+        mig_profile=o.mig_profile,
+        burst=chosen.tier is Tier.CLOUD,
+        gfd_products=o.gfd_products,
+    )
+
+
+# --- interface for batched placement (temporary shims until the framework rework lands)
+PreparedJob = JobRequest
+
+
+def prepare(job: JobRequest, policy: PlacementPolicy) -> PreparedJob:
+    return job
+
+
+def evaluate(
+    prepared: PreparedJob,
+    summary: ClusterSummary,
+    traits: ClusterTraits | None,
+    policy: PlacementPolicy,
+    now: float,
+) -> ClusterVerdict:
+    return _evaluate(prepared, summary, traits, policy, now)
+
+
+def decide(
+    prepared: PreparedJob, verdicts: Sequence[ClusterVerdict], policy: PlacementPolicy
+) -> Placement | NoFit:
+    feasible = [v for v in verdicts if v.feasible]
+    if policy.prefer_onprem and any(v.tier is not Tier.CLOUD for v in feasible):
+        feasible = [v for v in feasible if v.tier is not Tier.CLOUD]
+    chosen = min(feasible, key=lambda v: (-v.score, v.cluster), default=None)
+    if chosen is None or chosen.option is None:
+        failures = [(v.cluster, v.rejection) for v in verdicts if v.rejection is not None]
+        return build_nofit(len(verdicts), [(c, s) for c, s in failures if s is not None])
+    o = chosen.option
+    return Placement(
+        cluster=chosen.cluster,
+        product=o.product,
+        resource_name=o.resource_name,
+        units_per_pod=o.units_per_pod,
+        pods=prepared.pods,
         score=chosen.score,
         scores=dict(chosen.scores),
         mig_profile=o.mig_profile,
