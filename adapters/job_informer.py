@@ -191,7 +191,8 @@ class JobFollower:
 
 
 class WatchingGateway(KubeGateway):
-    """KubeGateway (create and delete unchanged) whose reads are served by JobFollower caches."""
+    """KubeGateway (create and delete unchanged) whose reads are served by JobFollower caches. A cluster
+    added later with add_cluster() is not followed: its reads are GETs."""
 
     def __init__(
         self,
