@@ -105,6 +105,9 @@ class BrokerService:
         self._known_products: frozenset[str] = frozenset()
         self._known_products_at = float("-inf")
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
+        # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the
+        # reservation is released once a newer summary (which counts those pods) is in the store.
+        self._settling: dict[tuple[str, int], tuple[str, int]] = {}
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -370,6 +373,7 @@ class BrokerService:
     def sync_status(self) -> list[JobRecord]:
         """Follow every placed job in its member cluster. Returns the jobs that changed state."""
         changed: list[JobRecord] = []
+        self._release_settled()
         down = self._unavailable_clusters()
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
             if record.cluster in down:
@@ -399,7 +403,10 @@ class BrokerService:
         step = lifecycle.observe(record, status, self.clock.now())
         if step is None:
             return None
-        if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
+        if step.state is JobState.RUNNING:
+            self._settle(record)
+        elif step.state is JobState.QUEUED or step.state.terminal:
+            self._settling.pop((record.id, record.attempt), None)
             self.store.release(record.id, record.attempt)
         target = record
         if step.state is JobState.QUEUED:
@@ -408,6 +415,28 @@ class BrokerService:
             return self._transition(target, step.state, step.reason, expected=record.state)
         except Conflict:
             return None  # cancelled meanwhile
+
+    def _settle(self, record: JobRecord) -> None:
+        """The job's pods are all ready: its reservation may go once its cluster's summary counts them.
+        Released at once, a summary published before the pods were seen would show their GPUs free (the
+        Job's status reaches the broker sooner than the pods reach the pollers' summary)."""
+        cluster = record.cluster or ""
+        pair = self.store.cluster_versions([cluster]).get(cluster)
+        if pair is None:
+            self.store.release(record.id, record.attempt)
+            return
+        self._settling[(record.id, record.attempt)] = (cluster, pair[0])
+
+    def _release_settled(self) -> None:
+        """Release the reservations of running jobs whose cluster has published a newer summary."""
+        if not self._settling:
+            return
+        versions = self.store.cluster_versions(sorted({c for c, _ in self._settling.values()}))
+        for key, (cluster, seen) in list(self._settling.items()):
+            pair = versions.get(cluster)
+            if pair is None or pair[0] > seen:
+                self.store.release(*key)
+                del self._settling[key]
 
     def sweep_orphans(self) -> list[str]:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
