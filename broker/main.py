@@ -26,9 +26,9 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
+from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.placement import PlacementPolicy
-from broker.control_loop import ControlLoop
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
