@@ -988,6 +988,7 @@ class ClusterApi:
             old_meta.get("deletionTimestamp")
             and not _meta(new).get("finalizers")
             and not old_meta.get("deletionGracePeriodSeconds")
+            and not (rt.key == "namespaces" and (new.get("spec") or {}).get("finalizers"))
         ):
             self._check_rv(rt, old, new)
             return self._out(
@@ -1222,16 +1223,22 @@ class ClusterApi:
         meta = _meta(old)
         ns, name = meta.get("namespace", ""), meta["name"]
         grace = self._grace_period(rt, old, opts)
-        if rt.key == "namespaces" and (
-            meta.get("deletionTimestamp") or self.store.namespace_has_content(name)
-        ):
+        if rt.key == "namespaces":
             if meta.get("deletionTimestamp"):
                 return old, False
+            content = self.store.namespace_has_content(name)
+            if not content and not meta.get("finalizers"):
+                return self.store.delete(rt.key, ns, name), True
 
             def terminate(o: Obj) -> None:
                 o["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now())
                 o["metadata"]["deletionGracePeriodSeconds"] = 0
                 o.setdefault("status", {})["phase"] = "Terminating"
+                if not content:  # nothing for the namespace controller to do: its finalizer goes now
+                    left = [f for f in (o.get("spec") or {}).get("finalizers") or () if f != "kubernetes"]
+                    o.setdefault("spec", {})["finalizers"] = left
+                    if not left:
+                        o["spec"].pop("finalizers")
 
             return self.store.mutate(rt.key, ns, name, terminate), False
         if policy == "Orphan" and not meta.get("finalizers") and not grace:

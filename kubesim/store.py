@@ -81,9 +81,12 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def released(obj: Obj) -> bool:
-    """An object being deleted whose finalizers are all gone and whose grace period is over (zero)."""
+def released(obj: Obj, key: str = "") -> bool:
+    """An object being deleted whose finalizers are all gone and whose grace period is over (zero). A
+    namespace also waits for its spec.finalizers (the namespace controller's `kubernetes`)."""
     meta = obj.get("metadata") or {}
+    if key == "namespaces" and (obj.get("spec") or {}).get("finalizers"):
+        return False
     return bool(
         meta.get("deletionTimestamp")
         and not meta.get("finalizers")
@@ -171,7 +174,7 @@ class ObjectStore:
             meta[k] = old["metadata"].get(k)
         gen = old["metadata"].get("generation", 1)
         meta["generation"] = gen + 1 if new.get("spec") != old.get("spec") else gen
-        if released(new):
+        if released(new, key):
             return self.delete(key, ns, name)
         return self._write(key, "MODIFIED", new, prev=old)
 

@@ -1,14 +1,14 @@
 """The controllers that make one simulated cluster live, and `Controllers`, which runs them all.
 
 Owns `Controllers(store, clock, cluster)`:
-- `tick()`: one synchronous pass of every controller, in the order garbage collector -> Kueue -> Job
-  controller -> scheduler -> NRT updater -> kubelet -> autoscaler. Each controller keeps dirty flags fed
+- `tick()`: one synchronous pass of every controller, in the order namespace controller -> garbage
+  collector -> Kueue -> Job controller -> scheduler -> NRT updater -> kubelet -> autoscaler. Each controller keeps dirty flags fed
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
   nodes), so a tick where nothing changed costs a few attribute reads.
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
 - `async run(interval)`: tick every `interval` real seconds until cancelled.
 
-One module per controller: jobs.py, scheduler.py, kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
+One module per controller: namespaces.py, jobs.py (+ jobfailure.py), scheduler.py (+ preemption.py), kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
 events.py (the Event recorder); accounting.py tracks allocation per node and NUMA zone, matching.py the
 selector/affinity/taint predicates, pods.py the pod arithmetic.
 """
@@ -25,6 +25,7 @@ from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
 from kubesim.controllers.kubelet import Kubelet
 from kubesim.controllers.kueue import KueueController
+from kubesim.controllers.namespaces import NamespaceController
 from kubesim.controllers.nrt import TopologyUpdater
 from kubesim.controllers.scheduler import Scheduler
 from kubesim.fleet import ClusterSpec
@@ -42,6 +43,7 @@ class Controllers:
         self.cluster = cluster
         self.events = EventRecorder(store, clock)
         self.accounting = Accounting(store)
+        self.namespaces = NamespaceController(store, clock)
         self.gc = GarbageCollector(store, clock)
         self.kueue = KueueController(store, clock, self.events)
         self.jobs = JobController(store, clock, self.events)
@@ -53,7 +55,8 @@ class Controllers:
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
         if (
-            self.gc.dirty
+            self.namespaces.dirty
+            or self.gc.dirty
             or self.kueue.dirty
             or self.jobs.dirty
             or self.scheduler.dirty
@@ -76,6 +79,7 @@ class Controllers:
     def tick(self) -> None:
         if not self.busy():
             return
+        self.namespaces.tick()
         self.gc.tick()
         self.kueue.tick()
         self.jobs.tick()
