@@ -205,9 +205,17 @@ class ResourceFlavorSpec(_Model):
     tolerations: list[dict[str, Any]] = []
 
 
+class PreemptionSpec(_Model):
+    """ClusterQueue spec.preemption (what the simulated Kueue honours)."""
+
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+
+
 class ClusterQueueSpec(_Model):
     name: str
     cohort: str | None = None
+    preemption: PreemptionSpec = PreemptionSpec()
     queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     namespace_selector: dict[str, Any] = {}
     resource_groups: list[ResourceGroupSpec]
@@ -699,7 +707,10 @@ def kueue_objects(cluster: ClusterSpec) -> Iterator[tuple[str, Obj]]:
             "namespaceSelector": dict(cq.namespace_selector),
             "queueingStrategy": cq.queueing_strategy,
             "resourceGroups": groups,
-            "preemption": {"reclaimWithinCohort": "Never", "withinClusterQueue": "Never"},
+            "preemption": {
+                "reclaimWithinCohort": cq.preemption.reclaim_within_cohort,
+                "withinClusterQueue": cq.preemption.within_cluster_queue,
+            },
             "stopPolicy": "None",
         }
         if cq.cohort:
