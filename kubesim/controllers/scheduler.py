@@ -32,6 +32,7 @@ PodDisruptionBudgets are not weighed when choosing victims; gangs do not preempt
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -129,6 +130,10 @@ def fit_reasons(pod_spec: Obj, requests: Requests, view: NodeView, used: Request
         if requests[res] > alloc.get(res, 0.0) - used.get(res, 0.0) + _EPS:
             reasons.append(f"Insufficient {res}")
     return reasons
+
+
+def _fits(pod_spec: Obj, requests: Requests, view: NodeView, used: Requests) -> list[str]:
+    return fit_reasons(pod_spec, requests, view, used)
 
 
 def fits_in(free: Requests, want: Requests) -> bool:
@@ -372,7 +377,7 @@ class Scheduler:
                 if not p["metadata"].get("deletionTimestamp")
             ]
             found = select_victims(
-                view.name, used, running, priority, lambda u, v=view: fit_reasons(spec, requests, v, u)
+                view.name, used, running, priority, functools.partial(_fits, spec, requests, view)
             )
             if found is not None:
                 candidates.append(found)
