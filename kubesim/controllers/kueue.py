@@ -88,6 +88,7 @@ class KueueController:
         self._clock = clock
         self._events = events
         self._writing = False
+        self._evicted_now = False
         self.dirty = True
         for key in (JOBS, WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS):
             store.subscribe(key, self._on_write)
@@ -109,10 +110,13 @@ class KueueController:
         if not cqs and not any(_queue(j) for j in self._store.list(JOBS)[0]):
             return
         self._writing = True
+        self._evicted_now = False
         try:
             self._pass(cqs)
         finally:
             self._writing = False
+        if self._evicted_now:
+            self.dirty = True  # the evicted Workloads' Jobs are stopped on the next pass
 
     def _pass(self, cqs: dict[str, Obj]) -> None:
         now = self._clock.now()
@@ -276,6 +280,7 @@ class KueueController:
                 set_condition(o, "Preempted", "True", now, reason, message)
 
             evicted = self._set_wl(victim, evict)
+            self._evicted_now = True
             self._events.record(evicted, "EvictedDueToPreempted", message, "Normal", "kueue-admission")
             self._events.record(
                 evicted,
