@@ -3,10 +3,11 @@ deletion, the Job controller's failure handling, scheduler preemption and Kueue 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubesim.fleet import parse_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
+from tests.k8s_fields import as_dict, sent_as
 
 pytestmark = pytest.mark.integration
 
@@ -77,20 +79,10 @@ def _api(sim: Simulation, cluster: str) -> client.ApiClient:
 
 
 @pytest.fixture(scope="module")
-def api(sim: Simulation) -> Iterator[client.ApiClient]:
+def kube(sim: Simulation) -> Iterator[Kube]:
     c = _api(sim, "life")
-    yield c
+    yield Kube(c)
     c.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
-
-
-@pytest.fixture
-def batch(api: client.ApiClient) -> client.BatchV1Api:
-    return client.BatchV1Api(api)
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +111,59 @@ def kubectl(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Any:
     return run
 
 
-def _gone(read: Any) -> bool:
+def _gone(read: Callable[[], object]) -> bool:
     try:
         read()
     except ApiException as e:
-        return e.status == 404
+        return bool(e.status == 404)
     return False
+
+
+def plain(obj: object) -> dict[str, Any]:
+    """A client model as the JSON the server sent (camelCase keys), for typed reads in tests."""
+    return as_dict(client.ApiClient().sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
+
+
+def cond(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in obj.get("status", {}).get("conditions") or ():
+        if c["type"] == ctype and c["status"] == "True":
+            return dict(c)
+    return None
+
+
+def _running(kube: Kube, name: str) -> bool:
+    return bool(kube.pod(name)["status"]["phase"] == "Running")
+
+
+class Kube:
+    """Reads of one cluster as plain dicts."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core, self.batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        self.sched, self.custom = client.SchedulingV1Api(api), client.CustomObjectsApi(api)
+
+    def pod(self, name: str, ns: str = NS) -> dict[str, Any]:
+        return plain(self.core.read_namespaced_pod(name, ns))
+
+    def job(self, name: str) -> dict[str, Any]:
+        return plain(self.batch.read_namespaced_job(name, NS))
+
+    def pods_of(self, job: str) -> list[dict[str, Any]]:
+        return [plain(p) for p in self.core.list_namespaced_pod(NS, label_selector=f"job-name={job}").items]
+
+    def create_pod(self, manifest: dict[str, Any], ns: str = NS) -> None:
+        self.core.create_namespaced_pod(ns, sent_as(client.V1Pod, manifest))
+
+    def create_job(self, manifest: dict[str, Any]) -> None:
+        self.batch.create_namespaced_job(NS, sent_as(client.V1Job, manifest))
+
+    def priority_class(self, name: str, value: int) -> None:
+        self.sched.create_priority_class(
+            sent_as(client.V1PriorityClass, {"metadata": {"name": name}, "value": value})
+        )
+
+    def job_condition(self, name: str, ctype: str) -> dict[str, Any] | None:
+        return cond(self.job(name), ctype)
 
 
 def _pod(name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
@@ -170,41 +209,24 @@ def _job(
     }
 
 
-def _condition(obj: Any, ctype: str) -> Any:
-    for c in obj.status.conditions or ():
-        if c.type == ctype and c.status == "True":
-            return c
-    return None
-
-
-def _job_condition(batch: client.BatchV1Api, name: str, ctype: str) -> Any:
-    return _condition(batch.read_namespaced_job_status(name, NS), ctype)
-
-
 # ---------------------------------------------------------------------------------------- finalizers
 
 
 def test_a_pod_with_a_finalizer_terminates_after_its_grace_period_and_stays_until_released(
-    core: client.CoreV1Api,
+    kube: Kube,
 ) -> None:
     manifest = _pod("held")
     manifest["metadata"]["finalizers"] = ["example.com/hold"]
-    core.create_namespaced_pod(NS, manifest)
-    wait_for(lambda: core.read_namespaced_pod("held", NS).status.phase == "Running", 30, what="held running")
-    marked = core.delete_namespaced_pod("held", NS)
-    assert (
-        marked.metadata.deletion_timestamp is not None and marked.metadata.deletion_grace_period_seconds == 5
-    )
-    wait_for(
-        lambda: core.read_namespaced_pod("held", NS).status.phase == "Failed",
-        30,
-        what="the kubelet to stop it",
-    )
-    stopped = core.read_namespaced_pod("held", NS)
-    assert stopped.metadata.finalizers == ["example.com/hold"]
-    assert stopped.status.container_statuses[0].state.terminated.exit_code == 137
-    core.patch_namespaced_pod("held", NS, {"metadata": {"finalizers": None}})
-    assert _gone(lambda: core.read_namespaced_pod("held", NS))
+    kube.create_pod(manifest)
+    wait_for(lambda: kube.pod("held")["status"]["phase"] == "Running", 30, what="held running")
+    marked = plain(kube.core.delete_namespaced_pod("held", NS))
+    assert marked["metadata"]["deletionTimestamp"] and marked["metadata"]["deletionGracePeriodSeconds"] == 5
+    wait_for(lambda: kube.pod("held")["status"]["phase"] == "Failed", 30, what="the kubelet to stop it")
+    stopped = kube.pod("held")
+    assert stopped["metadata"]["finalizers"] == ["example.com/hold"]
+    assert stopped["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    kube.core.patch_namespaced_pod("held", NS, {"metadata": {"finalizers": None}})
+    assert _gone(lambda: kube.core.read_namespaced_pod("held", NS))
 
 
 def test_kubectl_deleting_a_job_with_a_finalizer_leaves_it_until_the_finalizer_goes(kubectl: Any) -> None:
@@ -219,57 +241,47 @@ def test_kubectl_deleting_a_job_with_a_finalizer_leaves_it_until_the_finalizer_g
     assert 'jobs.batch "kept" not found' in missing
 
 
-def test_a_terminating_namespace_refuses_new_content_and_goes_when_emptied(core: client.CoreV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "scratch"}})
+def test_a_terminating_namespace_refuses_new_content_and_goes_when_emptied(kube: Kube) -> None:
+    kube.core.create_namespace(sent_as(client.V1Namespace, {"metadata": {"name": "scratch"}}))
     manifest = _pod("stuck")
     manifest["metadata"]["finalizers"] = ["example.com/hold"]
-    core.create_namespaced_pod("scratch", manifest)
-    core.delete_namespace("scratch")
-    assert core.read_namespace("scratch").status.phase == "Terminating"
+    kube.create_pod(manifest, "scratch")
+    kube.core.delete_namespace("scratch")
+    assert plain(kube.core.read_namespace("scratch"))["status"]["phase"] == "Terminating"
     with pytest.raises(ApiException) as err:
-        core.create_namespaced_pod("scratch", _pod("late"))
+        kube.create_pod(_pod("late"), "scratch")
     assert err.value.status == 403 and "because it is being terminated" in str(err.value.body)
     wait_for(
-        lambda: core.read_namespaced_pod("stuck", "scratch").metadata.deletion_timestamp,
-        30,
-        what="content deleted",
+        lambda: kube.pod("stuck", "scratch")["metadata"].get("deletionTimestamp"), 30, what="content deleted"
     )
-    core.patch_namespaced_pod("stuck", "scratch", {"metadata": {"finalizers": None}})
-    wait_for(lambda: _gone(lambda: core.read_namespace("scratch")), 30, what="the namespace to go")
+    kube.core.patch_namespaced_pod("stuck", "scratch", {"metadata": {"finalizers": None}})
+    wait_for(lambda: _gone(lambda: kube.core.read_namespace("scratch")), 30, what="the namespace to go")
 
 
 # ---------------------------------------------------------------------------------------- Jobs
 
 
-def test_job_counters_never_go_down_when_its_pods_are_deleted(
-    core: client.CoreV1Api, batch: client.BatchV1Api
-) -> None:
-    batch.create_namespaced_job(NS, _job("counted", completions=2, parallelism=2))
-    wait_for(lambda: _job_condition(batch, "counted", "Complete"), 30, what="counted complete")
-    assert batch.read_namespaced_job_status("counted", NS).status.succeeded == 2
-    pods = core.list_namespaced_pod(NS, label_selector="job-name=counted").items
-    assert len(pods) == 2 and all(not p.metadata.finalizers for p in pods)  # tracked, then released
-    core.delete_collection_namespaced_pod(NS, label_selector="job-name=counted", grace_period_seconds=0)
-    wait_for(
-        lambda: not core.list_namespaced_pod(NS, label_selector="job-name=counted").items,
-        30,
-        what="pods gone",
-    )
-    assert batch.read_namespaced_job_status("counted", NS).status.succeeded == 2
+def test_job_counters_never_go_down_when_its_pods_are_deleted(kube: Kube) -> None:
+    kube.create_job(_job("counted", completions=2, parallelism=2))
+    wait_for(lambda: kube.job_condition("counted", "Complete"), 30, what="counted complete")
+    assert kube.job("counted")["status"]["succeeded"] == 2
+    pods = kube.pods_of("counted")
+    assert len(pods) == 2 and all(not p["metadata"].get("finalizers") for p in pods)  # counted, released
+    kube.core.delete_collection_namespaced_pod(NS, label_selector="job-name=counted", grace_period_seconds=0)
+    wait_for(lambda: not kube.pods_of("counted"), 30, what="pods gone")
+    assert kube.job("counted")["status"]["succeeded"] == 2
 
 
-def test_on_failure_restarts_the_container_and_counts_restarts(
-    core: client.CoreV1Api, batch: client.BatchV1Api
-) -> None:
+def test_on_failure_restarts_the_container_and_counts_restarts(kube: Kube) -> None:
     job = _job(
         "restarts", annotations={"sim.gpufed.io/exit-codes": "3,0"}, pod={"restartPolicy": "OnFailure"}
     )
-    batch.create_namespaced_job(NS, job)
-    wait_for(lambda: _job_condition(batch, "restarts", "Complete"), 60, what="restarts complete")
-    (pod,) = core.list_namespaced_pod(NS, label_selector="job-name=restarts").items
-    status = pod.status.container_statuses[0]
-    assert status.restart_count == 1 and status.last_state.terminated.exit_code == 3
-    assert batch.read_namespaced_job_status("restarts", NS).status.failed is None
+    kube.create_job(job)
+    wait_for(lambda: kube.job_condition("restarts", "Complete"), 60, what="restarts complete")
+    (pod,) = kube.pods_of("restarts")
+    status = pod["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 1 and status["lastState"]["terminated"]["exitCode"] == 3
+    assert "failed" not in kube.job("restarts")["status"]
 
 
 def test_pod_failure_policy_fail_job_with_kubectl(kubectl: Any) -> None:
@@ -305,7 +317,7 @@ spec:
     assert "failed with exit code 42 matching FailJob rule at index 0" in message
 
 
-def test_backoff_limit_per_index_marks_the_failing_index(batch: client.BatchV1Api) -> None:
+def test_backoff_limit_per_index_marks_the_failing_index(kube: Kube) -> None:
     job = _job(
         "per-index",
         annotations={"sim.gpufed.io/index-exit-codes": "1:7"},
@@ -314,32 +326,26 @@ def test_backoff_limit_per_index_marks_the_failing_index(batch: client.BatchV1Ap
         completionMode="Indexed",
         backoffLimitPerIndex=1,
     )
-    batch.create_namespaced_job(NS, job)
-    wait_for(lambda: _job_condition(batch, "per-index", "Failed"), 60, what="per-index failed")
-    status = batch.read_namespaced_job_status("per-index", NS).status
-    assert status.failed_indexes == "1" and status.completed_indexes == "0,2"
-    assert _condition(batch.read_namespaced_job_status("per-index", NS), "Failed").reason == "FailedIndexes"
+    kube.create_job(job)
+    wait_for(lambda: kube.job_condition("per-index", "Failed"), 60, what="per-index failed")
+    done = kube.job("per-index")
+    assert done["status"]["failedIndexes"] == "1" and done["status"]["completedIndexes"] == "0,2"
+    assert (cond(done, "Failed") or {}).get("reason") == "FailedIndexes"
 
 
-def test_active_deadline_and_ttl_after_finished(batch: client.BatchV1Api) -> None:
-    batch.create_namespaced_job(
-        NS,
-        _job(
-            "deadline",
-            annotations={"sim.gpufed.io/duration-seconds": "100000"},
-            activeDeadlineSeconds=10,
-            ttlSecondsAfterFinished=30,
-        ),
+def test_active_deadline_and_ttl_after_finished(kube: Kube) -> None:
+    job = _job(
+        "deadline",
+        annotations={"sim.gpufed.io/duration-seconds": "100000"},
+        activeDeadlineSeconds=10,
+        ttlSecondsAfterFinished=30,
     )
-    wait_for(lambda: _job_condition(batch, "deadline", "Failed"), 30, what="the deadline")
-    failed = _job_condition(batch, "deadline", "Failed")
-    assert (
-        failed.reason == "DeadlineExceeded"
-        and failed.message == "Job was active longer than specified deadline"
-    )
-    wait_for(
-        lambda: _gone(lambda: batch.read_namespaced_job("deadline", NS)), 30, what="the TTL to delete it"
-    )
+    kube.create_job(job)
+    failed = wait_for(lambda: kube.job_condition("deadline", "Failed"), 30, what="the deadline")
+    assert isinstance(failed, dict)
+    assert failed["reason"] == "DeadlineExceeded"
+    assert failed["message"] == "Job was active longer than specified deadline"
+    wait_for(lambda: _gone(lambda: kube.batch.read_namespaced_job("deadline", NS)), 30, what="the TTL")
 
 
 # ---------------------------------------------------------------------------------------- preemption
@@ -347,59 +353,49 @@ def test_active_deadline_and_ttl_after_finished(batch: client.BatchV1Api) -> Non
 
 def test_scheduler_preemption_evicts_the_lower_priority_pod(sim: Simulation) -> None:
     api = _api(sim, "life-big")
-    core, sched = client.CoreV1Api(api), client.SchedulingV1Api(api)
-    for name, value in (("batch-low", 100), ("batch-high", 10000)):
-        sched.create_priority_class({"metadata": {"name": name}, "value": value})
+    kube = Kube(api)
+    kube.priority_class("batch-low", 100)
+    kube.priority_class("batch-high", 10000)
     for name, pc in (("bulk-a", "batch-low"), ("bulk-b", "batch-high"), ("bulk-c", "batch-high")):
-        core.create_namespaced_pod(NS, _pod(name, gpus=8, priorityClassName=pc))
-        wait_for(
-            lambda n=name: core.read_namespaced_pod(n, NS).status.phase == "Running",
-            30,
-            what=f"{name} running",
-        )
-    victim_node = core.read_namespaced_pod("bulk-a", NS).spec.node_name
-    core.create_namespaced_pod(NS, _pod("vip", gpus=8, priorityClassName="batch-high"))
-    assert core.read_namespaced_pod("vip", NS).spec.priority == 10000  # the Priority admission plugin
-    wait_for(
-        lambda: core.read_namespaced_pod("vip", NS).status.nominated_node_name == victim_node,
-        30,
-        what="nomination",
-    )
-    victim = core.read_namespaced_pod("bulk-a", NS)
-    disruption = _condition(victim, "DisruptionTarget")
-    assert disruption.reason == "PreemptionByScheduler"
-    wait_for(lambda: core.read_namespaced_pod("vip", NS).status.phase == "Running", 30, what="vip running")
-    assert core.read_namespaced_pod("vip", NS).spec.node_name == victim_node
-    assert _gone(lambda: core.read_namespaced_pod("bulk-a", NS))
+        kube.create_pod(_pod(name, gpus=8, priorityClassName=pc))
+        wait_for(functools.partial(_running, kube, name), 30, what=f"{name} running")
+    victim_node = kube.pod("bulk-a")["spec"]["nodeName"]
+    kube.create_pod(_pod("vip", gpus=8, priorityClassName="batch-high"))
+    assert kube.pod("vip")["spec"]["priority"] == 10000  # the Priority admission plugin
+    wait_for(lambda: kube.pod("vip")["status"].get("nominatedNodeName") == victim_node, 30, what="nomination")
+    disruption = cond(kube.pod("bulk-a"), "DisruptionTarget")
+    assert disruption is not None and disruption["reason"] == "PreemptionByScheduler"
+    wait_for(lambda: kube.pod("vip")["status"]["phase"] == "Running", 30, what="vip running")
+    assert kube.pod("vip")["spec"]["nodeName"] == victim_node
+    assert _gone(lambda: kube.core.read_namespaced_pod("bulk-a", NS))
     for name in ("bulk-b", "bulk-c"):
-        assert core.read_namespaced_pod(name, NS).metadata.deletion_timestamp is None
+        assert "deletionTimestamp" not in kube.pod(name)["metadata"]
     api.close()  # type: ignore[no-untyped-call]
 
 
 def test_kueue_preempts_a_lower_priority_workload(sim: Simulation) -> None:
     api = _api(sim, "queued")
-    batch, sched = client.BatchV1Api(api), client.SchedulingV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    for name, value in (("q-low", 10), ("q-high", 1000)):
-        sched.create_priority_class({"metadata": {"name": name}, "value": value})
+    kube = Kube(api)
+    kube.priority_class("q-low", 10)
+    kube.priority_class("q-high", 1000)
     for name, pc in (("cheap", "q-low"), ("urgent", "q-high")):
         job = _job(
             name, annotations={"sim.gpufed.io/duration-seconds": "100000"}, pod={"priorityClassName": pc}
         )
         job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu"}
         job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
-        batch.create_namespaced_job(NS, job)
+        kube.create_job(job)
         if name == "cheap":
             wait_for(
-                lambda: (batch.read_namespaced_job_status("cheap", NS).status.active or 0) == 1,
-                30,
-                what="cheap admitted and running",
+                lambda: kube.job("cheap")["status"].get("active") == 1, 30, what="cheap admitted and running"
             )
 
     def evicted() -> dict[str, Any] | None:
-        items = custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", NS, "workloads")["items"]
-        uid = batch.read_namespaced_job("cheap", NS).metadata.uid
-        for w in items:
+        items = as_dict(
+            kube.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", NS, "workloads")
+        )
+        uid = kube.job("cheap")["metadata"]["uid"]
+        for w in items["items"]:
             if w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == uid:
                 conditions = {c["type"]: c for c in w["status"].get("conditions") or ()}
                 if "Evicted" in conditions:
@@ -408,18 +404,10 @@ def test_kueue_preempts_a_lower_priority_workload(sim: Simulation) -> None:
 
     conditions = wait_for(evicted, 30, what="the cheap workload evicted")
     assert isinstance(conditions, dict)
-    wait_for(
-        lambda: batch.read_namespaced_job("cheap", NS).spec.suspend is True, 30, what="cheap suspended again"
-    )
+    wait_for(lambda: kube.job("cheap")["spec"]["suspend"] is True, 30, what="cheap suspended again")
     assert conditions["Evicted"]["reason"] == "Preempted"
     assert conditions["Preempted"]["reason"] == "InClusterQueue"
     assert "due to prioritization in the ClusterQueue" in conditions["Preempted"]["message"]
-    wait_for(
-        lambda: batch.read_namespaced_job("urgent", NS).spec.suspend is False, 30, what="urgent admitted"
-    )
-    wait_for(
-        lambda: (batch.read_namespaced_job_status("urgent", NS).status.active or 0) == 1,
-        30,
-        what="urgent runs",
-    )
+    wait_for(lambda: kube.job("urgent")["spec"]["suspend"] is False, 30, what="urgent admitted")
+    wait_for(lambda: kube.job("urgent")["status"].get("active") == 1, 30, what="urgent runs")
     api.close()  # type: ignore[no-untyped-call]
