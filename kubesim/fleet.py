@@ -165,11 +165,16 @@ class CloudPoolSpec(NodeShape):
     scale_down_idle_seconds: float = Field(default=600.0, ge=0)
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
     spot: bool = False
+    # spot only: interruptions per node per simulated hour (0: only on demand), and the notice before it goes
+    spot_interruptions_per_hour: float = Field(default=0.0, ge=0)
+    spot_notice_seconds: float = Field(default=120.0, ge=0)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> CloudPoolSpec:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        if self.spot_interruptions_per_hour and not self.spot:
+            raise ValueError("spotInterruptionsPerHour needs spot: true")
         return self
 
 

@@ -7,6 +7,9 @@ import functools
 import json
 import os
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,21 @@ FLEET = {
     "clusters": [
         {"name": "life", "region": "eu-west", "nodePools": [POOL]},
         {"name": "life-big", "region": "eu-west", "nodePools": [{**POOL, "count": 3}]},
+        {
+            "name": "spotty",
+            "region": "eu-west",
+            "tier": "cloud",
+            "cloudPools": [
+                {
+                    "name": "spot-l4",
+                    "min": 2,
+                    "max": 2,
+                    "spot": True,
+                    "spotNoticeSeconds": 60,
+                    "gpu": {"product": "L4", "count": 8},
+                }
+            ],
+        },
         {
             "name": "queued",
             "region": "eu-west",
@@ -410,4 +428,46 @@ def test_kueue_preempts_a_lower_priority_workload(sim: Simulation) -> None:
     assert "due to prioritization in the ClusterQueue" in conditions["Preempted"]["message"]
     wait_for(lambda: kube.job("urgent")["spec"]["suspend"] is False, 30, what="urgent admitted")
     wait_for(lambda: kube.job("urgent")["status"].get("active") == 1, 30, what="urgent runs")
+    api.close()  # type: ignore[no-untyped-call]
+
+
+# ---------------------------------------------------------------------------------------- spot
+
+
+def test_spot_interruption_through_the_admin_endpoint_and_the_cli(sim: Simulation) -> None:
+    api = _api(sim, "spotty")
+    kube = Kube(api)
+    req = urllib.request.Request(f"{sim.admin_url}/clusters/spotty/spot", method="GET")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        nodes = json.loads(resp.read())["nodes"]
+    assert len(nodes) == 2
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubesim.cli",
+            "fault",
+            "spotty",
+            "--spot-interrupt",
+            nodes[0],
+            "--admin",
+            sim.admin_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert nodes[0] in cli.stdout
+    warned = plain(kube.core.read_node(nodes[0]))
+    assert warned["spec"]["unschedulable"] is True
+    events = kube.core.list_namespaced_event("default", field_selector="reason=SpotInterrupted").items
+    assert [plain(e)["involvedObject"]["name"] for e in events] == [nodes[0]]
+    wait_for(lambda: _gone(lambda: kube.core.read_node(nodes[0])), 30, what="the interrupted node to go")
+    bad = urllib.request.Request(
+        f"{sim.admin_url}/clusters/spotty/spot", method="POST", data=json.dumps({"node": "nope"}).encode()
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(bad, timeout=10)
+    assert err.value.code == 400
     api.close()  # type: ignore[no-untyped-call]
