@@ -11,8 +11,8 @@ it is Failed). Jobs with spec.managedBy other than the built-in controller are l
 
 Behaviour: parallelism and completions (NonIndexed; Indexed with the batch.kubernetes.io/
 job-completion-index annotation, label and JOB_COMPLETION_INDEX env var); podReplacementPolicy
-(TerminatingOrFailed, or Failed: no replacement while a pod terminates); suspend (active pods deleted,
-Suspended, startTime reset on resume); backoffLimit over failed pods and, for restartPolicy OnFailure,
+(TerminatingOrFailed, or Failed: no replacement while a pod terminates); suspend (active pods lose their
+tracking finalizer and are deleted, so they never count as failed; Suspended, startTime reset on resume); backoffLimit over failed pods and, for restartPolicy OnFailure,
 over container restarts (BackoffLimitExceeded); podFailurePolicy (FailJob -> PodFailurePolicy, Ignore
 not counted, Count, FailIndex); backoffLimitPerIndex with the job-index-failure-count annotation,
 status.failedIndexes, maxFailedIndexes (MaxFailedIndexesExceeded, FailedIndexes);
@@ -282,6 +282,8 @@ class JobController:
                 terminating += active
                 active = []
         elif spec.get("suspend"):
+            # deleteJobPods: the tracking finalizer goes first, so pods stopped by a suspend never count
+            self._release_pods(active)
             self._delete_pods(active)
             terminating += active
             active = []

@@ -286,3 +286,17 @@ def test_a_terminating_namespace_is_emptied_then_removed() -> None:
     w.settle()
     assert w.store.find("namespaces", "", "team") is None
     assert w.store.list("jobs.batch", "team")[0] == []
+
+
+def test_pods_stopped_by_a_suspend_do_not_count_as_failures() -> None:
+    w = _world()
+    w.store.create("jobs.batch", batch_job("paused", {"nvidia.com/gpu": 1}, duration=1000, backoffLimit=0))
+    w.advance(5)
+    w.store.mutate("jobs.batch", "default", "paused", lambda j: j["spec"].__setitem__("suspend", True))
+    w.advance(60)
+    job = w.job("paused")
+    assert "failed" not in job["status"] and job_condition(job, "Failed") is None
+    assert _job_pods(w, "paused") == []
+    w.store.mutate("jobs.batch", "default", "paused", lambda j: j["spec"].__setitem__("suspend", False))
+    w.settle()
+    assert len(_job_pods(w, "paused")) == 1
