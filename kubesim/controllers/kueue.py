@@ -383,6 +383,9 @@ class KueueController:
             "spec": wl_spec,
             "status": {"conditions": []},
         }
+        if job["metadata"].get("creationTimestamp"):
+            # Kueue's job reconciler creates it the moment the Job appears: queue order follows the Job
+            wl["metadata"]["creationTimestamp"] = job["metadata"]["creationTimestamp"]
         created = self._store.create(WORKLOADS, wl)
         self._events.record(
             job,

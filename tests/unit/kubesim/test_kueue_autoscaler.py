@@ -346,3 +346,19 @@ def test_kueue_reclaims_borrowed_quota_within_the_cohort() -> None:
     )
     w.advance(30)
     assert w.job("owner")["spec"]["suspend"] is False
+
+
+def test_lower_or_newer_equal_priority_never_preempts_an_older_workload_of_the_same_priority() -> None:
+    spec = kueue(8)
+    spec["clusterQueues"][0]["preemption"] = {"withinClusterQueue": "LowerOrNewerEqualPriority"}
+    w = world({"name": "c", "nodePools": [pool("h", 1)], "kueue": spec})
+    _priority_classes(w)
+    w.store.create("jobs.batch", _prio_job("older", 8, "high"))
+    w.clock.advance(1)
+    w.store.create("jobs.batch", _prio_job("newer", 8, "high"))
+    w.settle()
+    # admission is by priority then creation: "older" runs, and "newer" (same priority, created later) may
+    # not preempt it
+    assert w.job("older")["spec"]["suspend"] is False
+    assert job_condition(_workload_of(w, "older"), "Evicted") is None
+    assert w.job("newer")["spec"]["suspend"] is True

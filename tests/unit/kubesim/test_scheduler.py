@@ -6,7 +6,7 @@ from typing import Any
 
 from kubesim.controllers.pods import effective_requests
 from kubesim.store import Obj
-from tests.unit.kubesim.world import bare_pod, pod_condition, pool, scheduled, world
+from tests.unit.kubesim.world import bare_pod, batch_job, job_condition, pod_condition, pool, scheduled, world
 
 NRT = "noderesourcetopologies.topology.node.k8s.io"
 
@@ -403,3 +403,23 @@ def test_the_fewest_victims_are_taken() -> None:
     w.settle()
     terminating = [p for p in w.pods() if p["metadata"].get("deletionTimestamp")]
     assert len(terminating) == 2
+
+
+def test_a_preempted_job_pod_ignored_by_its_pod_failure_policy_does_not_fail_the_job() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 1)]})
+    job = batch_job("tolerant", {"nvidia.com/gpu": 8}, duration=10_000, backoffLimit=0)
+    job["spec"]["template"]["spec"].update(priority=100, terminationGracePeriodSeconds=10)
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    w.store.create("jobs.batch", job)
+    w.settle()
+    w.store.create("pods", _prio_pod("urgent", 1000))
+    w.advance(11)
+    assert w.pod("urgent")["status"]["phase"] == "Running"
+    tolerant = w.job("tolerant")
+    assert "failed" not in tolerant["status"] and job_condition(tolerant, "Failed") is None
+    pending = [
+        p for p in w.pods() if p["metadata"]["labels"].get("job-name") == "tolerant" and not scheduled(p)
+    ]
+    assert len(pending) == 1  # the replacement waits for room
