@@ -362,7 +362,7 @@ class KueueController:
                 "name": pc_name,
             }
         wl_spec["priority"] = priority
-        wl = {
+        wl: Obj = {
             "apiVersion": API_VERSION,
             "kind": "Workload",
             "metadata": {
