@@ -9,6 +9,9 @@ POST   /clusters/<name>/faults       {"down": true} {"hang": true} {"latency": 0
                                      {"clear": true} (any mix; false/0 clears one fault)
 DELETE /clusters/<name>/faults       clear every fault
 POST   /clusters/<name>/compact      {"resource": "nodes", "keep": 0}: drop watch history (forces 410)
+GET    /clusters/<name>/spot         the cluster's spot nodes
+POST   /clusters/<name>/spot         {"node": "<name>"} or {"pool": "<spot pool>"}: a spot interruption now
+                                     (notice event + cordon; the node goes after the pool's notice seconds)
 GET    /clock                        {"now": <sim epoch>, "speed": x}
 POST   /clock                        {"speed": x} and/or {"advance": seconds}
 """
@@ -19,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from kubesim.controllers.spot import SpotError
 from kubesim.faults import FaultError
 from kubesim.http import Connection, Request, Response
 from kubesim.resources import BY_KEY
@@ -123,4 +127,23 @@ class AdminApi:
                 store = sim.store(name)
                 store.compact(key, keep)
                 return _json({"resource": key, "kept": keep, "resourceVersion": store.resource_version})
+            if len(segs) == 3 and segs[2] == "spot":
+                return self._spot(name, method, body)
         return _error(404, f"no admin route {method} /{'/'.join(segs)}")
+
+    def _spot(self, name: str, method: str, body: dict[str, Any]) -> Response:
+        controllers = self.sim.controllers(name)
+        if controllers is None:
+            return _error(409, "the simulation runs without controllers: nothing interrupts spot nodes")
+        spot = controllers.spot
+        if method == "GET":
+            return _json({"nodes": spot.spot_nodes()})
+        if method != "POST":
+            return _error(405, "use GET or POST")
+        target = body.get("node") or body.get("pool")
+        if not isinstance(target, str) or not target:
+            return _error(400, 'send {"node": "<spot node>"} or {"pool": "<spot pool>"}')
+        try:
+            return _json(spot.interrupt(target))
+        except SpotError as e:
+            return _error(400, str(e))

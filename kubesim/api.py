@@ -761,10 +761,31 @@ class ClusterApi:
             )
         return self._json(ext, status=status, headers=headers)
 
-    def _ensure_namespace(self, ns: str) -> None:
-        if self.store.find("namespaces", "", ns) is None:
+    def _ensure_namespace(self, ns: str, rt: ResourceType | None = None, name: str = "") -> None:
+        found = self.store.find("namespaces", "", ns)
+        if found is None:
             raise ApiError(
                 404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"}
+            )
+        if _meta(found).get("deletionTimestamp"):
+            what = f'{rt.key} "{name}"' if rt is not None else "object"
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"{what} is forbidden: unable to create new content in namespace {ns} because it is being "
+                "terminated",
+                {
+                    "name": name,
+                    "group": rt.group if rt else "",
+                    "kind": rt.plural if rt else "",
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {ns} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
             )
 
     @staticmethod
@@ -851,7 +872,8 @@ class ClusterApi:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             meta["namespace"] = ns
-            self._ensure_namespace(ns)
+            generate_name(meta)
+            self._ensure_namespace(ns, rt, str(meta.get("name") or ""))
         else:
             meta.pop("namespace", None)
         generate_name(meta)
@@ -966,6 +988,7 @@ class ClusterApi:
             old_meta.get("deletionTimestamp")
             and not _meta(new).get("finalizers")
             and not old_meta.get("deletionGracePeriodSeconds")
+            and not (rt.key == "namespaces" and (new.get("spec") or {}).get("finalizers"))
         ):
             self._check_rv(rt, old, new)
             return self._out(
@@ -1193,25 +1216,34 @@ class ClusterApi:
         return str(policy)
 
     def _delete_object(self, rt: ResourceType, old: Obj, opts: Obj, policy: str) -> tuple[Obj, bool]:
-        """Delete now, or mark for deletion when finalizers remain or a bound pod must terminate first.
-        Returns the object and whether it is gone. Foreground is served as Background: the garbage
-        collector deletes the dependents once the owner is gone."""
+        """Delete now, or mark for deletion when finalizers remain or a bound pod must terminate first
+        (store.request_delete). A namespace with content goes Terminating and the namespace controller
+        empties it. Returns the object and whether it is gone. Foreground is served as Background: the
+        garbage collector deletes the dependents once the owner is gone."""
         meta = _meta(old)
         ns, name = meta.get("namespace", ""), meta["name"]
         grace = self._grace_period(rt, old, opts)
-        if meta.get("finalizers") or grace:
+        if rt.key == "namespaces":
             if meta.get("deletionTimestamp"):
                 return old, False
-            now = self.clock.now()
+            content = self.store.namespace_has_content(name)
+            if not content and not meta.get("finalizers"):
+                return self.store.delete(rt.key, ns, name), True
 
-            def mark(o: Obj) -> None:
-                o["metadata"]["deletionTimestamp"] = rfc3339(now + grace)
-                o["metadata"]["deletionGracePeriodSeconds"] = grace
+            def terminate(o: Obj) -> None:
+                o["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now())
+                o["metadata"]["deletionGracePeriodSeconds"] = 0
+                o.setdefault("status", {})["phase"] = "Terminating"
+                if not content:  # nothing for the namespace controller to do: its finalizer goes now
+                    left = [f for f in (o.get("spec") or {}).get("finalizers") or () if f != "kubernetes"]
+                    o.setdefault("spec", {})["finalizers"] = left
+                    if not left:
+                        o["spec"].pop("finalizers")
 
-            return self.store.mutate(rt.key, ns, name, mark), False
-        if policy == "Orphan":
+            return self.store.mutate(rt.key, ns, name, terminate), False
+        if policy == "Orphan" and not meta.get("finalizers") and not grace:
             self._orphan_dependents(old)
-        return self.store.delete(rt.key, ns, name), True
+        return self.store.request_delete(rt.key, ns, name, grace)
 
     @staticmethod
     def _grace_period(rt: ResourceType, obj: Obj, opts: Obj) -> int:
