@@ -1391,9 +1391,30 @@ class ClusterApi:
             conn.abort()
         finally:
             self._unsubscribe_watch(rt.key, w)
-            eof.cancel()
             closed_waiter.cancel()
+            await self._release_reader(conn, eof)
         return None
+
+    @staticmethod
+    async def _release_reader(conn: Connection, eof: asyncio.Task[bytes]) -> None:
+        """Hand the connection's reader back to the HTTP loop for the next request. The end-of-stream read
+        must have finished (cancelled and awaited) first, or the next read fails with "readuntil() called
+        while another coroutine is already waiting". A read cancelled while waiting consumed nothing; one that
+        completed with a byte took the start of a request the client sent after the stream ended, so the
+        connection cannot go on (the client retries on a new one); an empty read is the client's EOF."""
+        eof.cancel()
+        try:
+            data = await eof
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return
+        except Exception:
+            conn.abort()
+            return
+        if data:
+            conn.abort()
 
     # ------------------------------------------------------------------ shutdown
 
