@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import yaml
 
+from kubesim import apply as ssa
 from kubesim import tables
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
@@ -35,6 +36,7 @@ from kubesim.store import GoneError, InvalidError, NotFoundError, ObjectStore, S
 from kubesim.validation import (
     apply_create_defaults,
     generate_name,
+    normalize_quantities,
     validate_create,
     validate_update,
 )
@@ -842,8 +844,11 @@ class ClusterApi:
 
     # ------------------------------------------------------------------ writes
 
-    def _create(self, req: Request, rt: ResourceType, version: str, ns: str) -> Response:
-        obj = self._body_object(req, rt, version)
+    def _create(
+        self, req: Request, rt: ResourceType, version: str, ns: str, applied: Obj | None = None
+    ) -> Response:
+        """POST, or an apply that creates (`applied`: the configuration, already in the stored shape)."""
+        obj = copy.deepcopy(applied) if applied is not None else self._body_object(req, rt, version)
         meta = obj["metadata"]
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != ns:
@@ -872,6 +877,12 @@ class ClusterApi:
         apply_create_defaults(rt, obj, meta["creationTimestamp"])
         if rt.key == "pods":
             self._admit_pod_priority(obj)
+        now = meta["creationTimestamp"]
+        if applied is not None:
+            entry = ssa.apply(None, applied, self._manager(req), rt.api_version(version), now, False)
+            meta["managedFields"] = entry["metadata"]["managedFields"]
+        else:
+            ssa.record_update(None, obj, self._manager(req), rt.api_version(version), now)
         if self._dry_run(req):
             if self.store.find(rt.key, ns if rt.namespaced else "", meta["name"]) is not None:
                 raise ApiError(
@@ -908,10 +919,21 @@ class ClusterApi:
         if pc:
             spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
 
+    def _manager(self, req: Request) -> str:
+        return ssa.manager_name(req.param("fieldManager"), req.headers.get("user-agent", ""))
+
     def _commit_update(
-        self, req: Request, rt: ResourceType, version: str, old: Obj, new: Obj, sub: str | None
+        self,
+        req: Request,
+        rt: ResourceType,
+        version: str,
+        old: Obj,
+        new: Obj,
+        sub: str | None,
+        applied: bool = False,
     ) -> Response:
-        """Shared tail of PUT and PATCH: status-subresource rules, validation, finalizers, the write."""
+        """Shared tail of PUT, PATCH and apply: status-subresource rules, validation, field ownership
+        (`applied`: the apply already set managedFields), finalizers, the write."""
         meta = new.setdefault("metadata", {})
         old_meta = old["metadata"]
         if meta.get("name", old_meta["name"]) != old_meta["name"]:
@@ -957,6 +979,14 @@ class ClusterApi:
                 else:
                     new.pop("status", None)
             validate_update(rt, old, new)
+            if not applied:
+                if "managedFields" in old_meta:
+                    meta["managedFields"] = old_meta["managedFields"]
+                else:
+                    meta.pop("managedFields", None)
+                ssa.record_update(
+                    old, new, self._manager(req), rt.api_version(version), rfc3339(self.clock.now())
+                )
         if self._dry_run(req):
             return self._out(rt, new, version)
         # As the real registry: an update deletes an object being deleted once no finalizer is left and its
@@ -1038,18 +1068,72 @@ class ClusterApi:
     def _apply(
         self, req: Request, rt: ResourceType, version: str, ns: str, name: str, old: Obj | None, patch: Any
     ) -> Response:
-        """Server-side apply, approximated: create when absent, else a merge patch (no field ownership)."""
+        """Server-side apply (kubesim.apply): create when absent, else merge the configuration into the live
+        object with field ownership; conflicts are 409 unless `force=true`. A no-op apply writes nothing."""
+        manager = req.param("fieldManager")
+        if not manager:
+            raise ApiError(
+                422,
+                "Invalid",
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for '
+                "apply patch",
+                {
+                    "group": "meta.k8s.io",
+                    "kind": "PatchOptions",
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": "Required value: is required for apply patch",
+                            "field": "fieldManager",
+                        }
+                    ],
+                },
+            )
         if not isinstance(patch, dict):
             raise _bad_request("an apply patch must be an object")
+        for fld in ("apiVersion", "kind"):
+            if not patch.get(fld):
+                raise _bad_request(f"invalid object type: {fld} must be set in an apply configuration")
+        req.body = orjson.dumps(patch)
+        req.headers["content-type"] = _JSON
+        config = self._body_object(req, rt, version)
+        meta = config["metadata"]
+        if meta.get("name") and meta["name"] != name:
+            raise _bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        meta["name"] = name
+        if rt.namespaced:
+            meta.setdefault("namespace", ns)
+        for dropped in ("resourceVersion", "managedFields", "uid", "creationTimestamp", "generation"):
+            meta.pop(dropped, None)
+        normalize_quantities(config)
         if old is None:
-            patch.setdefault("metadata", {})["name"] = name
-            req.body = orjson.dumps(patch)
-            req.headers["content-type"] = _JSON
-            return self._create(req, rt, version, ns)
-        doc = copy.deepcopy(to_version(rt, old, version))
-        new = merge_patch(doc, patch)
-        new["metadata"].pop("resourceVersion", None)
-        return self._commit_update(req, rt, version, old, from_version(rt, new, version), None)
+            return self._create(req, rt, version, ns, applied=config)
+        try:
+            new = ssa.apply(
+                old,
+                config,
+                manager,
+                rt.api_version(version),
+                rfc3339(self.clock.now()),
+                req.param("force") in ("true", "1"),
+            )
+        except ssa.ApplyConflict as e:
+            raise ApiError(
+                409,
+                "Conflict",
+                str(e),
+                {
+                    "causes": [
+                        {"reason": "FieldManagerConflict", "message": m, "field": f} for f, m in e.causes
+                    ]
+                },
+            ) from None
+        if new == old:
+            return self._out(rt, old, version)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return self._commit_update(req, rt, version, old, new, None, applied=True)
 
     def _bind(self, req: Request, ns: str, name: str) -> Response:
         binding = self._body(req)
