@@ -73,8 +73,7 @@ def test_official_client_watches_in_a_row_leave_no_traceback(
         core = client.CoreV1Api(api)
         for _ in range(4):
             names = [
-                ev["object"].metadata.name
-                for ev in watch.Watch().stream(core.list_node, timeout_seconds=1)  # type: ignore[no-untyped-call]
+                ev["object"].metadata.name for ev in watch.Watch().stream(core.list_node, timeout_seconds=1)
             ]
             assert len(names) == 3
             assert len(core.list_node().items) == 3
