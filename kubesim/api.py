@@ -25,7 +25,7 @@ import orjson
 import yaml
 
 from kubesim import apply as ssa
-from kubesim import tables
+from kubesim import disruption, podlogs, protobuf, tables
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
 from kubesim.http import Connection, Request, Response
@@ -60,7 +60,14 @@ KUBE_VERSION = {
     "minCompatibilityMinor": "36",
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-SUB_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"]}
+SUB_VERBS = {
+    "status": ["get", "patch", "update"],
+    "binding": ["create"],
+    "eviction": ["create"],
+    "log": ["get"],
+}
+# Subresources whose kind is not the parent's: (group, version, kind).
+SUB_KINDS = {"binding": ("", "v1", "Binding"), "eviction": ("policy", "v1", "Eviction")}
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 # Custom resources (served from CRDs on a real cluster) accept no strategic merge patch.
 CRD_GROUPS = {"kueue.x-k8s.io", "topology.node.k8s.io", "scheduling.x-k8s.io"}
@@ -70,6 +77,7 @@ JOB_DELETE_WARNING = (
     'this warning"'
 )
 WATCH_QUEUE_LIMIT = 100_000
+LOG_FOLLOW_POLL = 0.1  # real seconds between looks at a followed container's log
 _JSON = "application/json"
 
 
@@ -223,15 +231,18 @@ def api_resource_list(group: str, version: str) -> Obj:
             entry["categories"] = list(r.categories)
         resources.append(entry)
         for sub in r.subresources:
-            resources.append(
-                {
-                    "name": f"{r.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": r.namespaced,
-                    "kind": "Binding" if sub == "binding" else r.kind,
-                    "verbs": SUB_VERBS.get(sub, ["get"]),
-                }
-            )
+            sub_entry: Obj = {
+                "name": f"{r.plural}/{sub}",
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": SUB_VERBS.get(sub, ["get"]),
+            }
+            if sub in SUB_KINDS:
+                sub_group, sub_version, sub_entry["kind"] = SUB_KINDS[sub]
+                if sub_group != group:
+                    sub_entry["group"], sub_entry["version"] = sub_group, sub_version
+            resources.append(sub_entry)
     gv = version if not group else f"{group}/{version}"
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 
@@ -267,11 +278,13 @@ def discovery_v2(core: bool) -> Obj:
                         {
                             "subresource": s,
                             "verbs": SUB_VERBS.get(s, ["get"]),
-                            "responseKind": {
-                                "group": "" if s == "binding" else group,
-                                "version": version if s != "binding" else "v1",
-                                "kind": "Binding" if s == "binding" else r.kind,
-                            },
+                            "responseKind": dict(
+                                zip(
+                                    ("group", "version", "kind"),
+                                    SUB_KINDS.get(s, (group, version, r.kind)),
+                                    strict=True,
+                                )
+                            ),
                         }
                         for s in r.subresources
                     ]
@@ -672,6 +685,14 @@ class ClusterApi:
                     return await self._watch(req, conn, rt, version, ns, name)
                 if name is None:
                     return self._list(req, rt, version, ns)
+                if sub == "log":
+                    return await self._logs(req, conn, ns or "", name)
+                if sub == "eviction":
+                    raise ApiError(
+                        405,
+                        "MethodNotAllowed",
+                        "the server does not allow this method on the requested resource",
+                    )
                 return self._get(req, rt, version, ns or "", name)
             if watch_path:
                 raise ApiError(
@@ -684,6 +705,8 @@ class ClusterApi:
                     return self._create(req, rt, version, ns or "")
                 if sub == "binding":
                     return self._bind(req, ns or "", name)
+                if sub == "eviction":
+                    return self._evict(req, rt, version, ns or "", name)
             elif method == "PUT" and name is not None:
                 return self._update(req, rt, version, ns or "", name, sub)
             elif method == "PATCH" and name is not None:
@@ -715,6 +738,19 @@ class ClusterApi:
         if not req.body:
             raise _bad_request("the request body is empty")
         ctype = req.headers.get("content-type", _JSON)
+        if ctype.split(";")[0].strip() == protobuf.MEDIA_TYPE:
+            try:
+                return protobuf.decode(req.body)
+            except protobuf.UnsupportedKind as e:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types include: "
+                    f"application/json, application/yaml (protobuf is decoded for DeleteOptions and "
+                    f"Eviction only, not {e})",
+                ) from None
+            except protobuf.ProtobufError as e:
+                raise _bad_request(f"the request body could not be decoded: {e}") from None
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(req.body)
@@ -1134,6 +1170,80 @@ class ClusterApi:
             return self._out(rt, old, version)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         return self._commit_update(req, rt, version, old, new, None, applied=True)
+
+    def _evict(self, req: Request, rt: ResourceType, version: str, ns: str, name: str) -> Response:
+        """POST pods/{name}/eviction (policy/v1 Eviction): delete the pod if its disruption budget allows."""
+        body = self._body(req)
+        if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction", "DeleteOptions"):
+            raise _bad_request("the request body must be a policy/v1 Eviction")
+        body_name = (body.get("metadata") or {}).get("name")
+        if body_name and body_name != name:
+            raise _bad_request(f"name in URL does not match name in Eviction object: {name} != {body_name}")
+        pod = self.store.get("pods", ns, name)
+        opts = dict(body.get("deleteOptions") or {})
+        try:
+            pdb = disruption.check_eviction(self.store, pod, self.clock.now())
+        except disruption.EvictionError as e:
+            raise ApiError(e.code, e.reason, e.message, e.details) from None
+        if "All" not in (opts.get("dryRun") or []) and not self._dry_run(req):
+            if pdb is not None:
+                disruption.charge(self.store, pdb, name, self.clock.now())
+            self._delete_object(rt, pod, opts, self._propagation_policy(rt, opts))
+        return self._json(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+            status=201,
+        )
+
+    async def _logs(self, req: Request, conn: Connection, ns: str, name: str) -> Response | None:
+        """GET pods/{name}/log: the simulated container log (kubesim.podlogs), streamed with follow=true until
+        the container exits, the pod goes or the client hangs up."""
+        try:
+            opts = podlogs.parse_options({k: req.param(k) for k in req.query})
+            pod = self.store.get("pods", ns, name)
+            container = podlogs.choose_container(pod, opts.container)
+            entries, done = podlogs.lines(pod, container, self.clock.now(), opts.previous)
+        except podlogs.LogError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+        first = podlogs.select(entries, opts, self.clock.now())
+        budget = opts.limit_bytes
+        body = podlogs.render(first, opts.timestamps)
+        if budget is not None:
+            body = body[:budget]
+        if not opts.follow or opts.previous or done:
+            return Response(200, body, "text/plain")
+        await conn.start_chunked(200, "text/plain")
+        conn.write_chunk(body)
+        if budget is not None:
+            budget -= len(body)
+        sent = len(entries)
+        loop = asyncio.get_running_loop()
+        eof = loop.create_task(conn.reader.read(1))
+        try:
+            while not eof.done() and not conn.closed.is_set() and (budget is None or budget > 0):
+                await conn.drain()
+                await asyncio.sleep(LOG_FOLLOW_POLL)
+                pod_now = self.store.find("pods", ns, name)
+                if pod_now is None or pod_now["metadata"].get("uid") != pod["metadata"].get("uid"):
+                    break
+                try:
+                    entries, done = podlogs.lines(pod_now, container, self.clock.now())
+                except podlogs.LogError:
+                    break
+                chunk = podlogs.render(entries[sent:], opts.timestamps)
+                sent = len(entries)
+                if budget is not None:
+                    chunk = chunk[:budget]
+                    budget -= len(chunk)
+                conn.write_chunk(chunk)
+                if done:
+                    break
+            if not conn.closed.is_set() and not eof.done():
+                await conn.end_chunked()
+        except (ConnectionError, OSError):
+            conn.abort()
+        finally:
+            await self._release_reader(conn, eof)
+        return None
 
     def _bind(self, req: Request, ns: str, name: str) -> Response:
         binding = self._body(req)

@@ -36,9 +36,12 @@ class ResourceType:
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", ("v1",), "namespaces", "Namespace", False, ("ns",)),
     ResourceType("", ("v1",), "nodes", "Node", False, ("no",)),
-    ResourceType("", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding"), ("all",)),
+    ResourceType(
+        "", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding", "eviction", "log"), ("all",)
+    ),
     ResourceType("", ("v1",), "events", "Event", True, ("ev",), ()),
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
+    ResourceType("policy", ("v1",), "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass", False, ("pc",), ()),
     ResourceType(
         "topology.node.k8s.io",

@@ -272,6 +272,13 @@ COLUMNS: dict[str, list[Column]] = {
         ("Object", "string", 0, _event_object),
         ("Message", "string", 0, _path("message")),
     ],
+    "poddisruptionbudgets.policy": [
+        NAME,
+        ("Min Available", "string", 0, _path("spec", "minAvailable", default="N/A")),
+        ("Max Unavailable", "string", 0, _path("spec", "maxUnavailable", default="N/A")),
+        ("Allowed Disruptions", "integer", 0, _path("status", "disruptionsAllowed", default=0)),
+        AGE,
+    ],
     "priorityclasses.scheduling.k8s.io": [
         NAME,
         ("Value", "integer", 0, _path("value", default=0)),

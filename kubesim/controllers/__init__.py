@@ -2,7 +2,7 @@
 
 Owns `Controllers(store, clock, cluster)`:
 - `tick()`: one synchronous pass of every controller, in the order garbage collector -> Kueue -> Job
-  controller -> scheduler -> NRT updater -> kubelet -> autoscaler. Each controller keeps dirty flags fed
+  controller -> scheduler -> NRT updater -> kubelet -> autoscaler -> disruption (PDB status). Each controller keeps dirty flags fed
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
   nodes), so a tick where nothing changed costs a few attribute reads.
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
@@ -20,6 +20,7 @@ import asyncio
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
+from kubesim.controllers.disruption import DisruptionController
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
@@ -49,6 +50,7 @@ class Controllers:
         self.topology = TopologyUpdater(store, self.accounting)
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
+        self.disruption = DisruptionController(store, clock)
 
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
@@ -60,6 +62,7 @@ class Controllers:
             or self.topology.dirty
             or self.kubelet.dirty
             or self.autoscaler.dirty
+            or self.disruption.dirty
         ):
             return True
         now = self.clock.now()
@@ -83,6 +86,7 @@ class Controllers:
         self.topology.tick()
         self.kubelet.tick()
         self.autoscaler.tick()
+        self.disruption.tick()
 
     def settle(self, max_passes: int = 100) -> int:
         """Tick until no controller has work due now; returns the passes taken."""

@@ -1,0 +1,145 @@
+"""Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`): the few kinds kubectl sends.
+
+kubectl 1.37 sends `DeleteOptions` (kubectl delete, kubectl drain) and `policy/v1 Eviction` (kubectl drain)
+as protobuf. A protobuf body is the 4-byte magic `k8s\\0` and a `runtime.Unknown` message: field 1 TypeMeta
+(apiVersion = 1, kind = 2), field 2 the raw message, fields 3/4 the content encoding and type. This module
+decodes those two kinds into the JSON shape the API handles; any other kind is `UnsupportedKind` (the API
+answers 415 UnsupportedMediaType, so a client can send JSON instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+Obj = dict[str, Any]
+MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
+MAGIC = b"k8s\x00"
+
+
+class ProtobufError(ValueError):
+    """A body that is not a well-formed Kubernetes protobuf envelope."""
+
+
+class UnsupportedKind(ValueError):
+    """A well-formed protobuf body of a kind kubesim does not decode."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(buf):
+            raise ProtobufError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ProtobufError("varint too long")
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) pairs: ints for varints, bytes for length-delimited fields."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+            yield num, value
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > len(buf):
+                raise ProtobufError("truncated field")
+            yield num, buf[pos : pos + length]
+            pos += length
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ProtobufError(f"unsupported wire type {wire}")
+
+
+def _int64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _str(v: int | bytes) -> str:
+    if not isinstance(v, bytes):
+        raise ProtobufError("expected a string field")
+    return v.decode("utf-8")
+
+
+def _msg(v: int | bytes) -> bytes:
+    if not isinstance(v, bytes):
+        raise ProtobufError("expected a message field")
+    return v
+
+
+def delete_options(raw: bytes) -> Obj:
+    """meta.k8s.io/v1 DeleteOptions (generated.proto field numbers)."""
+    out: Obj = {}
+    for num, v in _fields(raw):
+        if num == 1 and isinstance(v, int):
+            out["gracePeriodSeconds"] = _int64(v)
+        elif num == 2:
+            pre: Obj = {}
+            for pn, pv in _fields(_msg(v)):
+                if pn == 1:
+                    pre["uid"] = _str(pv)
+                elif pn == 2:
+                    pre["resourceVersion"] = _str(pv)
+            out["preconditions"] = pre
+        elif num == 3 and isinstance(v, int):
+            out["orphanDependents"] = bool(v)
+        elif num == 4:
+            out["propagationPolicy"] = _str(v)
+        elif num == 5:
+            out.setdefault("dryRun", []).append(_str(v))
+    return out
+
+
+def _object_meta(raw: bytes) -> Obj:
+    meta: Obj = {}
+    for num, v in _fields(raw):
+        if num == 1:
+            meta["name"] = _str(v)
+        elif num == 3:
+            meta["namespace"] = _str(v)
+    return meta
+
+
+def eviction(raw: bytes) -> Obj:
+    """policy/v1 Eviction: metadata = 1, deleteOptions = 2."""
+    out: Obj = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {}}
+    for num, v in _fields(raw):
+        if num == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif num == 2:
+            out["deleteOptions"] = delete_options(_msg(v))
+    return out
+
+
+def decode(body: bytes) -> Obj:
+    """A protobuf request body as a JSON-shaped object (DeleteOptions or Eviction)."""
+    if not body.startswith(MAGIC):
+        raise ProtobufError("missing the k8s protobuf magic prefix")
+    api_version = kind = ""
+    raw = b""
+    for num, v in _fields(body[len(MAGIC) :]):
+        if num == 1:
+            for tn, tv in _fields(_msg(v)):
+                if tn == 1:
+                    api_version = _str(tv)
+                elif tn == 2:
+                    kind = _str(tv)
+        elif num == 2:
+            raw = _msg(v)
+    if kind == "DeleteOptions":
+        return {"apiVersion": api_version or "v1", "kind": kind, **delete_options(raw)}
+    if kind == "Eviction":
+        return {**eviction(raw), "apiVersion": api_version or "policy/v1"}
+    raise UnsupportedKind(f"{api_version}, Kind={kind}" if api_version else kind or "unknown kind")
