@@ -77,6 +77,13 @@ JOB_DELETE_WARNING = (
     'this warning"'
 )
 WATCH_QUEUE_LIMIT = 100_000
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
 LOG_FOLLOW_POLL = 0.1  # real seconds between looks at a followed container's log
 _JSON = "application/json"
 
@@ -91,13 +98,18 @@ class ApiError(Exception):
         message: str,
         details: Obj | None = None,
         headers: list[tuple[str, str]] | None = None,
+        list_meta: Obj | None = None,
     ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details, self.headers = details, headers or []
+        self.list_meta = list_meta
 
     def status(self) -> Obj:
-        return status_obj(self.code, self.reason, self.message, self.details)
+        body = status_obj(self.code, self.reason, self.message, self.details)
+        if self.list_meta:
+            body["metadata"] = self.list_meta
+        return body
 
     def response(self) -> Response:
         return Response(self.code, orjson.dumps(self.status()), headers=self.headers)
@@ -826,17 +838,41 @@ class ClusterApi:
         return objs, rv, match is not None
 
     def _list(self, req: Request, rt: ResourceType, version: str, ns: str | None) -> Response:
-        objs, rv, filtered = self._selected(req, rt, ns)
-        objs.sort(key=_sort_key)
-        list_meta: Obj = {"resourceVersion": str(rv)}
         cont = req.param("continue")
+        token: Obj = {}
         if cont:
             try:
                 token = orjson.loads(base64.urlsafe_b64decode(cont.encode()))
                 after = (str(token["ns"]), str(token["name"]))
-                list_meta["resourceVersion"] = str(token["rv"])
+                pinned = int(token["rv"])
             except (binascii.Error, ValueError, KeyError, TypeError):
                 raise _bad_request("continue key is not valid") from None
+        if cont and pinned > 0:
+            # Later pages show the list as of the first page's resourceVersion (a consistent snapshot).
+            try:
+                objs = self.store.list_at(rt.key, pinned, ns)
+            except GoneError:
+                raise ApiError(
+                    410,
+                    "Expired",
+                    CONTINUE_EXPIRED,
+                    list_meta={
+                        "continue": base64.urlsafe_b64encode(orjson.dumps({**token, "rv": -1})).decode()
+                    },
+                ) from None
+            match = matcher(
+                parse_label_selector(req.param("labelSelector")),
+                parse_field_selector(req.param("fieldSelector"), rt.key),
+            )
+            filtered = match is not None
+            if match is not None:
+                objs = [o for o in objs if match(o)]
+            rv = pinned
+        else:
+            objs, rv, filtered = self._selected(req, rt, ns)
+        objs.sort(key=_sort_key)
+        list_meta: Obj = {"resourceVersion": str(rv)}
+        if cont:
             start = 0
             lo, hi = 0, len(objs)
             while lo < hi:  # first object after the token's key
@@ -854,7 +890,7 @@ class ClusterApi:
         if limit > 0 and len(objs) > limit:
             last = objs[limit - 1]["metadata"]
             token = {
-                "rv": int(list_meta["resourceVersion"]),
+                "rv": int(list_meta["resourceVersion"]) if not cont or pinned > 0 else -1,
                 "ns": last.get("namespace") or "",
                 "name": last["name"],
             }
