@@ -16,6 +16,7 @@ import contextlib
 import copy
 import logging
 import random
+import secrets
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -25,12 +26,13 @@ import orjson
 import yaml
 
 from kubesim import apply as ssa
-from kubesim import disruption, podlogs, protobuf, tables
+from kubesim import disruption, podlogs, protobuf, rbac, tables
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
 from kubesim.http import Connection, Request, Response
 from kubesim.patch import PatchError, json_patch, merge_patch, strategic_merge
-from kubesim.resources import RESOURCES, ResourceType, groups, lookup
+from kubesim.rbac import ADMIN, Identity
+from kubesim.resources import CREATE_ONLY, RESOURCES, ResourceType, groups, lookup
 from kubesim.selectors import SelectorError, matcher, parse_field_selector, parse_label_selector
 from kubesim.store import GoneError, InvalidError, NotFoundError, ObjectStore, StoreError, WatchEvent, rfc3339
 from kubesim.validation import (
@@ -235,7 +237,7 @@ def api_resource_list(group: str, version: str) -> Obj:
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": ["create"] if r.key in CREATE_ONLY else VERBS,
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
@@ -279,7 +281,7 @@ def discovery_v2(core: bool) -> Obj:
                     "responseKind": rk,
                     "scope": "Namespaced" if r.namespaced else "Cluster",
                     "singularResource": r.singular,
-                    "verbs": VERBS,
+                    "verbs": ["create"] if r.key in CREATE_ONLY else VERBS,
                 }
                 if r.short_names:
                     entry["shortNames"] = list(r.short_names)
@@ -459,6 +461,7 @@ class ClusterApi:
         self._watches: dict[str, set[Watch]] = {}
         self._unsubscribe: dict[str, Callable[[], None]] = {}
         self._hung: set[Connection] = set()
+        self.users: dict[str, Identity] = {}  # bearer token -> the user it authenticates (besides admin)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -488,6 +491,17 @@ class ClusterApi:
             conn.abort()
         self._hung.clear()
 
+    def add_user(self, user: str, groups: tuple[str, ...] | list[str] = (), token: str | None = None) -> str:
+        """Bind a bearer token to a user (and groups); RBAC decides what it may do. Returns the token (a new
+        random one unless given). The admin token (`self.token`) stays all-powerful."""
+        if not user or user == rbac.ADMIN_USER:
+            raise ValueError(f"user name must be set and not {rbac.ADMIN_USER!r}")
+        token = token or secrets.token_urlsafe(32)
+        if token == self.token:
+            raise ValueError("a user token must differ from the admin token")
+        self.users[token] = Identity(user, tuple(groups))
+        return token
+
     @property
     def watch_count(self) -> int:
         return sum(len(w) for w in self._watches.values())
@@ -504,11 +518,13 @@ class ClusterApi:
         if faults.latency:
             await asyncio.sleep(faults.latency)
         try:
-            self._authorize(req)
+            ident = self._authenticate(req)
+            if ident is not None and ident is not ADMIN:
+                self._check_rbac(req, ident)
             code = faults.pick_error(self._rng)
             if code is not None:
                 raise self._fault_error(code)
-            return await self._route(req, conn)
+            return await self._route(req, conn, ident or ADMIN)
         except ApiError as e:
             return e.response()
         except StoreError as e:
@@ -526,7 +542,9 @@ class ClusterApi:
                 500, "InternalError", f"Internal error occurred: {type(e).__name__}: {e}"
             ).response()
 
-    def _authorize(self, req: Request) -> None:
+    def _authenticate(self, req: Request) -> Identity | None:
+        """The request's identity from its bearer token (None: anonymous public info), impersonation
+        applied; 401 for a missing or unknown token."""
         header = req.headers.get("authorization", "")
         path = req.path.rstrip("/")
         if (
@@ -534,8 +552,10 @@ class ClusterApi:
             and path in ("/version", "/healthz", "/livez", "/readyz")
             and not self.faults.expired_token
         ):
-            return  # anonymous access to public info, as system:public-info-viewer allows
-        if not header.startswith("Bearer ") or header[7:].strip() != self.token or self.faults.expired_token:
+            return None  # anonymous access to public info, as system:public-info-viewer allows
+        token = header[7:].strip() if header.startswith("Bearer ") else ""
+        ident = ADMIN if token and token == self.token else self.users.get(token)
+        if ident is None or self.faults.expired_token:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         if self.faults.forbidden:
             raise ApiError(
@@ -545,6 +565,21 @@ class ClusterApi:
                 f'{req.method.lower()} path "{req.path}"',
                 {},
             )
+        as_user = req.headers.get("impersonate-user")
+        if as_user:
+            attrs = rbac.Attributes("impersonate", True, "", "users", name=as_user)
+            if not rbac.authorize(self.store, ident, attrs).allowed:
+                msg, details = rbac.forbidden_message(ident, attrs)
+                raise ApiError(403, "Forbidden", msg, details)
+            groups = [g.strip() for g in req.headers.get("impersonate-group", "").split(",") if g.strip()]
+            return Identity(as_user, tuple(groups))
+        return ident
+
+    def _check_rbac(self, req: Request, ident: Identity) -> None:
+        attrs = rbac.attributes_of(req.method, req.path, req.param("watch") in ("true", "1"))
+        if not rbac.authorize(self.store, ident, attrs).allowed:
+            msg, details = rbac.forbidden_message(ident, attrs)
+            raise ApiError(403, "Forbidden", msg, details)
 
     def _fault_error(self, code: int) -> ApiError:
         retry = [("Retry-After", str(self.faults.retry_after))]
@@ -586,7 +621,7 @@ class ClusterApi:
 
     # ------------------------------------------------------------------ routing
 
-    async def _route(self, req: Request, conn: Connection) -> Response | None:
+    async def _route(self, req: Request, conn: Connection, ident: Identity = ADMIN) -> Response | None:
         segs = [s for s in req.path.split("/") if s]
         if not segs:
             return self._json(
@@ -654,7 +689,7 @@ class ClusterApi:
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
                 )
             return self._json(api_resource_list(group, version))
-        return await self._resource(req, conn, group, version, rest)
+        return await self._resource(req, conn, group, version, rest, ident)
 
     def _openapi(self, gv: list[str]) -> Response:
         if not gv:
@@ -667,7 +702,7 @@ class ClusterApi:
         raise _not_found()
 
     async def _resource(
-        self, req: Request, conn: Connection, group: str, version: str, rest: list[str]
+        self, req: Request, conn: Connection, group: str, version: str, rest: list[str], ident: Identity
     ) -> Response | None:
         watch_path = rest[0] == "watch"
         if watch_path:
@@ -689,6 +724,12 @@ class ClusterApi:
         if name is not None and rt.namespaced and ns is None:
             raise _not_found()
         method = req.method
+        if rt.key in CREATE_ONLY:
+            if method != "POST" or name is not None:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            return self._review(req, rt, version, ns, ident)
         try:
             if method == "GET":
                 if watch_path or req.param("watch") in ("true", "1"):
@@ -1280,6 +1321,58 @@ class ClusterApi:
         finally:
             await self._release_reader(conn, eof)
         return None
+
+    def _review(
+        self, req: Request, rt: ResourceType, version: str, ns: str | None, ident: Identity
+    ) -> Response:
+        """SelfSubjectAccessReview (the caller), SubjectAccessReview and LocalSubjectAccessReview (the
+        spec's user and groups): the review back with status.allowed and the RBAC reason."""
+        review = self._body_object(req, rt, version)
+        if rt.kind == "SelfSubjectReview":  # kubectl auth whoami
+            user_info: Obj = {"username": ident.user, "groups": list(ident.all_groups)}
+            answer = {**review, "metadata": {"creationTimestamp": None}, "status": {"userInfo": user_info}}
+            return self._json(to_version(rt, answer, version), status=201)
+        spec = review.get("spec")
+        if not isinstance(spec, dict) or not (
+            isinstance(spec.get("resourceAttributes"), dict)
+            or isinstance(spec.get("nonResourceAttributes"), dict)
+        ):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{rt.kind}.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: '
+                '"null": exactly one of nonResourceAttributes or resourceAttributes must be specified',
+            )
+        if rt.kind == "SelfSubjectAccessReview":
+            subject = ident
+        else:
+            user = str(spec.get("user") or "")
+            groups = tuple(str(g) for g in spec.get("groups") or [])
+            if not user and not groups:
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'{rt.kind}.authorization.k8s.io "" is invalid: spec.user: Invalid value: "": at least one '
+                    "of user or group must be specified",
+                )
+            subject = ADMIN if user == rbac.ADMIN_USER else Identity(user, groups)
+        attrs = rbac.review_attributes(spec)
+        if rt.kind == "LocalSubjectAccessReview":
+            ra = spec.get("resourceAttributes") or {}
+            if ra.get("namespace") != ns:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'namespace mismatch: spec.resourceAttributes.namespace="{ra.get("namespace")}" must be '
+                    f'"{ns}"',
+                )
+        decision = rbac.authorize(self.store, subject, attrs)
+        status: Obj = {"allowed": decision.allowed}
+        if decision.reason:
+            status["reason"] = decision.reason
+        review["status"] = status
+        review["metadata"] = {"creationTimestamp": None, **({"namespace": ns} if ns else {})}
+        return self._json(to_version(rt, review, version), status=201)
 
     def _bind(self, req: Request, ns: str, name: str) -> Response:
         binding = self._body(req)

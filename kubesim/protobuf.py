@@ -1,9 +1,10 @@
 """Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`): the few kinds kubectl sends.
 
-kubectl 1.37 sends `DeleteOptions` (kubectl delete, kubectl drain) and `policy/v1 Eviction` (kubectl drain)
-as protobuf. A protobuf body is the 4-byte magic `k8s\\0` and a `runtime.Unknown` message: field 1 TypeMeta
+kubectl 1.37 sends `DeleteOptions` (kubectl delete, kubectl drain), `policy/v1 Eviction` (kubectl drain),
+`authorization.k8s.io/v1 SelfSubjectAccessReview` (kubectl auth can-i) and `authentication.k8s.io/v1
+SelfSubjectReview` (kubectl auth whoami) as protobuf, and does not fall back to JSON on a 415. A protobuf body is the 4-byte magic `k8s\\0` and a `runtime.Unknown` message: field 1 TypeMeta
 (apiVersion = 1, kind = 2), field 2 the raw message, fields 3/4 the content encoding and type. This module
-decodes those two kinds into the JSON shape the API handles; any other kind is `UnsupportedKind` (the API
+decodes those kinds (and SubjectAccessReview, LocalSubjectAccessReview) into the JSON shape the API handles; any other kind is `UnsupportedKind` (the API
 answers 415 UnsupportedMediaType, so a client can send JSON instead).
 """
 
@@ -123,8 +124,52 @@ def eviction(raw: bytes) -> Obj:
     return out
 
 
+_RESOURCE_ATTRS = {
+    1: "namespace",
+    2: "verb",
+    3: "group",
+    4: "version",
+    5: "resource",
+    6: "subresource",
+    7: "name",
+}
+
+
+def _strings(raw: bytes, names: dict[int, str]) -> Obj:
+    return {names[n]: _str(v) for n, v in _fields(raw) if n in names}
+
+
+def access_review(raw: bytes, kind: str) -> Obj:
+    """authorization.k8s.io/v1 SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview:
+    metadata = 1, spec = 2 (resourceAttributes = 1, nonResourceAttributes = 2; SubjectAccessReviewSpec
+    also user = 3, groups = 4, uid = 6)."""
+    out: Obj = {"metadata": {}, "spec": {}}
+    for num, v in _fields(raw):
+        if num == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif num == 2:
+            spec: Obj = {}
+            for sn, sv in _fields(_msg(v)):
+                if sn == 1:
+                    spec["resourceAttributes"] = _strings(_msg(sv), _RESOURCE_ATTRS)
+                elif sn == 2:
+                    spec["nonResourceAttributes"] = _strings(_msg(sv), {1: "path", 2: "verb"})
+                elif sn == 3 and kind != "SelfSubjectAccessReview":
+                    spec["user"] = _str(sv)
+                elif sn == 4 and kind != "SelfSubjectAccessReview":
+                    spec.setdefault("groups", []).append(_str(sv))
+                elif sn == 6 and kind != "SelfSubjectAccessReview":
+                    spec["uid"] = _str(sv)
+            out["spec"] = spec
+    return out
+
+
+REVIEW_KINDS = ("SelfSubjectAccessReview", "SubjectAccessReview", "LocalSubjectAccessReview")
+
+
 def decode(body: bytes) -> Obj:
-    """A protobuf request body as a JSON-shaped object (DeleteOptions or Eviction)."""
+    """A protobuf request body as a JSON-shaped object (DeleteOptions, Eviction, the access reviews,
+    SelfSubjectReview)."""
     if not body.startswith(MAGIC):
         raise ProtobufError("missing the k8s protobuf magic prefix")
     api_version = kind = ""
@@ -142,4 +187,8 @@ def decode(body: bytes) -> Obj:
         return {"apiVersion": api_version or "v1", "kind": kind, **delete_options(raw)}
     if kind == "Eviction":
         return {**eviction(raw), "apiVersion": api_version or "policy/v1"}
+    if kind in REVIEW_KINDS:
+        return {"apiVersion": api_version, "kind": kind, **access_review(raw, kind)}
+    if kind == "SelfSubjectReview":
+        return {"apiVersion": api_version, "kind": kind, "metadata": {}}
     raise UnsupportedKind(f"{api_version}, Kind={kind}" if api_version else kind or "unknown kind")
