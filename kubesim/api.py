@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 import yaml
 
+from kubesim import admission, disruption, podlogs, protobuf, rbac, tables
 from kubesim import apply as ssa
-from kubesim import disruption, podlogs, protobuf, rbac, tables
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
 from kubesim.http import Connection, Request, Response
@@ -799,8 +799,8 @@ class ClusterApi:
                     415,
                     "UnsupportedMediaType",
                     f"the body of the request was in an unknown format - accepted media types include: "
-                    f"application/json, application/yaml (protobuf is decoded for DeleteOptions and "
-                    f"Eviction only, not {e})",
+                    f"application/json, application/yaml (kubesim decodes protobuf only for the kinds "
+                    f"kubectl sends that way and it knows, not {e})",
                 ) from None
             except protobuf.ProtobufError as e:
                 raise _bad_request(f"the request body could not be decoded: {e}") from None
@@ -985,11 +985,24 @@ class ClusterApi:
         ):
             meta.pop(dropped, None)
         validate_create(rt, obj)
+        admission.normalize_admission_object(rt.key, obj)
+        if rt.key == admission.LIMIT_RANGE_KEY:
+            admission.limit_range_defaults(obj)
+        try:
+            if rt.key == "pods":
+                admission.admit_limit_ranges(self.store, obj)
+        except admission.AdmissionError as e:
+            raise self._forbidden(rt, meta.get("name", ""), str(e)) from None
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339(self.clock.now())
         apply_create_defaults(rt, obj, meta["creationTimestamp"])
         if rt.key == "pods":
             self._admit_pod_priority(obj)
+        if rt.namespaced:
+            try:
+                admission.admit_quota(self.store, rt.key, obj)
+            except admission.AdmissionError as e:
+                raise self._forbidden(rt, meta.get("name", ""), str(e)) from None
         now = meta["creationTimestamp"]
         if applied is not None:
             entry = ssa.apply(None, applied, self._manager(req), rt.api_version(version), now, False)
@@ -1009,7 +1022,18 @@ class ClusterApi:
             stored = self.store.create(rt.key, obj, owned=True)
         except StoreError as e:
             raise self._store_error(e, rt, meta["name"]) from None
+        if rt.namespaced and (rt.key == admission.QUOTA_KEY or self.store.count(admission.QUOTA_KEY)):
+            admission.refresh_quotas(self.store, ns)  # status.used at once, as the admission plugin does
+            stored = self.store.get(rt.key, ns, meta["name"])
         return self._out(rt, stored, version, 201)
+
+    @staticmethod
+    def _forbidden(rt: ResourceType, name: str, why: str) -> ApiError:
+        """An admission plugin's refusal: `pods "x" is forbidden: <why>`."""
+        head = f'{rt.key} "{name}" is forbidden' if name else f"{rt.key} is forbidden"
+        return ApiError(
+            403, "Forbidden", f"{head}: {why}", {"name": name, "group": rt.group, "kind": rt.plural}
+        )
 
     def _admit_pod_priority(self, pod: Obj) -> None:
         """The Priority admission plugin: resolve priorityClassName to spec.priority."""
@@ -1482,6 +1506,8 @@ class ClusterApi:
         if self._dry_run(req):
             return self._out(rt, old, version, headers=headers)
         obj, deleted = self._delete_object(rt, old, opts, policy)
+        if deleted and rt.namespaced and self.store.count(admission.QUOTA_KEY):
+            admission.refresh_quotas(self.store, _meta(old).get("namespace", ""))
         if rt.key == "pods" or not deleted:
             return self._out(rt, obj, version, headers=headers)
         return self._json(

@@ -1,10 +1,14 @@
 """Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`): the few kinds kubectl sends.
 
 kubectl 1.37 sends `DeleteOptions` (kubectl delete, kubectl drain), `policy/v1 Eviction` (kubectl drain),
-`authorization.k8s.io/v1 SelfSubjectAccessReview` (kubectl auth can-i) and `authentication.k8s.io/v1
-SelfSubjectReview` (kubectl auth whoami) as protobuf, and does not fall back to JSON on a 415. A protobuf body is the 4-byte magic `k8s\\0` and a `runtime.Unknown` message: field 1 TypeMeta
+`authorization.k8s.io/v1 SelfSubjectAccessReview` (kubectl auth can-i), `authentication.k8s.io/v1
+SelfSubjectReview` (kubectl auth whoami) and the objects of its typed `kubectl create <kind>` commands as
+protobuf, and does not fall back to JSON on a 415. Decoded objects: Namespace, ResourceQuota (hard,
+scopes), Role/ClusterRole (rules), RoleBinding/ClusterRoleBinding, PriorityClass; ObjectMeta's name,
+generateName, namespace, labels, annotations and finalizers. A protobuf body is the 4-byte magic `k8s\\0` and a `runtime.Unknown` message: field 1 TypeMeta
 (apiVersion = 1, kind = 2), field 2 the raw message, fields 3/4 the content encoding and type. This module
-decodes those kinds (and SubjectAccessReview, LocalSubjectAccessReview) into the JSON shape the API handles; any other kind is `UnsupportedKind` (the API
+decodes those kinds (and SubjectAccessReview, LocalSubjectAccessReview) into the JSON shape the API handles;
+notably not Job, Deployment, ConfigMap or Secret (`kubectl create job` is refused); any other kind is `UnsupportedKind` (the API
 answers 415 UnsupportedMediaType, so a client can send JSON instead).
 """
 
@@ -103,14 +107,125 @@ def delete_options(raw: bytes) -> Obj:
     return out
 
 
+def _map_entry(raw: bytes) -> tuple[str, bytes]:
+    key, value = "", b""
+    for n, v in _fields(raw):
+        if n == 1:
+            key = _str(v)
+        elif n == 2:
+            value = _msg(v)
+    return key, value
+
+
 def _object_meta(raw: bytes) -> Obj:
+    """ObjectMeta: name 1, generateName 2, namespace 3, labels 11, annotations 12, finalizers 14 (what a
+    create sends; server-set fields are ignored)."""
     meta: Obj = {}
     for num, v in _fields(raw):
         if num == 1:
             meta["name"] = _str(v)
+        elif num == 2:
+            meta["generateName"] = _str(v)
         elif num == 3:
             meta["namespace"] = _str(v)
+        elif num in (11, 12):
+            k, val = _map_entry(_msg(v))
+            meta.setdefault("labels" if num == 11 else "annotations", {})[k] = val.decode("utf-8")
+        elif num == 14:
+            meta.setdefault("finalizers", []).append(_str(v))
     return meta
+
+
+def _repeated_strings(raw: bytes, names: dict[int, str]) -> Obj:
+    out: Obj = {}
+    for n, v in _fields(raw):
+        if n in names:
+            out.setdefault(names[n], []).append(_str(v))
+    return out
+
+
+def _quantity(raw: bytes) -> str:
+    return next((_str(v) for n, v in _fields(raw) if n == 1), "0")
+
+
+def _namespace(raw: bytes) -> Obj:
+    out: Obj = {"metadata": {}}
+    for n, v in _fields(raw):
+        if n == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif n == 2:
+            out["spec"] = _repeated_strings(_msg(v), {1: "finalizers"})
+    return out
+
+
+def _resource_quota(raw: bytes) -> Obj:
+    out: Obj = {"metadata": {}, "spec": {}}
+    for n, v in _fields(raw):
+        if n == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif n == 2:
+            spec: Obj = {}
+            for sn, sv in _fields(_msg(v)):
+                if sn == 1:
+                    k, q = _map_entry(_msg(sv))
+                    spec.setdefault("hard", {})[k] = _quantity(q)
+                elif sn == 2:
+                    spec.setdefault("scopes", []).append(_str(sv))
+            out["spec"] = spec
+    return out
+
+
+_RULE = {1: "verbs", 2: "apiGroups", 3: "resources", 4: "resourceNames", 5: "nonResourceURLs"}
+
+
+def _role(raw: bytes) -> Obj:
+    out: Obj = {"metadata": {}, "rules": []}
+    for n, v in _fields(raw):
+        if n == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif n == 2:
+            out["rules"].append(_repeated_strings(_msg(v), _RULE))
+    return out
+
+
+def _binding(raw: bytes) -> Obj:
+    out: Obj = {"metadata": {}, "subjects": []}
+    for n, v in _fields(raw):
+        if n == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif n == 2:
+            subject = _strings(_msg(v), {1: "kind", 2: "apiGroup", 3: "name", 4: "namespace"})
+            out["subjects"].append({k: val for k, val in subject.items() if val})  # JSON omits empty fields
+        elif n == 3:
+            out["roleRef"] = _strings(_msg(v), {1: "apiGroup", 2: "kind", 3: "name"})
+    return out
+
+
+def _priority_class(raw: bytes) -> Obj:
+    out: Obj = {"metadata": {}, "value": 0}
+    for n, v in _fields(raw):
+        if n == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif n == 2 and isinstance(v, int):
+            out["value"] = _int64(v)  # int32: negatives are sign-extended to 64 bits on the wire
+        elif n == 3 and isinstance(v, int):
+            out["globalDefault"] = bool(v)
+        elif n == 4:
+            out["description"] = _str(v)
+        elif n == 5:
+            out["preemptionPolicy"] = _str(v)
+    return out
+
+
+_OBJECTS = {
+    "Namespace": _namespace,
+    "ResourceQuota": _resource_quota,
+    "Role": _role,
+    "ClusterRole": _role,
+    "RoleBinding": _binding,
+    "ClusterRoleBinding": _binding,
+    "PriorityClass": _priority_class,
+}
 
 
 def eviction(raw: bytes) -> Obj:
@@ -191,4 +306,6 @@ def decode(body: bytes) -> Obj:
         return {"apiVersion": api_version, "kind": kind, **access_review(raw, kind)}
     if kind == "SelfSubjectReview":
         return {"apiVersion": api_version, "kind": kind, "metadata": {}}
+    if kind in _OBJECTS:
+        return {"apiVersion": api_version, "kind": kind, **_OBJECTS[kind](raw)}
     raise UnsupportedKind(f"{api_version}, Kind={kind}" if api_version else kind or "unknown kind")

@@ -40,6 +40,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         "", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding", "eviction", "log"), ("all",)
     ),
     ResourceType("", ("v1",), "events", "Event", True, ("ev",), ()),
+    ResourceType("", ("v1",), "resourcequotas", "ResourceQuota", True, ("quota",)),
+    ResourceType("", ("v1",), "limitranges", "LimitRange", True, ("limits",), ()),
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
     ResourceType("policy", ("v1",), "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     ResourceType("rbac.authorization.k8s.io", ("v1",), "roles", "Role", True, (), ()),

@@ -2,13 +2,15 @@
 
 Owns `Controllers(store, clock, cluster)`:
 - `tick()`: one synchronous pass of every controller, in the order garbage collector -> Kueue -> Job
-  controller -> scheduler -> NRT updater -> kubelet -> autoscaler -> disruption (PDB status). Each controller keeps dirty flags fed
+  controller -> scheduler -> NRT updater -> kubelet -> autoscaler -> disruption (PDB status) -> quota
+  (ResourceQuota usage). Each controller keeps dirty flags fed
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
   nodes), so a tick where nothing changed costs a few attribute reads.
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
 - `async run(interval)`: tick every `interval` real seconds until cancelled.
 
 One module per controller: jobs.py, scheduler.py, kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
+disruption.py, quota.py,
 events.py (the Event recorder); accounting.py tracks allocation per node and NUMA zone, matching.py the
 selector/affinity/taint predicates, pods.py the pod arithmetic.
 """
@@ -27,6 +29,7 @@ from kubesim.controllers.jobs import JobController
 from kubesim.controllers.kubelet import Kubelet
 from kubesim.controllers.kueue import KueueController
 from kubesim.controllers.nrt import TopologyUpdater
+from kubesim.controllers.quota import QuotaController
 from kubesim.controllers.scheduler import Scheduler
 from kubesim.fleet import ClusterSpec
 from kubesim.store import ObjectStore
@@ -51,6 +54,7 @@ class Controllers:
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
         self.disruption = DisruptionController(store, clock)
+        self.quota = QuotaController(store)
 
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
@@ -63,6 +67,7 @@ class Controllers:
             or self.kubelet.dirty
             or self.autoscaler.dirty
             or self.disruption.dirty
+            or self.quota.dirty
         ):
             return True
         now = self.clock.now()
@@ -87,6 +92,7 @@ class Controllers:
         self.kubelet.tick()
         self.autoscaler.tick()
         self.disruption.tick()
+        self.quota.tick()
 
     def settle(self, max_passes: int = 100) -> int:
         """Tick until no controller has work due now; returns the passes taken."""
