@@ -69,9 +69,10 @@ def run_pod(kubectl: Any, name: str, resources: str, ok: tuple[int, ...] = (0,))
     overrides = (
         f'{{"spec": {{"containers": [{{"name": "{name}", "image": "busybox", "resources": {resources}}}]}}}}'
     )
-    return kubectl(
+    out: str = kubectl(
         "run", name, "-n", NS, "--image=busybox", "--restart=Never", f"--overrides={overrides}", ok=ok
-    )  # type: ignore[no-any-return]
+    )
+    return out
 
 
 def test_quota_usage_and_exceeded_quota(kubectl: Any) -> None:
