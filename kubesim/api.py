@@ -1171,6 +1171,13 @@ class ClusterApi:
         ctype = req.headers.get("content-type", "").split(";")[0].strip()
         patch = self._body(req)
         old = self.store.find(rt.key, ns, name)
+        if ctype == "application/apply-patch+yaml" and sub == "status":
+            if old is None:
+                raise self._store_error(NotFoundError(f'{rt.key} "{name}" not found'), rt, name)
+            if not isinstance(patch, dict) or not req.param("fieldManager"):
+                raise _bad_request("an apply patch must be an object, with a fieldManager")
+            merged = ssa.merge_values(old.get("status"), patch.get("status"))
+            return self._commit_update(req, rt, version, old, {**old, "status": merged}, sub)
         if ctype == "application/apply-patch+yaml":
             return self._apply(req, rt, version, ns, name, old, patch)
         if old is None:
@@ -1355,6 +1362,16 @@ class ClusterApi:
         if rt.kind == "SelfSubjectReview":  # kubectl auth whoami
             user_info: Obj = {"username": ident.user, "groups": list(ident.all_groups)}
             answer = {**review, "metadata": {"creationTimestamp": None}, "status": {"userInfo": user_info}}
+            return self._json(to_version(rt, answer, version), status=201)
+        if rt.kind == "SelfSubjectRulesReview":  # kubectl auth can-i --list
+            rules_ns = str((review.get("spec") or {}).get("namespace") or "")
+            resource_rules, non_resource_rules = rbac.rules_for(self.store, ident, rules_ns)
+            rules_status = {
+                "resourceRules": resource_rules,
+                "nonResourceRules": non_resource_rules,
+                "incomplete": False,
+            }
+            answer = {**review, "metadata": {"creationTimestamp": None}, "status": rules_status}
             return self._json(to_version(rt, answer, version), status=201)
         spec = review.get("spec")
         if not isinstance(spec, dict) or not (

@@ -299,6 +299,14 @@ def _merge(live: Any, applied: Any, field: str) -> Any:
     return copy.deepcopy(applied)
 
 
+def merge_values(live: Any, applied: Any) -> Any:
+    """`applied` merged into `live` as apply merges them (keyed lists by key), without ownership: the
+    status subresource's apply."""
+    if applied is None:
+        return copy.deepcopy(live)
+    return _merge(live if live is not None else MISSING, applied, "")
+
+
 def _remove(obj: Any, path: Path) -> None:
     """Remove the field (or list item) at `path` from `obj`, if there."""
     if not path:

@@ -306,6 +306,9 @@ def decode(body: bytes) -> Obj:
         return {"apiVersion": api_version, "kind": kind, **access_review(raw, kind)}
     if kind == "SelfSubjectReview":
         return {"apiVersion": api_version, "kind": kind, "metadata": {}}
+    if kind == "SelfSubjectRulesReview":  # spec = 2 (namespace = 1)
+        spec = next((_strings(_msg(v), {1: "namespace"}) for n, v in _fields(raw) if n == 2), {})
+        return {"apiVersion": api_version, "kind": kind, "metadata": {}, "spec": spec}
     if kind in _OBJECTS:
         return {"apiVersion": api_version, "kind": kind, **_OBJECTS[kind](raw)}
     raise UnsupportedKind(f"{api_version}, Kind={kind}" if api_version else kind or "unknown kind")

@@ -196,6 +196,42 @@ def authorize(store: ObjectStore, ident: Identity, attrs: Attributes) -> Decisio
     return Decision(False)
 
 
+def rules_for(store: ObjectStore, ident: Identity, namespace: str) -> tuple[list[Obj], list[Obj]]:
+    """SelfSubjectRulesReview: the resource and non-resource rules that apply to `ident` in `namespace`
+    (cluster-wide bindings plus the namespace's RoleBindings, and the built-in ones)."""
+    if MASTERS in ident.groups:
+        return (
+            [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+        )
+    rules: list[Obj] = [
+        {
+            "verbs": ["create"],
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+        },
+        {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
+    ]
+    non_resource: list[Obj] = [
+        {"verbs": ["get"], "nonResourceURLs": [*_PUBLIC_PATHS, *(p + "/*" for p in _PUBLIC_PATHS)]}
+    ]
+    bindings = [(b, "") for b in store.list(CLUSTER_ROLE_BINDINGS)[0]]
+    if namespace:
+        bindings += [(b, namespace) for b in store.list(ROLE_BINDINGS, namespace)[0]]
+    for b, ns in bindings:
+        if any(_subject_matches(s, ident) for s in b.get("subjects") or []):
+            for r in _role_rules(store, b.get("roleRef") or {}, ns)[0]:
+                if r.get("nonResourceURLs"):
+                    non_resource.append(
+                        {"verbs": r.get("verbs") or [], "nonResourceURLs": r["nonResourceURLs"]}
+                    )
+                else:
+                    rules.append(
+                        {k: r[k] for k in ("verbs", "apiGroups", "resources", "resourceNames") if r.get(k)}
+                    )
+    return rules, non_resource
+
+
 def forbidden_message(ident: Identity, attrs: Attributes) -> tuple[str, Obj]:
     """The real server's 403 message and Status details for a denied request."""
     if not attrs.resource_request:

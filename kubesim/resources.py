@@ -55,6 +55,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("authentication.k8s.io", ("v1",), "selfsubjectreviews", "SelfSubjectReview", False, (), ()),
     ResourceType(
+        "authorization.k8s.io", ("v1",), "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, (), ()
+    ),
+    ResourceType(
         "authorization.k8s.io", ("v1",), "subjectaccessreviews", "SubjectAccessReview", False, (), ()
     ),
     ResourceType(
@@ -87,6 +90,7 @@ CREATE_ONLY = frozenset(
     {
         "selfsubjectaccessreviews.authorization.k8s.io",
         "selfsubjectreviews.authentication.k8s.io",
+        "selfsubjectrulesreviews.authorization.k8s.io",
         "subjectaccessreviews.authorization.k8s.io",
         "localsubjectaccessreviews.authorization.k8s.io",
     }

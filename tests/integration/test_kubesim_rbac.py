@@ -137,6 +137,9 @@ def test_auth_can_i_answers_yes_and_no(sim: Simulation, kubectl: Any) -> None:
         == "no"
     )
     assert first_line(kubectl("auth", "can-i", "get", "pods", "--subresource=log", "--as=broker")) == "yes"
+    listed = [line.split() for line in kubectl("auth", "can-i", "--list", kubeconfig=viewer).splitlines()]
+    assert ["nodes", "[]", "[]", "[get", "list", "watch]"] in listed
+    assert not any(row and row[0] == "pods" for row in listed)
     whoami = kubectl("auth", "whoami", kubeconfig=viewer)
     assert "viewer" in whoami and "readers" in whoami
 
