@@ -289,6 +289,15 @@ class DriverSpec(_Model):
     cuda_runtime: str = "13.0"
 
 
+class UserSpec(_Model):
+    """A bearer token bound to a user and groups (RBAC decides what it may do); the token is random
+    unless given."""
+
+    name: str = Field(min_length=1, pattern=r"^[^\s/]+$")
+    groups: list[str] = []
+    token: str | None = Field(default=None, min_length=16)
+
+
 class ClusterSpec(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     region: str
@@ -302,6 +311,7 @@ class ClusterSpec(_Model):
     cloud_pools: list[CloudPoolSpec] = []
     kueue: KueueSpec | None = None
     pod_duration_seconds: float = Field(default=30.0, ge=0)  # when a pod has no duration annotation
+    users: list[UserSpec] = []  # tokens bound to users, besides the admin token
 
     @model_validator(mode="after")
     def _unique_pools(self) -> ClusterSpec:

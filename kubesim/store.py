@@ -133,6 +133,24 @@ class ObjectStore:
             return list(objs.values()), self._rv
         return [o for (ns, _), o in objs.items() if ns == namespace], self._rv
 
+    def list_at(self, key: str, rv: int, namespace: str | None = None) -> builtins.list[Obj]:
+        """Objects of a resource as they were at resourceVersion `rv` (a consistent snapshot for paginated
+        lists), rebuilt by undoing the retained events after `rv`. Gone when `rv` predates the history."""
+        if rv < self._dropped_upto.get(key, 0):
+            raise GoneError(f"too old resource version: {rv} ({self._dropped_upto[key] + 1})")
+        objs = dict(self._objects.get(key, {}))
+        for event in reversed(self._history.get(key, deque())):
+            if event.rv <= rv:
+                break
+            at = _ns_name(event.obj)
+            if event.type == "ADDED":
+                objs.pop(at, None)
+            elif event.prev is not None:
+                objs[at] = event.prev
+        if namespace is None:
+            return list(objs.values())
+        return [o for (ns, _), o in objs.items() if ns == namespace]
+
     def count(self, key: str) -> int:
         return len(self._objects.get(key, {}))
 

@@ -315,6 +315,20 @@ def _quantity(value: Any) -> Any:
     return f"{round(value * 1000)}m"
 
 
+def normalize_quantities(obj: Any) -> None:
+    """Quantities in every `resources.requests`/`resources.limits` of an object as strings (in place), as
+    the server stores them: an applied `nvidia.com/gpu: 2` must compare equal to the stored "2"."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("requests", "limits") and isinstance(v, dict):
+                obj[k] = {rk: _quantity(rv) for rk, rv in v.items()}
+            else:
+                normalize_quantities(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            normalize_quantities(v)
+
+
 def _default_pod_spec(spec: Obj) -> None:
     for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
         res = c.get("resources") if isinstance(c, dict) else None

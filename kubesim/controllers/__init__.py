@@ -3,13 +3,15 @@
 Owns `Controllers(store, clock, cluster)`:
 - `tick()`: one synchronous pass of every controller, in the order namespace controller -> garbage
   collector -> Kueue -> Job controller -> scheduler -> NRT updater -> kubelet -> autoscaler -> spot
-  interrupter. Each controller keeps dirty flags fed
+  interrupter -> disruption (PDB status) -> quota (ResourceQuota usage). Each controller keeps dirty
+  flags fed
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
   nodes), so a tick where nothing changed costs a few attribute reads.
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
 - `async run(interval)`: tick every `interval` real seconds until cancelled.
 
 One module per controller: spot.py, namespaces.py, jobs.py (+ jobfailure.py), scheduler.py (+ preemption.py), kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
+disruption.py, quota.py,
 events.py (the Event recorder); accounting.py tracks allocation per node and NUMA zone, matching.py the
 selector/affinity/taint predicates, pods.py the pod arithmetic.
 """
@@ -21,6 +23,7 @@ import asyncio
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
+from kubesim.controllers.disruption import DisruptionController
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
@@ -28,6 +31,7 @@ from kubesim.controllers.kubelet import Kubelet
 from kubesim.controllers.kueue import KueueController
 from kubesim.controllers.namespaces import NamespaceController
 from kubesim.controllers.nrt import TopologyUpdater
+from kubesim.controllers.quota import QuotaController
 from kubesim.controllers.scheduler import Scheduler
 from kubesim.controllers.spot import SpotInterrupter
 from kubesim.fleet import ClusterSpec
@@ -54,6 +58,8 @@ class Controllers:
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
         self.spot = SpotInterrupter(store, clock, cluster, self.events)
+        self.disruption = DisruptionController(store, clock)
+        self.quota = QuotaController(store)
 
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
@@ -66,6 +72,8 @@ class Controllers:
             or self.topology.dirty
             or self.kubelet.dirty
             or self.autoscaler.dirty
+            or self.disruption.dirty
+            or self.quota.dirty
         ):
             return True
         now = self.clock.now()
@@ -97,6 +105,8 @@ class Controllers:
         self.kubelet.tick()
         self.autoscaler.tick()
         self.spot.tick()
+        self.disruption.tick()
+        self.quota.tick()
 
     def settle(self, max_passes: int = 100) -> int:
         """Tick until no controller has work due now; returns the passes taken."""
