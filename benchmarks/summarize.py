@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 from broker import capacity
 from broker.model import ClusterSnapshot, ClusterTraits, Health, JobRequest, Tier
@@ -53,10 +54,7 @@ def main() -> None:
     ms = median_ms(lambda: capacity.summarize(snap, traits, Health.HEALTHY, 0.0))
     print(f"summarize: {nodes} nodes, median {ms:.2f} ms")
     summary = capacity.summarize(snap, traits, Health.HEALTHY, 0.0)
-    summaries = [
-        type(summary)(**{**summary.__dict__, "cluster": f"c{i}", "tier": Tier.ONPREM})
-        for i in range(clusters)
-    ]
+    summaries = [replace(summary, cluster=f"c{i}", tier=Tier.ONPREM) for i in range(clusters)]
     job = JobRequest("bench", gpus_per_pod=4, pods=2)
     ms = median_ms(lambda: place(job, summaries, {}, PlacementPolicy(), 0.0))
     print(f"place: {clusters} clusters, median {ms:.2f} ms")

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
+from functools import cached_property
+from typing import Any
 
 
 class MigStrategy(StrEnum):
@@ -38,6 +40,15 @@ class Health(StrEnum):
     UNREACHABLE = "unreachable"
     FORBIDDEN = "forbidden"
     UNKNOWN = "unknown"
+
+
+class Code(IntEnum):
+    """A level-1 verdict's code, kube-scheduler's Status codes (framework.Status carries one)."""
+
+    SUCCESS = 0
+    UNSCHEDULABLE = 1  # might fit later (capacity frees up)
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 2  # will not fit whatever frees up (wrong product, not allowed)
+    ERROR = 3  # a plugin failed; the cluster is skipped
 
 
 class JobState(StrEnum):
@@ -257,6 +268,13 @@ class ClusterSummary:
     def product(self, name: str) -> ProductCapacity | None:
         return next((p for p in self.products if p.product == name), None)
 
+    @cached_property
+    def derived(self) -> dict[Any, Any]:
+        """Memo of values the pure core derives from this summary (placement's per-product, per-size
+        indexes). Not a field: never compared, copied by dataclasses.replace() or stored. Valid because
+        a summary never changes once built; a new observation is a new summary."""
+        return {}
+
 
 @dataclass(frozen=True)
 class ClusterTraits:
@@ -347,6 +365,7 @@ class ClusterRejection:
     plugin: str
     reason: str  # "no node with 8 free H100-80GB"; rejections with the same reason are counted together
     best: int | None = None  # how close this cluster came (e.g. 6 free on one node); named in the message
+    code: Code = Code.UNSCHEDULABLE  # UNSCHEDULABLE_AND_UNRESOLVABLE: no change of free capacity helps
 
 
 @dataclass(frozen=True)
@@ -355,6 +374,16 @@ class NoFit:
 
     total_clusters: int
     rejections: tuple[ClusterRejection, ...]
+
+    @property
+    def never_fits(self) -> bool:
+        """True when every cluster rejected the job as unresolvable (wrong product, not allowed, over the
+        price cap, no quota for the resource): no capacity freeing up will help, only a change of the
+        fleet (clusters, their products, prices, queues) or of the job. Errors and capacity shortfalls are
+        resolvable. An empty fleet never fits either."""
+        return len(self.rejections) == self.total_clusters and all(
+            r.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for r in self.rejections
+        )
 
     @property
     def message(self) -> str:
