@@ -19,7 +19,7 @@ Pure: plugins see a PreparedJob, a ClusterSummary, the cluster's ClusterTraits a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -206,21 +206,27 @@ def run_filters(
 
 def run_scores(
     plugins: Sequence[ScorePlugin],
+    weights: Sequence[int],
     job: PreparedJob,
     summary: ClusterSummary,
     traits: ClusterTraits | None,
     option: Option,
-) -> tuple[list[int], Status | None]:
-    """Every score plugin's score, clamped to 0..100, in plugin order; or the ERROR status of the first
-    plugin that raises (or returns something that is not a number)."""
-    values = []
-    for plugin in plugins:
+) -> tuple[dict[str, int], int, Status | None]:
+    """Every score plugin's score clamped to 0..100, and their weighted mean (0..100) with `weights`
+    (one per plugin, >= 0); or, as the third item, the ERROR status of the first plugin that raises
+    (or returns something that is not a number): a broken score is an error for the cluster, not a 0."""
+    scores: dict[str, int] = {}
+    weighted = 0
+    for i, plugin in enumerate(plugins):
         try:
             value = int(plugin.score(job, summary, traits, option))
-        except Exception as exc:  # a broken score is an error for this cluster, not a 0
-            return values, _failure(plugin.name, exc)
-        values.append(0 if value < 0 else 100 if value > 100 else value)
-    return values, None
+        except Exception as exc:
+            return scores, 0, _failure(plugin.name, exc)
+        value = 0 if value < 0 else 100 if value > 100 else value
+        scores[plugin.name] = value
+        weighted += value * weights[i]
+    total_weight = sum(weights)
+    return scores, (round(weighted / total_weight) if total_weight else 0), None
 
 
 def weighted_total(scores: Mapping[str, int], weights: Mapping[str, int]) -> int:
@@ -234,14 +240,17 @@ def weighted_total(scores: Mapping[str, int], weights: Mapping[str, int]) -> int
 T = TypeVar("T")
 
 
-def memo(summary: ClusterSummary, key: Any, compute: Callable[[], T]) -> T:
-    """A value derived from a summary, computed once per summary (summaries never change once built)."""
+def memo(summary: ClusterSummary, key: Hashable, compute: Callable[..., T], *args: Any) -> T:
+    """`compute(*args)`, once per summary and key (a summary never changes once built, so what is derived
+    from it stays true): the per-summary index placement reads, by product and size."""
     derived = summary.derived
-    try:
-        return derived[key]  # type: ignore[no-any-return]
-    except KeyError:
-        value = derived[key] = compute()
-        return value
+    value = derived.get(key, _MISSING)
+    if value is _MISSING:
+        value = derived[key] = compute(*args)
+    return value  # type: ignore[no-any-return]
+
+
+_MISSING = object()
 
 
 def build_nofit(total_clusters: int, failures: Iterable[tuple[str, Status]]) -> NoFit:

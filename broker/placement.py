@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from broker import catalog
 from broker.capacity import GPU
@@ -77,7 +78,6 @@ class PlacementPolicy:
     # derived once per policy, for the hot path
     _passed: tuple[Status, ...] = field(repr=False, compare=False)
     _skipped: tuple[Status, ...] = field(repr=False, compare=False)
-    _score_names: tuple[str, ...] = field(repr=False, compare=False)
     _score_weights: tuple[int, ...] = field(repr=False, compare=False)
 
     def __init__(
@@ -124,7 +124,6 @@ class PlacementPolicy:
         setattr_(self, "prefer_onprem", prefer_onprem)
         setattr_(self, "_passed", tuple(Status(Code.SUCCESS, "", p.name) for p in filters))
         setattr_(self, "_skipped", tuple(Status(Code.SUCCESS, SKIPPED, p.name) for p in filters))
-        setattr_(self, "_score_names", tuple(p.name for p in scores))
         setattr_(self, "_score_weights", tuple(max(0, weights.get(p.name, p.weight)) for p in scores))
 
     def weight(self, plugin: ScorePlugin) -> int:
@@ -139,29 +138,37 @@ class PlacementPolicy:
         return 120.0
 
 
-@dataclass(frozen=True)
-class ClusterVerdict:
+_NO_SCORES: Mapping[str, int] = MappingProxyType({})
+
+
+class ClusterVerdict(NamedTuple):
     """One cluster's evaluation: the filter statuses run (only the last can fail: the rejection, or
-    the ERROR of a score plugin), the option picked, its scores and weighted total."""
+    the ERROR of a score plugin), the option picked, its scores and weighted total.
+
+    An immutable record (a NamedTuple: cheap to build, one per cluster per decision); `_replace`
+    makes a changed copy.
+    """
 
     cluster: str
     tier: Tier
     statuses: tuple[Status, ...]
     option: Option | None = None
-    scores: Mapping[str, int] = field(default_factory=dict)
+    scores: Mapping[str, int] = _NO_SCORES
     score: int = 0
     chosen: bool = False
     note: str = ""
 
     @property
     def feasible(self) -> bool:
-        return not self.statuses or self.statuses[-1].code is Code.SUCCESS
+        statuses = self.statuses
+        return not statuses or statuses[-1].code is Code.SUCCESS
 
     @property
     def rejection(self) -> Status | None:
-        if not self.statuses or self.statuses[-1].code is Code.SUCCESS:
+        statuses = self.statuses
+        if not statuses or statuses[-1].code is Code.SUCCESS:
             return None
-        return self.statuses[-1]
+        return statuses[-1]
 
 
 # --------------------------------------------------------------------------- PreFilter
@@ -169,10 +176,10 @@ class ClusterVerdict:
 
 def _options_key(job: JobRequest) -> tuple[Any, ...]:
     if job.wants_mig:
-        return ("mig", job.mig_profile, job.mig_need, job.mig_slices_per_pod)
+        return ("options", "mig", job.mig_profile, job.mig_need, job.mig_slices_per_pod)
     if job.gpus_per_pod <= 0:
-        return ("none",)
-    return ("gpu", job.gpus_per_pod)
+        return ("options", "none")
+    return ("options", "gpu", job.gpus_per_pod)
 
 
 def _applies(plugin: FilterPlugin, job: PreparedJob) -> bool:
@@ -260,8 +267,7 @@ def cluster_options(prepared: PreparedJob, summary: ClusterSummary) -> tuple[Opt
     (the smallest fitting one wins later). A job without GPUs gets one resource-less option. Built once
     per summary and job shape (the per-summary option index).
     """
-    job = prepared.job
-    return memo(summary, ("options", prepared.options_key), lambda: _build_options(job, summary))
+    return memo(summary, prepared.options_key, _build_options, prepared.job, summary)
 
 
 # --------------------------------------------------------------------------- one cluster
@@ -301,16 +307,9 @@ def evaluate(
     if rejection is not None:
         return ClusterVerdict(summary.cluster, summary.tier, (*prepared.passed[:position], rejection))
     chosen = options[0] if len(options) == 1 else _best_option(prepared.job, summary, options)
-    values, error = run_scores(policy.scores, prepared, summary, traits, chosen)
-    scores = dict(zip(policy._score_names, values, strict=False))
+    scores, total, error = run_scores(policy.scores, policy._score_weights, prepared, summary, traits, chosen)
     if error is not None:
         return ClusterVerdict(summary.cluster, summary.tier, (*prepared.passed, error), chosen, scores)
-    total_weight = sum(policy._score_weights)
-    total = (
-        round(sum(v * w for v, w in zip(values, policy._score_weights, strict=True)) / total_weight)
-        if total_weight
-        else 0
-    )
     return ClusterVerdict(summary.cluster, summary.tier, prepared.passed, chosen, scores, total)
 
 
@@ -327,13 +326,22 @@ def _winner(
     """
     best_onprem: ClusterVerdict | None = None
     best_any: ClusterVerdict | None = None
+    cloud = Tier.CLOUD
     for v in verdicts:
-        if not v.feasible:
-            continue
-        if best_any is None or (-v.score, v.cluster) < (-best_any.score, best_any.cluster):
+        statuses = v.statuses
+        if statuses and statuses[-1].code is not Code.SUCCESS:
+            continue  # not feasible (v.feasible, inlined: this loop runs once per cluster per decision)
+        score = v.score
+        if (
+            best_any is None
+            or score > best_any.score
+            or (score == best_any.score and v.cluster < best_any.cluster)
+        ):
             best_any = v
-        if v.tier is not Tier.CLOUD and (
-            best_onprem is None or (-v.score, v.cluster) < (-best_onprem.score, best_onprem.cluster)
+        if v.tier is not cloud and (
+            best_onprem is None
+            or score > best_onprem.score
+            or (score == best_onprem.score and v.cluster < best_onprem.cluster)
         ):
             best_onprem = v
     if policy.prefer_onprem and best_onprem is not None:
@@ -371,9 +379,9 @@ def annotate(verdicts: Sequence[ClusterVerdict], policy: PlacementPolicy) -> lis
     out = []
     for v in verdicts:
         if winner is not None and v.cluster == winner.cluster:
-            out.append(replace(v, chosen=True))
+            out.append(v._replace(chosen=True))
         elif onprem_only and v.feasible and v.tier is Tier.CLOUD:
-            out.append(replace(v, note=ONPREM_PREFERRED))
+            out.append(v._replace(note=ONPREM_PREFERRED))
         else:
             out.append(v)
     return sorted(out, key=lambda v: v.cluster)

@@ -49,7 +49,7 @@ def _memo_tightness(summary: ClusterSummary, option: Option, job: JobRequest) ->
     if option.mig is not None or cap is None or option.units_per_pod <= 0:
         return tightness(option, job)
     g, pods = option.units_per_pod, job.pods
-    return memo(summary, ("tight", cap.product, g, pods), lambda: _histogram_tightness(cap, g, pods))
+    return memo(summary, ("tight", cap.product, g, pods), _histogram_tightness, cap, g, pods)
 
 
 def spread(option: Option, job: JobRequest) -> int:

@@ -1,7 +1,8 @@
 """Filter: whole GPUs fit, each pod on one node (gangs: all pods at once), read from the histograms.
 
 Narrows the whole-GPU options to products where `pods_that_fit(gpus_per_pod) >= pods`. How many pods of
-g GPUs a product takes is computed once per summary and size (framework.memo).
+g GPUs each product takes is worked out once per summary and size (framework.memo), so a cluster
+costs one dict look-up per product here.
 """
 
 from __future__ import annotations
@@ -12,16 +13,18 @@ from typing import ClassVar
 
 from broker.capacity import GPU
 from broker.framework import FilterResult, Option, PreparedJob, Status, memo
-from broker.model import ClusterSummary, ClusterTraits, ProductCapacity
+from broker.model import ClusterSummary, ClusterTraits
 
-__all__ = ["WholeGpuFit", "pods_that_fit"]
+__all__ = ["WholeGpuFit", "fit_table"]
 
 
-def pods_that_fit(summary: ClusterSummary, capacity: ProductCapacity, gpus_per_pod: int) -> int:
-    """capacity.pods_that_fit(gpus_per_pod), once per summary."""
-    return memo(
-        summary, ("fit", capacity.product, gpus_per_pod), lambda: capacity.pods_that_fit(gpus_per_pod)
-    )
+def _fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
+    return {p.product: p.pods_that_fit(gpus_per_pod) for p in summary.products}
+
+
+def fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
+    """Product -> how many pods of `gpus_per_pod` whole GPUs fit, each on one node; once per summary."""
+    return memo(summary, ("fit", gpus_per_pod), _fit_table, summary, gpus_per_pod)
 
 
 def _label(options: Sequence[Option]) -> str:
@@ -44,17 +47,25 @@ class WholeGpuFit:
         now: float,
         options: Sequence[Option],
     ) -> FilterResult:
+        pods = job.job.pods
+        fit = fit_table(summary, job.job.gpus_per_pod)
+        fits = [
+            o
+            for o in options
+            if o.capacity is not None
+            and o.mig_profile is None
+            and o.resource_name == GPU
+            and fit.get(o.product, 0) >= pods
+        ]
+        if fits:
+            return options if len(fits) == len(options) else fits
         whole = [o for o in options if o.resource_name == GPU and o.mig_profile is None]
         if not whole:
             return options
         g = whole[0].units_per_pod
-        pods = job.job.pods
-        fits = [o for o in whole if o.capacity is not None and pods_that_fit(summary, o.capacity, g) >= pods]
-        if fits:
-            return options if len(fits) == len(options) else fits
         what = _label(whole)
         if pods == 1:
             best = max((o.capacity.max_free_on_one_node for o in whole if o.capacity), default=0)
             return Status.unschedulable(f"no node with {g} free {what}", best=best)
-        best = max((pods_that_fit(summary, o.capacity, g) for o in whole if o.capacity), default=0)
+        best = max((o.capacity.pods_that_fit(g) for o in whole if o.capacity), default=0)
         return Status.unschedulable(f"no room for {pods} pods x {g} {what}", best=best)

@@ -35,7 +35,7 @@ def _quota(summary: ClusterSummary, resource: str, product: str) -> tuple[QueueH
 def quota_for(summary: ClusterSummary, option: Option) -> tuple[QueueHeadroom, ...]:
     """The quota entries that could admit an option: its resource, same-named flavor first if any."""
     resource, product = option.resource_name, option.product
-    return memo(summary, ("quota", resource, product), lambda: _quota(summary, resource, product))
+    return memo(summary, ("quota", resource, product), _quota, summary, resource, product)
 
 
 @dataclass(frozen=True)
