@@ -267,7 +267,10 @@ def cluster_options(prepared: PreparedJob, summary: ClusterSummary) -> tuple[Opt
     (the smallest fitting one wins later). A job without GPUs gets one resource-less option. Built once
     per summary and job shape (the per-summary option index).
     """
-    return memo(summary, prepared.options_key, _build_options, prepared.job, summary)
+    options: tuple[Option, ...] | None = summary.derived.get(prepared.options_key)  # memo(), inlined
+    if options is None:
+        options = memo(summary, prepared.options_key, _build_options, prepared.job, summary)
+    return options
 
 
 # --------------------------------------------------------------------------- one cluster

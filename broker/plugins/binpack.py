@@ -44,14 +44,6 @@ def tightness(option: Option, job: JobRequest) -> int:
     return _histogram_tightness(cap, g, job.pods)
 
 
-def _memo_tightness(summary: ClusterSummary, option: Option, job: JobRequest) -> int:
-    cap = option.capacity
-    if option.mig is not None or cap is None or option.units_per_pod <= 0:
-        return tightness(option, job)
-    g, pods = option.units_per_pod, job.pods
-    return memo(summary, ("tight", cap.product, g, pods), _histogram_tightness, cap, g, pods)
-
-
 def spread(option: Option, job: JobRequest) -> int:
     """0..100: the share of the product's capacity still free after the job."""
     need = option.units_per_pod * job.pods
@@ -77,4 +69,12 @@ class BinPackScore:
     ) -> int:
         if self.strategy == "spread":
             return spread(option, job.job)
-        return _memo_tightness(summary, option, job.job)
+        cap = option.capacity
+        if option.mig is not None or cap is None or option.units_per_pod <= 0:
+            return tightness(option, job.job)
+        g, pods = option.units_per_pod, job.job.pods
+        key = ("tight", cap.product, g, pods)
+        value: int | None = summary.derived.get(key)  # memo(), inlined: once per cluster
+        if value is None:
+            value = memo(summary, key, _histogram_tightness, cap, g, pods)
+        return value

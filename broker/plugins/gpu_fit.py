@@ -24,7 +24,11 @@ def _fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
 
 def fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
     """Product -> how many pods of `gpus_per_pod` whole GPUs fit, each on one node; once per summary."""
-    return memo(summary, ("fit", gpus_per_pod), _fit_table, summary, gpus_per_pod)
+    key = ("fit", gpus_per_pod)
+    table: dict[str, int] | None = summary.derived.get(key)  # memo(), inlined: once per cluster
+    if table is None:
+        table = memo(summary, key, _fit_table, summary, gpus_per_pod)
+    return table
 
 
 def _label(options: Sequence[Option]) -> str:

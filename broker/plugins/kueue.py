@@ -87,7 +87,7 @@ class QueueHeadroomScore:
         if not option.resource_name:
             return 50
         need = option.units_per_pod * job.job.pods
-        if runs_kueue(summary, traits):
+        if traits is not None and traits.kueue_local_queue and summary.queues:  # runs_kueue()
             quota = quota_for(summary, option)
             nominal = max((q.nominal for q in quota), default=0)
             room = max((q.headroom for q in quota), default=0)
