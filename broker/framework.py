@@ -186,20 +186,22 @@ def run_filters(
     in the policy's chain of the rejecting filter). A filter that raises, or that narrows the options
     to none without saying why, gives an ERROR status.
     """
-    for i, plugin in enumerate(job.filters):
+    filters = job.filters
+    for plugin in filters:
         try:
             result = plugin.filter(job, summary, traits, now, options)
         except Exception as exc:  # a bug in one plugin must not stop placement elsewhere
-            return options, _failure(plugin.name, exc), job.positions[i]
+            return options, _failure(plugin.name, exc), job.positions[filters.index(plugin)]
         if result is options:
             continue
         if isinstance(result, Status):
             if result.code is Code.SUCCESS:
                 continue
-            return options, Status(result.code, result.reason, plugin.name, result.best), job.positions[i]
+            status = Status(result.code, result.reason, plugin.name, result.best)
+            return options, status, job.positions[filters.index(plugin)]
         if not result:
             reason = f"{plugin.name} failed: narrowed the options to none without a status"
-            return options, Status(Code.ERROR, reason, plugin.name), job.positions[i]
+            return options, Status(Code.ERROR, reason, plugin.name), job.positions[filters.index(plugin)]
         options = result
     return options, None, len(job.passed)
 

@@ -117,6 +117,10 @@ class PlacementPolicy:
             raise ValueError("strategy / price ceiling configure the default scores: set them on the plugins")
         weights = dict(weights or {})
         filters, scores = tuple(filters), tuple(scores)
+        for kind, chain in (("filter", filters), ("score", scores)):
+            names = [p.name for p in chain]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{kind} plugin names must be unique, got {names}")
         setattr_ = object.__setattr__
         setattr_(self, "filters", filters)
         setattr_(self, "scores", scores)

@@ -53,6 +53,15 @@ class WholeGpuFit:
     ) -> FilterResult:
         pods = job.job.pods
         fit = fit_table(summary, job.job.gpus_per_pod)
+        if len(options) == 1:  # the common case, without building a list
+            o = options[0]
+            if (
+                o.capacity is not None
+                and o.mig_profile is None
+                and o.resource_name == GPU
+                and fit.get(o.product, 0) >= pods
+            ):
+                return options
         fits = [
             o
             for o in options

@@ -255,6 +255,11 @@ def test_policy_knobs_configure_the_default_plugins_and_are_not_mixed_with_expli
         PlacementPolicy(staleness_limit_s=30.0, filters=registry.build_filters())
 
 
+def test_a_plugin_name_appears_once_per_chain() -> None:
+    with pytest.raises(ValueError, match="filter plugin names must be unique"):
+        PlacementPolicy(filters=(HealthFreshness(), HealthFreshness(staleness_limit_seconds=1.0)))
+
+
 def test_a_disabled_filter_no_longer_rejects() -> None:
     stale = summary("a", h100(8), heartbeat=0.0)
     without_health = PlacementPolicy(
