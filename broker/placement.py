@@ -15,8 +15,9 @@ both from one evaluation of each cluster. Pure.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -61,6 +62,15 @@ DEFAULT_SCORES: tuple[ScorePlugin, ...] = registry.build_scores()
 ONPREM_PREFERRED = "feasible, but on-prem capacity is preferred"
 
 
+@functools.lru_cache(maxsize=64)
+def _chain_statuses(names: tuple[str, ...]) -> tuple[tuple[Status, ...], tuple[Status, ...]]:
+    """The statuses of a chain's filters when they pass, and when they are skipped (one set per chain)."""
+    return (
+        tuple(Status(Code.SUCCESS, "", name) for name in names),
+        tuple(Status(Code.SUCCESS, SKIPPED, name) for name in names),
+    )
+
+
 @dataclass(frozen=True, init=False)
 class PlacementPolicy:
     """How level 1 decides: the filter chain, the score plugins and their weights, on-prem first.
@@ -91,14 +101,18 @@ class PlacementPolicy:
         filters: Sequence[FilterPlugin] | None = None,
         scores: Sequence[ScorePlugin] | None = None,
     ) -> None:
-        if filters is None:
+        if filters is None and staleness_limit_s is None:
+            filters = DEFAULT_FILTERS
+        elif filters is None:
             health: dict[str, Any] = {}
             if staleness_limit_s is not None:
                 health["staleness_limit_seconds"] = staleness_limit_s
             filters = registry.build_filters({"health": registry.PluginSettings(args=health)})
         elif staleness_limit_s is not None:
             raise ValueError("staleness_limit_s configures the default filters: set it on the health plugin")
-        if scores is None:
+        if scores is None and strategy is None and price_ceiling_per_gpu_hour is None:
+            scores = DEFAULT_SCORES
+        elif scores is None:
             binpack: dict[str, Any] = {}
             price: dict[str, Any] = {}
             if strategy is not None:
@@ -126,8 +140,9 @@ class PlacementPolicy:
         setattr_(self, "scores", scores)
         setattr_(self, "weights", weights)
         setattr_(self, "prefer_onprem", prefer_onprem)
-        setattr_(self, "_passed", tuple(Status(Code.SUCCESS, "", p.name) for p in filters))
-        setattr_(self, "_skipped", tuple(Status(Code.SUCCESS, SKIPPED, p.name) for p in filters))
+        passed, skipped = _chain_statuses(tuple(p.name for p in filters))
+        setattr_(self, "_passed", passed)
+        setattr_(self, "_skipped", skipped)
         setattr_(self, "_score_weights", tuple(max(0, weights.get(p.name, p.weight)) for p in scores))
 
     def weight(self, plugin: ScorePlugin) -> int:
@@ -209,8 +224,11 @@ def prepare(job: JobRequest, policy: PlacementPolicy) -> PreparedJob:
         passed=(),
     )
     applies = [_applies(p, base) for p in policy.filters]
-    return replace(
-        base,
+    return PreparedJob(
+        job=job,
+        wanted_products=base.wanted_products,
+        need=base.need,
+        options_key=base.options_key,
         filters=tuple(p for p, a in zip(policy.filters, applies, strict=True) if a),
         positions=tuple(i for i, a in enumerate(applies) if a),
         passed=tuple(
