@@ -19,7 +19,7 @@ Pure: plugins see a PreparedJob, a ClusterSummary, the cluster's ClusterTraits a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -35,6 +35,7 @@ from broker.model import (
 )
 
 __all__ = [
+    "SKIPPED",
     "SUCCESS",
     "Code",
     "FilterPlugin",
@@ -47,7 +48,6 @@ __all__ = [
     "memo",
     "run_filters",
     "run_scores",
-    "weighted_total",
 ]
 
 
@@ -124,10 +124,6 @@ class PreparedJob:
     filters: tuple[FilterPlugin, ...]
     positions: tuple[int, ...]
     passed: tuple[Status, ...]
-
-    @property
-    def pods(self) -> int:
-        return self.job.pods
 
 
 FilterResult = Status | Sequence[Option]
@@ -229,14 +225,6 @@ def run_scores(
         weighted += value * weights[i]
     total_weight = sum(weights)
     return scores, (round(weighted / total_weight) if total_weight else 0), None
-
-
-def weighted_total(scores: Mapping[str, int], weights: Mapping[str, int]) -> int:
-    """The weighted mean of the scores, 0..100 (plugins without a weight count 1)."""
-    total_weight = sum(max(0, weights.get(name, 1)) for name in scores)
-    if total_weight == 0:
-        return 0
-    return round(sum(v * max(0, weights.get(n, 1)) for n, v in scores.items()) / total_weight)
 
 
 T = TypeVar("T")
