@@ -193,8 +193,9 @@ def run_filters(
         if isinstance(result, Status):
             if result.code is Code.SUCCESS:
                 continue
-            status = Status(result.code, result.reason, plugin.name, result.best)
-            return options, status, job.positions[filters.index(plugin)]
+            if result.plugin != plugin.name:  # plugins may name themselves (a memoised rejection does)
+                result = Status(result.code, result.reason, plugin.name, result.best)
+            return options, result, job.positions[filters.index(plugin)]
         if not result:
             reason = f"{plugin.name} failed: narrowed the options to none without a status"
             return options, Status(Code.ERROR, reason, plugin.name), job.positions[filters.index(plugin)]

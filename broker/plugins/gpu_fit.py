@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from broker.capacity import GPU
-from broker.framework import FilterResult, Option, PreparedJob, Status, memo
+from broker.framework import Code, FilterResult, Option, PreparedJob, Status, memo
 from broker.model import ClusterSummary, ClusterTraits
 
 __all__ = ["WholeGpuFit", "fit_table"]
@@ -75,10 +75,18 @@ class WholeGpuFit:
         whole = [o for o in options if o.resource_name == GPU and o.mig_profile is None]
         if not whole:
             return options
+        # A full cluster is rejected the same way by every job of this size: worked out once per summary.
+        key = ("gpu-fit:no", job.job.gpus_per_pod, pods, tuple(o.product for o in whole))
+        rejection: Status | None = summary.derived.get(key)
+        if rejection is None:
+            rejection = memo(summary, key, self._rejection, whole, pods)
+        return rejection
+
+    def _rejection(self, whole: Sequence[Option], pods: int) -> Status:
         g = whole[0].units_per_pod
         what = _label(whole)
         if pods == 1:
             best = max((o.capacity.max_free_on_one_node for o in whole if o.capacity), default=0)
-            return Status.unschedulable(f"no node with {g} free {what}", best=best)
+            return Status(Code.UNSCHEDULABLE, f"no node with {g} free {what}", self.name, best)
         best = max((o.capacity.pods_that_fit(g) for o in whole if o.capacity), default=0)
-        return Status.unschedulable(f"no room for {pods} pods x {g} {what}", best=best)
+        return Status(Code.UNSCHEDULABLE, f"no room for {pods} pods x {g} {what}", self.name, best)
