@@ -180,7 +180,8 @@ def run_filters(
 
     Returns (the surviving options, the rejecting status named after its plugin or None, the position
     in the policy's chain of the rejecting filter). A filter that raises, or that narrows the options
-    to none without saying why, gives an ERROR status.
+    to none without saying why, gives an ERROR status; a cluster left with no option at all after the
+    chain (no filter checks products) is rejected as unresolvable by "options".
     """
     filters = job.filters
     for plugin in filters:
@@ -200,6 +201,12 @@ def run_filters(
             reason = f"{plugin.name} failed: narrowed the options to none without a status"
             return options, Status(Code.ERROR, reason, plugin.name), job.positions[filters.index(plugin)]
         options = result
+    if not options:  # nothing to run the job with, and no filter said so (gpu-product disabled)
+        return (
+            options,
+            Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, f"no {job.need}", "options"),
+            len(job.passed),
+        )
     return options, None, len(job.passed)
 
 
