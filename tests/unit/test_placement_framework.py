@@ -1,5 +1,5 @@
 """The level-1 framework: PreFilter once, read-only filters, plugin errors as errors, one evaluation per
-cluster for a dry run, never-fit verdicts, and the registry the policy is built from."""
+cluster for a dry run, and never-fit verdicts."""
 
 from __future__ import annotations
 
