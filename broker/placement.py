@@ -104,10 +104,8 @@ class PlacementPolicy:
         if filters is None and staleness_limit_s is None:
             filters = DEFAULT_FILTERS
         elif filters is None:
-            health: dict[str, Any] = {}
-            if staleness_limit_s is not None:
-                health["staleness_limit_seconds"] = staleness_limit_s
-            filters = registry.build_filters({"health": registry.PluginSettings(args=health)})
+            health = registry.PluginSettings(args={"staleness_limit_seconds": staleness_limit_s})
+            filters = registry.build_filters({"health": health})
         elif staleness_limit_s is not None:
             raise ValueError("staleness_limit_s configures the default filters: set it on the health plugin")
         if scores is None and strategy is None and price_ceiling_per_gpu_hour is None:
