@@ -35,6 +35,7 @@ from broker.model import (
 )
 
 __all__ = [
+    "PLACEMENT_FIELDS",
     "SKIPPED",
     "SUCCESS",
     "Code",
@@ -105,6 +106,22 @@ class Option:
         return self.compute_slices / 7
 
 
+PLACEMENT_FIELDS: tuple[str, ...] = (
+    "gpus_per_pod",
+    "pods",
+    "gpu_products",
+    "min_gpu_memory_mib",
+    "mig_profile",
+    "mig_need",
+    "mig_slices_per_pod",
+    "numa_aligned",
+    "allow_burst",
+    "max_price_per_gpu_hour",
+    "clusters",
+)
+"""The JobRequest fields level 1 reads; plugins read no others (not the name, image, tenant, labels)."""
+
+
 @dataclass(frozen=True)
 class PreparedJob:
     """What PreFilter works out once per decision, so no cluster's filters redo it.
@@ -115,6 +132,10 @@ class PreparedJob:
     keyed by it); `filters` are the policy's filters that apply to this job, `positions` their places in
     the policy's chain and `passed` the statuses of a cluster that passes the whole chain (skipped filters
     included, as passed).
+
+    `shape` is the job's PLACEMENT_FIELDS, hashable: two jobs of one shape get equal verdicts from the
+    same summary, traits, policy and time, so a placer may evaluate a cluster once per shape (a batch of
+    like jobs re-evaluates only the clusters that changed).
     """
 
     job: JobRequest
@@ -124,6 +145,7 @@ class PreparedJob:
     filters: tuple[FilterPlugin, ...]
     positions: tuple[int, ...]
     passed: tuple[Status, ...]
+    shape: tuple[Any, ...] = ()
 
 
 FilterResult = Status | Sequence[Option]

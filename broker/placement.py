@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from broker import catalog
 from broker.capacity import GPU
 from broker.framework import (
+    PLACEMENT_FIELDS,
     SKIPPED,
     Code,
     FilterPlugin,
@@ -233,6 +234,7 @@ def prepare(job: JobRequest, policy: PlacementPolicy) -> PreparedJob:
             ok if a else skipped
             for ok, skipped, a in zip(policy._passed, policy._skipped, applies, strict=True)
         ),
+        shape=tuple(getattr(job, f) for f in PLACEMENT_FIELDS),
     )
 
 

@@ -4,11 +4,12 @@ cluster for a dry run, and never-fit verdicts."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import pytest
 
+from broker import placement
 from broker.framework import SUCCESS, Code, FilterResult, Option, PreparedJob, Status
 from broker.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement, Tier
 from broker.placement import PlacementPolicy, cluster_options, explain, explain_and_decide, place, prepare
@@ -161,6 +162,20 @@ def test_prepare_normalises_products_once_and_keeps_only_filters_that_apply() ->
     assert prepared.need == "GPUs"
     assert [f.name for f in prepared.filters] == ["health", "burst", "gpu-product", "gpu-fit", "kueue"]
     assert [prepared.passed[i].plugin for i in prepared.positions] == [f.name for f in prepared.filters]
+
+
+def test_jobs_of_one_shape_get_the_same_verdicts() -> None:
+    fleet = [summary("a", h100(8)), summary("b", h100(2)), summary("c", h100(1))]
+    policy = PlacementPolicy()
+    one = JobRequest("one", tenant="x", image="a:1", gpus_per_pod=2, labels={"team": "a"})
+    other = JobRequest("other", tenant="y", image="b:2", gpus_per_pod=2, command=("sleep", "1"))
+    p1, p2 = prepare(one, policy), prepare(other, policy)
+    assert p1.shape == p2.shape and hash(p1.shape) == hash(p2.shape)
+    assert [placement.evaluate(p1, s, None, policy, NOW) for s in fleet] == [
+        placement.evaluate(p2, s, None, policy, NOW) for s in fleet
+    ]
+    for change in ({"pods": 2}, {"gpu_products": ("L4",)}, {"allow_burst": True}, {"clusters": ("a",)}):
+        assert prepare(replace(one, **change), policy).shape != p1.shape
 
 
 def test_options_are_built_once_per_summary_and_job_shape() -> None:
