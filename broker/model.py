@@ -9,7 +9,8 @@ epoch seconds handed in by callers), no parsing of Kubernetes objects (that is c
     ClusterTraits    what the operator declared about a cluster (tier, region, price, schedulers, Kueue)
     JobRequest       what a user asked for
     Placement        level-1 decision: a cluster and the resource to ask it for
-    NoFit            level-1 rejection as data: "0/N clusters are available: ..."
+    NoFit            level-1 rejection as data: "0/N clusters are available: ..." (never_fits: no capacity helps)
+    Code             a level-1 verdict's code (kube-scheduler's: unschedulable, unresolvable, error)
     Reservation      GPUs assumed for a placement until the cluster shows the pods
     JobRecord        a job's durable state; JobEvent one transition of it
 """
