@@ -108,10 +108,10 @@ def test_a_filter_that_narrows_to_nothing_without_a_status_is_an_error() -> None
 
 def test_explain_and_decide_evaluates_each_cluster_once() -> None:
     counting = Counting()
-    policy = PlacementPolicy(filters=(*registry.build_filters(), counting))
+    policy = PlacementPolicy(filters=(counting, *registry.build_filters()))
     fleet = [summary("c", h100(8)), summary("a", h100(2)), summary("b", h100(1))]
     decision, verdicts = explain_and_decide(JOB, fleet, {}, policy, NOW)
-    assert sorted(counting.seen) == ["a", "c"]  # b was rejected by gpu-fit before it; once each
+    assert sorted(counting.seen) == ["a", "b", "c"]  # once each, for the decision and the verdicts
     assert isinstance(decision, Placement) and decision.cluster == "a"
     assert [v.cluster for v in verdicts if v.chosen] == ["a"]
     assert decision == place(JOB, fleet, {}, policy, NOW)
