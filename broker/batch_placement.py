@@ -18,31 +18,16 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker import placement
+from broker.framework import PLACEMENT_FIELDS, PreparedJob
 from broker.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement, Tier
 
 __all__ = ["BatchPlacer", "fingerprint", "shape"]
 
 
 def shape(job: JobRequest) -> Hashable:
-    """The part of a request level 1 reads (names, images, commands and labels are not)."""
-    need = job.mig_need
-    return (
-        job.tenant,
-        job.gpus_per_pod,
-        job.pods,
-        job.gpu_products,
-        job.min_gpu_memory_mib,
-        job.mig_profile,
-        (need.memory_gb, need.compute_slices) if need is not None else None,
-        job.mig_slices_per_pod,
-        job.numa_aligned,
-        job.cpu_millis_per_pod,
-        job.memory_mib_per_pod,
-        job.allow_burst,
-        job.max_price_per_gpu_hour,
-        job.priority_class,
-        job.clusters,
-    )
+    """The part of a request level 1 reads (framework.PLACEMENT_FIELDS): two jobs of one shape get the
+    same verdicts from the same summaries."""
+    return tuple(getattr(job, f) for f in PLACEMENT_FIELDS)
 
 
 def _structure(s: ClusterSummary) -> tuple[object, ...]:
@@ -73,7 +58,7 @@ class _ShapeCache:
     again, and the feasible ones in two heaps (on-prem, cloud) keyed like placement's tie-break,
     (-score, cluster), with lazy deletion by evaluation epoch."""
 
-    prepared: placement.PreparedJob
+    prepared: PreparedJob
     verdicts: dict[str, placement.ClusterVerdict] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)
     epochs: dict[str, int] = field(default_factory=dict)
