@@ -257,6 +257,8 @@ class ClusterSummary:
     region: str = ""
     health: Health = Health.UNKNOWN
     heartbeat: float = 0.0  # epoch seconds of the last successful observation
+    health_reason: str = ""  # why it is not healthy, as a person reads it ("connection refused", ...)
+    health_since: float = 0.0  # epoch seconds since when `health` holds
     version: int = 0  # bumps on every write of this summary
     products: tuple[ProductCapacity, ...] = ()
     mig: tuple[MigCapacity, ...] = ()
