@@ -516,6 +516,7 @@ class ClusterApi:
     def _count(self, verb: str, rt: ResourceType, sub: str | None) -> None:
         key = (verb, rt.key if sub is None else f"{rt.key}/{sub}")
         self.requests[key] = self.requests.get(key, 0) + 1
+
     def add_user(self, user: str, groups: tuple[str, ...] | list[str] = (), token: str | None = None) -> str:
         """Bind a bearer token to a user (and groups); RBAC decides what it may do. Returns the token (a new
         random one unless given). The admin token (`self.token`) stays all-powerful."""
