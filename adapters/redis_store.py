@@ -48,6 +48,8 @@ from broker.ports import ClusterState, ReserveResult
 WHOLE_GPU = "nvidia.com/gpu"
 _SEP = "\x1f"
 _FLEET_STREAM_MAXLEN = 100_000
+SOCKET_TIMEOUT_SECONDS = 15.0  # longer than any blocking read (read_events block_ms) the broker issues
+CONNECT_TIMEOUT_SECONDS = 2.0
 
 _SUMMARY = TypeAdapter(ClusterSummary)
 _RESERVATION = TypeAdapter(Reservation)
@@ -207,7 +209,13 @@ class RedisStateStore:
     def __init__(self, redis_url: str, prefix: str = "gpufed") -> None:
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
-        self._r: redis.Redis = redis.Redis.from_url(redis_url, decode_responses=False)
+        # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
+        self._r: redis.Redis = redis.Redis.from_url(
+            redis_url,
+            decode_responses=False,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        )
         self._p = prefix
         self._put_summary = self._r.register_script(_PUT_SUMMARY)
         self._reserve = self._r.register_script(_RESERVE)

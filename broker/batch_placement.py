@@ -13,35 +13,21 @@ verdicts. A decision over cached verdicts is a pick over at most N scores, not N
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker import placement
-from broker.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement
+from broker.framework import PLACEMENT_FIELDS, PreparedJob
+from broker.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement, Tier
 
 __all__ = ["BatchPlacer", "fingerprint", "shape"]
 
 
 def shape(job: JobRequest) -> Hashable:
-    """The part of a request level 1 reads (names, images, commands and labels are not)."""
-    need = job.mig_need
-    return (
-        job.tenant,
-        job.gpus_per_pod,
-        job.pods,
-        job.gpu_products,
-        job.min_gpu_memory_mib,
-        job.mig_profile,
-        (need.memory_gb, need.compute_slices) if need is not None else None,
-        job.mig_slices_per_pod,
-        job.numa_aligned,
-        job.cpu_millis_per_pod,
-        job.memory_mib_per_pod,
-        job.allow_burst,
-        job.max_price_per_gpu_hour,
-        job.priority_class,
-        job.clusters,
-    )
+    """The part of a request level 1 reads (framework.PLACEMENT_FIELDS): two jobs of one shape get the
+    same verdicts from the same summaries."""
+    return tuple(getattr(job, f) for f in PLACEMENT_FIELDS)
 
 
 def _structure(s: ClusterSummary) -> tuple[object, ...]:
@@ -68,9 +54,25 @@ def fingerprint(summaries: Iterable[ClusterSummary]) -> str:
 
 @dataclass
 class _ShapeCache:
-    prepared: placement.PreparedJob
-    verdicts: dict[str, placement.ClusterVerdict]
+    """One shape's verdicts over the snapshot: valid verdicts by cluster, the clusters to evaluate
+    again, and the feasible ones in two heaps (on-prem, cloud) keyed like placement's tie-break,
+    (-score, cluster), with lazy deletion by evaluation epoch."""
+
+    prepared: PreparedJob
+    verdicts: dict[str, placement.ClusterVerdict] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=set)
+    epochs: dict[str, int] = field(default_factory=dict)
+    onprem: list[tuple[int, str, int]] = field(default_factory=list)
+    cloud: list[tuple[int, str, int]] = field(default_factory=list)
     decision: Placement | NoFit | None = None
+
+    def top(self, heap: list[tuple[int, str, int]]) -> placement.ClusterVerdict | None:
+        while heap:
+            _, cluster, epoch = heap[0]
+            if self.epochs.get(cluster) == epoch and cluster not in self.dirty:
+                return self.verdicts[cluster]
+            heapq.heappop(heap)
+        return None
 
 
 class BatchPlacer:
@@ -105,26 +107,47 @@ class BatchPlacer:
         key = shape(job)
         cache = self._shapes.get(key)
         if cache is None:
-            cache = _ShapeCache(placement.prepare(job, self._policy), {})
+            cache = _ShapeCache(placement.prepare(job, self._policy), dirty=set(self._summaries))
             self._shapes[key] = cache
         if cache.decision is not None:
             return cache.decision
-        verdicts = []
-        for name, summary in self._summaries.items():
-            verdict = cache.verdicts.get(name)
-            if verdict is None:
-                verdict = placement.evaluate(
-                    cache.prepared, summary, self._traits.get(name), self._policy, self._now
-                )
-                self.evaluations += 1
-                cache.verdicts[name] = verdict
-            verdicts.append(verdict)
-        cache.decision = placement.decide(cache.prepared, verdicts, self._policy)
+        for name in sorted(cache.dirty):
+            self._evaluate(cache, name)
+        cache.dirty.clear()
+        best_onprem = cache.top(cache.onprem)
+        best_cloud = cache.top(cache.cloud)
+        chosen: placement.ClusterVerdict | None
+        if best_onprem is not None and (self._policy.prefer_onprem or best_cloud is None):
+            chosen = best_onprem
+        elif best_onprem is None:
+            chosen = best_cloud
+        else:
+            assert best_cloud is not None
+            chosen = min(best_onprem, best_cloud, key=lambda v: (-v.score, v.cluster))
+        if chosen is None:
+            verdicts = [cache.verdicts[c] for c in self._summaries if c in cache.verdicts]
+            cache.decision = placement.decide(cache.prepared, verdicts, self._policy)
+        else:
+            cache.decision = placement.decide(cache.prepared, [chosen], self._policy)
         return cache.decision
+
+    def _evaluate(self, cache: _ShapeCache, name: str) -> None:
+        summary = self._summaries.get(name)
+        epoch = cache.epochs.get(name, 0) + 1
+        cache.epochs[name] = epoch
+        if summary is None:
+            cache.verdicts.pop(name, None)
+            return
+        verdict = placement.evaluate(cache.prepared, summary, self._traits.get(name), self._policy, self._now)
+        self.evaluations += 1
+        cache.verdicts[name] = verdict
+        if verdict.feasible:
+            heap = cache.cloud if verdict.tier is Tier.CLOUD else cache.onprem
+            heapq.heappush(heap, (-verdict.score, name, epoch))
 
     def update(self, summary: ClusterSummary) -> None:
         """A cluster's placeable summary changed: later decisions see it; other clusters' verdicts stay."""
         self._summaries[summary.cluster] = summary
         for cache in self._shapes.values():
-            cache.verdicts.pop(summary.cluster, None)
+            cache.dirty.add(summary.cluster)
             cache.decision = None

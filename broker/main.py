@@ -30,7 +30,6 @@ from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
-from broker.placement import PlacementPolicy
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -59,7 +58,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Wat
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
         {c.name: c.namespace for c in cfg.clusters},
     )
-    policy = PlacementPolicy(staleness_limit_s=settings.stale_after_seconds)
+    policy = settings.placement_policy()
     service = BrokerService(
         store,
         gateway,

@@ -214,8 +214,7 @@ class BrokerService:
         """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
         now = self.clock.now()
         summaries = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
-        verdicts = placement.explain(request, summaries, self.traits, self.policy, now)
-        return placement.decide(placement.prepare(request, self.policy), verdicts, self.policy), verdicts
+        return placement.explain_and_decide(request, summaries, self.traits, self.policy, now)
 
     # ------------------------------------------------------------------ the control loop's steps
 
