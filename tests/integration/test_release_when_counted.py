@@ -54,6 +54,7 @@ def test_the_reservation_of_a_running_job_goes_once_a_newer_summary_counts_it(
     store.put_summary(cluster("a", 8))
     svc = BrokerService(store, ReadyGateway(), clock, {"a": ClusterTraits("a")})
     first, _ = svc.submit(JobRequest("first", gpus_per_pod=8))
+    clock.t += 0.001  # first come, first served
     second, _ = svc.submit(JobRequest("second", gpus_per_pod=8))
     svc.schedule_once()
     assert svc.get(first.id).state is JobState.PLACED
