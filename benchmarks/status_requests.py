@@ -158,6 +158,55 @@ def follow(mode: str, args: argparse.Namespace, admin: str, kubeconfigs: dict[st
     }
 
 
+def measure(
+    jobs: int = 200,
+    clusters: int = 2,
+    seconds: float = 60.0,
+    modes: tuple[str, ...] = ("get", "watch"),
+    interval: float = 0.5,
+    update_every: float = 1.0,
+    report: bool = False,
+) -> list[dict[str, Any]]:
+    """Run the measurement (kubesim in a child process) and return one result per mode; with `report`,
+    print each as it comes. benchmarks/placement.py can call this for its requests-per-job figure."""
+    args = argparse.Namespace(
+        jobs=jobs, clusters=clusters, seconds=seconds, interval=interval, update_every=update_every
+    )
+    ctx = mp.get_context("spawn")
+    parent, child = mp.Pipe()
+    proc = ctx.Process(
+        target=run_kubesim, args=(args, tempfile.mkdtemp(prefix="gpufed-status-"), child), daemon=True
+    )
+    proc.start()
+    _, admin, kubeconfigs = parent.recv()
+    if report:
+        print(
+            f"{jobs} running Jobs on {clusters} kubesim clusters, followed {seconds:.0f} s each, "
+            f"a pass every {interval} s, a sweep every {SWEEP_INTERVAL_S:.0f} s",
+            flush=True,
+        )
+    results = []
+    try:
+        for mode in modes:
+            r = follow(mode, args, admin, kubeconfigs)
+            results.append(r)
+            if report:
+                print(
+                    f"{r['mode']:>5}: {r['requests']} Job requests in {r['seconds']:.1f} s "
+                    f"({', '.join(f'{v} {n}' for v, n in r['verbs'].items()) or 'none'}); "
+                    f"{r['passes']} passes, {r['pass_ms']:.1f} ms each, {r['running']} running seen; "
+                    f"**{r['per_job_per_min']:.3f} requests per running job per minute**",
+                    flush=True,
+                )
+    finally:
+        parent.send(("stop",))
+        _, updates = parent.recv()
+        proc.join(10)
+    if report:
+        print(f"kubesim wrote {updates} Job status updates meanwhile", flush=True)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=200)
@@ -167,34 +216,15 @@ def main() -> None:
     ap.add_argument("--update-every", type=float, default=1.0, help="seconds between Job status writes")
     ap.add_argument("--modes", default="get,watch")
     args = ap.parse_args()
-
-    ctx = mp.get_context("spawn")
-    parent, child = mp.Pipe()
-    proc = ctx.Process(
-        target=run_kubesim, args=(args, tempfile.mkdtemp(prefix="gpufed-status-"), child), daemon=True
+    measure(
+        args.jobs,
+        args.clusters,
+        args.seconds,
+        tuple(args.modes.split(",")),
+        args.interval,
+        args.update_every,
+        report=True,
     )
-    proc.start()
-    _, admin, kubeconfigs = parent.recv()
-    print(
-        f"{args.jobs} running Jobs on {args.clusters} kubesim clusters, followed {args.seconds:.0f} s each, "
-        f"a pass every {args.interval} s, a sweep every {SWEEP_INTERVAL_S:.0f} s",
-        flush=True,
-    )
-    try:
-        for mode in args.modes.split(","):
-            r = follow(mode, args, admin, kubeconfigs)
-            print(
-                f"{r['mode']:>5}: {r['requests']} Job requests in {r['seconds']:.1f} s "
-                f"({', '.join(f'{v} {n}' for v, n in r['verbs'].items()) or 'none'}); "
-                f"{r['passes']} passes, {r['pass_ms']:.1f} ms each, {r['running']} running seen; "
-                f"**{r['per_job_per_min']:.3f} requests per running job per minute**",
-                flush=True,
-            )
-    finally:
-        parent.send(("stop",))
-        _, updates = parent.recv()
-        proc.join(10)
-    print(f"kubesim wrote {updates} Job status updates meanwhile", flush=True)
 
 
 if __name__ == "__main__":
