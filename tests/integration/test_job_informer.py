@@ -13,19 +13,25 @@ import ssl
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import orjson
 import pytest
 
 from adapters.job_informer import WatchingGateway
 from adapters.kube_informer import WatchSettings
+from broker import main as composition
+from broker.config import load_fleet_config
+from broker.demo import write_demo_config
 from broker.errors import ClusterUnreachable
 from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
-from kubesim.fleet import synthetic_fleet
+from kubesim.fleet import load_fleet, synthetic_fleet
 from kubesim.sim import Simulation
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -240,3 +246,43 @@ def test_kubesim_serves_the_next_request_on_the_connection_of_a_watch_it_ended(s
         assert conn.sock is not None, "the same connection served every request"
     finally:
         conn.close()
+
+
+def test_the_broker_follows_its_running_jobs_without_a_get_per_pass(
+    tmp_path: Path, redis_url: str, ray_session: None
+) -> None:
+    # The real wiring (broker.main.running_broker): jobs submitted over HTTP run in kubesim clusters;
+    # while they run, the control loop's passes read their status and cost those clusters no GET.
+    fleet = load_fleet(Path(__file__).resolve().parents[2] / "kubesim" / "fleets" / "demo.yaml")
+    with Simulation(fleet, tmp_path / "sim", speed=1.0) as sim:
+        kubeconfigs = {c: sim.kubeconfig_path(c) for c in sim.cluster_names()}
+        cfg = load_fleet_config(
+            write_demo_config(tmp_path, kubeconfigs, redis_url, "follow" + uuid.uuid4().hex[:8])
+        )
+        port = free_port()
+        with composition.running_broker(cfg, port=port) as broker:
+            url = f"http://127.0.0.1:{port}"
+            wait_for(
+                "every cluster's summary",
+                lambda: len(httpx.get(f"{url}/v1/fleet").json()["clusters"]) == 3,
+                60,
+            )
+            ids = []
+            for i in range(4):
+                body = {"name": f"long-{i}", "gpus": 1, "durationSeconds": 3600}
+                r = httpx.post(f"{url}/v1/jobs", json=body, timeout=30)
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["id"])
+
+            def all_running() -> bool:
+                return all(httpx.get(f"{url}/v1/jobs/{j}").json()["state"] == "RUNNING" for j in ids)
+
+            wait_for("the jobs RUNNING", all_running, 60)
+            wait_for(
+                "every cluster's Jobs followed", lambda: all(broker.gateway.synced(c) for c in kubeconfigs)
+            )
+            gets = {c: requests(sim, c, "get") for c in kubeconfigs}
+            passes = broker.loop.passes
+            wait_for("ten more control-loop passes", lambda: broker.loop.passes >= passes + 10, 30)
+            assert {c: requests(sim, c, "get") for c in kubeconfigs} == gets
+            assert all(httpx.get(f"{url}/v1/jobs/{j}").json()["state"] == "RUNNING" for j in ids)
