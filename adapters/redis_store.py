@@ -13,6 +13,8 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
+    P:fenced                 hash  cluster -> why it is fenced (lost; offered again once its stale attempts are swept)
+    P:cluster-events:<c>     stream  ClusterEvents of one cluster (health changes, fences), capped
 
 Atomicity: put_summary, reserve, release, create_job and save_job are Lua scripts. reserve is a
 compare-and-set: it succeeds only while the cluster's summary version and reservation ledger are the ones
@@ -37,6 +39,7 @@ from pydantic import TypeAdapter
 from broker import reservations
 from broker.errors import Conflict, StoreError
 from broker.model import (
+    ClusterEvent,
     ClusterSummary,
     JobEvent,
     JobRecord,
@@ -55,6 +58,8 @@ _SUMMARY = TypeAdapter(ClusterSummary)
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
+_CLUSTER_EVENT = TypeAdapter(ClusterEvent)
+_CLUSTER_STREAM_MAXLEN = 1000
 
 # KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
 _PUT_SUMMARY = """
@@ -556,3 +561,45 @@ class RedisStateStore:
         except redis.RedisError as e:
             raise StoreError(f"redis: events {key}: {e}") from e
         return [(_text(eid), _EVENT.validate_json(fields[b"e"])) for eid, fields in rows]
+
+    # ------------------------------------------------------------------ clusters: fences and health events
+
+    def fence(self, cluster: str, reason: str) -> bool:
+        """Mark a lost cluster: no placement there until its stale attempts are swept. Returns whether it
+        was newly fenced."""
+        try:
+            return bool(self._r.hsetnx(self._k("fenced"), cluster, reason))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: fence {cluster}: {e}") from e
+
+    def unfence(self, cluster: str) -> bool:
+        try:
+            return bool(self._r.hdel(self._k("fenced"), cluster))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: unfence {cluster}: {e}") from e
+
+    def fenced(self) -> dict[str, str]:
+        try:
+            raw = self._r.hgetall(self._k("fenced"))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: fenced: {e}") from e
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    def append_cluster_event(self, event: ClusterEvent) -> None:
+        try:
+            self._r.xadd(
+                self._k("cluster-events", event.cluster),
+                {"e": _CLUSTER_EVENT.dump_json(event)},
+                maxlen=_CLUSTER_STREAM_MAXLEN,
+                approximate=True,
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"redis: append_cluster_event {event.cluster}: {e}") from e
+
+    def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]:
+        """The cluster's latest events, oldest first."""
+        try:
+            rows: list[Any] = list(self._r.xrevrange(self._k("cluster-events", cluster), count=count) or [])
+        except redis.RedisError as e:
+            raise StoreError(f"redis: cluster_events {cluster}: {e}") from e
+        return [_CLUSTER_EVENT.validate_json(fields[b"e"]) for _, fields in reversed(rows)]

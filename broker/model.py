@@ -54,6 +54,13 @@ class Code(IntEnum):
     ERROR = 3  # a plugin failed; the cluster is skipped
 
 
+class FailoverPolicy(StrEnum):
+    """What happens to a job when its cluster is lost or its pods are disrupted (node lost, spot, ...)."""
+
+    REQUEUE = "requeue"  # back to the queue with attempt + 1, placed again at once
+    NEVER = "never"  # FAILED with the reason
+
+
 class JobState(StrEnum):
     QUEUED = "QUEUED"
     PLACED = "PLACED"
@@ -333,6 +340,7 @@ class JobRequest:
     clusters: tuple[str, ...] = ()  # restrict to these clusters; empty = any
     duration_seconds: float | None = None  # how long the workload runs (kubesim honours it)
     labels: Mapping[str, str] = field(default_factory=dict)
+    failover: FailoverPolicy = FailoverPolicy.REQUEUE
 
     @property
     def wants_mig(self) -> bool:
@@ -462,6 +470,16 @@ class JobEvent:
 
 
 @dataclass(frozen=True)
+class ClusterEvent:
+    """A change of a member cluster's health (or its fence), with the cause."""
+
+    cluster: str
+    at: float
+    health: Health
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class WorkloadRef:
     """A Job in a member cluster that carries the broker's labels (gpufed.io/job-id, gpufed.io/attempt)."""
 
@@ -485,4 +503,5 @@ class WorkloadStatus:
     failed: int = 0
     complete: bool = False
     failed_terminal: bool = False
+    disrupted: bool = False  # failed because a pod was disrupted (node lost, spot reclaimed, preempted)
     message: str = ""

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from broker.model import (
     ClusterSummary,
+    FailoverPolicy,
     JobEvent,
     JobRecord,
     JobRequest,
@@ -76,6 +77,10 @@ class JobSpec(_Wire):
     cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
     memory_gib: float = Field(default=1.0, alias="memoryGiB", gt=0, le=8192)
     allow_burst: bool = Field(default=False, alias="allowBurst")
+    failover: FailoverPolicy = Field(
+        default=FailoverPolicy.REQUEUE,
+        description="requeue: placed again elsewhere when its cluster is lost or its pods disrupted; never: FAILED",
+    )
     max_price_per_gpu_hour: float | None = Field(default=None, alias="maxPricePerGpuHour", ge=0)
     priority_class: str | None = Field(default=None, alias="priorityClass", pattern=_DNS_LABEL)
     clusters: list[str] = Field(default_factory=list)
@@ -121,6 +126,7 @@ class JobSpec(_Wire):
             cpu_millis_per_pod=int(self.cpu * 1000),
             memory_mib_per_pod=int(self.memory_gib * 1024),
             allow_burst=self.allow_burst,
+            failover=self.failover,
             max_price_per_gpu_hour=self.max_price_per_gpu_hour,
             priority_class=self.priority_class,
             clusters=tuple(self.clusters),
@@ -192,6 +198,7 @@ class JobView(_Wire):
                 "migNeedGB": req.mig_need.memory_gb if req.mig_need else None,
                 "numaAligned": req.numa_aligned,
                 "allowBurst": req.allow_burst,
+                "failover": str(req.failover),
             },
         )
 
