@@ -6,6 +6,9 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:free:<cluster>         hash  "<product>\\x1f<resource>" -> observed free units, written with the summary
                                    (whole GPUs under "nvidia.com/gpu", MIG slices under nvidia.com/mig-<p>)
     P:clusters               set   clusters that have a summary
+    P:nodes:<cluster>        hash  json = tuple[NodeDetail] (JSON), at = epoch seconds written; the per-node
+                                   table of the fleet view (`?nodes=true`), written by the pollers at a
+                                   slow cadence (NODES_INTERVAL_SECONDS in ray_actors), never read to place
     P:resv:<cluster>         hash  job_id -> Reservation (JSON); the reserve Lua script reads and prunes it
     P:resv-where             hash  job_id -> cluster of its live reservation
     P:job:<id>               hash  json = JobRecord (JSON), state = JobState (for the compare-and-set)
@@ -40,6 +43,7 @@ from broker.model import (
     ProductCapacity,
     Reservation,
 )
+from broker.node_detail import NodeDetail
 
 WHOLE_GPU = "nvidia.com/gpu"
 _SEP = "\x1f"
@@ -49,6 +53,7 @@ _SUMMARY = TypeAdapter(ClusterSummary)
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
+_NODES = TypeAdapter(tuple[NodeDetail, ...])
 
 # KEYS: summary, free, clusters. ARGV: cluster, summary json, then field/value pairs of the free map.
 _PUT_SUMMARY = """
@@ -477,3 +482,21 @@ class RedisStateStore:
         except redis.RedisError as e:
             raise StoreError(f"redis: events {key}: {e}") from e
         return [(_text(eid), _EVENT.validate_json(fields[b"e"])) for eid, fields in rows]
+
+    # ------------------------------------------------------------------ per-node detail (fleet view)
+
+    def put_nodes(self, cluster: str, nodes: tuple[NodeDetail, ...], at: float) -> None:
+        try:
+            self._r.hset(self._k("nodes", cluster), mapping={"json": _NODES.dump_json(nodes), "at": repr(at)})
+        except redis.RedisError as e:
+            raise StoreError(f"redis: put_nodes {cluster}: {e}") from e
+
+    def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
+        """The cluster's node table and when it was written, or None before the first write."""
+        try:
+            raw, at = self._r.hmget(self._k("nodes", cluster), ["json", "at"])
+        except redis.RedisError as e:
+            raise StoreError(f"redis: get_nodes {cluster}: {e}") from e
+        if raw is None:
+            return None
+        return _NODES.validate_json(raw), float(at or 0.0)

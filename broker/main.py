@@ -24,6 +24,7 @@ from adapters.kube import KubeGateway
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
+from broker import telemetry
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.placement import PlacementPolicy
@@ -75,6 +76,7 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
 def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order."""
     service, store, gateway = build_service(cfg)
+    telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
         redis_url=cfg.settings.redis_url,
@@ -106,11 +108,14 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         pollers.stop()
         gateway.close()
         store.close()
+        telemetry.shutdown_tracing()
 
 
 def serve(config_path: Path, host: str, port: int) -> None:
     """`gpufed serve`: run until interrupted."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

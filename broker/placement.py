@@ -2,13 +2,16 @@
 
 Owns the PlacementPolicy, the per-cluster options (which product and resource could serve the job),
 the default filter/score plugin chains, the on-prem-first rule for burst, deterministic tie-breaks,
-`place()` (Placement or NoFit) and `explain()` (every cluster's verdict, for a dry run). Pure.
+`place()` (Placement or NoFit) and `explain()` (every cluster's verdict, for a dry run), and the
+PhaseObserver hook through which a tracer sees each plugin phase (filter, score) per cluster. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from broker import catalog
 from broker.capacity import GPU
@@ -161,12 +164,27 @@ def _best_option(job: JobRequest, summary: ClusterSummary, options: Sequence[Opt
     return min(options, key=key)
 
 
+class PhaseObserver(Protocol):
+    """The tracer hook: `phase(name, cluster)` wraps each plugin phase ("filter", "score") of one
+    cluster's evaluation and yields a dict into which the phase writes its outcome under "result"
+    ("pass", "<plugin>: <reason>", or the weighted score). Plugins never see it."""
+
+    def phase(self, phase: str, cluster: str) -> AbstractContextManager[dict[str, str]]: ...
+
+
+def _phase(
+    observer: PhaseObserver | None, phase: str, cluster: str
+) -> AbstractContextManager[dict[str, str]]:
+    return nullcontext({}) if observer is None else observer.phase(phase, cluster)
+
+
 def _evaluate(
     job: JobRequest,
     summary: ClusterSummary,
     traits: ClusterTraits | None,
     policy: PlacementPolicy,
     now: float,
+    observer: PhaseObserver | None = None,
 ) -> ClusterVerdict:
     ctx = CycleState(
         now=now,
@@ -176,15 +194,19 @@ def _evaluate(
         binpack=policy.strategy != "spread",
         price_ceiling=policy.price_ceiling_per_gpu_hour,
     )
-    statuses = tuple(run_filters(policy.filters, job, summary, ctx))
-    if not all(s.is_success for s in statuses):
+    with _phase(observer, "filter", summary.cluster) as note:
+        statuses = tuple(run_filters(policy.filters, job, summary, ctx))
+        failed = next((s for s in statuses if not s.is_success), None)
+        note["result"] = "pass" if failed is None else f"{failed.plugin}: {failed.reason}"
+    if failed is not None:
         return ClusterVerdict(summary.cluster, summary.tier, statuses)
-    ctx.chosen = _best_option(job, summary, ctx.options)
-    scores = run_scores(policy.scores, job, summary, ctx)
-    weights = {p.name: policy.weight(p) for p in policy.scores}
-    return ClusterVerdict(
-        summary.cluster, summary.tier, statuses, ctx.chosen, scores, weighted_total(scores, weights)
-    )
+    with _phase(observer, "score", summary.cluster) as note:
+        ctx.chosen = _best_option(job, summary, ctx.options)
+        scores = run_scores(policy.scores, job, summary, ctx)
+        weights = {p.name: policy.weight(p) for p in policy.scores}
+        total = weighted_total(scores, weights)
+        note["result"] = str(total)
+    return ClusterVerdict(summary.cluster, summary.tier, statuses, ctx.chosen, scores, total)
 
 
 def explain(
@@ -193,9 +215,10 @@ def explain(
     traits: Mapping[str, ClusterTraits],
     policy: PlacementPolicy,
     now: float,
+    observer: PhaseObserver | None = None,
 ) -> list[ClusterVerdict]:
     """Every cluster's verdict, by cluster name; the one place() would choose has chosen=True."""
-    verdicts = [_evaluate(job, s, traits.get(s.cluster), policy, now) for s in summaries]
+    verdicts = [_evaluate(job, s, traits.get(s.cluster), policy, now, observer) for s in summaries]
     feasible = [v for v in verdicts if v.feasible]
     if policy.prefer_onprem and any(v.tier is not Tier.CLOUD for v in feasible):
         pool = [v for v in feasible if v.tier is not Tier.CLOUD]
@@ -220,9 +243,11 @@ def place(
     traits: Mapping[str, ClusterTraits],
     policy: PlacementPolicy,
     now: float,
+    observer: PhaseObserver | None = None,
 ) -> Placement | NoFit:
-    """Level 1: the best cluster for the job, or a NoFit that says why each cluster was rejected."""
-    verdicts = explain(job, summaries, traits, policy, now)
+    """Level 1: the best cluster for the job, or a NoFit that says why each cluster was rejected.
+    `observer` (a tracer hook) is told of each plugin phase per cluster."""
+    verdicts = explain(job, summaries, traits, policy, now, observer)
     chosen = next((v for v in verdicts if v.chosen), None)
     if chosen is None or chosen.option is None:
         failures = [(v.cluster, v.rejection) for v in verdicts if v.rejection is not None]

@@ -2,7 +2,8 @@
 
 Clock           now() in epoch seconds; the only time source the service sees
 ClusterGateway  create / delete / read the broker's Jobs in a member cluster
-StateStore      summaries, reservations, jobs, events and idempotency keys (Redis in production)
+StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
+                production)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from broker.model import (
     WorkloadRef,
     WorkloadStatus,
 )
+from broker.node_detail import NodeDetail
 
 
 class Clock(Protocol):
@@ -46,12 +48,20 @@ class ClusterGateway(Protocol):
 
 
 class StateStore(Protocol):
+    def ping(self) -> bool:
+        """True when the store answers; raises StoreError (with the cause) when it does not."""
+        ...
+
     # --- capacity
     def put_summary(self, summary: ClusterSummary) -> ClusterSummary:
         """Store the observed summary; returns it with its new version."""
         ...
 
     def observed_summaries(self) -> list[ClusterSummary]: ...
+
+    def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
+        """The per-node table the pollers last wrote for a cluster, and when; None before the first."""
+        ...
 
     def placeable_summaries(self) -> list[ClusterSummary]:
         """Observed summaries minus live reservations: what the placer reads."""

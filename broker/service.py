@@ -86,19 +86,22 @@ class BrokerService:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
         request = self._canonical_products(request)
         now = self.clock.now()
-        record = JobRecord(
-            id=self._new_id(),
-            request=request,
-            state=JobState.QUEUED,
-            created_at=now,
-            updated_at=now,
-            reason="waiting for placement",
-            idempotency_key=idempotency_key,
-        )
-        stored = self.store.create_job(record)
-        created = stored.id == record.id
-        if created:
-            self._event(stored, "submitted")
+        job_id = self._new_id()
+        with telemetry.job_span("gpufed.job.submit", None, **{"gpufed.job_id": job_id}) as span:
+            record = JobRecord(
+                id=job_id,
+                request=request,
+                state=JobState.QUEUED,
+                created_at=now,
+                updated_at=now,
+                reason="waiting for placement",
+                idempotency_key=idempotency_key,
+                trace_parent=telemetry.traceparent_of(span),
+            )
+            stored = self.store.create_job(record)
+            created = stored.id == record.id
+            if created:
+                self._event(stored, "submitted")
         return stored, created
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
@@ -187,12 +190,18 @@ class BrokerService:
             return []
         changed: list[JobRecord] = []
         summaries = self._placeable()
+        for s in summaries:
+            if s.heartbeat:
+                telemetry.capacity_freshness.labels(s.cluster).observe(
+                    max(0.0, self.clock.now() - s.heartbeat)
+                )
         for record in queued:
             now = self.clock.now()
             if now < record.not_before:
                 continue  # backing off after a failed dispatch
             try:
-                step = self._schedule_job(record, summaries, now)
+                with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
+                    step = self._schedule_job(record, summaries, now)
             except StoreError:
                 raise  # the store is down: nothing else can progress either
             except Exception:
@@ -210,17 +219,24 @@ class BrokerService:
         self, record: JobRecord, summaries: list[ClusterSummary], now: float
     ) -> JobRecord | None:
         """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None."""
+        recorder = telemetry.PhaseRecorder()
         started = time.perf_counter()
-        decision = placement.place(record.request, summaries, self.traits, self.policy, now)
-        telemetry.placement_latency.record(time.perf_counter() - started)
+        decision = placement.place(record.request, summaries, self.traits, self.policy, now, recorder)
+        outcome = "unplaceable" if isinstance(decision, NoFit) else "placed"
+        telemetry.placement_latency.labels(outcome).observe(time.perf_counter() - started)
         if isinstance(decision, NoFit):
-            telemetry.unplaceable.add(1)
             if record.reason != decision.message:
+                if not record.reason.startswith("0/"):  # it just became unplaceable, not a retry
+                    telemetry.unplaceable.inc()
+                recorder.emit(record.trace_parent, outcome, **{"gpufed.reason": decision.message})
                 return self._save(replace(record, reason=decision.message, updated_at=now))
             return None
+        recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
         placed = self._dispatch(record, decision, now)
         if placed is not None and placed.state is JobState.PLACED:
-            telemetry.placements.add(1, {"cluster": decision.cluster})
+            telemetry.placements.labels(decision.cluster, decision.product).inc()
+            if record.attempt == 0:
+                telemetry.queue_wait.observe(max(0.0, now - record.created_at))
         return placed
 
     def _dispatch(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
@@ -235,7 +251,12 @@ class BrokerService:
             created_at=now,
             expires_at=now + self.settings.reservation_ttl_seconds,
         )
-        if not self.store.reserve(reservation, now):
+        with telemetry.job_span(
+            "gpufed.job.reserve", record.trace_parent, **{"gpufed.cluster": where.cluster}
+        ) as span:
+            reserved = self.store.reserve(reservation, now)
+            span.set_attribute("gpufed.reserved", reserved)
+        if not reserved:
             return None  # lost a race for the capacity; the next cycle sees fresh numbers
         traits = self.traits[where.cluster]
         manifests = hints.build_workload(record.id, attempt, record.request, where, traits)
@@ -252,9 +273,16 @@ class BrokerService:
             self.store.release(record.id)
             return None  # cancelled meanwhile, or another replica took it
         try:
-            self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+            with (
+                telemetry.job_span(
+                    "gpufed.job.dispatch", record.trace_parent, **{"gpufed.cluster": where.cluster}
+                ),
+                telemetry.dispatch_latency.labels(where.cluster).time(),
+            ):
+                self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
         except ClusterError as exc:
             log.warning("dispatch of %s to %s failed: %s", record.id, where.cluster, exc)
+            telemetry.dispatch_failures.labels(where.cluster).inc()
             self.store.release(record.id)
             failures = placed.dispatch_failures + 1
             backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
@@ -287,7 +315,8 @@ class BrokerService:
             if record.cluster in down:
                 continue  # its pollers say it does not answer: don't stall the loop on its timeouts
             try:
-                step = self._sync_job(record)
+                with telemetry.job_context(record.trace_parent):
+                    step = self._sync_job(record)
             except StoreError:
                 raise
             except Exception:
@@ -377,9 +406,12 @@ class BrokerService:
         self, record: JobRecord, state: JobState, reason: str, expected: JobState | None = None
     ) -> JobRecord:
         now = self.clock.now()
-        saved = self.store.save_job(replace(record, state=state, reason=reason, updated_at=now), expected)
-        telemetry.transitions.add(1, {"state": str(state)})
-        self._event(saved, reason)
+        with telemetry.job_span(
+            "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
+        ):
+            saved = self.store.save_job(replace(record, state=state, reason=reason, updated_at=now), expected)
+            telemetry.transitions.labels(str(state)).inc()
+            self._event(saved, reason)
         return saved
 
     def _save(self, record: JobRecord) -> JobRecord:
@@ -394,5 +426,6 @@ class BrokerService:
                 attempt=record.attempt,
                 reason=reason,
                 cluster=record.cluster,
+                trace_id=telemetry.trace_id_of(record.trace_parent),
             )
         )
