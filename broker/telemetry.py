@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -251,7 +252,8 @@ def configure_tracing(env: Mapping[str, str] | None = None, extra: Iterable[Span
                 continue
             processor: SpanProcessor
             if name == "console":
-                processor = SimpleSpanProcessor(ConsoleSpanExporter())
+                # the stdout of now (the SDK's default is bound when it is imported)
+                processor = SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout))
             else:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
