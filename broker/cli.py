@@ -441,7 +441,7 @@ def rbac(
     ns = namespace
     if config is not None:
         try:
-            cfg = load_fleet_config(config)
+            cfg = load_fleet_config(config, check_kubeconfigs=False)
         except Exception as exc:
             err.print(f"{config}: {exc}", markup=False)
             raise typer.Exit(2) from None

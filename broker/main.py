@@ -2,7 +2,8 @@
 
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
-serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
+                              config file's settings.redisUrl
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -117,6 +119,9 @@ def serve(config_path: Path, host: str, port: int) -> None:
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
+    redis_url = os.environ.get("REDIS_URL")  # the Helm chart passes the URL with its password here
+    if redis_url:
+        cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with running_broker(cfg, host, port):
