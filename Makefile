@@ -31,6 +31,7 @@ redis:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/lint_containerfile.py Containerfile --uid 10001
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
