@@ -7,6 +7,7 @@ broker creates is read back with the official kubernetes client, as an operator 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,38 @@ def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> No
     job_id = r.json()["id"]
     placed = wait_for(lambda: (j := _job(broker_url, job_id))["cluster"] and j, timeout=30, what="placement")
     assert isinstance(placed, dict) and placed["cluster"] == "onprem-a"
+
+
+def test_fleet_node_detail_says_what_each_node_offers_and_why_not(broker_url: str) -> None:
+    def tables() -> dict[str, Any] | None:
+        body: dict[str, Any] = httpx.get(f"{broker_url}/v1/fleet", params={"nodes": "true"}).json()
+        detail = {c["cluster"]: c["nodeDetail"] for c in body["clusters"]}
+        return detail if all(d is not None for d in detail.values()) else None
+
+    detail = wait_for(tables, timeout=30, what="the pollers' node tables in Redis")
+    assert isinstance(detail, dict)
+    a = {n["name"]: n for n in detail["onprem-a"]["items"]}
+    assert len(a) == 4 and {n["product"] for n in a.values()} == {"A100-80GB"}
+    mig_nodes = [n for n in a.values() if n["mig"]]
+    assert len(mig_nodes) == 1 and mig_nodes[0]["migStrategy"] == "mixed"
+    assert all(len(n["numa"]) == 2 for n in a.values() if not n["mig"])
+    b = detail["onprem-b"]["items"]
+    assert all("nvidia.com/gpu=present:NoSchedule" in n["taints"] for n in b)
+    assert all(n["offersNothing"] is None or n["offersNothing"].startswith("all ") for n in b)
+
+    # without nodes=true the summary carries no node table; the fleet-wide demand is beside the capacity
+    plain = httpx.get(f"{broker_url}/v1/fleet").json()
+    assert all("nodeDetail" not in c for c in plain["clusters"])
+    products = {p["product"]: p for p in plain["products"]}
+    assert products["H100-80GB"]["allocatable"] == 24 and "queued" in products["H100-80GB"]
+    assert all("sharedFree" in p for c in plain["clusters"] for p in c["products"])
+
+    cli = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "gpufed"), "fleet", "--nodes", "--server", broker_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "onprem-a: GPU nodes" in cli.stdout and "queued demand" in cli.stdout
