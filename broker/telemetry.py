@@ -41,7 +41,13 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -51,6 +57,7 @@ log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------- metrics
 
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series: Prometheus reads counter resets without them
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Latencies inside the broker are ms..s; queue waits and summary ages run to minutes or hours.
