@@ -344,6 +344,10 @@ class ClusterWatcher:
         self._rv = ""
         self._heartbeat = 0.0
         self._last_health: Health | None = None
+        self._pending_since: float | None = None  # arrival of the first event not yet flushed
+        # Arrival (epoch s) of the first event of the batch being handed to on_change now: the publisher
+        # measures event-to-Redis freshness from it.
+        self.batch_first_event_at: float | None = None
         self.stats = WatcherStats()
         self._informers = [Informer(self.rest, r, self, self._stop, self._settings) for r in resources]
         self.stats.informers = {i.resource.name: i.stats for i in self._informers}
@@ -413,6 +417,8 @@ class ClusterWatcher:
                 self._queues_dirty = True
             self._observed(rv)
             self.stats.last_event_at = time.time()
+            if self._pending_since is None:
+                self._pending_since = self.stats.last_event_at
         self._wake.set()
 
     def touch(self, resource: str, rv: str) -> None:
@@ -584,6 +590,7 @@ class ClusterWatcher:
                     snap = None
                 heartbeat = self._heartbeat
                 self._last_health = health
+                self.batch_first_event_at, self._pending_since = self._pending_since, None
             try:
                 if self._on_snapshot is not None and snap is not None:
                     self._on_snapshot(snap, health, heartbeat)

@@ -30,6 +30,7 @@ from typing import Any
 
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
+from broker import telemetry
 from broker.model import ClusterSummary, ClusterTraits
 from broker.node_detail import nodes_table
 
@@ -91,8 +92,12 @@ class PollerShard:
         on failure leave it to the publisher thread's next pass."""
         if self._stop.is_set():
             return
+        first_event_at = self._watchers[name].batch_first_event_at if name in self._watchers else None
         try:
             self.publish_cluster(name)
+            if first_event_at is not None:
+                lag = max(0.0, time.time() - first_event_at)
+                self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
         except Exception:
             log.exception("publishing the summary of %s failed; retrying next pass", name)
             self._mark(name)

@@ -6,6 +6,8 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:free:<cluster>         hash  "<product>\\x1f<resource>" -> observed free units, written with the summary
                                    (whole GPUs under "nvidia.com/gpu", MIG slices under nvidia.com/mig-<p>)
     P:clusters               set   clusters that have a summary
+    P:lag:<cluster>          hash  event-to-Redis histogram of the pollers' summary writes: "le:<bound>" ->
+                                   cumulative count, "sum", "count" (read by /metrics)
     P:nodes:<cluster>        hash  json = tuple[NodeDetail] (JSON), at = epoch seconds written; the per-node
                                    table of the fleet view (`?nodes=true`), written by the pollers at a
                                    slow cadence (NODES_INTERVAL_SECONDS in ray_actors), never read to place
@@ -500,3 +502,43 @@ class RedisStateStore:
         if raw is None:
             return None
         return _NODES.validate_json(raw), float(at or 0.0)
+
+    # ------------------------------------------------------------------ event-to-Redis freshness
+
+    def observe_event_lag(self, cluster: str, seconds: float, buckets: Sequence[float]) -> None:
+        """Count one summary write that landed `seconds` after the first watch event it carries."""
+        key = self._k("lag", cluster)
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for bound in buckets:
+                if seconds <= bound:
+                    pipe.hincrby(key, f"le:{float(bound)!r}", 1)
+            pipe.hincrby(key, "le:+Inf", 1)
+            pipe.hincrbyfloat(key, "sum", seconds)
+            pipe.hincrby(key, "count", 1)
+            pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: observe_event_lag {cluster}: {e}") from e
+
+    def event_lags(
+        self, buckets: Sequence[float]
+    ) -> dict[str, tuple[list[tuple[float, float]], float, float]]:
+        """Per cluster with an observation: ([(upper bound, cumulative count)] for every bound in `buckets`
+        and +inf last, sum, count) of the event-to-Redis histogram."""
+        try:
+            clusters = sorted(_text(c) for c in self._r.smembers(self._k("clusters")))
+            pipe = self._r.pipeline(transaction=False)
+            for c in clusters:
+                pipe.hgetall(self._k("lag", c))
+            rows = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: event_lags: {e}") from e
+        out: dict[str, tuple[list[tuple[float, float]], float, float]] = {}
+        for cluster, raw in zip(clusters, rows, strict=True):
+            fields = {_text(k): float(_text(v)) for k, v in raw.items()}
+            if "count" not in fields:
+                continue
+            counted = [(float(b), fields.get(f"le:{float(b)!r}", 0.0)) for b in buckets]
+            counted.append((float("inf"), fields.get("le:+Inf", fields["count"])))
+            out[cluster] = (counted, fields.get("sum", 0.0), fields["count"])
+        return out

@@ -209,6 +209,7 @@ def create_app(
             summaries=tuple(service.fleet()),
             jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
             now=clock.now(),
+            event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
         )
         return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
 

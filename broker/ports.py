@@ -59,6 +59,12 @@ class StateStore(Protocol):
 
     def observed_summaries(self) -> list[ClusterSummary]: ...
 
+    def event_lags(
+        self, buckets: Sequence[float]
+    ) -> dict[str, tuple[list[tuple[float, float]], float, float]]:
+        """Per cluster, the pollers' event-to-Redis histogram: ([(bound, cumulative count)], sum, count)."""
+        ...
+
     def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
         """The per-node table the pollers last wrote for a cluster, and when; None before the first."""
         ...

@@ -48,7 +48,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from broker.model import ClusterSummary, Health, JobRecord, JobState
@@ -62,6 +62,8 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 # Latencies inside the broker are ms..s; queue waits and summary ages run to minutes or hours.
 _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Watch event to summary in Redis: the pollers batch events for the summary interval (0.2 s by default).
+EVENT_LAG_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
 _SLOW_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0)
 
 placements = Counter(
@@ -119,13 +121,15 @@ class FleetSample:
     summaries: tuple[ClusterSummary, ...]
     jobs: tuple[JobRecord, ...] = ()  # the non-terminal jobs (state counts, queued demand)
     now: float = 0.0
+    # per cluster: the pollers' event-to-Redis histogram from Redis ([(bound, cumulative)], sum, count)
+    event_lags: Mapping[str, tuple[list[tuple[float, float]], float, float]] = field(default_factory=dict)
 
 
 class _FleetCollector(Collector):
     def __init__(self, sample: FleetSample) -> None:
         self._s = sample
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
         s = self._s
         cp = ["cluster", "product"]
         free = GaugeMetricFamily("gpufed_gpus_free", "Free whole (exclusive) GPUs", labels=cp)
@@ -199,6 +203,17 @@ class _FleetCollector(Collector):
         for product, units in sorted(queued_demand(s.jobs).items()):
             demand.add_metric([product], units)
         yield demand
+        lag = HistogramMetricFamily(
+            "gpufed_event_to_redis_seconds",
+            "Time from a watch event reaching a poller to the cluster summary carrying it being written to "
+            "Redis (the pollers' batching plus the write), counted in Redis by every poller",
+            labels=["cluster"],
+        )
+        for cluster, (buckets, seconds, _count) in sorted(s.event_lags.items()):
+            lag.add_metric(
+                [cluster], [("+Inf" if b == float("inf") else repr(b), n) for b, n in buckets], seconds
+            )
+        yield lag
 
 
 def queued_demand(jobs: Iterable[JobRecord]) -> dict[str, int]:
@@ -387,6 +402,7 @@ def install_log_filter(handler: logging.Handler) -> None:
 
 
 __all__ = [
+    "EVENT_LAG_BUCKETS",
     "LOG_FORMAT",
     "REGISTRY",
     "FleetSample",

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker import main as composition
 from broker.config import load_fleet_config
@@ -188,11 +189,46 @@ def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -
 
 
 def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
-    text = httpx.get(f"{broker_url}/metrics").text
+    # right after start a cluster's first summaries may still be filling in (run alone, this test is first)
+    want = 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24'
+
+    def page_with_h100() -> str | None:
+        page = httpx.get(f"{broker_url}/metrics").text
+        return page if want in page else None
+
+    text = wait_for(
+        page_with_h100,
+        timeout=30,
+        what="onprem-b's H100 nodes in the metrics",
+    )
+    assert isinstance(text, str)
     assert "# TYPE gpufed_gpus_free gauge" in text
     assert 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24' in text
     assert 'gpufed_cluster_healthy{cluster="cloud-burst"} 1' in text
     assert 'gpufed_bad_nodes{cluster="onprem-a"} 0' in text
+
+    # the pollers' event-to-Redis freshness, a real histogram per cluster, as Prometheus parses it: a job
+    # makes watch events (its pods) that the pollers carry to Redis
+    r = httpx.post(
+        f"{broker_url}/v1/jobs",
+        json={"name": "metrics-probe", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 5},
+    )
+    assert r.status_code == 201, r.text
+
+    def lag_family() -> Any:  # a prometheus_client Metric
+        page = httpx.get(f"{broker_url}/metrics").text
+        fam = {f.name: f for f in text_string_to_metric_families(page)}["gpufed_event_to_redis_seconds"]
+        return fam if fam.samples else None
+
+    lag: Any = wait_for(lag_family, timeout=30, what="an event-to-Redis observation")
+    assert lag.type == "histogram"
+    clusters = {s.labels["cluster"] for s in lag.samples}
+    assert clusters <= {"onprem-a", "onprem-b", "cloud-burst"} and clusters
+    for cluster in clusters:
+        buckets = [s for s in lag.samples if s.name.endswith("_bucket") and s.labels["cluster"] == cluster]
+        assert buckets[-1].labels["le"] == "+Inf"
+        counts = [s.value for s in buckets]
+        assert counts == sorted(counts) and counts[-1] >= 1  # cumulative, at least one write measured
 
 
 def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> None:
