@@ -382,6 +382,7 @@ class BrokerService:
                         attempt=record.attempt,
                         reason=f"deleted left-over Job {ref.name} on {cluster}: {reason}",
                         cluster=cluster,
+                        trace_id=telemetry.trace_id_of(record.trace_parent),
                     )
                 )
                 deleted.append(f"{cluster}/{ref.name}")
