@@ -205,12 +205,16 @@ def create_app(
 
     @app.get("/metrics")
     def metrics() -> Response:
-        sample = telemetry.FleetSample(
-            summaries=tuple(service.fleet()),
-            jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
-            now=clock.now(),
-            event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
-        )
+        try:
+            sample = telemetry.FleetSample(
+                summaries=tuple(service.fleet()),
+                jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
+                now=clock.now(),
+                event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
+            )
+        except StoreError:
+            # Redis is down: still serve this process's counters, with gpufed_store_up 0
+            sample = telemetry.FleetSample(summaries=(), now=clock.now(), store_up=False)
         return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/clusters")

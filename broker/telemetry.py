@@ -123,6 +123,7 @@ class FleetSample:
     now: float = 0.0
     # per cluster: the pollers' event-to-Redis histogram from Redis ([(bound, cumulative)], sum, count)
     event_lags: Mapping[str, tuple[list[tuple[float, float]], float, float]] = field(default_factory=dict)
+    store_up: bool = True  # False: Redis did not answer; the fleet series are left out
 
 
 class _FleetCollector(Collector):
@@ -131,6 +132,11 @@ class _FleetCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
         s = self._s
+        up = GaugeMetricFamily("gpufed_store_up", "1 when the state store (Redis) answered this scrape")
+        up.add_metric([], 1.0 if s.store_up else 0.0)
+        yield up
+        if not s.store_up:
+            return
         cp = ["cluster", "product"]
         free = GaugeMetricFamily("gpufed_gpus_free", "Free whole (exclusive) GPUs", labels=cp)
         alloc = GaugeMetricFamily("gpufed_gpus_allocatable", "Allocatable whole (exclusive) GPUs", labels=cp)

@@ -258,4 +258,9 @@ def test_readyz_says_why_when_redis_does_not_answer(world: tuple[BrokerService, 
     assert r.json()["status"] == "not-ready" and "redis" in r.json()["reasons"]
     assert "redis" in r.json()["message"]
     assert client.get("/healthz").status_code == 200  # liveness only: the process is fine
+    scrape = client.get("/metrics")  # the process's own series still come, with the store marked down
+    assert scrape.status_code == 200
+    fams = _families(scrape.text)
+    assert fams["gpufed_store_up"].samples[0].value == 0
+    assert fams["gpufed_placement_latency_seconds"].type == "histogram"
     dead.close()
