@@ -9,14 +9,20 @@ in-memory exporter for the structure.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
@@ -42,6 +48,8 @@ from kubesim.sim import Simulation
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class FlakyGateway(KubeGateway):
@@ -264,3 +272,79 @@ def test_readyz_says_why_when_redis_does_not_answer(world: tuple[BrokerService, 
     assert fams["gpufed_store_up"].samples[0].value == 0
     assert fams["gpufed_placement_latency_seconds"].type == "histogram"
     dead.close()
+
+
+_SUBMIT_SCRIPT = """
+import sys
+from adapters.kube import KubeGateway
+from adapters.redis_store import RedisStateStore
+from adapters.system_clock import SystemClock
+from broker import telemetry
+from broker.model import ClusterTraits, JobRequest
+from broker.service import BrokerService
+
+telemetry.configure_tracing()  # from the environment, as `gpufed serve` does
+store = RedisStateStore(sys.argv[1], prefix=sys.argv[2])
+service = BrokerService(store, KubeGateway({}), SystemClock(), {"c1": ClusterTraits(name="c1")})
+record, _ = service.submit(JobRequest(name="otlp-job"))
+telemetry.shutdown_tracing()
+print(telemetry.trace_id_of(record.trace_parent))
+"""
+
+
+def test_with_otel_traces_exporter_otlp_a_submit_reaches_an_otlp_http_receiver(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The OTLP/HTTP exporter configured only by OTEL_* variables, in a broker process of its own, sends
+    the job's spans to a real HTTP endpoint (a minimal receiver here) as OTLP protobuf."""
+    received: list[bytes] = []
+    paths: list[str] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            paths.append(self.path)
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {
+            **os.environ,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",
+            "OTEL_SERVICE_NAME": "gpufed-test",
+        }
+        out = subprocess.run(
+            [sys.executable, "-c", _SUBMIT_SCRIPT, redis_url, "otlp" + uuid.uuid4().hex[:8]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=REPO,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    assert out.returncode == 0, out.stderr
+    trace_id = out.stdout.strip().splitlines()[-1]
+    assert paths and all(p == "/v1/traces" for p in paths)
+    spans = []
+    for body in received:
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(body)
+        for rs in req.resource_spans:
+            service_name = next(
+                a.value.string_value for a in rs.resource.attributes if a.key == "service.name"
+            )
+            assert service_name == "gpufed-test"
+            spans += [s for ss in rs.scope_spans for s in ss.spans]
+    submit = [s for s in spans if s.name == "gpufed.job.submit"]
+    assert len(submit) == 1 and submit[0].trace_id.hex() == trace_id
