@@ -4,6 +4,7 @@
 "use strict";
 
 const POLL_MS = 3000;
+const MAX_NODE_ROWS = 200;
 const TOKEN_KEY = "gpufed.token";
 const state = { jobs: [], fleet: null, clusters: [], selected: null, showNodes: false };
 
@@ -148,6 +149,7 @@ function renderNodes(clusters) {
       el("caption", {}, "Per-node detail of " + c.cluster),
       el("thead", {}, el("tr", {}, ...["Node", "Product", "Whole free", "MIG free", "Time-sliced free", "NUMA free/alloc", "Taints", "Offers"].map((h) => el("th", { scope: "col" }, h)))));
     const tbody = el("tbody");
+    let rows = 0;
     for (const n of d.items) {
       const migFree = n.mig.reduce((a, m) => a + m.free, 0);
       const cap = n.wholeAllocatable || n.mig.reduce((a, m) => a + m.allocatable, 0) || n.sharedAllocatable || 1;
@@ -155,6 +157,7 @@ function renderNodes(clusters) {
       const level = n.offersNothing ? 0 : Math.min(4, 1 + Math.floor((3 * free) / cap));
       const text = n.name + ": " + (n.offersNothing || (free + " free"));
       grid.append(el("span", { class: "ncell l" + level + (n.offersNothing ? " none" : ""), role: "listitem", title: text, "aria-label": text }));
+      if (++rows > MAX_NODE_ROWS) continue;  // the heatmap shows them all; the table the first ones
       tbody.append(el("tr", {},
         el("th", { scope: "row" }, n.name),
         el("td", {}, n.product || "-"),
@@ -167,6 +170,9 @@ function renderNodes(clusters) {
     }
     table.append(tbody);
     sec.append(grid, table);
+    if (rows > MAX_NODE_ROWS) {
+      sec.append(el("p", { class: "meta" }, (rows - MAX_NODE_ROWS) + " more nodes in the heatmap; all of them: gpufed fleet --nodes -o json"));
+    }
     wrap.append(sec);
   }
 }
