@@ -219,10 +219,10 @@ def create_app(
 
     @app.get("/v1/clusters")
     def clusters() -> dict[str, Any]:
-        health = {s.cluster: (str(s.health), s.heartbeat) for s in service.fleet()}
+        health = {s.cluster: (str(s.health), s.heartbeat, s.health_reason) for s in service.fleet()}
         items = []
         for name, t in sorted(service.traits.items()):
-            h, beat = health.get(name, ("unknown", 0.0))
+            h, beat, why = health.get(name, ("unknown", 0.0, "no summary from the pollers yet"))
             items.append(
                 {
                     "name": name,
@@ -231,6 +231,7 @@ def create_app(
                     "labels": dict(t.labels),
                     "kueue": t.kueue_local_queue,
                     "health": h,
+                    "healthReason": why,
                     "heartbeat": beat,
                 }
             )

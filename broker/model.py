@@ -245,6 +245,7 @@ class ClusterSummary:
     region: str = ""
     health: Health = Health.UNKNOWN
     heartbeat: float = 0.0  # epoch seconds of the last successful observation
+    health_reason: str = ""  # why not healthy, as the pollers saw it ("list/watch nodes: 403 ...")
     version: int = 0  # bumps on every write of this summary
     products: tuple[ProductCapacity, ...] = ()
     mig: tuple[MigCapacity, ...] = ()

@@ -229,6 +229,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
         "tier": str(s.tier),
         "region": s.region,
         "health": str(s.health),
+        "healthReason": s.health_reason,
         "ageSeconds": round(max(0.0, now - s.heartbeat), 1) if s.heartbeat else None,
         "version": s.version,
         "nodes": {"total": s.nodes_total, "ready": s.nodes_ready, "bad": s.bad_nodes},

@@ -188,7 +188,7 @@ function renderHealth(clusters, fleet) {
     body.append(el("tr", {},
       el("th", { scope: "row" }, c.name), el("td", {}, c.tier), el("td", {}, c.region || "-"),
       el("td", {}, el("span", { class: "badge h-" + c.health }, c.health)),
-      el("td", {}, healthWhy(c.health, ages[c.name]))));
+      el("td", {}, c.healthReason ? c.healthReason + " (" + healthWhy(c.health, ages[c.name]) + ")" : healthWhy(c.health, ages[c.name]))));
   }
 }
 
