@@ -232,6 +232,9 @@ def fleet(
         console.print_json(json.dumps(body))
         return
     console.print(fleet_table(body["clusters"]))
+    for c in body["clusters"]:
+        if c.get("healthReason"):
+            console.print(f"{c['cluster']} is {c['health']}: {c['healthReason']}", markup=False)
     if body.get("products"):
         console.print(demand_table(body["products"]))
     if nodes:
