@@ -226,6 +226,8 @@ class ProductCapacity:
     numa_blocks: tuple[int, ...] = ()
     nodes: int = 0
     gfd_products: tuple[str, ...] = ()  # the gpu.product label values seen (parent product, no suffix)
+    shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
+    shared_free: int = 0  # of those, not requested by pods
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -457,6 +459,7 @@ class JobRecord:
     idempotency_key: str | None = None
     dispatch_failures: int = 0  # creates the member clusters refused or could not take
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
+    trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
 
 
 @dataclass(frozen=True)
@@ -467,6 +470,7 @@ class JobEvent:
     attempt: int
     reason: str = ""
     cluster: str | None = None
+    trace_id: str | None = None  # the job's trace (32 hex), to find its spans from its timeline
 
 
 @dataclass(frozen=True)

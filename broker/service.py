@@ -121,16 +121,19 @@ class BrokerService:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
         request = self._canonical_products(request)
         now = self.clock.now()
-        record = JobRecord(
-            id=self._new_id(),
-            request=request,
-            state=JobState.QUEUED,
-            created_at=now,
-            updated_at=now,
-            reason="waiting for placement",
-            idempotency_key=idempotency_key,
-        )
-        stored = self.store.create_job(record, self._event_of(record, "submitted"))
+        job_id = self._new_id()
+        with telemetry.job_span("gpufed.job.submit", None, **{"gpufed.job_id": job_id}) as span:
+            record = JobRecord(
+                id=job_id,
+                request=request,
+                state=JobState.QUEUED,
+                created_at=now,
+                updated_at=now,
+                reason="waiting for placement",
+                idempotency_key=idempotency_key,
+                trace_parent=telemetry.traceparent_of(span),
+            )
+            stored = self.store.create_job(record, self._event_of(record, "submitted"))
         return stored, stored.id == record.id
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
@@ -238,6 +241,9 @@ class BrokerService:
         self.cache.refresh()
         fleet = self.cache.fingerprint()
         offered = [s for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        for s in offered:
+            if s.heartbeat:
+                telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
         placer = BatchPlacer(offered, self.traits, self.policy, now)
         changed: list[JobRecord] = []
         for record in queued:
@@ -253,7 +259,8 @@ class BrokerService:
             ):
                 continue  # nothing changed since it did not fit
             try:
-                step = self._schedule_job(record, placer, now)
+                with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
+                    step = self._schedule_job(record, placer, now)
             except StoreError:
                 raise  # the store is down: nothing else can progress either
             except Exception:
@@ -269,18 +276,24 @@ class BrokerService:
         """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None."""
         self.evaluations += 1
         for _ in range(_RESERVE_ATTEMPTS):
+            recorder = telemetry.PhaseRecorder()
             started = time.perf_counter()
             decision = placer.place(record.request)
-            telemetry.placement_latency.record(time.perf_counter() - started)
+            outcome = "unplaceable" if isinstance(decision, NoFit) else "placed"
+            telemetry.placement_latency.labels(outcome).observe(time.perf_counter() - started)
+            recorder.record_verdicts(placer.verdicts(record.request))
             if isinstance(decision, NoFit):
-                return self._not_placed(record, decision, now)
+                return self._not_placed(record, decision, now, recorder)
             reservation, result = self._reserve(record, decision, now)
             if result.ok:
+                recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
                 self.cache.assume(reservation, result.ledger)
                 self._assume_into(placer, decision.cluster, now)
                 placed = self._commit(record, decision, now)
                 if placed is not None:
-                    telemetry.placements.add(1, {"cluster": decision.cluster})
+                    telemetry.placements.labels(decision.cluster, decision.product).inc()
+                    if record.attempt == 0:
+                        telemetry.queue_wait.observe(max(0.0, now - record.created_at))
                 return placed
             if result.status != ReserveResult.STALE:
                 return None  # another placer holds this job, or the cluster is gone
@@ -293,13 +306,17 @@ class BrokerService:
         if fresh is not None:
             placer.update(fresh)
 
-    def _not_placed(self, record: JobRecord, decision: NoFit, now: float) -> JobRecord | None:
-        telemetry.unplaceable.add(1)
+    def _not_placed(
+        self, record: JobRecord, decision: NoFit, now: float, recorder: telemetry.PhaseRecorder
+    ) -> JobRecord | None:
         if decision.never_fits:
             self._parked[record.id] = self.cache.fingerprint()
         else:
             self._no_fit[record.id] = (self.cache.generation, now)
         if record.reason != decision.message:
+            if not record.reason.startswith("0/"):  # it just became unplaceable, not a retry
+                telemetry.unplaceable.inc()
+            recorder.emit(record.trace_parent, "unplaceable", **{"gpufed.reason": decision.message})
             try:
                 return self._save(replace(record, reason=decision.message, updated_at=now))
             except Conflict:
@@ -323,7 +340,12 @@ class BrokerService:
         state = self.cache.state(where.cluster)
         if state is None:
             return reservation, ReserveResult(ReserveResult.NO_CLUSTER, 0, 0)
-        return reservation, self.store.reserve(reservation, now, state.summary.version, state.ledger)
+        with telemetry.job_span(
+            "gpufed.job.reserve", record.trace_parent, **{"gpufed.cluster": where.cluster}
+        ) as span:
+            result = self.store.reserve(reservation, now, state.summary.version, state.ledger)
+            span.set_attribute("gpufed.reserved", result.status)
+        return reservation, result
 
     def _commit(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
         """Record PLACED (compare-and-set from QUEUED) and hand the create to the dispatcher."""
@@ -352,9 +374,18 @@ class BrokerService:
         )
         name = placed.workload_name or hints.workload_name(placed.id, attempt)
         try:
-            self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+            with (
+                telemetry.job_context(placed.trace_parent),
+                telemetry.job_span(
+                    "gpufed.job.dispatch", placed.trace_parent, **{"gpufed.cluster": where.cluster}
+                ),
+                telemetry.dispatch_latency.labels(where.cluster).time(),
+            ):
+                self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
         except ClusterError as exc:
-            log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            with telemetry.job_context(placed.trace_parent):
+                log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            telemetry.dispatch_failures.labels(where.cluster).inc()
             self.store.release(placed.id, attempt, self.placer_id)
             failures = placed.dispatch_failures + 1
             backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
@@ -480,7 +511,8 @@ class BrokerService:
         changed: list[JobRecord] = []
         for record in records:
             try:
-                step = self._sync_job(record)
+                with telemetry.job_context(record.trace_parent):
+                    step = self._sync_job(record)
             except StoreError:
                 raise
             except Exception:
@@ -565,6 +597,7 @@ class BrokerService:
                     attempt=record.attempt,
                     reason=f"deleted left-over Job {ref.name} on {cluster}: {reason}",
                     cluster=cluster,
+                    trace_id=telemetry.trace_id_of(record.trace_parent),
                 )
             )
             deleted.append(f"{cluster}/{ref.name}")
@@ -582,8 +615,11 @@ class BrokerService:
     ) -> JobRecord:
         now = self.clock.now()
         changed = replace(record, state=state, reason=reason, updated_at=now)
-        saved = self.store.save_job(changed, expected, self._event_of(changed, reason))
-        telemetry.transitions.add(1, {"state": str(state)})
+        with telemetry.job_span(
+            "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
+        ):
+            saved = self.store.save_job(changed, expected, self._event_of(changed, reason))
+            telemetry.transitions.labels(str(state)).inc()
         return saved
 
     def _save(self, record: JobRecord) -> JobRecord:
@@ -598,6 +634,7 @@ class BrokerService:
             attempt=record.attempt,
             reason=reason,
             cluster=record.cluster,
+            trace_id=telemetry.trace_id_of(record.trace_parent),
         )
 
     def _event(self, record: JobRecord, reason: str) -> None:
