@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -240,6 +241,37 @@ def fleet(
     if nodes:
         for c in body["clusters"]:
             console.print(nodes_table(c["cluster"], c.get("nodeDetail")))
+
+
+@app.command()
+def clusters(
+    server: ServerOpt = DEFAULT_SERVER,
+    output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
+) -> None:
+    """Member clusters with their health, its cause and since when, and whether they are fenced."""
+    if output not in ("table", "json"):
+        err.print(f"--output: expected table or json, got {output!r}", markup=False)
+        raise typer.Exit(2)
+    body = _call(server, "GET", "/v1/clusters")
+    if output == "json":
+        console.print_json(json.dumps(body))
+        return
+    table = Table(title="member clusters")
+    for col in ("NAME", "TIER", "REGION", "HEALTH", "SINCE", "WHY", "FENCED"):
+        table.add_column(col)
+    now = time.time()
+    for c in body["items"]:
+        since = c.get("healthSince") or 0.0
+        table.add_row(
+            c["name"],
+            c["tier"],
+            c["region"] or "-",
+            c["health"],
+            f"{max(0.0, now - since):.0f}s ago" if since else "-",
+            c.get("healthReason") or "",
+            c.get("fenced") or "",
+        )
+    console.print(table)
 
 
 def demand_table(products: list[dict[str, Any]]) -> Table:
