@@ -4,7 +4,8 @@ build_service(cfg)            BrokerService over RedisStateStore + WatchingGatew
                               status reads come from one Job informer per cluster) + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, control loop, HTTP API; all
                               stopped on exit
-serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
+                              config file's settings.redisUrl
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -26,6 +28,7 @@ from adapters.job_informer import WatchingGateway
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
+from broker import telemetry
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
@@ -65,7 +68,10 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Wat
         SystemClock(),
         cfg.traits(),
         policy,
-        ServiceSettings(reservation_ttl_seconds=settings.reservation_ttl_seconds),
+        ServiceSettings(
+            reservation_ttl_seconds=settings.reservation_ttl_seconds,
+            cluster_lost_seconds=settings.cluster_lost_seconds,
+        ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
     return service, store, gateway
@@ -82,6 +88,7 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
 def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order."""
     service, store, gateway = build_service(cfg)
+    telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
         redis_url=cfg.settings.redis_url,
@@ -115,12 +122,18 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         pollers.stop()
         gateway.close()
         store.close()
+        telemetry.shutdown_tracing()
 
 
 def serve(config_path: Path, host: str, port: int) -> None:
     """`gpufed serve`: run until interrupted."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
+    redis_url = os.environ.get("REDIS_URL")  # the Helm chart passes the URL with its password here
+    if redis_url:
+        cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with running_broker(cfg, host, port):
