@@ -58,6 +58,11 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Workload", True, ("wl",)),
     ResourceType("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, ("pg", "pgs")),
+    # Dynamic Resource Allocation (GA in 1.34); kubesim/dra.py validates and allocates.
+    ResourceType("resource.k8s.io", ("v1",), "deviceclasses", "DeviceClass", False, (), ()),
+    ResourceType("resource.k8s.io", ("v1",), "resourceslices", "ResourceSlice", False, (), ()),
+    ResourceType("resource.k8s.io", ("v1",), "resourceclaims", "ResourceClaim", True, (), ("status",)),
+    ResourceType("resource.k8s.io", ("v1",), "resourceclaimtemplates", "ResourceClaimTemplate", True, (), ()),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}

@@ -11,6 +11,7 @@ import re
 import secrets
 from typing import Any
 
+from kubesim import dra
 from kubesim.resources import ResourceType
 from kubesim.store import InvalidError
 
@@ -134,6 +135,8 @@ def _check_spec(rt: ResourceType, obj: Obj, causes: list[tuple[str, str]]) -> No
     elif rt.key == "priorityclasses.scheduling.k8s.io":
         if not isinstance(obj.get("value"), int):
             causes.append(("value", "Required value"))
+    elif rt.group == "resource.k8s.io":
+        causes.extend(dra.validate(rt.kind, obj))
     elif rt.key == "localqueues.kueue.x-k8s.io" and (
         not isinstance(spec, dict) or not spec.get("clusterQueue")
     ):
@@ -204,6 +207,8 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj) -> None:
             new_spec.get("template"), unstarted
         ):
             causes.append(("spec.template", "Invalid value: field is immutable"))
+    elif rt.group == "resource.k8s.io":
+        causes.extend(dra.validate_update(rt.kind, old, new))
     elif rt.key == "pods" and _pod_spec_view(old.get("spec")) != _pod_spec_view(new.get("spec")):
         causes.append(
             (

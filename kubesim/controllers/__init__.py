@@ -20,6 +20,7 @@ import asyncio
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
+from kubesim.controllers.dra import DraController
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
@@ -46,9 +47,15 @@ class Controllers:
         self.kueue = KueueController(store, clock, self.events)
         self.jobs = JobController(store, clock, self.events)
         self.scheduler = Scheduler(store, clock, cluster, self.accounting, self.events)
+        self.dra = DraController(store, clock, self.events)
+        self.scheduler.dra = self.dra
+        self.dra.on_change.append(self._dra_changed)
         self.topology = TopologyUpdater(store, self.accounting)
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
+
+    def _dra_changed(self) -> None:
+        self.scheduler.dirty = True
 
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
@@ -56,6 +63,7 @@ class Controllers:
             self.gc.dirty
             or self.kueue.dirty
             or self.jobs.dirty
+            or self.dra.dirty
             or self.scheduler.dirty
             or self.topology.dirty
             or self.kubelet.dirty
@@ -79,6 +87,7 @@ class Controllers:
         self.gc.tick()
         self.kueue.tick()
         self.jobs.tick()
+        self.dra.tick()
         self.scheduler.tick()
         self.topology.tick()
         self.kubelet.tick()
