@@ -31,6 +31,7 @@ from broker.model import (
 from broker.quantity import QuantityError, to_int, to_millis
 
 __all__ = [
+    "DRA_MIG_CLASS",
     "GPU",
     "GPU_SHARED",
     "GPU_TAINT_KEY",
@@ -56,6 +57,7 @@ GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
 GPU_TAINT_KEY = "nvidia.com/gpu"
+DRA_MIG_CLASS = "mig.nvidia.com"  # DRA DeviceClass of MIG devices (broker/dra.py)
 # Taints that mark spot/preemptible capacity; the broker tolerates them only on clusters declared spot.
 SPOT_TAINT_KEYS = (
     "cloud.gpufed.io/spot",
@@ -493,7 +495,10 @@ def gfd_parent(node: NodeFacts) -> str | None:
 
 
 def mig_resource_name(node: NodeFacts, profile: str) -> str:
-    """The extended resource a pod asks for to get one slice of `profile` on this node."""
+    """The extended resource a pod asks for to get one slice of `profile` on this node; on a DRA node the
+    DeviceClass `mig.nvidia.com` (level 2 writes a ResourceClaimTemplate for it)."""
+    if node.dra:
+        return DRA_MIG_CLASS
     if node.mig_strategy is MigStrategy.SINGLE:
         return GPU
     return MIG_PREFIX + profile.replace("+", ".")
