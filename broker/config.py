@@ -50,6 +50,9 @@ class ClusterConfig(_Strict):
     kueue: KueueConfig | None = None
     schedulers: SchedulersConfig = Field(default_factory=SchedulersConfig)
     spot: bool = False
+    # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
+    # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
+    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
 
     @field_validator("price_per_gpu_hour")
     @classmethod
@@ -71,6 +74,7 @@ class ClusterConfig(_Strict):
             gang_scheduler=self.schedulers.gang,
             spot=self.spot,
             namespace=self.namespace,
+            dra=self.gpu_allocation == "dra",
         )
 
 

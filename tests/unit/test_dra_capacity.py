@@ -10,6 +10,7 @@ partitionable GPUs with a counter set gpu-<minor>-counter-set and consumesCounte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -157,8 +158,10 @@ def bare_node(gpus: int = 0) -> dict[str, Any]:
 
 
 def facts(
-    slices: list[dict[str, Any]], claims: list[dict[str, Any]] = (), node: dict[str, Any] | None = None
-) -> NodeFacts:  # type: ignore[assignment]
+    slices: list[dict[str, Any]],
+    claims: Sequence[dict[str, Any]] = (),
+    node: dict[str, Any] | None = None,
+) -> NodeFacts:
     base = capacity.node_facts(node or bare_node(), [], None)
     return dra.merge(base, slices, dra.used_devices(claims))
 
