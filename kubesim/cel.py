@@ -233,7 +233,6 @@ def _member(node: Node, name: str) -> Node:
     return get
 
 
-
 def _compare(op: str, a: Node, b: Node) -> Node:
     def run(d: DeviceView) -> bool:
         left, right = a(d), b(d)

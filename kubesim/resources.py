@@ -63,6 +63,10 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("resource.k8s.io", ("v1",), "resourceslices", "ResourceSlice", False, (), ()),
     ResourceType("resource.k8s.io", ("v1",), "resourceclaims", "ResourceClaim", True, (), ("status",)),
     ResourceType("resource.k8s.io", ("v1",), "resourceclaimtemplates", "ResourceClaimTemplate", True, (), ()),
+    # SIG-Multicluster Cluster Inventory API (a CRD): a kubesim cluster can be a fleet's hub.
+    ResourceType(
+        "multicluster.x-k8s.io", ("v1alpha1",), "clusterprofiles", "ClusterProfile", True, (), ("status",)
+    ),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}
