@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from broker.errors import ConfigError
 from broker.model import ClusterTraits, Tier
@@ -93,9 +93,35 @@ class Settings(_Strict):
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
 
 
+class ClusterProfilesConfig(_Strict):
+    """Members discovered from ClusterProfile objects in a hub cluster (docs/clusterprofile.md)."""
+
+    hub_kubeconfig: Path = Field(alias="hubKubeconfig")
+    context: str | None = None
+    namespace: str = Field(default="default", pattern=_DNS_LABEL)  # where the profiles live on the hub
+    cluster_manager: str | None = Field(default=None, alias="clusterManager")  # x-k8s.io/cluster-manager
+    clusterset: str | None = Field(default=None, alias="clusterSet")  # multicluster.x-k8s.io/clusterset
+    # KEP-5339 provider file: {"providers": [{"name": <access provider>, "execConfig": {...}}]}
+    provider_file: Path = Field(alias="providerFile")
+    poll_seconds: float = Field(default=2.0, alias="pollSeconds", gt=0)
+    publish: bool = True  # write the GPU capacity summary into each member's status.properties
+    publish_seconds: float = Field(default=10.0, alias="publishSeconds", gt=0)
+    member_namespace: str = Field(default="default", alias="memberNamespace", pattern=_DNS_LABEL)
+    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+
+
 class FleetConfig(_Strict):
-    clusters: list[ClusterConfig] = Field(min_length=1)
+    clusters: list[ClusterConfig] = Field(default_factory=list)
+    cluster_profiles: ClusterProfilesConfig | None = Field(default=None, alias="clusterProfiles")
     settings: Settings = Field(default_factory=Settings)
+
+    @model_validator(mode="after")
+    def _some_members(self) -> FleetConfig:
+        if not self.clusters and self.cluster_profiles is None:
+            raise ValueError(
+                "clusters: at least one cluster, or clusterProfiles to discover them, is required"
+            )
+        return self
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:
@@ -137,7 +163,20 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
         seen.add(c.name)
         path = c.kubeconfig if c.kubeconfig.is_absolute() else (base_dir / c.kubeconfig)
         resolved.append(c.model_copy(update={"kubeconfig": path.resolve()}))
-    return cfg.model_copy(update={"clusters": resolved})
+    update: dict[str, Any] = {"clusters": resolved}
+    cp = cfg.cluster_profiles
+    if cp is not None:
+
+        def absolute(p: Path) -> Path:
+            return (p if p.is_absolute() else base_dir / p).resolve()
+
+        update["cluster_profiles"] = cp.model_copy(
+            update={
+                "hub_kubeconfig": absolute(cp.hub_kubeconfig),
+                "provider_file": absolute(cp.provider_file),
+            }
+        )
+    return cfg.model_copy(update=update)
 
 
 def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig:
