@@ -229,9 +229,10 @@ def test_profiles_join_publish_and_drain(
     assert isinstance(queued, dict) and queued["state"] == "QUEUED"
     assert _job(broker_url, job_id)["state"] == "RUNNING"
     assert httpx.delete(f"{broker_url}/v1/jobs/{job_id}").status_code == 200
-    batch = client.BatchV1Api(
-        config.new_client_from_config(str(sim.kubeconfig_path("gpu-east")), persist_config=False)
-    )  # type: ignore[no-untyped-call]
+    east = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        str(sim.kubeconfig_path("gpu-east")), persist_config=False
+    )
+    batch = client.BatchV1Api(east)
     wait_for(
         lambda: not batch.list_namespaced_job("default", label_selector=f"gpufed.io/job-id={job_id}").items,
         timeout=30,
