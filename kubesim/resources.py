@@ -38,6 +38,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", ("v1",), "nodes", "Node", False, ("no",)),
     ResourceType("", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding"), ("all",)),
     ResourceType("", ("v1",), "events", "Event", True, ("ev",), ()),
+    ResourceType("", ("v1",), "secrets", "Secret", True, (), ()),
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
     ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass", False, ("pc",), ()),
     ResourceType(

@@ -6,6 +6,7 @@ details.causes name the fields, like the real server (`metadata.name: Invalid va
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 import secrets
@@ -316,6 +317,13 @@ def apply_create_defaults(rt: ResourceType, obj: Obj, now_rfc3339: str) -> None:
         spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
         _default_pod_spec(spec["template"].setdefault("spec", {}))
         obj["status"] = {}
+    elif key == "secrets":
+        # the real server folds stringData into data (base64) and defaults the type
+        string_data = obj.pop("stringData", None) or {}
+        data = obj.setdefault("data", {})
+        for k, v in string_data.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+        obj.setdefault("type", "Opaque")
     elif key in ("nodes",):
         obj.setdefault("spec", {})
         obj.setdefault("status", {})

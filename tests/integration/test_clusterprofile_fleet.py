@@ -76,7 +76,7 @@ def broker_url(
 ) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("cp-broker")
     tokens = workdir / "tokens.json"
-    tokens.write_text(json.dumps({name: sim.token(name) for name in ("gpu-east", "gpu-west")}))
+    tokens.write_text(json.dumps({"gpu-east": sim.token("gpu-east")}))
     providers = {
         "providers": [
             {
@@ -92,6 +92,19 @@ def broker_url(
             }
         ]
     }
+    providers["providers"].append(
+        {
+            # a kubeconfig kept in a hub Secret, read by gpufed's kubeconfig-secretreader plugin
+            "name": "kubeconfig-secretreader",
+            "execConfig": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": sys.executable,
+                "args": ["-m", "adapters.kubeconfig_secretreader"],
+                "env": [{"name": "KUBECONFIG", "value": str(sim.kubeconfig_path("hub"))}],
+                "provideClusterInfo": True,
+            },
+        }
+    )
     (workdir / "providers.json").write_text(json.dumps(providers))
     doc = {
         "clusterProfiles": {
@@ -111,8 +124,17 @@ def broker_url(
         yield f"http://127.0.0.1:{port}"
 
 
-def _profile(sim: Simulation, name: str, manager: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A ClusterProfile as a cluster manager writes it: the object, then its status."""
+def _profile(
+    sim: Simulation, name: str, manager: str, target: str | None = None, secret: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ClusterProfile as a cluster manager writes it: the object, then its status. The access provider
+    is the token exec plugin, or with `secret` the kubeconfig-secretreader (a Secret on the hub)."""
+    target = target or name
+    extension: dict[str, Any] = {"clusterName": target}
+    provider = "kubesim-token"
+    if secret is not None:
+        extension = {"name": secret, "key": "value", "namespace": NS}
+        provider = "kubeconfig-secretreader"
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ClusterProfile",
@@ -135,15 +157,13 @@ def _profile(sim: Simulation, name: str, manager: str) -> tuple[dict[str, Any], 
             ],
             "accessProviders": [
                 {
-                    "name": "kubesim-token",
+                    "name": provider,
                     "cluster": {
-                        "server": sim.server_url(name),
+                        "server": sim.server_url(target),
                         "certificate-authority-data": base64.b64encode(
-                            sim.ca_path(name).read_bytes()
+                            sim.ca_path(target).read_bytes()
                         ).decode(),
-                        "extensions": [
-                            {"name": "client.authentication.k8s.io/exec", "extension": {"clusterName": name}}
-                        ],
+                        "extensions": [{"name": "client.authentication.k8s.io/exec", "extension": extension}],
                     },
                 }
             ],
@@ -152,8 +172,15 @@ def _profile(sim: Simulation, name: str, manager: str) -> tuple[dict[str, Any], 
     return body, status
 
 
-def _add_profile(hub: client.CustomObjectsApi, sim: Simulation, name: str, manager: str = "gpufed") -> None:
-    body, status = _profile(sim, name, manager)
+def _add_profile(
+    hub: client.CustomObjectsApi,
+    sim: Simulation,
+    name: str,
+    manager: str = "gpufed",
+    target: str | None = None,
+    secret: str | None = None,
+) -> None:
+    body, status = _profile(sim, name, manager, target, secret)
     hub.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
     hub.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, name, status)
 
@@ -188,14 +215,14 @@ def test_profiles_join_publish_and_drain(
     assert _job(broker_url, job_id)["state"] == "QUEUED"
 
     # another manager's profile is not ours; ours joins the fleet and takes the job
-    _add_profile(hub, sim, "gpu-west", manager="ocm")
+    _add_profile(hub, sim, "foreign", manager="ocm", target="gpu-west")
     _add_profile(hub, sim, "gpu-east")
     wait_for(lambda: "gpu-east" in _fleet(broker_url), timeout=30, what="gpu-east to join the fleet")
     running = wait_for(
         lambda: (j := _job(broker_url, job_id))["state"] == "RUNNING" and j, timeout=60, what="the job to run"
     )
     assert isinstance(running, dict) and running["cluster"] == "gpu-east"
-    assert "gpu-west" not in _fleet(broker_url)
+    assert set(_fleet(broker_url)) == {"gpu-east"}
     assert _fleet(broker_url)["gpu-east"]["region"] == "us-east"  # from the profile's properties
 
     # what the broker publishes, read back with kubectl
@@ -212,8 +239,8 @@ def test_profiles_join_publish_and_drain(
     assert props["gpu.gpufed.io/H100-80GB.total"] == "16"
     assert props["gpu.gpufed.io/health"] == "healthy"
     assert props["topology.kubernetes.io/region"] == "us-east"  # the manager's property is kept
-    west = json.loads(_kubectl(sim, tmp_path, "get", "clusterprofile", "gpu-west", "-n", NS, "-o", "json"))
-    assert not any(p["name"].startswith("gpu.gpufed.io/") for p in west["status"]["properties"])
+    foreign = json.loads(_kubectl(sim, tmp_path, "get", "clusterprofile", "foreign", "-n", NS, "-o", "json"))
+    assert not any(p["name"].startswith("gpu.gpufed.io/") for p in foreign["status"]["properties"])
 
     # deleting the profile drains the cluster: no new placements, the running job still followed
     hub.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "gpu-east")
@@ -239,7 +266,25 @@ def test_profiles_join_publish_and_drain(
         what="the drained cluster's Job to be deleted on cancel",
     )
 
-    # and it can come back
+    # and it can come back; gpu-west joins with its kubeconfig in a hub Secret (kubeconfig-secretreader)
+    core = client.CoreV1Api(hub.api_client)
+    core.create_namespaced_secret(
+        NS,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="gpu-west-kubeconfig", namespace=NS),
+            string_data={"value": sim.kubeconfig_path("gpu-west").read_text()},
+        ),
+    )
+    _add_profile(hub, sim, "gpu-west", secret="gpu-west-kubeconfig")
+    wait_for(lambda: "gpu-west" in _fleet(broker_url), timeout=30, what="gpu-west to join through the Secret")
+    a100 = httpx.post(
+        f"{broker_url}/v1/jobs",
+        json={"name": "cp-a100", "gpus": 2, "gpuProducts": ["A100-80GB"], "durationSeconds": 30},
+    ).json()["id"]
+    done = wait_for(
+        lambda: (j := _job(broker_url, a100))["state"] == "SUCCEEDED" and j, timeout=60, what="the A100 job"
+    )
+    assert isinstance(done, dict) and done["cluster"] == "gpu-west"
     _add_profile(hub, sim, "gpu-east")
     placed = wait_for(
         lambda: (j := _job(broker_url, second))["state"] != "QUEUED" and j, timeout=60, what="re-join"

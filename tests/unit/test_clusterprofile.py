@@ -3,13 +3,16 @@ provider file and member kubeconfig (adapters/clusterprofile.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from adapters.clusterprofile import load_provider_file, member_kubeconfig
+from adapters.kubeconfig_secretreader import PluginError, credential
 from broker import clusterprofile as cp
 from broker.errors import ConfigError
 from broker.model import ClusterSummary, Health, MigCapacity, ProductCapacity
@@ -200,3 +203,39 @@ def test_bad_provider_file_names_the_field(tmp_path: Path, doc: dict[str, Any], 
     path.write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match=field):
         load_provider_file(path)
+
+
+def test_kubeconfig_secretreader_returns_the_contexts_credentials() -> None:
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://x"}}],
+        "users": [
+            {"name": "tok", "user": {"token": "abc"}},
+            {
+                "name": "cert",
+                "user": {
+                    "client-certificate-data": base64.b64encode(b"CERT PEM").decode(),
+                    "client-key-data": base64.b64encode(b"KEY PEM").decode(),
+                },
+            },
+        ],
+        "contexts": [
+            {"name": "a", "context": {"cluster": "c", "user": "tok"}},
+            {"name": "b", "context": {"cluster": "c", "user": "cert"}},
+        ],
+        "current-context": "a",
+    }
+    text = yaml.safe_dump(kubeconfig)
+    v1 = "client.authentication.k8s.io/v1"
+    assert credential(text, None, v1) == {
+        "apiVersion": v1,
+        "kind": "ExecCredential",
+        "status": {"token": "abc"},
+    }
+    assert credential(text, "b", v1)["status"] == {
+        "clientCertificateData": "CERT PEM",
+        "clientKeyData": "KEY PEM",
+    }
+    with pytest.raises(PluginError, match="no context named 'z'"):
+        credential(text, "z", v1)
