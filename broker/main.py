@@ -143,6 +143,8 @@ def start_cluster_profiles(
 @contextlib.contextmanager
 def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order."""
+    if cfg.cluster_profiles is not None:
+        load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     service, store, gateway = build_service(cfg)
     pollers = PollerFleet(
         poller_specs(cfg),
@@ -173,7 +175,8 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         yield Broker(service, store, gateway, loop, pollers, profiles)
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        if thread.ident is not None:  # started
+            thread.join(timeout=10)
         if profiles is not None:
             profiles.stop()
         shutil.rmtree(workdir, ignore_errors=True)
