@@ -1,7 +1,8 @@
 """Informers: keep one member cluster's capacity fresh by list + watch, and turn it into ClusterSnapshots.
 
 Owns the watch protocol and the per-cluster state the broker keeps between events:
-    Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues):
+    Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues,
+                    DRA resourceslices and resourceclaims):
                     a paginated list, then a watch from the list's resourceVersion with bookmarks, server
                     timeoutSeconds and a client read timeout; relist on 410 Gone; tenacity-jittered retries
                     on connection errors; a missing CRD (404) is "absent", not an error
@@ -11,6 +12,8 @@ Owns the watch protocol and the per-cluster state the broker keeps between event
                     of events on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller
                     still wants whole snapshots; health is healthy / unreachable on connection errors /
                     forbidden on 401/403
+    DraState        the gpu.nvidia.com ResourceSlices by node and the devices allocated claims hold; a node
+                    with GPU slices gets its GPU facts from them (broker/dra.merge)
 
 Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node name, interned tuple of its non-zero
 effective requests) and only while it is active; nodes and NodeResourceTopologies are trimmed to the

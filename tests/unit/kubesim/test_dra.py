@@ -212,3 +212,33 @@ def test_a_shared_claim_is_deallocated_when_its_last_pod_ends() -> None:
     assert [r["name"] for r in w.store.get(CLAIMS, "default", "shared")["status"]["reservedFor"]] == ["p2"]
     w.advance(10)
     assert "allocation" not in w.store.get(CLAIMS, "default", "shared")["status"]
+
+
+def test_first_available_takes_the_first_subrequest_that_fits() -> None:
+    w = dra_world(pool("h100", H100))
+    tmpl = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "either", "namespace": "default"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "firstAvailable": [
+                                {"name": "four", "deviceClassName": "gpu.nvidia.com", "count": 4},
+                                {"name": "two", "deviceClassName": "gpu.nvidia.com", "count": 2},
+                            ],
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    assert validate("ResourceClaimTemplate", tmpl) == []
+    w.store.create(TEMPLATES, tmpl)
+    w.store.create("pods", claiming_pod("p", "either"))
+    w.settle()
+    results = claim_of(w, "p")["status"]["allocation"]["devices"]["results"]
+    assert [r["request"] for r in results] == ["gpus/two", "gpus/two"]
