@@ -300,29 +300,35 @@ class DraState:
     node of each pool a changed claim allocates from)."""
 
     def __init__(self) -> None:
-        self._slices: dict[str, Obj] = {}  # slice name -> slice (driver gpu.nvidia.com only)
-        self._by_node: dict[str, dict[str, Obj]] = {}
+        self._slice_node: dict[str, str] = {}  # slice name -> its node (driver gpu.nvidia.com only)
+        # parsed once per slice version; a slice that can't be parsed is kept raw, so that merging it
+        # raises again and the node is reported bad with the slice's field
+        self._by_node: dict[str, dict[str, Obj | dra.ParsedSlice]] = {}
         self._pool_node: dict[str, str] = {}
         self._claims: dict[str, frozenset[dra.DeviceKey]] = {}  # "ns/name" -> devices
         self.used: frozenset[dra.DeviceKey] = frozenset()
 
-    def slices_of(self, node: str) -> list[Obj]:
+    def slices_of(self, node: str) -> list[Obj | dra.ParsedSlice]:
         return list(self._by_node.get(node, {}).values())
 
     def _put_slice(self, obj: Obj, deleted: bool) -> set[str]:
         name = str((obj.get("metadata") or {}).get("name"))
         touched: set[str] = set()
-        old = self._slices.pop(name, None)
+        old = self._slice_node.pop(name, None)
         if old is not None:
-            node = str((old.get("spec") or {}).get("nodeName") or "")
-            self._by_node.get(node, {}).pop(name, None)
-            touched.add(node)
+            self._by_node.get(old, {}).pop(name, None)
+            touched.add(old)
         spec = obj.get("spec") or {}
         if deleted or spec.get("driver") != dra.DRIVER or not spec.get("nodeName"):
             return touched
         node = str(spec["nodeName"])
-        self._slices[name] = obj
-        self._by_node.setdefault(node, {})[name] = obj
+        self._slice_node[name] = node
+        parsed: Obj | dra.ParsedSlice
+        try:
+            parsed = dra.parse_slice(obj)
+        except _BAD_OBJECT:
+            parsed = obj
+        self._by_node.setdefault(node, {})[name] = parsed
         self._pool_node[str((spec.get("pool") or {}).get("name", ""))] = node
         touched.add(node)
         return touched
@@ -344,7 +350,7 @@ class DraState:
         touched: set[str] = set()
         if resource == "resourceslices":
             touched.update(self._by_node)
-            self._slices, self._by_node, self._pool_node = {}, {}, {}
+            self._slice_node, self._by_node, self._pool_node = {}, {}, {}
             for s in items:
                 touched |= self._put_slice(s, False)
         else:

@@ -22,6 +22,7 @@ counted twice). Pure: plain dicts in, NodeFacts out; MalformedObject names the s
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,8 +37,10 @@ __all__ = [
     "GPU_CLASS",
     "MIG_CLASS",
     "DeviceKey",
+    "ParsedSlice",
     "current_slices",
     "merge",
+    "parse_slice",
     "slice_node",
     "slice_pool",
     "used_devices",
@@ -130,10 +133,15 @@ def _attr(attrs: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _int_of(text: str) -> int:
+    return to_int(text)  # the same few strings ("1", "16", "9984Mi") on every device of every node
+
+
 def _amount(value: Any, owner: str, field: str) -> int:
     raw = value.get("value") if isinstance(value, Mapping) else value
     try:
-        return to_int(raw)
+        return _int_of(raw) if isinstance(raw, str) else to_int(raw)
     except (QuantityError, TypeError, ValueError) as exc:
         raise MalformedObject(owner, field, str(exc)) from None
 
@@ -173,15 +181,35 @@ def _devices(s: Mapping[str, Any]) -> list[_Device]:
     return out
 
 
-def _counters(slices: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], int]:
+def _slice_counters(s: Mapping[str, Any]) -> dict[tuple[str, str, str], int]:
     out: dict[tuple[str, str, str], int] = {}
-    for s in slices:
-        _driver, pool, _gen = slice_pool(s)
-        for i, cs in enumerate(_spec(s).get("sharedCounters") or ()):
-            for cname, v in (cs.get("counters") or {}).items():
-                path = f"spec.sharedCounters[{i}].counters[{cname}]"
-                out[(pool, str(cs.get("name", "")), str(cname))] = _amount(v, _name(s), path)
+    _driver, pool, _gen = slice_pool(s)
+    for i, cs in enumerate(_spec(s).get("sharedCounters") or ()):
+        for cname, v in (cs.get("counters") or {}).items():
+            path = f"spec.sharedCounters[{i}].counters[{cname}]"
+            out[(pool, str(cs.get("name", "")), str(cname))] = _amount(v, _name(s), path)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedSlice:
+    """A ResourceSlice as merge() reads it; parse once per slice version (the informer keeps these)."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    node: str | None
+    devices: tuple[_Device, ...]
+    counters: Mapping[tuple[str, str, str], int]
+
+
+def parse_slice(obj: Mapping[str, Any]) -> ParsedSlice:
+    """MalformedObject names the slice and the field that can't be read."""
+    driver, pool, gen = slice_pool(obj)
+    return ParsedSlice(
+        _name(obj), driver, pool, gen, slice_node(obj), tuple(_devices(obj)), _slice_counters(obj)
+    )
 
 
 def _fits(d: _Device, left: Mapping[tuple[str, str, str], int]) -> bool:
@@ -195,7 +223,14 @@ def _take(d: _Device, left: dict[tuple[str, str, str], int]) -> None:
 
 def _greedy(devices: Sequence[_Device], left: Mapping[tuple[str, str, str], int]) -> int:
     """How many of these partitions fit at once in the counters left (in slice order, as a scheduler)."""
-    room = dict(left)
+    keys = {(d.key[1], cset, c) for d in devices for cset, c, _n in d.consumes}
+    return _greedy_in(tuple(devices), frozenset((k, left.get(k, 0)) for k in keys))
+
+
+@functools.lru_cache(maxsize=65536)
+def _greedy_in(devices: tuple[_Device, ...], counters: frozenset[tuple[tuple[str, str, str], int]]) -> int:
+    # memoised: a node's partitions and counters repeat on every pod event of that node
+    room = dict(counters)
     n = 0
     for d in devices:
         if _fits(d, room):
@@ -204,16 +239,23 @@ def _greedy(devices: Sequence[_Device], left: Mapping[tuple[str, str, str], int]
     return n
 
 
-def merge(facts: NodeFacts, slices: Sequence[Mapping[str, Any]], used: Collection[DeviceKey]) -> NodeFacts:
+def merge(
+    facts: NodeFacts, slices: Sequence[Mapping[str, Any] | ParsedSlice], used: Collection[DeviceKey]
+) -> NodeFacts:
     """The node's facts with its GPU fields read from its DRA slices (current generation, driver
     gpu.nvidia.com); unchanged when the node publishes no GPU devices."""
-    current = current_slices(slices)
-    devices = [d for s in current for d in _devices(s)]
+    parsed = [s if isinstance(s, ParsedSlice) else parse_slice(s) for s in slices]
+    top: dict[str, int] = {}
+    for p in parsed:
+        if p.driver == DRIVER:
+            top[p.pool] = max(top.get(p.pool, p.generation), p.generation)
+    current = [p for p in parsed if p.driver == DRIVER and top[p.pool] == p.generation]
+    devices = [d for s in current for d in s.devices]
     gpus = [d for d in devices if d.dtype == "gpu"]
     migs = [d for d in devices if d.dtype == "mig" and d.profile]
     if not gpus and not migs:
         return facts
-    full = _counters(current)
+    full = {k: v for s in current for k, v in s.counters.items()}
     left = dict(full)
     for d in devices:
         if d.key in used:
