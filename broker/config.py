@@ -193,6 +193,11 @@ def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig
     if check_kubeconfigs:
         for i, c in enumerate(cfg.clusters):
             check_kubeconfig(c, f"{path}: cluster '{c.name}' (clusters[{i}])")
+        cp = cfg.cluster_profiles
+        if cp is not None:
+            for field, file in (("hubKubeconfig", cp.hub_kubeconfig), ("providerFile", cp.provider_file)):
+                if not file.is_file():
+                    raise ConfigError(f"{path}: clusterProfiles.{field}: file not found: {file}")
     return cfg
 
 

@@ -124,7 +124,8 @@ def start_cluster_profiles(
         store.delete_summary(name)
 
     def summary_of(name: str) -> ClusterSummary | None:
-        return store.get_summary(name) if name not in static else None
+        # every member with a profile gets its capacity published, clusters.yaml ones included
+        return store.get_summary(name)
 
     sync = ClusterProfileSync(
         hub,
