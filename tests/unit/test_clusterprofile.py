@@ -239,3 +239,31 @@ def test_kubeconfig_secretreader_returns_the_contexts_credentials() -> None:
     }
     with pytest.raises(PluginError, match="no context named 'z'"):
         credential(text, "z", v1)
+
+
+def test_config_with_profiles_only_resolves_paths_and_checks_files(tmp_path: Path) -> None:
+    from broker.config import load_fleet_config
+
+    (tmp_path / "hub.kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
+    doc = {
+        "clusterProfiles": {
+            "hubKubeconfig": "hub.kubeconfig",
+            "namespace": "fleet-system",
+            "clusterManager": "gpufed",
+            "providerFile": "providers.json",
+            "gpuAllocation": "dra",
+        }
+    }
+    path = tmp_path / "clusters.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"clusterProfiles.providerFile: file not found"):
+        load_fleet_config(path)
+    (tmp_path / "providers.json").write_text("{}")
+    cfg = load_fleet_config(path)
+    assert cfg.clusters == [] and cfg.cluster_profiles is not None
+    assert cfg.cluster_profiles.hub_kubeconfig == (tmp_path / "hub.kubeconfig").resolve()
+    assert cfg.cluster_profiles.gpu_allocation == "dra"
+    doc["clusterProfiles"]["namespace"] = "Not A Label"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"clusterProfiles.namespace"):
+        load_fleet_config(path)
