@@ -9,6 +9,7 @@ and of building a `nodes`-node cluster summary from parsed partitionable nodes.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -58,9 +59,10 @@ def main() -> None:
         devices = [d["name"] for s in slices for d in s["spec"].get("devices") or []]
         used = frozenset(("gpu.nvidia.com", "n0", d) for d in devices if d.endswith("-9-4"))  # 3g partitions
         base = capacity.node_facts(node("n0"), [], None)
-        ms = median_ms(lambda s=slices, u=used, b=base: dra.merge(b, s, u))
         parsed = [dra.parse_slice(s) for s in slices]
-        pms = median_ms(lambda s=parsed, u=used, b=base: dra.merge(b, s, u))
+        raw: list[Any] = list(slices)
+        ms = median_ms(functools.partial(dra.merge, base, raw, used))
+        pms = median_ms(functools.partial(dra.merge, base, list(parsed), used))
         print(
             f"dra.merge: {label}: {len(devices)} devices, median {ms:.3f} ms from dicts, {pms:.3f} ms parsed"
         )
