@@ -242,3 +242,13 @@ def test_first_available_takes_the_first_subrequest_that_fits() -> None:
     w.settle()
     results = claim_of(w, "p")["status"]["allocation"]["devices"]["results"]
     assert [r["request"] for r in results] == ["gpus/two", "gpus/two"]
+
+
+def test_resourceslices_select_by_node_and_driver_as_the_kubelet_does() -> None:
+    from kubesim.selectors import SelectorError, fields_match, parse_field_selector
+
+    w = dra_world(pool("h100", H100, count=2))
+    reqs = parse_field_selector("spec.nodeName=d-h100-1,spec.driver=gpu.nvidia.com", SLICES)
+    assert [s["spec"]["nodeName"] for s in w.store.list(SLICES)[0] if fields_match(reqs, s)] == ["d-h100-1"]
+    with pytest.raises(SelectorError, match="field label not supported"):
+        parse_field_selector("spec.pool.name=x", SLICES)
