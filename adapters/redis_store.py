@@ -2,12 +2,11 @@
 
 Owns every Redis key the broker writes. All keys start with the prefix (default "gpufed"), written P:
 
-    P:summary:<cluster>      hash  json = ClusterSummary (JSON), version = int bumped on every write
-    P:free:<cluster>         hash  "<product>\\x1f<resource>" -> observed free units, written with the summary
-                                   (whole GPUs under "nvidia.com/gpu", MIG slices under nvidia.com/mig-<p>)
+    P:summary:<cluster>      hash  json = ClusterSummary (JSON), version = int bumped on every write,
+                                   ledger = int bumped on every change of the cluster's reservations
     P:clusters               set   clusters that have a summary
-    P:resv:<cluster>         hash  job_id -> Reservation (JSON); the reserve Lua script reads and prunes it
-    P:resv-where             hash  job_id -> cluster of its live reservation
+    P:resv:<cluster>         hash  job_id -> Reservation (JSON)
+    P:resv-where             hash  job_id -> cluster of its reservation
     P:job:<id>               hash  json = JobRecord (JSON), state = JobState (for the compare-and-set)
     P:jobs                   set   every job id
     P:jobs:state:<STATE>     set   job ids by state (the index list_jobs reads)
@@ -15,88 +14,141 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
 
-Atomicity: put_summary, reserve, create_job and save_job are Lua scripts, so concurrent brokers (threads,
-processes, replicas) never over-commit a cluster, never create two jobs for one idempotency key and never
-lose a state transition. Dataclasses are (de)serialised with pydantic TypeAdapters; they round-trip exactly.
+Atomicity: put_summary, reserve, release, create_job and save_job are Lua scripts. reserve is a
+compare-and-set: it succeeds only while the cluster's summary version and reservation ledger are the ones
+the placer decided on (broker.reservations.deduct over exactly that state), so no interleaving of any
+number of placers (threads, processes, replicas) over-commits a node or NUMA domain; and a reservation is
+owned by the placer and attempt that made it: another placer's reserve of the same job is refused while
+it lives, and release only removes the caller's own. create_job never creates two jobs for one
+idempotency key and writes the job and its "submitted" event in one round trip; save_job never loses a
+state transition. Dataclasses are (de)serialised with pydantic TypeAdapters; they round-trip exactly.
 Redis failures surface as broker.errors.StoreError; lost races as broker.errors.Conflict.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 from pydantic import TypeAdapter
 
+from broker import reservations
 from broker.errors import Conflict, StoreError
 from broker.model import (
     ClusterSummary,
     JobEvent,
     JobRecord,
     JobState,
-    MigCapacity,
-    ProductCapacity,
     Reservation,
 )
+from broker.ports import ClusterState, ReserveResult
 
 WHOLE_GPU = "nvidia.com/gpu"
 _SEP = "\x1f"
 _FLEET_STREAM_MAXLEN = 100_000
+SOCKET_TIMEOUT_SECONDS = 15.0  # longer than any blocking read (read_events block_ms) the broker issues
+CONNECT_TIMEOUT_SECONDS = 2.0
 
 _SUMMARY = TypeAdapter(ClusterSummary)
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
 
-# KEYS: summary, free, clusters. ARGV: cluster, summary json, then field/value pairs of the free map.
+# KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
 _PUT_SUMMARY = """
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], 'json', ARGV[2])
-redis.call('DEL', KEYS[2])
-if #ARGV > 2 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 3))
-end
-redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
 return v
 """
 
-# KEYS: free:<cluster>, resv:<cluster>, resv-where. ARGV: job_id, cluster, free-field, units, now, json,
-# then the prefix for resv:<other cluster> (to drop an older reservation of the same job elsewhere).
-# Returns 1 when reserved, 0 when the cluster can't cover it.
+# KEYS: summary:<cluster>, resv:<cluster>, resv-where. ARGV: job_id, cluster, attempt, owner, now,
+# expected version, expected ledger, json, resv-key prefix, summary-key prefix.
+# Returns {status, version, ledger}: status 1 reserved, 0 the cluster changed since the placer read it
+# (version/ledger are the current ones), -1 the job's reservation is held by another placer or a newer
+# attempt, -2 the cluster has no summary.
 _RESERVE = """
-local job, cluster, field = ARGV[1], ARGV[2], ARGV[3]
-local units, now = tonumber(ARGV[4]), tonumber(ARGV[5])
-local old = redis.call('HGET', KEYS[3], job)
-if old and old ~= cluster then
-  redis.call('HDEL', ARGV[7] .. old, job)
-end
-redis.call('HDEL', KEYS[2], job)
-local free = tonumber(redis.call('HGET', KEYS[1], field) or '0')
-local held = 0
-local all = redis.call('HGETALL', KEYS[2])
-for i = 1, #all, 2 do
-  local r = cjson.decode(all[i + 1])
-  if tonumber(r['expires_at']) <= now then
-    redis.call('HDEL', KEYS[2], all[i])
-    redis.call('HDEL', KEYS[3], all[i])
-  elseif (r['product'] .. '\\31' .. r['resource_name']) == field then
-    held = held + tonumber(r['units'])
+local job, cluster = ARGV[1], ARGV[2]
+local attempt, now = tonumber(ARGV[3]), tonumber(ARGV[5])
+local cur = redis.call('HMGET', KEYS[1], 'version', 'ledger')
+if not cur[1] then return {-2, '0', '0'} end
+local version, ledger = cur[1], cur[2] or '0'
+if version ~= ARGV[6] or ledger ~= ARGV[7] then return {0, version, ledger} end
+local where = redis.call('HGET', KEYS[3], job)
+if where then
+  local old = redis.call('HGET', ARGV[9] .. where, job)
+  if old then
+    local o = cjson.decode(old)
+    local live = tonumber(o['expires_at']) > now
+    local oa = tonumber(o['attempt'])
+    if live and (oa > attempt or (oa == attempt and o['owner'] ~= ARGV[4])) then
+      return {-1, version, ledger}
+    end
+    redis.call('HDEL', ARGV[9] .. where, job)
+    if where ~= cluster then redis.call('HINCRBY', ARGV[10] .. where, 'ledger', 1) end
   end
 end
-if free - held < units then
-  redis.call('HDEL', KEYS[3], job)
-  return 0
-end
-redis.call('HSET', KEYS[2], job, ARGV[6])
+redis.call('HSET', KEYS[2], job, ARGV[8])
 redis.call('HSET', KEYS[3], job, cluster)
-return 1
+ledger = redis.call('HINCRBY', KEYS[1], 'ledger', 1)
+return {1, version, tostring(ledger)}
 """
 
-# KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''). ARGV: id, json,
-# state, idem key present ('1'/'0'). Returns {'created', json} or {'existing', json} or {'exists', ''}.
-_CREATE_JOB = """
+# KEYS: resv-where. ARGV: job_id, attempt ('' = any), owner ('' = any), resv-key prefix, summary prefix.
+# Removes the job's reservation if it matches; returns 1 when one was removed.
+_RELEASE = """
+local job = ARGV[1]
+local where = redis.call('HGET', KEYS[1], job)
+if not where then return 0 end
+local raw = redis.call('HGET', ARGV[4] .. where, job)
+if raw then
+  local o = cjson.decode(raw)
+  if ARGV[2] ~= '' and tonumber(o['attempt']) ~= tonumber(ARGV[2]) then return 0 end
+  if ARGV[3] ~= '' and o['owner'] ~= ARGV[3] then return 0 end
+  redis.call('HDEL', ARGV[4] .. where, job)
+  redis.call('HINCRBY', ARGV[5] .. where, 'ledger', 1)
+end
+redis.call('HDEL', KEYS[1], job)
+if raw then return 1 end
+return 0
+"""
+
+# KEYS: resv:<cluster>, resv-where, summary:<cluster>. ARGV: now. Drops expired reservations; returns
+# how many.
+_PRUNE = """
+local n = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local r = cjson.decode(all[i + 1])
+  if tonumber(r['expires_at']) <= tonumber(ARGV[1]) then
+    redis.call('HDEL', KEYS[1], all[i])
+    redis.call('HDEL', KEYS[2], all[i])
+    n = n + 1
+  end
+end
+if n > 0 then redis.call('HINCRBY', KEYS[3], 'ledger', 1) end
+return n
+"""
+
+# The event of a job write, appended in the same script: to the job's stream (KEYS[a]) and to the
+# capped fleet-wide stream (KEYS[a+1]) when ARGV[e] is not ''.
+_APPEND_EVENT = """
+local function append_event(stream, fleet, payload, maxlen)
+  if payload ~= '' then
+    redis.call('XADD', stream, '*', 'e', payload)
+    redis.call('XADD', fleet, 'MAXLEN', '~', maxlen, '*', 'e', payload)
+  end
+end
+"""
+
+# KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
+# events. ARGV: id, json, state, idem key present ('1'/'0'), job-key prefix, event json, stream maxlen.
+# Returns {'created', json} or {'existing', json} or {'exists', ''}.
+_CREATE_JOB = (
+    _APPEND_EVENT
+    + """
 if ARGV[4] == '1' then
   local existing = redis.call('GET', KEYS[4])
   if existing then
@@ -109,12 +161,17 @@ redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
 if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1]) end
+append_event(KEYS[5], KEYS[6], ARGV[6], ARGV[7])
 return {'created', ARGV[2]}
 """
+)
 
-# KEYS: job, jobs, state-set prefix. ARGV: id, json, new state, expected state ('' = unconditional).
+# KEYS: job, jobs, state-set prefix, events:<id>, events. ARGV: id, json, new state, expected state
+# ('' = unconditional), event json ('' = none), stream maxlen.
 # Returns {'ok', ''} or {'conflict', current state or ''}.
-_SAVE_JOB = """
+_SAVE_JOB = (
+    _APPEND_EVENT
+    + """
 local cur = redis.call('HGET', KEYS[1], 'state')
 if ARGV[4] ~= '' and cur ~= ARGV[4] then
   return {'conflict', cur or ''}
@@ -125,8 +182,10 @@ end
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
+append_event(KEYS[4], KEYS[5], ARGV[5], ARGV[6])
 return {'ok', ''}
 """
+)
 
 
 def _text(value: object) -> str:
@@ -136,73 +195,12 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _free_field(product: str, resource: str) -> str:
-    return f"{product}{_SEP}{resource}"
-
-
-def observed_free_units(summary: ClusterSummary) -> dict[str, int]:
-    """The free map a summary implies: free whole GPUs per product and free slices per MIG profile."""
-    out: dict[str, int] = {}
-    for p in summary.products:
-        out[_free_field(p.product, WHOLE_GPU)] = p.free
-    for m in summary.mig:
-        key = _free_field(m.product, m.resource_name)
-        out[key] = out.get(key, 0) + m.free
-    return out
-
-
-def _take_from_top(hist: tuple[int, ...], units: int) -> tuple[int, ...]:
-    """Remove `units` from a nodes-by-free histogram, largest buckets first (the pessimistic assumption)."""
-    counts = list(hist)
-    k = len(counts) - 1
-    while units > 0 and k > 0:
-        if counts[k] == 0:
-            k -= 1
-            continue
-        take = min(k, units)
-        counts[k] -= 1
-        counts[k - take] += 1
-        units -= take
-    while len(counts) > 1 and counts[-1] == 0:
-        counts.pop()
-    return tuple(counts)
-
-
-def subtract_reservations(summary: ClusterSummary, reservations: Iterable[Reservation]) -> ClusterSummary:
-    """The summary as the placer must see it: observed capacity minus what live reservations hold."""
-    held: dict[tuple[str, str], int] = {}
-    for r in reservations:
-        if r.cluster == summary.cluster:
-            held[(r.product, r.resource_name)] = held.get((r.product, r.resource_name), 0) + r.units
-    if not held:
-        return summary
-    products: list[ProductCapacity] = []
-    for p in summary.products:
-        units = min(held.get((p.product, WHOLE_GPU), 0), p.free)
-        if units <= 0:
-            products.append(p)
-            continue
-        products.append(
-            dataclasses.replace(
-                p,
-                allocated=p.allocated + units,
-                free=p.free - units,
-                nodes_by_free=_take_from_top(p.nodes_by_free, units),
-                numa_blocks=_take_from_top(p.numa_blocks, units),
-            )
-        )
-    migs: list[MigCapacity] = []
-    for m in summary.mig:
-        units = held.get((m.product, m.resource_name), 0)
-        if units <= 0:
-            migs.append(m)
-            continue
-        free = max(0, m.free - units)
-        # Pessimistic: the reservation may land on the node with the most free slices; any free slice
-        # still sits on some node, so the largest is at least 1 while anything is free.
-        largest = max(min(free, m.largest_free_on_node - units), 1 if free else 0)
-        migs.append(dataclasses.replace(m, free=free, largest_free_on_node=largest))
-    return dataclasses.replace(summary, products=tuple(products), mig=tuple(migs))
+_RESERVE_STATUS = {
+    1: ReserveResult.RESERVED,
+    0: ReserveResult.STALE,
+    -1: ReserveResult.HELD,
+    -2: ReserveResult.NO_CLUSTER,
+}
 
 
 class RedisStateStore:
@@ -211,10 +209,18 @@ class RedisStateStore:
     def __init__(self, redis_url: str, prefix: str = "gpufed") -> None:
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
-        self._r: redis.Redis = redis.Redis.from_url(redis_url, decode_responses=False)
+        # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
+        self._r: redis.Redis = redis.Redis.from_url(
+            redis_url,
+            decode_responses=False,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        )
         self._p = prefix
         self._put_summary = self._r.register_script(_PUT_SUMMARY)
         self._reserve = self._r.register_script(_RESERVE)
+        self._release = self._r.register_script(_RELEASE)
+        self._prune = self._r.register_script(_PRUNE)
         self._create_job = self._r.register_script(_CREATE_JOB)
         self._save_job = self._r.register_script(_SAVE_JOB)
 
@@ -244,18 +250,10 @@ class RedisStateStore:
     # ------------------------------------------------------------------ capacity
 
     def put_summary(self, summary: ClusterSummary) -> ClusterSummary:
-        free = observed_free_units(summary)
-        args: list[Any] = [summary.cluster, _SUMMARY.dump_json(summary)]
-        for field, units in free.items():
-            args += [field, units]
         try:
             version = self._put_summary(
-                keys=[
-                    self._k("summary", summary.cluster),
-                    self._k("free", summary.cluster),
-                    self._k("clusters"),
-                ],
-                args=args,
+                keys=[self._k("summary", summary.cluster), self._k("clusters")],
+                args=[summary.cluster, _SUMMARY.dump_json(summary)],
             )
         except redis.RedisError as e:
             raise StoreError(f"redis: put_summary {summary.cluster}: {e}") from e
@@ -274,7 +272,7 @@ class RedisStateStore:
         """Forget a cluster that left the fleet (its reservations expire on their own)."""
         try:
             pipe = self._r.pipeline()
-            pipe.delete(self._k("summary", cluster), self._k("free", cluster))
+            pipe.delete(self._k("summary", cluster))
             pipe.srem(self._k("clusters"), cluster)
             pipe.execute()
         except redis.RedisError as e:
@@ -299,7 +297,7 @@ class RedisStateStore:
         """Observed summaries minus live reservations. `now` defaults to the Redis server's clock."""
         at = self._server_now() if now is None else now
         resv = self.live_reservations(at)
-        return [subtract_reservations(s, resv) for s in self.observed_summaries()]
+        return [reservations.deduct(s, resv, at) for s in self.observed_summaries()]
 
     def _server_now(self) -> float:
         try:
@@ -308,51 +306,114 @@ class RedisStateStore:
             raise StoreError(f"redis: time: {e}") from e
         return float(sec) + float(usec) / 1e6
 
+    # ------------------------------------------------------------------ the placer's cache
+
+    def cluster_versions(self, clusters: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """(summary version, reservation ledger) of each cluster that has a summary, in one round trip:
+        what an incremental cache compares to know which clusters to read again."""
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for c in clusters:
+                pipe.hmget(self._k("summary", c), ["version", "ledger"])
+            rows = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: cluster_versions: {e}") from e
+        return {
+            c: (int(version), int(ledger or 0))
+            for c, (version, ledger) in zip(clusters, rows, strict=True)
+            if version is not None
+        }
+
+    def cluster_states(self, clusters: Sequence[str]) -> dict[str, ClusterState]:
+        """Summary, reservations and ledger of each cluster (that has a summary), in one round trip."""
+        try:
+            pipe = self._r.pipeline(transaction=True)  # one consistent view per cluster
+            for c in clusters:
+                pipe.hmget(self._k("summary", c), ["json", "version", "ledger"])
+                pipe.hvals(self._k("resv", c))
+            rows = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: cluster_states: {e}") from e
+        out: dict[str, ClusterState] = {}
+        for i, c in enumerate(clusters):
+            (raw, version, ledger), held = rows[2 * i], rows[2 * i + 1]
+            if raw is None:
+                continue
+            summary = dataclasses.replace(_SUMMARY.validate_json(raw), version=int(version or 0))
+            resv = tuple(
+                sorted((_RESERVATION.validate_json(r) for r in held), key=lambda r: (r.created_at, r.job_id))
+            )
+            out[c] = ClusterState(summary, resv, int(ledger or 0))
+        return out
+
     # ------------------------------------------------------------------ reservations
 
-    def reserve(self, reservation: Reservation, now: float) -> bool:
+    def reserve(self, reservation: Reservation, now: float, version: int, ledger: int) -> ReserveResult:
+        """Hold the reservation if the cluster is still at summary `version` and reservation `ledger`
+        (the state the placer decided on) and no other placer holds this job (see ReserveResult)."""
         if reservation.units <= 0:
             raise ValueError(f"reservation.units: must be positive (got {reservation.units})")
         c = reservation.cluster
         try:
-            ok = self._reserve(
-                keys=[self._k("free", c), self._k("resv", c), self._k("resv-where")],
+            code, cur_version, cur_ledger = self._reserve(
+                keys=[self._k("summary", c), self._k("resv", c), self._k("resv-where")],
                 args=[
                     reservation.job_id,
                     c,
-                    _free_field(reservation.product, reservation.resource_name),
-                    reservation.units,
+                    reservation.attempt,
+                    reservation.owner,
                     repr(float(now)),
+                    str(version),
+                    str(ledger),
                     _RESERVATION.dump_json(reservation),
                     self._k("resv", ""),
+                    self._k("summary", ""),
                 ],
             )
         except redis.RedisError as e:
             raise StoreError(f"redis: reserve {reservation.job_id} on {c}: {e}") from e
-        return int(ok) == 1
+        return ReserveResult(_RESERVE_STATUS[int(code)], int(cur_version), int(cur_ledger))
 
-    def _drop_reservation(self, job_id: str) -> bool:
+    def release(self, job_id: str, attempt: int | None = None, owner: str | None = None) -> bool:
+        """Forget the job's reservation: any, or only that attempt's, or only that owner's. Returns
+        whether one was removed; unknown jobs are fine."""
         try:
-            cluster = self._r.hget(self._k("resv-where"), job_id)
-            if cluster is None:
-                return False
-            pipe = self._r.pipeline()
-            pipe.hdel(self._k("resv", _text(cluster)), job_id)
-            pipe.hdel(self._k("resv-where"), job_id)
-            removed, _ = pipe.execute()
+            removed = self._release(
+                keys=[self._k("resv-where")],
+                args=[
+                    job_id,
+                    "" if attempt is None else str(attempt),
+                    owner or "",
+                    self._k("resv", ""),
+                    self._k("summary", ""),
+                ],
+            )
         except redis.RedisError as e:
             raise StoreError(f"redis: release {job_id}: {e}") from e
-        return bool(removed)
+        return int(removed) == 1
 
-    def release(self, job_id: str) -> None:
-        """Forget the job's reservation (placement failed or was undone). Unknown job ids are fine."""
-        self._drop_reservation(job_id)
-
-    def confirm(self, job_id: str) -> bool:
+    def confirm(self, job_id: str, attempt: int | None = None) -> bool:
         """The cluster now shows the job's pods, so observed capacity already counts them: stop holding.
 
-        Returns whether a live reservation was held (False: it had expired or was released already)."""
-        return self._drop_reservation(job_id)
+        Returns whether a reservation was held (False: released already)."""
+        return self.release(job_id, attempt)
+
+    def prune_expired(self, now: float) -> int:
+        """Drop expired reservations in every cluster (they stopped counting at expiry; this frees the
+        memory and bumps the ledgers so caches notice). Returns how many were dropped."""
+        try:
+            clusters = sorted(_text(c) for c in self._r.smembers(self._k("clusters")))
+            pipe = self._r.pipeline(transaction=False)
+            for c in clusters:
+                self._prune(
+                    keys=[self._k("resv", c), self._k("resv-where"), self._k("summary", c)],
+                    args=[repr(float(now))],
+                    client=pipe,
+                )
+            counts = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: prune_expired: {e}") from e
+        return sum(int(n) for n in counts)
 
     def live_reservations(self, now: float) -> list[Reservation]:
         try:
@@ -371,7 +432,9 @@ class RedisStateStore:
 
     # ------------------------------------------------------------------ jobs
 
-    def create_job(self, record: JobRecord) -> JobRecord:
+    def create_job(self, record: JobRecord, event: JobEvent | None = None) -> JobRecord:
+        """Store a new job (and its first event) in one round trip; a seen idempotency key returns the
+        job it named instead, writing nothing."""
         idem = record.idempotency_key
         try:
             status, raw = self._create_job(
@@ -380,6 +443,8 @@ class RedisStateStore:
                     self._k("jobs"),
                     self._k("jobs", "state", ""),
                     self._k("idem", idem) if idem else self._k("idem", ""),
+                    self._k("events", record.id),
+                    self._k("events"),
                 ],
                 args=[
                     record.id,
@@ -387,6 +452,8 @@ class RedisStateStore:
                     record.state.value,
                     "1" if idem else "0",
                     self._k("job", ""),
+                    _EVENT.dump_json(event) if event is not None else "",
+                    _FLEET_STREAM_MAXLEN,
                 ],
             )
         except redis.RedisError as e:
@@ -402,15 +469,27 @@ class RedisStateStore:
             raise StoreError(f"redis: get_job {job_id}: {e}") from e
         return None if raw is None else _JOB.validate_json(raw)
 
-    def save_job(self, record: JobRecord, expected_state: JobState | None = None) -> JobRecord:
+    def save_job(
+        self, record: JobRecord, expected_state: JobState | None = None, event: JobEvent | None = None
+    ) -> JobRecord:
+        """Write the record (and the event of the transition, in the same round trip); with
+        expected_state, only if the stored state is still that (else Conflict, nothing written)."""
         try:
             status, current = self._save_job(
-                keys=[self._k("job", record.id), self._k("jobs"), self._k("jobs", "state", "")],
+                keys=[
+                    self._k("job", record.id),
+                    self._k("jobs"),
+                    self._k("jobs", "state", ""),
+                    self._k("events", record.id),
+                    self._k("events"),
+                ],
                 args=[
                     record.id,
                     _JOB.dump_json(record),
                     record.state.value,
                     expected_state.value if expected_state is not None else "",
+                    _EVENT.dump_json(event) if event is not None else "",
+                    _FLEET_STREAM_MAXLEN,
                 ],
             )
         except redis.RedisError as e:

@@ -29,6 +29,23 @@ from broker.model import (
     Taint,
 )
 from broker.quantity import QuantityError, to_int, to_millis
+from broker.vocabulary import (
+    DRA_MIG_CLASS,
+    GPU,
+    GPU_SHARED,
+    GPU_TAINT_KEY,
+    L_COUNT,
+    L_FAMILY,
+    L_MEMORY,
+    L_MIG_STATE,
+    L_MIG_STRATEGY,
+    L_PRODUCT,
+    L_REPLICAS,
+    MIG_PREFIX,
+    SPOT_TAINT_KEYS,
+    mig_resource,
+    profile_of_resource,
+)
 
 __all__ = [
     "DRA_MIG_CLASS",
@@ -53,27 +70,8 @@ __all__ = [
     "tolerated_taint_keys",
 ]
 
-GPU = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
-GPU_TAINT_KEY = "nvidia.com/gpu"
-DRA_MIG_CLASS = "mig.nvidia.com"  # DRA DeviceClass of MIG devices (broker/dra.py)
-# Taints that mark spot/preemptible capacity; the broker tolerates them only on clusters declared spot.
-SPOT_TAINT_KEYS = (
-    "cloud.gpufed.io/spot",
-    "cloud.google.com/gke-spot",
-    "kubernetes.azure.com/scalesetpriority",
-)
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-
-L_PRODUCT = "nvidia.com/gpu.product"
-L_COUNT = "nvidia.com/gpu.count"
-L_MEMORY = "nvidia.com/gpu.memory"
-L_FAMILY = "nvidia.com/gpu.family"
-L_REPLICAS = "nvidia.com/gpu.replicas"
-L_MIG_STRATEGY = "nvidia.com/mig.strategy"
-L_MIG_STATE = "nvidia.com/mig.config.state"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -284,12 +282,6 @@ def _labels(meta: Mapping[str, Any], owner: str) -> dict[str, str]:
     return dict(labels)
 
 
-def _mig_profile_of_resource(resource: str) -> str:
-    """nvidia.com/mig-1g.10gb.me -> 1g.10gb+me."""
-    name = resource[len(MIG_PREFIX) :]
-    return name[: -len(".me")] + "+me" if name.endswith(".me") else name
-
-
 def node_facts(
     node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], nrt: Mapping[str, Any] | None
 ) -> NodeFacts:
@@ -390,7 +382,7 @@ def _gpu_facts(
     if mig_resources:
         strategy = MigStrategy.MIXED
         out["mig"] = tuple(
-            MigSlices(_mig_profile_of_resource(r), alloc[r], allocated.get(r, 0)) for r in mig_resources
+            MigSlices(profile_of_resource(r), alloc[r], allocated.get(r, 0)) for r in mig_resources
         )
     out["mig_strategy"] = strategy
     time_sliced = shared_suffix or (replicas is not None and replicas > 1)
@@ -501,7 +493,7 @@ def mig_resource_name(node: NodeFacts, profile: str) -> str:
         return DRA_MIG_CLASS
     if node.mig_strategy is MigStrategy.SINGLE:
         return GPU
-    return MIG_PREFIX + profile.replace("+", ".")
+    return mig_resource(profile)
 
 
 def histogram(counts: Mapping[int, int]) -> tuple[int, ...]:

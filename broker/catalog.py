@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from broker.model import GpuProduct, MigNeed, MigProfile
+from broker.vocabulary import canonical_profile
 
 __all__ = [
     "CatalogEntry",
@@ -163,9 +164,7 @@ def parse_profile(name: str) -> tuple[int, int, bool]:
 
     The resource-name form with '.me' ("1g.10gb.me") is accepted too. Raises ValueError otherwise.
     """
-    text = name.strip()
-    if text.endswith(".me"):
-        text = text[: -len(".me")] + "+me"
+    text = canonical_profile(name)
     match = _PROFILE.match(text)
     if match is None:
         raise ValueError(f"not a MIG profile name: {name!r} (expected like 1g.10gb or 1g.10gb+me)")

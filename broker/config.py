@@ -15,10 +15,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from broker.errors import ConfigError
 from broker.model import ClusterTraits, Tier
+from broker.placement import PlacementPolicy
+from broker.plugins import registry
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -78,6 +88,90 @@ class ClusterConfig(_Strict):
         )
 
 
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class PluginConfig(_Strict):
+    """One plugin's override: on or off, its weight (scores), its args (camelCase, as the registry says)."""
+
+    enabled: bool | None = None
+    weight: int | None = Field(default=None, ge=0, le=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+def _check_plugins(kind: registry.Kind, plugins: dict[str, PluginConfig]) -> dict[str, PluginConfig]:
+    """Every name is a registered plugin of that kind and every arg one of its knobs, of the right type."""
+    for name, cfg in plugins.items():
+        spec = registry.spec(kind, name)
+        if spec is None:
+            known = ", ".join(s.name for s in (registry.FILTERS if kind == "filter" else registry.SCORES))
+            raise ValueError(f"{name}: unknown {kind} plugin (known: {known})")
+        if kind == "filter" and cfg.weight is not None:
+            raise ValueError(f"{name}.weight: filters take no weight")
+        by_camel = {_camel(a): a for a in spec.args}
+        for key in cfg.args:
+            if key not in by_camel:
+                allowed = ", ".join(by_camel) or "none"
+                raise ValueError(f"{name}.args.{key}: unknown arg (args: {allowed})")
+        try:
+            TypeAdapter(spec.factory).validate_python({by_camel[k]: v for k, v in cfg.args.items()})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(_camel(str(p)) for p in err["loc"])
+            raise ValueError(f"{name}.args.{where}: {err['msg']}") from None
+    return plugins
+
+
+class PlacementConfig(_Strict):
+    """settings.placement: which level-1 plugins run, their weights and args (docs/placement.md)."""
+
+    prefer_onprem: bool = Field(default=True, alias="preferOnPrem")
+    filters: dict[str, PluginConfig] = Field(default_factory=dict)
+    scores: dict[str, PluginConfig] = Field(default_factory=dict)
+
+    @field_validator("filters")
+    @classmethod
+    def _known_filters(cls, v: dict[str, PluginConfig]) -> dict[str, PluginConfig]:
+        return _check_plugins("filter", v)
+
+    @field_validator("scores")
+    @classmethod
+    def _known_scores(cls, v: dict[str, PluginConfig]) -> dict[str, PluginConfig]:
+        return _check_plugins("score", v)
+
+    def policy(self, staleness_limit_s: float) -> PlacementPolicy:
+        """The PlacementPolicy: the registry's chains with these overrides. The health filter's
+        staleness limit is `staleness_limit_s` (settings.staleAfterSeconds) unless its args set one."""
+
+        def settings(kind: registry.Kind, name: str, cfg: PluginConfig) -> registry.PluginSettings:
+            spec = registry.spec(kind, name)
+            assert spec is not None  # checked by the validators
+            args = {_snake(k): v for k, v in cfg.args.items()}
+            made = TypeAdapter(spec.factory).validate_python(args)  # the values as validated (5 -> 5.0)
+            return registry.PluginSettings(
+                enabled=cfg.enabled, weight=cfg.weight, args={a: getattr(made, a) for a in args}
+            )
+
+        filters = {name: settings("filter", name, cfg) for name, cfg in self.filters.items()}
+        health = filters.get("health", registry.PluginSettings())
+        if "staleness_limit_seconds" not in health.args:
+            filters["health"] = registry.PluginSettings(
+                enabled=health.enabled,
+                args={**health.args, "staleness_limit_seconds": staleness_limit_s},
+            )
+        return PlacementPolicy(
+            filters=registry.build_filters(filters),
+            scores=registry.build_scores({n: settings("score", n, c) for n, c in self.scores.items()}),
+            prefer_onprem=self.prefer_onprem,
+        )
+
+
+def _snake(camel: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in camel)
+
+
 class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
@@ -91,6 +185,13 @@ class Settings(_Strict):
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
+    # Job creates in flight at once on one member cluster (creates on different clusters run in parallel).
+    dispatch_per_cluster: int = Field(default=4, alias="dispatchPerCluster", ge=1, le=64)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+
+    def placement_policy(self) -> PlacementPolicy:
+        """Level 1's policy: the plugin registry with settings.placement applied."""
+        return self.placement.policy(self.stale_after_seconds)
 
 
 class ClusterProfilesConfig(_Strict):
@@ -152,7 +253,10 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
     try:
         cfg = FleetConfig.model_validate(raw)
     except ValidationError as exc:
-        lines = [f"{source}: {_describe(raw, tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        lines = [
+            f"{source}: {_describe(raw, tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
         raise ConfigError("\n".join(lines)) from None
     seen: set[str] = set()
     resolved: list[ClusterConfig] = []

@@ -27,10 +27,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from broker import catalog
-from broker.capacity import DRA_MIG_CLASS, L_PRODUCT
 from broker.errors import MalformedObject
 from broker.model import MigSlices, MigStrategy, NodeFacts, NumaZone
 from broker.quantity import QuantityError, to_int
+from broker.vocabulary import DRA_DRIVER, DRA_GPU_CLASS, DRA_MIG_CLASS, L_PRODUCT
 
 __all__ = [
     "DRIVER",
@@ -46,8 +46,8 @@ __all__ = [
     "used_devices",
 ]
 
-DRIVER = "gpu.nvidia.com"
-GPU_CLASS = "gpu.nvidia.com"  # DeviceClass of whole GPUs
+DRIVER = DRA_DRIVER
+GPU_CLASS = DRA_GPU_CLASS  # DeviceClass of whole GPUs
 MIG_CLASS = DRA_MIG_CLASS  # DeviceClass of MIG devices
 STD = "resource.kubernetes.io/"
 

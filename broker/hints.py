@@ -16,8 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import catalog, hints_dra
-from broker.capacity import GPU, GPU_TAINT_KEY, SPOT_TAINT_KEYS
 from broker.model import ClusterTraits, JobRequest, Placement
+from broker.vocabulary import (
+    ATTEMPT_LABEL,
+    CLUSTER_ANNOTATION,
+    DURATION_ANNOTATION,
+    GPU,
+    GPU_TAINT_KEY,
+    HOSTNAME_LABEL,
+    JOB_ID_LABEL,
+    L_PRODUCT,
+    POD_GROUP_LABEL,
+    QUEUE_LABEL,
+    SPOT_TAINT_KEYS,
+)
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -31,14 +43,7 @@ __all__ = [
     "workload_name",
 ]
 
-JOB_ID_LABEL = "gpufed.io/job-id"
-ATTEMPT_LABEL = "gpufed.io/attempt"
-CLUSTER_ANNOTATION = "gpufed.io/cluster"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-DURATION_ANNOTATION = "sim.gpufed.io/duration-seconds"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+PRODUCT_LABEL = L_PRODUCT
 CONTAINER_NAME = "main"
 # Indexed pods get the hostname "<job>-<index>", which must stay a DNS label (<= 63): keep room for it.
 MAX_NAME = 52

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.capacity import DRA_MIG_CLASS, GPU
 from broker.model import ClusterTraits, JobRequest, Placement
+from broker.vocabulary import DRA_DRIVER, DRA_GPU_CLASS, DRA_MIG_CLASS, GPU
 
 __all__ = ["CLAIM_NAME", "DraRequest", "claim_template", "dra_request"]
 
-DRIVER = "gpu.nvidia.com"
-GPU_CLASS = "gpu.nvidia.com"
+DRIVER = DRA_DRIVER
+GPU_CLASS = DRA_GPU_CLASS
 CLAIM_NAME = "gpus"  # the pod's claim and the template's request
 
 

@@ -32,9 +32,9 @@ from adapters.system_clock import SystemClock
 from broker import clusterprofile
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
+from broker.control_loop import ControlLoop
+from broker.dispatch import ConcurrentDispatcher
 from broker.model import ClusterSummary, ClusterTraits
-from broker.placement import PlacementPolicy
-from broker.runtime import ControlLoop
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Kub
     settings = cfg.settings
     store = RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = KubeGateway.from_kubeconfigs({c.name: (c.kubeconfig, c.context) for c in cfg.clusters})
-    policy = PlacementPolicy(staleness_limit_s=settings.stale_after_seconds)
+    policy = settings.placement_policy()
     service = BrokerService(
         store,
         gateway,
@@ -68,6 +68,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Kub
         cfg.traits(),
         policy,
         ServiceSettings(reservation_ttl_seconds=settings.reservation_ttl_seconds),
+        dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
     return service, store, gateway
 
@@ -94,6 +95,7 @@ def start_cluster_profiles(
     if cpc is None:
         return None
     static = {c.name for c in cfg.clusters}
+    members = dict(service.traits)  # the sync thread's view; the service takes copies (set_traits)
     providers = load_provider_file(cpc.provider_file)
     hub = ClusterProfileHub(
         KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
@@ -114,12 +116,14 @@ def start_cluster_profiles(
         )
         gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None))
         pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
-        service.traits = {**service.traits, member.name: traits}  # a new dict: readers keep theirs
+        members[member.name] = traits
+        service.set_traits(members)  # the control loop's next pass places on it
 
     def on_remove(name: str) -> None:
         if name in static:
             return
-        service.traits = {k: v for k, v in service.traits.items() if k != name}
+        members.pop(name, None)
+        service.set_traits(members)  # no new placement lands there from the next pass on
         pollers.remove_cluster(name)
         store.delete_summary(name)
 
@@ -182,6 +186,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
             profiles.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         loop.stop()
+        service.dispatcher.close()
         pollers.stop()
         gateway.close()
         store.close()

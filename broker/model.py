@@ -9,7 +9,8 @@ epoch seconds handed in by callers), no parsing of Kubernetes objects (that is c
     ClusterTraits    what the operator declared about a cluster (tier, region, price, schedulers, Kueue)
     JobRequest       what a user asked for
     Placement        level-1 decision: a cluster and the resource to ask it for
-    NoFit            level-1 rejection as data: "0/N clusters are available: ..."
+    NoFit            level-1 rejection as data: "0/N clusters are available: ..." (never_fits: no capacity helps)
+    Code             a level-1 verdict's code (kube-scheduler's: unschedulable, unresolvable, error)
     Reservation      GPUs assumed for a placement until the cluster shows the pods
     JobRecord        a job's durable state; JobEvent one transition of it
 """
@@ -18,7 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
+from functools import cached_property
+from typing import Any
+
+from broker.vocabulary import mig_resource
 
 
 class MigStrategy(StrEnum):
@@ -38,6 +43,15 @@ class Health(StrEnum):
     UNREACHABLE = "unreachable"
     FORBIDDEN = "forbidden"
     UNKNOWN = "unknown"
+
+
+class Code(IntEnum):
+    """A level-1 verdict's code, kube-scheduler's Status codes (framework.Status carries one)."""
+
+    SUCCESS = 0
+    UNSCHEDULABLE = 1  # might fit later (capacity frees up)
+    UNSCHEDULABLE_AND_UNRESOLVABLE = 2  # will not fit whatever frees up (wrong product, not allowed)
+    ERROR = 3  # a plugin failed; the cluster is skipped
 
 
 class JobState(StrEnum):
@@ -79,7 +93,7 @@ class MigProfile:
     @property
     def resource_name(self) -> str:
         """The extended resource under the mixed strategy: '+' becomes '.' (nvidia.com/mig-1g.10gb.me)."""
-        return "nvidia.com/mig-" + self.name.replace("+", ".")
+        return mig_resource(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +258,8 @@ class ClusterSummary:
     region: str = ""
     health: Health = Health.UNKNOWN
     heartbeat: float = 0.0  # epoch seconds of the last successful observation
+    health_reason: str = ""  # why it is not healthy, as a person reads it ("connection refused", ...)
+    health_since: float = 0.0  # epoch seconds since when `health` holds
     version: int = 0  # bumps on every write of this summary
     products: tuple[ProductCapacity, ...] = ()
     mig: tuple[MigCapacity, ...] = ()
@@ -257,6 +273,13 @@ class ClusterSummary:
 
     def product(self, name: str) -> ProductCapacity | None:
         return next((p for p in self.products if p.product == name), None)
+
+    @cached_property
+    def derived(self) -> dict[Any, Any]:
+        """Memo of values the pure core derives from this summary (placement's per-product, per-size
+        indexes). Not a field: never compared, copied by dataclasses.replace() or stored. Valid because
+        a summary never changes once built; a new observation is a new summary."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -349,6 +372,7 @@ class ClusterRejection:
     plugin: str
     reason: str  # "no node with 8 free H100-80GB"; rejections with the same reason are counted together
     best: int | None = None  # how close this cluster came (e.g. 6 free on one node); named in the message
+    code: Code = Code.UNSCHEDULABLE  # UNSCHEDULABLE_AND_UNRESOLVABLE: no change of free capacity helps
 
 
 @dataclass(frozen=True)
@@ -357,6 +381,16 @@ class NoFit:
 
     total_clusters: int
     rejections: tuple[ClusterRejection, ...]
+
+    @property
+    def never_fits(self) -> bool:
+        """True when every cluster rejected the job as unresolvable (wrong product, not allowed, over the
+        price cap, no quota for the resource): no capacity freeing up will help, only a change of the
+        fleet (clusters, their products, prices, queues) or of the job. Errors and capacity shortfalls are
+        resolvable. An empty fleet never fits either."""
+        return len(self.rejections) == self.total_clusters and all(
+            r.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for r in self.rejections
+        )
 
     @property
     def message(self) -> str:
@@ -379,7 +413,10 @@ class NoFit:
 
 @dataclass(frozen=True)
 class Reservation:
-    """GPUs assumed for a placement (Kueue's 'assume') until the cluster shows the pods."""
+    """GPUs assumed for a placement (Kueue's 'assume') until the cluster shows the pods.
+
+    `units` = pods x units per pod. A reservation is owned by the placer (`owner`) and the attempt that
+    made it: no other placer's reserve or release touches it (see reservations.py and the store)."""
 
     job_id: str
     attempt: int
@@ -389,6 +426,12 @@ class Reservation:
     units: int
     created_at: float
     expires_at: float
+    pods: int = 1
+    owner: str = ""
+
+    @property
+    def units_per_pod(self) -> int:
+        return self.units // self.pods if self.pods > 0 else self.units
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ StateStore      summaries, reservations, jobs, events and idempotency keys (Redi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from broker.model import (
     ClusterSummary,
@@ -19,6 +20,35 @@ from broker.model import (
     WorkloadRef,
     WorkloadStatus,
 )
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the placer's cache knows of one cluster in Redis: its summary and reservations, with the
+    summary version and reservation ledger a reserve must still find (compare-and-set)."""
+
+    summary: ClusterSummary
+    reservations: tuple[Reservation, ...]
+    ledger: int
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    """The answer of a compare-and-set reserve: RESERVED, STALE (the cluster changed since it was read:
+    refresh and decide again), HELD (another placer or a newer attempt holds this job) or NO_CLUSTER."""
+
+    status: str
+    version: int
+    ledger: int
+
+    RESERVED: ClassVar[str] = "reserved"
+    STALE: ClassVar[str] = "stale"
+    HELD: ClassVar[str] = "held"
+    NO_CLUSTER: ClassVar[str] = "no-cluster"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == ReserveResult.RESERVED
 
 
 class Clock(Protocol):
@@ -53,28 +83,41 @@ class StateStore(Protocol):
 
     def observed_summaries(self) -> list[ClusterSummary]: ...
 
-    def placeable_summaries(self) -> list[ClusterSummary]:
-        """Observed summaries minus live reservations: what the placer reads."""
+    def placeable_summaries(self, now: float | None = None) -> list[ClusterSummary]:
+        """Observed summaries minus live reservations (broker.reservations.deduct)."""
         ...
+
+    # --- the placer's cache: incremental reads (Kueue's cache -> snapshot)
+    def cluster_versions(self, clusters: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """(summary version, reservation ledger) per cluster that has a summary."""
+        ...
+
+    def cluster_states(self, clusters: Sequence[str]) -> dict[str, ClusterState]: ...
 
     # --- reservations (assume / forget)
-    def reserve(self, reservation: Reservation, now: float) -> bool:
-        """Atomically reserve unless the cluster's free units (minus live reservations) can't cover it."""
+    def reserve(self, reservation: Reservation, now: float, version: int, ledger: int) -> ReserveResult:
+        """Compare-and-set: hold it only if the cluster is still at that summary version and ledger."""
         ...
 
-    def release(self, job_id: str) -> None: ...
+    def release(self, job_id: str, attempt: int | None = None, owner: str | None = None) -> bool: ...
+
+    def prune_expired(self, now: float) -> int: ...
 
     def live_reservations(self, now: float) -> list[Reservation]: ...
 
     # --- jobs
-    def create_job(self, record: JobRecord) -> JobRecord:
-        """Store a new job; with an idempotency key already seen, returns the existing job instead."""
+    def create_job(self, record: JobRecord, event: JobEvent | None = None) -> JobRecord:
+        """Store a new job and its first event; with an idempotency key already seen, returns the
+        existing job instead."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
-    def save_job(self, record: JobRecord, expected_state: JobState | None = None) -> JobRecord:
-        """Write the record; with expected_state, only if the stored state is still that (else Conflict)."""
+    def save_job(
+        self, record: JobRecord, expected_state: JobState | None = None, event: JobEvent | None = None
+    ) -> JobRecord:
+        """Write the record (and its event, atomically); with expected_state, only if the stored state
+        is still that (else Conflict)."""
         ...
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...

@@ -4,9 +4,16 @@ Owns the order of steps and their idempotence, over the ports only (StateStore, 
 every decision is delegated to the pure core (placement, hints, lifecycle). Each step can be re-run
 after a crash at any point without losing or duplicating a job:
 
-- schedule_once: QUEUED -> reserve capacity (atomic) -> record PLACED with the workload name derived
-  from job id + attempt -> create the Job in the member cluster (409 = already there). A failed create
-  releases the reservation and puts the job back to QUEUED with the reason.
+- schedule_once: one pass of Kueue's cycle. The FleetCache is refreshed incrementally (only clusters
+  whose summary version or reservation ledger moved are read), the QUEUED jobs are taken in queue order
+  and placed one after another by a BatchPlacer over the cache's placeable view; each placement is
+  reserved by compare-and-set at exactly the state it was decided on (a cluster that moved is read again
+  and the job decided again), assumed into the cache and the placer, recorded PLACED with the workload
+  name derived from job id + attempt, and handed to the Dispatcher, which creates the Job in the member
+  cluster (409 = already there) concurrently across clusters. A failed create releases the reservation
+  and puts the job back to QUEUED with the reason and a backoff. A job that can never fit the fleet
+  (every cluster rejects it for a reason freed capacity can't change) is parked until the fleet's
+  structure changes; one that can't fit now is not looked at again until the cache changes.
 - cancel: compare-and-set to CANCELLED, then delete the Job; a dispatch that created the Job meanwhile
   sees CANCELLED after its create and deletes it, so a racing cancel never leaves a Job running.
 - sync_status: for PLACED/ADMITTED/RUNNING jobs, read the Job in its cluster and apply
@@ -15,14 +22,19 @@ after a crash at any point without losing or duplicating a job:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from broker import catalog, hints, lifecycle, placement, telemetry
-from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.batch_placement import BatchPlacer
+from broker.dispatch import Dispatcher, InlineDispatcher
+from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
+from broker.fleet_cache import FleetCache
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
@@ -35,7 +47,7 @@ from broker.model import (
     Placement,
     Reservation,
 )
-from broker.ports import Clock, ClusterGateway, StateStore
+from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +58,13 @@ DISPATCH_BACKOFF_MAX_SECONDS = 300.0
 
 # How often cancel() re-reads a job that changed state under it before giving up.
 _CANCEL_ATTEMPTS = 5
+# How often one job is decided again in a pass when its cluster changed between decision and reserve.
+_RESERVE_ATTEMPTS = 3
+# A job that could not fit is looked at again when the cache changed, or after this long regardless
+# (reservations expire without any write).
+_NOFIT_RECHECK_SECONDS = 5.0
+# The product names the fleet shows, for submit's validation: read again at most this often.
+_KNOWN_PRODUCTS_TTL_SECONDS = 5.0
 
 
 def new_job_id() -> str:
@@ -68,6 +87,8 @@ class BrokerService:
         policy: placement.PlacementPolicy | None = None,
         settings: ServiceSettings | None = None,
         new_id: Callable[[], str] = new_job_id,
+        dispatcher: Dispatcher | None = None,
+        placer_id: str | None = None,
     ) -> None:
         self.store = store
         self.gateway = gateway
@@ -76,6 +97,17 @@ class BrokerService:
         self.policy = policy or placement.PlacementPolicy()
         self.settings = settings or ServiceSettings()
         self._new_id = new_id
+        self.dispatcher: Dispatcher = dispatcher or InlineDispatcher()
+        # Owns the reservations this service makes: no other placer's reserve or release touches them.
+        self.placer_id = placer_id or "p" + uuid.uuid4().hex[:12]
+        self.cache = FleetCache(store, self.traits)
+        self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
+        self._pending_lock = threading.Lock()
+        self._parked: dict[str, str] = {}  # job id -> fleet fingerprint it can never fit
+        self._no_fit: dict[str, tuple[int, float]] = {}  # job id -> (cache generation, time) of its NoFit
+        self._known_products: frozenset[str] = frozenset()
+        self._known_products_at = float("-inf")
+        self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -95,30 +127,39 @@ class BrokerService:
             reason="waiting for placement",
             idempotency_key=idempotency_key,
         )
-        stored = self.store.create_job(record)
-        created = stored.id == record.id
-        if created:
-            self._event(stored, "submitted")
-        return stored, created
+        stored = self.store.create_job(record, self._event_of(record, "submitted"))
+        return stored, stored.id == record.id
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
         """Catalog names in their canonical spelling; a product neither in the catalog nor seen in any
         cluster (unknown products keep their raw GFD name) is refused, as is a MIG profile no product has."""
-        seen = {p.product for s in self.store.observed_summaries() for p in s.products}
         products: list[str] = []
         for i, name in enumerate(request.gpu_products):
             known = catalog.entry(name)
             if known is not None:
                 products.append(known.name)
-            elif name in seen:
+            elif name in self._fleet_products(refresh_if_missing=name):
                 products.append(name)
             else:
-                choices = ", ".join(sorted(set(catalog.names()) | seen))
+                choices = ", ".join(sorted(set(catalog.names()) | self._known_products))
                 raise InvalidRequest(f"gpuProducts[{i}]", f"unknown GPU product {name!r}; known: {choices}")
         profile = request.mig_profile
         if profile is not None and not any(catalog.mig_profile(n, profile) for n in catalog.names()):
             raise InvalidRequest("mig.profile", f"no GPU product has the MIG profile {profile!r}")
         return replace(request, gpu_products=tuple(products))
+
+    def _fleet_products(self, refresh_if_missing: str | None = None) -> frozenset[str]:
+        """Product names the fleet shows (unknown products keep their raw GFD name), cached for a few
+        seconds: a submit never reads every summary. A name not in the cache triggers one early read."""
+        now = self.clock.now()
+        age = now - self._known_products_at
+        missing = refresh_if_missing is not None and refresh_if_missing not in self._known_products
+        if age > _KNOWN_PRODUCTS_TTL_SECONDS or (missing and age > 0.5):
+            self._known_products = frozenset(
+                p.product for s in self.store.observed_summaries() for p in s.products
+            )
+            self._known_products_at = now
+        return self._known_products
 
     def get(self, job_id: str) -> JobRecord:
         record = self.store.get_job(job_id)
@@ -171,28 +212,55 @@ class BrokerService:
 
     def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
         """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
-        summaries = self._placeable()
         now = self.clock.now()
-        decision = placement.place(request, summaries, self.traits, self.policy, now)
-        return decision, placement.explain(request, summaries, self.traits, self.policy, now)
+        summaries = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        return placement.explain_and_decide(request, summaries, self.traits, self.policy, now)
 
     # ------------------------------------------------------------------ the control loop's steps
 
+    def set_traits(self, traits: Mapping[str, ClusterTraits]) -> None:
+        """The member clusters changed while running (ClusterProfiles join and leave): the next
+        scheduling pass places on exactly these. Safe from another thread: the pass applies it."""
+        with self._pending_lock:
+            self._pending_traits = dict(traits)
+
+    def _apply_pending_traits(self) -> None:
+        with self._pending_lock:
+            pending, self._pending_traits = self._pending_traits, None
+        if pending is not None:
+            self.traits = pending
+            self.cache.set_clusters(pending)
+
     def schedule_once(self) -> list[JobRecord]:
-        """Try to place every QUEUED job once, highest priority first. Returns the jobs that changed."""
+        """One scheduling pass over every QUEUED job, in queue order. Returns the jobs that changed."""
+        self._apply_pending_traits()
         queued = lifecycle.queue_order(
             self.store.list_jobs([JobState.QUEUED]), dict(self.settings.priorities or {})
         )
+        waiting = {r.id for r in queued}
+        self._parked = {j: fp for j, fp in self._parked.items() if j in waiting}
+        self._no_fit = {j: g for j, g in self._no_fit.items() if j in waiting}
         if not queued:
             return []
+        now = self.clock.now()
+        self.cache.refresh()
+        fleet = self.cache.fingerprint()
+        placer = BatchPlacer(self.cache.placeable_all(now), self.traits, self.policy, now)
         changed: list[JobRecord] = []
-        summaries = self._placeable()
         for record in queued:
-            now = self.clock.now()
             if now < record.not_before:
                 continue  # backing off after a failed dispatch
+            if self._parked.get(record.id) == fleet:
+                continue  # can never fit this fleet: wait for the fleet to change
+            seen = self._no_fit.get(record.id)
+            if (
+                seen is not None
+                and seen[0] == self.cache.generation
+                and now - seen[1] < _NOFIT_RECHECK_SECONDS
+            ):
+                continue  # nothing changed since it did not fit
             try:
-                step = self._schedule_job(record, summaries, now)
+                step = self._schedule_job(record, placer, now)
             except StoreError:
                 raise  # the store is down: nothing else can progress either
             except Exception:
@@ -202,43 +270,68 @@ class BrokerService:
                 continue
             if step is not None:
                 changed.append(step)
-                if step.state is JobState.PLACED:
-                    summaries = self._placeable()
         return changed
 
-    def _schedule_job(
-        self, record: JobRecord, summaries: list[ClusterSummary], now: float
-    ) -> JobRecord | None:
+    def _schedule_job(self, record: JobRecord, placer: BatchPlacer, now: float) -> JobRecord | None:
         """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None."""
-        started = time.perf_counter()
-        decision = placement.place(record.request, summaries, self.traits, self.policy, now)
-        telemetry.placement_latency.record(time.perf_counter() - started)
-        if isinstance(decision, NoFit):
-            telemetry.unplaceable.add(1)
-            if record.reason != decision.message:
-                return self._save(replace(record, reason=decision.message, updated_at=now))
-            return None
-        placed = self._dispatch(record, decision, now)
-        if placed is not None and placed.state is JobState.PLACED:
-            telemetry.placements.add(1, {"cluster": decision.cluster})
-        return placed
+        self.evaluations += 1
+        for _ in range(_RESERVE_ATTEMPTS):
+            started = time.perf_counter()
+            decision = placer.place(record.request)
+            telemetry.placement_latency.record(time.perf_counter() - started)
+            if isinstance(decision, NoFit):
+                return self._not_placed(record, decision, now)
+            reservation, result = self._reserve(record, decision, now)
+            if result.ok:
+                self.cache.assume(reservation, result.ledger)
+                self._assume_into(placer, decision.cluster, now)
+                placed = self._commit(record, decision, now)
+                if placed is not None:
+                    telemetry.placements.add(1, {"cluster": decision.cluster})
+                return placed
+            if result.status != ReserveResult.STALE:
+                return None  # another placer holds this job, or the cluster is gone
+            self.cache.refresh_cluster(decision.cluster)  # it moved since it was read: decide again
+            self._assume_into(placer, decision.cluster, now)
+        return None
 
-    def _dispatch(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
-        attempt = record.attempt + 1
+    def _assume_into(self, placer: BatchPlacer, cluster: str, now: float) -> None:
+        fresh = self.cache.placeable(cluster, now)
+        if fresh is not None:
+            placer.update(fresh)
+
+    def _not_placed(self, record: JobRecord, decision: NoFit, now: float) -> JobRecord | None:
+        telemetry.unplaceable.add(1)
+        if decision.never_fits:
+            self._parked[record.id] = self.cache.fingerprint()
+        else:
+            self._no_fit[record.id] = (self.cache.generation, now)
+        if record.reason != decision.message:
+            return self._save(replace(record, reason=decision.message, updated_at=now))
+        return None
+
+    def _reserve(self, record: JobRecord, where: Placement, now: float) -> tuple[Reservation, ReserveResult]:
+        """Compare-and-set the placement's reservation at the (version, ledger) it was decided on."""
         reservation = Reservation(
             job_id=record.id,
-            attempt=attempt,
+            attempt=record.attempt + 1,
             cluster=where.cluster,
             product=where.product,
-            resource_name=where.resource_name,
-            units=where.total_units,
+            resource_name=where.resource_name or "none",
+            units=max(1, where.total_units),
             created_at=now,
             expires_at=now + self.settings.reservation_ttl_seconds,
+            pods=max(1, where.pods),
+            owner=self.placer_id,
         )
-        if not self.store.reserve(reservation, now):
-            return None  # lost a race for the capacity; the next cycle sees fresh numbers
-        traits = self.traits[where.cluster]
-        manifests = hints.build_workload(record.id, attempt, record.request, where, traits)
+        state = self.cache.state(where.cluster)
+        if state is None:
+            return reservation, ReserveResult(ReserveResult.NO_CLUSTER, 0, 0)
+        return reservation, self.store.reserve(reservation, now, state.summary.version, state.ledger)
+
+    def _commit(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
+        """Record PLACED (compare-and-set from QUEUED) and hand the create to the dispatcher."""
+        attempt = record.attempt + 1
         name = hints.workload_name(record.id, attempt)
         reason = f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod ({where.product}), score {where.score}"
         try:
@@ -249,35 +342,47 @@ class BrokerService:
                 expected=JobState.QUEUED,
             )
         except Conflict:
-            self.store.release(record.id)
+            self.store.release(record.id, attempt, self.placer_id)
             return None  # cancelled meanwhile, or another replica took it
+        self.dispatcher.submit(where.cluster, lambda: self._create(placed, where))
+        return placed
+
+    def _create(self, placed: JobRecord, where: Placement) -> None:
+        """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
+        release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
+        attempt = placed.attempt
+        name = placed.workload_name or hints.workload_name(placed.id, attempt)
+        traits = self.traits.get(where.cluster)
         try:
+            if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
+                raise ClusterRejected(where.cluster, "no longer a member cluster")
+            manifests = hints.build_workload(placed.id, attempt, placed.request, where, traits)
             self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
         except ClusterError as exc:
-            log.warning("dispatch of %s to %s failed: %s", record.id, where.cluster, exc)
-            self.store.release(record.id)
+            log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            self.store.release(placed.id, attempt, self.placer_id)
             failures = placed.dispatch_failures + 1
             backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
-            return self._transition(
-                replace(
-                    placed,
-                    cluster=None,
-                    placement=None,
-                    workload_name=None,
-                    dispatch_failures=failures,
-                    not_before=self.clock.now() + backoff,
-                ),
-                JobState.QUEUED,
-                f"dispatch-failed (attempt {attempt}, next try in {backoff:.0f} s): {exc}",
-                expected=JobState.PLACED,
-            )
-        current = self.store.get_job(record.id)
+            with contextlib.suppress(Conflict):  # cancelled meanwhile: nothing to requeue
+                self._transition(
+                    replace(
+                        placed,
+                        cluster=None,
+                        placement=None,
+                        workload_name=None,
+                        dispatch_failures=failures,
+                        not_before=self.clock.now() + backoff,
+                    ),
+                    JobState.QUEUED,
+                    f"dispatch-failed (attempt {attempt}, next try in {backoff:.0f} s): {exc}",
+                    expected=JobState.PLACED,
+                )
+            return
+        current = self.store.get_job(placed.id)
         if current is None or current.state is JobState.CANCELLED or current.workload_name != name:
             # Cancelled while the Job was being created: cancel() may have deleted before our create.
-            self.store.release(record.id)
+            self.store.release(placed.id, attempt, self.placer_id)
             self._delete_workload(where.cluster, name, current or placed)
-            return None
-        return placed
 
     def sync_status(self) -> list[JobRecord]:
         """Follow every placed job in its member cluster. Returns the jobs that changed state."""
@@ -312,7 +417,7 @@ class BrokerService:
         if step is None:
             return None
         if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
-            self.store.release(record.id)
+            self.store.release(record.id, record.attempt)
         target = record
         if step.state is JobState.QUEUED:
             target = replace(record, cluster=None, placement=None, workload_name=None)
@@ -325,6 +430,7 @@ class BrokerService:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
         declared cluster that answers. Returns "cluster/name" of each Job deleted."""
         deleted: list[str] = []
+        self.store.prune_expired(self.clock.now())
         down = self._unavailable_clusters()
         for cluster, traits in sorted(self.traits.items()):
             if cluster in down:
@@ -368,31 +474,28 @@ class BrokerService:
             if s.health in (Health.UNREACHABLE, Health.FORBIDDEN)
         }
 
-    def _placeable(self) -> list[ClusterSummary]:
-        """Placeable summaries of the declared clusters only: Redis may still hold the summary of a
-        cluster removed from the configuration (or one another broker on the same prefix watches)."""
-        return [s for s in self.store.placeable_summaries() if s.cluster in self.traits]
-
     def _transition(
         self, record: JobRecord, state: JobState, reason: str, expected: JobState | None = None
     ) -> JobRecord:
         now = self.clock.now()
-        saved = self.store.save_job(replace(record, state=state, reason=reason, updated_at=now), expected)
+        changed = replace(record, state=state, reason=reason, updated_at=now)
+        saved = self.store.save_job(changed, expected, self._event_of(changed, reason))
         telemetry.transitions.add(1, {"state": str(state)})
-        self._event(saved, reason)
         return saved
 
     def _save(self, record: JobRecord) -> JobRecord:
         return self.store.save_job(record, record.state)
 
-    def _event(self, record: JobRecord, reason: str) -> None:
-        self.store.append_event(
-            JobEvent(
-                job_id=record.id,
-                at=record.updated_at,
-                state=record.state,
-                attempt=record.attempt,
-                reason=reason,
-                cluster=record.cluster,
-            )
+    @staticmethod
+    def _event_of(record: JobRecord, reason: str) -> JobEvent:
+        return JobEvent(
+            job_id=record.id,
+            at=record.updated_at,
+            state=record.state,
+            attempt=record.attempt,
+            reason=reason,
+            cluster=record.cluster,
         )
+
+    def _event(self, record: JobRecord, reason: str) -> None:
+        self.store.append_event(self._event_of(record, reason))

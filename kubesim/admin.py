@@ -8,7 +8,13 @@ POST   /clusters/<name>/faults       {"down": true} {"hang": true} {"latency": 0
                                      {"expired_token": true} {"forbidden": true} {"cut_watches": true}
                                      {"clear": true} (any mix; false/0 clears one fault)
 DELETE /clusters/<name>/faults       clear every fault
+GET    /clusters/<name>/users        users bound to tokens: {"users": {name: kubeconfig path}}
+POST   /clusters/<name>/users        {"name": "broker", "groups": ["gpufed"], "token": optional}: bind a token
+                                     to a user (RBAC applies); answers the token and a kubeconfig path
 POST   /clusters/<name>/compact      {"resource": "nodes", "keep": 0}: drop watch history (forces 410)
+GET    /clusters/<name>/spot         the cluster's spot nodes
+POST   /clusters/<name>/spot         {"node": "<name>"} or {"pool": "<spot pool>"}: a spot interruption now
+                                     (notice event + cordon; the node goes after the pool's notice seconds)
 GET    /clock                        {"now": <sim epoch>, "speed": x}
 POST   /clock                        {"speed": x} and/or {"advance": seconds}
 """
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from kubesim.controllers.spot import SpotError
 from kubesim.faults import FaultError
 from kubesim.http import Connection, Request, Response
 from kubesim.resources import BY_KEY
@@ -113,6 +120,30 @@ class AdminApi:
                 if method == "DELETE":
                     return _json(await sim.set_faults(name, {"clear": True}))
                 return _error(405, "use GET, POST or DELETE")
+            if len(segs) == 3 and segs[2] == "users":
+                if method == "GET":
+                    return _json({"users": {u: str(p) for u, p in sim.users(name).items()}})
+                if method != "POST":
+                    return _error(405, "use GET or POST")
+                user, groups, token = body.get("name"), body.get("groups", []), body.get("token")
+                if not isinstance(user, str) or not user:
+                    return _error(400, "name (the user) must be a non-empty string")
+                if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                    return _error(400, "groups must be a list of strings")
+                if token is not None and (not isinstance(token, str) or len(token) < 16):
+                    return _error(400, "token must be a string of at least 16 characters")
+                try:
+                    token = sim.register_user(name, user, tuple(groups), token)
+                except ValueError as e:
+                    return _error(400, str(e))
+                return _json(
+                    {
+                        "name": user,
+                        "groups": groups,
+                        "token": token,
+                        "kubeconfig": str(sim.user_kubeconfig_path(name, user)),
+                    }
+                )
             if len(segs) == 3 and segs[2] == "compact" and method == "POST":
                 key = str(body.get("resource", "nodes"))
                 if key not in BY_KEY:
@@ -123,4 +154,23 @@ class AdminApi:
                 store = sim.store(name)
                 store.compact(key, keep)
                 return _json({"resource": key, "kept": keep, "resourceVersion": store.resource_version})
+            if len(segs) == 3 and segs[2] == "spot":
+                return self._spot(name, method, body)
         return _error(404, f"no admin route {method} /{'/'.join(segs)}")
+
+    def _spot(self, name: str, method: str, body: dict[str, Any]) -> Response:
+        controllers = self.sim.controllers(name)
+        if controllers is None:
+            return _error(409, "the simulation runs without controllers: nothing interrupts spot nodes")
+        spot = controllers.spot
+        if method == "GET":
+            return _json({"nodes": spot.spot_nodes()})
+        if method != "POST":
+            return _error(405, "use GET or POST")
+        target = body.get("node") or body.get("pool")
+        if not isinstance(target, str) or not target:
+            return _error(400, 'send {"node": "<spot node>"} or {"pool": "<spot pool>"}')
+        try:
+            return _json(spot.interrupt(target))
+        except SpotError as e:
+            return _error(400, str(e))

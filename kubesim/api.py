@@ -16,6 +16,7 @@ import contextlib
 import copy
 import logging
 import random
+import secrets
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -24,17 +25,20 @@ from typing import Any
 import orjson
 import yaml
 
-from kubesim import tables
+from kubesim import admission, disruption, podlogs, protobuf, rbac, tables
+from kubesim import apply as ssa
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
 from kubesim.http import Connection, Request, Response
 from kubesim.patch import PatchError, json_patch, merge_patch, strategic_merge
-from kubesim.resources import RESOURCES, ResourceType, groups, lookup
+from kubesim.rbac import ADMIN, Identity
+from kubesim.resources import CREATE_ONLY, RESOURCES, ResourceType, groups, lookup
 from kubesim.selectors import SelectorError, matcher, parse_field_selector, parse_label_selector
 from kubesim.store import GoneError, InvalidError, NotFoundError, ObjectStore, StoreError, WatchEvent, rfc3339
 from kubesim.validation import (
     apply_create_defaults,
     generate_name,
+    normalize_quantities,
     validate_create,
     validate_update,
 )
@@ -58,7 +62,14 @@ KUBE_VERSION = {
     "minCompatibilityMinor": "36",
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-SUB_VERBS = {"status": ["get", "patch", "update"], "binding": ["create"]}
+SUB_VERBS = {
+    "status": ["get", "patch", "update"],
+    "binding": ["create"],
+    "eviction": ["create"],
+    "log": ["get"],
+}
+# Subresources whose kind is not the parent's: (group, version, kind).
+SUB_KINDS = {"binding": ("", "v1", "Binding"), "eviction": ("policy", "v1", "Eviction")}
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 # Custom resources (served from CRDs on a real cluster) accept no strategic merge patch.
 CRD_GROUPS = {"kueue.x-k8s.io", "topology.node.k8s.io", "scheduling.x-k8s.io", "multicluster.x-k8s.io"}
@@ -68,6 +79,14 @@ JOB_DELETE_WARNING = (
     'this warning"'
 )
 WATCH_QUEUE_LIMIT = 100_000
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
+LOG_FOLLOW_POLL = 0.1  # real seconds between looks at a followed container's log
 _JSON = "application/json"
 
 
@@ -81,13 +100,18 @@ class ApiError(Exception):
         message: str,
         details: Obj | None = None,
         headers: list[tuple[str, str]] | None = None,
+        list_meta: Obj | None = None,
     ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details, self.headers = details, headers or []
+        self.list_meta = list_meta
 
     def status(self) -> Obj:
-        return status_obj(self.code, self.reason, self.message, self.details)
+        body = status_obj(self.code, self.reason, self.message, self.details)
+        if self.list_meta:
+            body["metadata"] = self.list_meta
+        return body
 
     def response(self) -> Response:
         return Response(self.code, orjson.dumps(self.status()), headers=self.headers)
@@ -213,7 +237,7 @@ def api_resource_list(group: str, version: str) -> Obj:
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": ["create"] if r.key in CREATE_ONLY else VERBS,
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
@@ -221,15 +245,18 @@ def api_resource_list(group: str, version: str) -> Obj:
             entry["categories"] = list(r.categories)
         resources.append(entry)
         for sub in r.subresources:
-            resources.append(
-                {
-                    "name": f"{r.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": r.namespaced,
-                    "kind": "Binding" if sub == "binding" else r.kind,
-                    "verbs": SUB_VERBS.get(sub, ["get"]),
-                }
-            )
+            sub_entry: Obj = {
+                "name": f"{r.plural}/{sub}",
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": SUB_VERBS.get(sub, ["get"]),
+            }
+            if sub in SUB_KINDS:
+                sub_group, sub_version, sub_entry["kind"] = SUB_KINDS[sub]
+                if sub_group != group:
+                    sub_entry["group"], sub_entry["version"] = sub_group, sub_version
+            resources.append(sub_entry)
     gv = version if not group else f"{group}/{version}"
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 
@@ -254,7 +281,7 @@ def discovery_v2(core: bool) -> Obj:
                     "responseKind": rk,
                     "scope": "Namespaced" if r.namespaced else "Cluster",
                     "singularResource": r.singular,
-                    "verbs": VERBS,
+                    "verbs": ["create"] if r.key in CREATE_ONLY else VERBS,
                 }
                 if r.short_names:
                     entry["shortNames"] = list(r.short_names)
@@ -265,11 +292,13 @@ def discovery_v2(core: bool) -> Obj:
                         {
                             "subresource": s,
                             "verbs": SUB_VERBS.get(s, ["get"]),
-                            "responseKind": {
-                                "group": "" if s == "binding" else group,
-                                "version": version if s != "binding" else "v1",
-                                "kind": "Binding" if s == "binding" else r.kind,
-                            },
+                            "responseKind": dict(
+                                zip(
+                                    ("group", "version", "kind"),
+                                    SUB_KINDS.get(s, (group, version, r.kind)),
+                                    strict=True,
+                                )
+                            ),
                         }
                         for s in r.subresources
                     ]
@@ -432,6 +461,7 @@ class ClusterApi:
         self._watches: dict[str, set[Watch]] = {}
         self._unsubscribe: dict[str, Callable[[], None]] = {}
         self._hung: set[Connection] = set()
+        self.users: dict[str, Identity] = {}  # bearer token -> the user it authenticates (besides admin)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -461,6 +491,17 @@ class ClusterApi:
             conn.abort()
         self._hung.clear()
 
+    def add_user(self, user: str, groups: tuple[str, ...] | list[str] = (), token: str | None = None) -> str:
+        """Bind a bearer token to a user (and groups); RBAC decides what it may do. Returns the token (a new
+        random one unless given). The admin token (`self.token`) stays all-powerful."""
+        if not user or user == rbac.ADMIN_USER:
+            raise ValueError(f"user name must be set and not {rbac.ADMIN_USER!r}")
+        token = token or secrets.token_urlsafe(32)
+        if token == self.token:
+            raise ValueError("a user token must differ from the admin token")
+        self.users[token] = Identity(user, tuple(groups))
+        return token
+
     @property
     def watch_count(self) -> int:
         return sum(len(w) for w in self._watches.values())
@@ -477,11 +518,13 @@ class ClusterApi:
         if faults.latency:
             await asyncio.sleep(faults.latency)
         try:
-            self._authorize(req)
+            ident = self._authenticate(req)
+            if ident is not None and ident is not ADMIN:
+                self._check_rbac(req, ident)
             code = faults.pick_error(self._rng)
             if code is not None:
                 raise self._fault_error(code)
-            return await self._route(req, conn)
+            return await self._route(req, conn, ident or ADMIN)
         except ApiError as e:
             return e.response()
         except StoreError as e:
@@ -499,7 +542,9 @@ class ClusterApi:
                 500, "InternalError", f"Internal error occurred: {type(e).__name__}: {e}"
             ).response()
 
-    def _authorize(self, req: Request) -> None:
+    def _authenticate(self, req: Request) -> Identity | None:
+        """The request's identity from its bearer token (None: anonymous public info), impersonation
+        applied; 401 for a missing or unknown token."""
         header = req.headers.get("authorization", "")
         path = req.path.rstrip("/")
         if (
@@ -507,8 +552,10 @@ class ClusterApi:
             and path in ("/version", "/healthz", "/livez", "/readyz")
             and not self.faults.expired_token
         ):
-            return  # anonymous access to public info, as system:public-info-viewer allows
-        if not header.startswith("Bearer ") or header[7:].strip() != self.token or self.faults.expired_token:
+            return None  # anonymous access to public info, as system:public-info-viewer allows
+        token = header[7:].strip() if header.startswith("Bearer ") else ""
+        ident = ADMIN if token and token == self.token else self.users.get(token)
+        if ident is None or self.faults.expired_token:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         if self.faults.forbidden:
             raise ApiError(
@@ -518,6 +565,21 @@ class ClusterApi:
                 f'{req.method.lower()} path "{req.path}"',
                 {},
             )
+        as_user = req.headers.get("impersonate-user")
+        if as_user:
+            attrs = rbac.Attributes("impersonate", True, "", "users", name=as_user)
+            if not rbac.authorize(self.store, ident, attrs).allowed:
+                msg, details = rbac.forbidden_message(ident, attrs)
+                raise ApiError(403, "Forbidden", msg, details)
+            groups = [g.strip() for g in req.headers.get("impersonate-group", "").split(",") if g.strip()]
+            return Identity(as_user, tuple(groups))
+        return ident
+
+    def _check_rbac(self, req: Request, ident: Identity) -> None:
+        attrs = rbac.attributes_of(req.method, req.path, req.param("watch") in ("true", "1"))
+        if not rbac.authorize(self.store, ident, attrs).allowed:
+            msg, details = rbac.forbidden_message(ident, attrs)
+            raise ApiError(403, "Forbidden", msg, details)
 
     def _fault_error(self, code: int) -> ApiError:
         retry = [("Retry-After", str(self.faults.retry_after))]
@@ -559,7 +621,7 @@ class ClusterApi:
 
     # ------------------------------------------------------------------ routing
 
-    async def _route(self, req: Request, conn: Connection) -> Response | None:
+    async def _route(self, req: Request, conn: Connection, ident: Identity = ADMIN) -> Response | None:
         segs = [s for s in req.path.split("/") if s]
         if not segs:
             return self._json(
@@ -627,7 +689,7 @@ class ClusterApi:
                     405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
                 )
             return self._json(api_resource_list(group, version))
-        return await self._resource(req, conn, group, version, rest)
+        return await self._resource(req, conn, group, version, rest, ident)
 
     def _openapi(self, gv: list[str]) -> Response:
         if not gv:
@@ -640,7 +702,7 @@ class ClusterApi:
         raise _not_found()
 
     async def _resource(
-        self, req: Request, conn: Connection, group: str, version: str, rest: list[str]
+        self, req: Request, conn: Connection, group: str, version: str, rest: list[str], ident: Identity
     ) -> Response | None:
         watch_path = rest[0] == "watch"
         if watch_path:
@@ -662,6 +724,12 @@ class ClusterApi:
         if name is not None and rt.namespaced and ns is None:
             raise _not_found()
         method = req.method
+        if rt.key in CREATE_ONLY:
+            if method != "POST" or name is not None:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            return self._review(req, rt, version, ns, ident)
         try:
             if method == "GET":
                 if watch_path or req.param("watch") in ("true", "1"):
@@ -670,6 +738,14 @@ class ClusterApi:
                     return await self._watch(req, conn, rt, version, ns, name)
                 if name is None:
                     return self._list(req, rt, version, ns)
+                if sub == "log":
+                    return await self._logs(req, conn, ns or "", name)
+                if sub == "eviction":
+                    raise ApiError(
+                        405,
+                        "MethodNotAllowed",
+                        "the server does not allow this method on the requested resource",
+                    )
                 return self._get(req, rt, version, ns or "", name)
             if watch_path:
                 raise ApiError(
@@ -682,6 +758,8 @@ class ClusterApi:
                     return self._create(req, rt, version, ns or "")
                 if sub == "binding":
                     return self._bind(req, ns or "", name)
+                if sub == "eviction":
+                    return self._evict(req, rt, version, ns or "", name)
             elif method == "PUT" and name is not None:
                 return self._update(req, rt, version, ns or "", name, sub)
             elif method == "PATCH" and name is not None:
@@ -713,6 +791,19 @@ class ClusterApi:
         if not req.body:
             raise _bad_request("the request body is empty")
         ctype = req.headers.get("content-type", _JSON)
+        if ctype.split(";")[0].strip() == protobuf.MEDIA_TYPE:
+            try:
+                return protobuf.decode(req.body)
+            except protobuf.UnsupportedKind as e:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types include: "
+                    f"application/json, application/yaml (kubesim decodes protobuf only for the kinds "
+                    f"kubectl sends that way and it knows, not {e})",
+                ) from None
+            except protobuf.ProtobufError as e:
+                raise _bad_request(f"the request body could not be decoded: {e}") from None
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(req.body)
@@ -761,10 +852,31 @@ class ClusterApi:
             )
         return self._json(ext, status=status, headers=headers)
 
-    def _ensure_namespace(self, ns: str) -> None:
-        if self.store.find("namespaces", "", ns) is None:
+    def _ensure_namespace(self, ns: str, rt: ResourceType | None = None, name: str = "") -> None:
+        found = self.store.find("namespaces", "", ns)
+        if found is None:
             raise ApiError(
                 404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"}
+            )
+        if _meta(found).get("deletionTimestamp"):
+            what = f'{rt.key} "{name}"' if rt is not None else "object"
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"{what} is forbidden: unable to create new content in namespace {ns} because it is being "
+                "terminated",
+                {
+                    "name": name,
+                    "group": rt.group if rt else "",
+                    "kind": rt.plural if rt else "",
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {ns} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
             )
 
     @staticmethod
@@ -788,17 +900,41 @@ class ClusterApi:
         return objs, rv, match is not None
 
     def _list(self, req: Request, rt: ResourceType, version: str, ns: str | None) -> Response:
-        objs, rv, filtered = self._selected(req, rt, ns)
-        objs.sort(key=_sort_key)
-        list_meta: Obj = {"resourceVersion": str(rv)}
         cont = req.param("continue")
+        token: Obj = {}
         if cont:
             try:
                 token = orjson.loads(base64.urlsafe_b64decode(cont.encode()))
                 after = (str(token["ns"]), str(token["name"]))
-                list_meta["resourceVersion"] = str(token["rv"])
+                pinned = int(token["rv"])
             except (binascii.Error, ValueError, KeyError, TypeError):
                 raise _bad_request("continue key is not valid") from None
+        if cont and pinned > 0:
+            # Later pages show the list as of the first page's resourceVersion (a consistent snapshot).
+            try:
+                objs = self.store.list_at(rt.key, pinned, ns)
+            except GoneError:
+                raise ApiError(
+                    410,
+                    "Expired",
+                    CONTINUE_EXPIRED,
+                    list_meta={
+                        "continue": base64.urlsafe_b64encode(orjson.dumps({**token, "rv": -1})).decode()
+                    },
+                ) from None
+            match = matcher(
+                parse_label_selector(req.param("labelSelector")),
+                parse_field_selector(req.param("fieldSelector"), rt.key),
+            )
+            filtered = match is not None
+            if match is not None:
+                objs = [o for o in objs if match(o)]
+            rv = pinned
+        else:
+            objs, rv, filtered = self._selected(req, rt, ns)
+        objs.sort(key=_sort_key)
+        list_meta: Obj = {"resourceVersion": str(rv)}
+        if cont:
             start = 0
             lo, hi = 0, len(objs)
             while lo < hi:  # first object after the token's key
@@ -816,7 +952,7 @@ class ClusterApi:
         if limit > 0 and len(objs) > limit:
             last = objs[limit - 1]["metadata"]
             token = {
-                "rv": int(list_meta["resourceVersion"]),
+                "rv": int(list_meta["resourceVersion"]) if not cont or pinned > 0 else -1,
                 "ns": last.get("namespace") or "",
                 "name": last["name"],
             }
@@ -842,8 +978,11 @@ class ClusterApi:
 
     # ------------------------------------------------------------------ writes
 
-    def _create(self, req: Request, rt: ResourceType, version: str, ns: str) -> Response:
-        obj = self._body_object(req, rt, version)
+    def _create(
+        self, req: Request, rt: ResourceType, version: str, ns: str, applied: Obj | None = None
+    ) -> Response:
+        """POST, or an apply that creates (`applied`: the configuration, already in the stored shape)."""
+        obj = copy.deepcopy(applied) if applied is not None else self._body_object(req, rt, version)
         meta = obj["metadata"]
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != ns:
@@ -851,7 +990,8 @@ class ClusterApi:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             meta["namespace"] = ns
-            self._ensure_namespace(ns)
+            generate_name(meta)
+            self._ensure_namespace(ns, rt, str(meta.get("name") or ""))
         else:
             meta.pop("namespace", None)
         generate_name(meta)
@@ -867,11 +1007,30 @@ class ClusterApi:
         ):
             meta.pop(dropped, None)
         validate_create(rt, obj)
+        admission.normalize_admission_object(rt.key, obj)
+        if rt.key == admission.LIMIT_RANGE_KEY:
+            admission.limit_range_defaults(obj)
+        try:
+            if rt.key == "pods":
+                admission.admit_limit_ranges(self.store, obj)
+        except admission.AdmissionError as e:
+            raise self._forbidden(rt, meta.get("name", ""), str(e)) from None
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339(self.clock.now())
         apply_create_defaults(rt, obj, meta["creationTimestamp"])
         if rt.key == "pods":
             self._admit_pod_priority(obj)
+        if rt.namespaced:
+            try:
+                admission.admit_quota(self.store, rt.key, obj)
+            except admission.AdmissionError as e:
+                raise self._forbidden(rt, meta.get("name", ""), str(e)) from None
+        now = meta["creationTimestamp"]
+        if applied is not None:
+            entry = ssa.apply(None, applied, self._manager(req), rt.api_version(version), now, False)
+            meta["managedFields"] = entry["metadata"]["managedFields"]
+        else:
+            ssa.record_update(None, obj, self._manager(req), rt.api_version(version), now)
         if self._dry_run(req):
             if self.store.find(rt.key, ns if rt.namespaced else "", meta["name"]) is not None:
                 raise ApiError(
@@ -885,7 +1044,18 @@ class ClusterApi:
             stored = self.store.create(rt.key, obj, owned=True)
         except StoreError as e:
             raise self._store_error(e, rt, meta["name"]) from None
+        if rt.namespaced and (rt.key == admission.QUOTA_KEY or self.store.count(admission.QUOTA_KEY)):
+            admission.refresh_quotas(self.store, ns)  # status.used at once, as the admission plugin does
+            stored = self.store.get(rt.key, ns, meta["name"])
         return self._out(rt, stored, version, 201)
+
+    @staticmethod
+    def _forbidden(rt: ResourceType, name: str, why: str) -> ApiError:
+        """An admission plugin's refusal: `pods "x" is forbidden: <why>`."""
+        head = f'{rt.key} "{name}" is forbidden' if name else f"{rt.key} is forbidden"
+        return ApiError(
+            403, "Forbidden", f"{head}: {why}", {"name": name, "group": rt.group, "kind": rt.plural}
+        )
 
     def _admit_pod_priority(self, pod: Obj) -> None:
         """The Priority admission plugin: resolve priorityClassName to spec.priority."""
@@ -908,10 +1078,21 @@ class ClusterApi:
         if pc:
             spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
 
+    def _manager(self, req: Request) -> str:
+        return ssa.manager_name(req.param("fieldManager"), req.headers.get("user-agent", ""))
+
     def _commit_update(
-        self, req: Request, rt: ResourceType, version: str, old: Obj, new: Obj, sub: str | None
+        self,
+        req: Request,
+        rt: ResourceType,
+        version: str,
+        old: Obj,
+        new: Obj,
+        sub: str | None,
+        applied: bool = False,
     ) -> Response:
-        """Shared tail of PUT and PATCH: status-subresource rules, validation, finalizers, the write."""
+        """Shared tail of PUT, PATCH and apply: status-subresource rules, validation, field ownership
+        (`applied`: the apply already set managedFields), finalizers, the write."""
         meta = new.setdefault("metadata", {})
         old_meta = old["metadata"]
         if meta.get("name", old_meta["name"]) != old_meta["name"]:
@@ -957,6 +1138,14 @@ class ClusterApi:
                 else:
                     new.pop("status", None)
             validate_update(rt, old, new)
+            if not applied:
+                if "managedFields" in old_meta:
+                    meta["managedFields"] = old_meta["managedFields"]
+                else:
+                    meta.pop("managedFields", None)
+                ssa.record_update(
+                    old, new, self._manager(req), rt.api_version(version), rfc3339(self.clock.now())
+                )
         if self._dry_run(req):
             return self._out(rt, new, version)
         # As the real registry: an update deletes an object being deleted once no finalizer is left and its
@@ -966,6 +1155,7 @@ class ClusterApi:
             old_meta.get("deletionTimestamp")
             and not _meta(new).get("finalizers")
             and not old_meta.get("deletionGracePeriodSeconds")
+            and not (rt.key == "namespaces" and (new.get("spec") or {}).get("finalizers"))
         ):
             self._check_rv(rt, old, new)
             return self._out(
@@ -1004,6 +1194,13 @@ class ClusterApi:
         ctype = req.headers.get("content-type", "").split(";")[0].strip()
         patch = self._body(req)
         old = self.store.find(rt.key, ns, name)
+        if ctype == "application/apply-patch+yaml" and sub == "status":
+            if old is None:
+                raise self._store_error(NotFoundError(f'{rt.key} "{name}" not found'), rt, name)
+            if not isinstance(patch, dict) or not req.param("fieldManager"):
+                raise _bad_request("an apply patch must be an object, with a fieldManager")
+            merged = ssa.merge_values(old.get("status"), patch.get("status"))
+            return self._commit_update(req, rt, version, old, {**old, "status": merged}, sub)
         if ctype == "application/apply-patch+yaml":
             return self._apply(req, rt, version, ns, name, old, patch)
         if old is None:
@@ -1038,18 +1235,208 @@ class ClusterApi:
     def _apply(
         self, req: Request, rt: ResourceType, version: str, ns: str, name: str, old: Obj | None, patch: Any
     ) -> Response:
-        """Server-side apply, approximated: create when absent, else a merge patch (no field ownership)."""
+        """Server-side apply (kubesim.apply): create when absent, else merge the configuration into the live
+        object with field ownership; conflicts are 409 unless `force=true`. A no-op apply writes nothing."""
+        manager = req.param("fieldManager")
+        if not manager:
+            raise ApiError(
+                422,
+                "Invalid",
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for '
+                "apply patch",
+                {
+                    "group": "meta.k8s.io",
+                    "kind": "PatchOptions",
+                    "causes": [
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": "Required value: is required for apply patch",
+                            "field": "fieldManager",
+                        }
+                    ],
+                },
+            )
         if not isinstance(patch, dict):
             raise _bad_request("an apply patch must be an object")
+        for fld in ("apiVersion", "kind"):
+            if not patch.get(fld):
+                raise _bad_request(f"invalid object type: {fld} must be set in an apply configuration")
+        req.body = orjson.dumps(patch)
+        req.headers["content-type"] = _JSON
+        config = self._body_object(req, rt, version)
+        meta = config["metadata"]
+        if meta.get("name") and meta["name"] != name:
+            raise _bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        meta["name"] = name
+        if rt.namespaced:
+            meta.setdefault("namespace", ns)
+        for dropped in ("resourceVersion", "managedFields", "uid", "creationTimestamp", "generation"):
+            meta.pop(dropped, None)
+        normalize_quantities(config)
         if old is None:
-            patch.setdefault("metadata", {})["name"] = name
-            req.body = orjson.dumps(patch)
-            req.headers["content-type"] = _JSON
-            return self._create(req, rt, version, ns)
-        doc = copy.deepcopy(to_version(rt, old, version))
-        new = merge_patch(doc, patch)
-        new["metadata"].pop("resourceVersion", None)
-        return self._commit_update(req, rt, version, old, from_version(rt, new, version), None)
+            return self._create(req, rt, version, ns, applied=config)
+        try:
+            new = ssa.apply(
+                old,
+                config,
+                manager,
+                rt.api_version(version),
+                rfc3339(self.clock.now()),
+                req.param("force") in ("true", "1"),
+            )
+        except ssa.ApplyConflict as e:
+            raise ApiError(
+                409,
+                "Conflict",
+                str(e),
+                {
+                    "causes": [
+                        {"reason": "FieldManagerConflict", "message": m, "field": f} for f, m in e.causes
+                    ]
+                },
+            ) from None
+        if new == old:
+            return self._out(rt, old, version)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return self._commit_update(req, rt, version, old, new, None, applied=True)
+
+    def _evict(self, req: Request, rt: ResourceType, version: str, ns: str, name: str) -> Response:
+        """POST pods/{name}/eviction (policy/v1 Eviction): delete the pod if its disruption budget allows."""
+        body = self._body(req)
+        if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction", "DeleteOptions"):
+            raise _bad_request("the request body must be a policy/v1 Eviction")
+        body_name = (body.get("metadata") or {}).get("name")
+        if body_name and body_name != name:
+            raise _bad_request(f"name in URL does not match name in Eviction object: {name} != {body_name}")
+        pod = self.store.get("pods", ns, name)
+        opts = dict(body.get("deleteOptions") or {})
+        try:
+            pdb = disruption.check_eviction(self.store, pod, self.clock.now())
+        except disruption.EvictionError as e:
+            raise ApiError(e.code, e.reason, e.message, e.details) from None
+        if "All" not in (opts.get("dryRun") or []) and not self._dry_run(req):
+            if pdb is not None:
+                disruption.charge(self.store, pdb, name, self.clock.now())
+            self._delete_object(rt, pod, opts, self._propagation_policy(rt, opts))
+        return self._json(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+            status=201,
+        )
+
+    async def _logs(self, req: Request, conn: Connection, ns: str, name: str) -> Response | None:
+        """GET pods/{name}/log: the simulated container log (kubesim.podlogs), streamed with follow=true until
+        the container exits, the pod goes or the client hangs up."""
+        try:
+            opts = podlogs.parse_options({k: req.param(k) for k in req.query})
+            pod = self.store.get("pods", ns, name)
+            container = podlogs.choose_container(pod, opts.container)
+            entries, done = podlogs.lines(pod, container, self.clock.now(), opts.previous)
+        except podlogs.LogError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+        first = podlogs.select(entries, opts, self.clock.now())
+        budget = opts.limit_bytes
+        body = podlogs.render(first, opts.timestamps)
+        if budget is not None:
+            body = body[:budget]
+        if not opts.follow or opts.previous or done:
+            return Response(200, body, "text/plain")
+        await conn.start_chunked(200, "text/plain")
+        conn.write_chunk(body)
+        if budget is not None:
+            budget -= len(body)
+        sent = len(entries)
+        loop = asyncio.get_running_loop()
+        eof = loop.create_task(conn.reader.read(1))
+        try:
+            while not eof.done() and not conn.closed.is_set() and (budget is None or budget > 0):
+                await conn.drain()
+                await asyncio.sleep(LOG_FOLLOW_POLL)
+                pod_now = self.store.find("pods", ns, name)
+                if pod_now is None or pod_now["metadata"].get("uid") != pod["metadata"].get("uid"):
+                    break
+                try:
+                    entries, done = podlogs.lines(pod_now, container, self.clock.now())
+                except podlogs.LogError:
+                    break
+                chunk = podlogs.render(entries[sent:], opts.timestamps)
+                sent = len(entries)
+                if budget is not None:
+                    chunk = chunk[:budget]
+                    budget -= len(chunk)
+                conn.write_chunk(chunk)
+                if done:
+                    break
+            if not conn.closed.is_set() and not eof.done():
+                await conn.end_chunked()
+        except (ConnectionError, OSError):
+            conn.abort()
+        finally:
+            await self._release_reader(conn, eof)
+        return None
+
+    def _review(
+        self, req: Request, rt: ResourceType, version: str, ns: str | None, ident: Identity
+    ) -> Response:
+        """SelfSubjectAccessReview (the caller), SubjectAccessReview and LocalSubjectAccessReview (the
+        spec's user and groups): the review back with status.allowed and the RBAC reason."""
+        review = self._body_object(req, rt, version)
+        if rt.kind == "SelfSubjectReview":  # kubectl auth whoami
+            user_info: Obj = {"username": ident.user, "groups": list(ident.all_groups)}
+            answer = {**review, "metadata": {"creationTimestamp": None}, "status": {"userInfo": user_info}}
+            return self._json(to_version(rt, answer, version), status=201)
+        if rt.kind == "SelfSubjectRulesReview":  # kubectl auth can-i --list
+            rules_ns = str((review.get("spec") or {}).get("namespace") or "")
+            resource_rules, non_resource_rules = rbac.rules_for(self.store, ident, rules_ns)
+            rules_status = {
+                "resourceRules": resource_rules,
+                "nonResourceRules": non_resource_rules,
+                "incomplete": False,
+            }
+            answer = {**review, "metadata": {"creationTimestamp": None}, "status": rules_status}
+            return self._json(to_version(rt, answer, version), status=201)
+        spec = review.get("spec")
+        if not isinstance(spec, dict) or not (
+            isinstance(spec.get("resourceAttributes"), dict)
+            or isinstance(spec.get("nonResourceAttributes"), dict)
+        ):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{rt.kind}.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: '
+                '"null": exactly one of nonResourceAttributes or resourceAttributes must be specified',
+            )
+        if rt.kind == "SelfSubjectAccessReview":
+            subject = ident
+        else:
+            user = str(spec.get("user") or "")
+            groups = tuple(str(g) for g in spec.get("groups") or [])
+            if not user and not groups:
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'{rt.kind}.authorization.k8s.io "" is invalid: spec.user: Invalid value: "": at least one '
+                    "of user or group must be specified",
+                )
+            subject = ADMIN if user == rbac.ADMIN_USER else Identity(user, groups)
+        attrs = rbac.review_attributes(spec)
+        if rt.kind == "LocalSubjectAccessReview":
+            ra = spec.get("resourceAttributes") or {}
+            if ra.get("namespace") != ns:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'namespace mismatch: spec.resourceAttributes.namespace="{ra.get("namespace")}" must be '
+                    f'"{ns}"',
+                )
+        decision = rbac.authorize(self.store, subject, attrs)
+        status: Obj = {"allowed": decision.allowed}
+        if decision.reason:
+            status["reason"] = decision.reason
+        review["status"] = status
+        review["metadata"] = {"creationTimestamp": None, **({"namespace": ns} if ns else {})}
+        return self._json(to_version(rt, review, version), status=201)
 
     def _bind(self, req: Request, ns: str, name: str) -> Response:
         binding = self._body(req)
@@ -1159,6 +1546,8 @@ class ClusterApi:
         if self._dry_run(req):
             return self._out(rt, old, version, headers=headers)
         obj, deleted = self._delete_object(rt, old, opts, policy)
+        if deleted and rt.namespaced and self.store.count(admission.QUOTA_KEY):
+            admission.refresh_quotas(self.store, _meta(old).get("namespace", ""))
         if rt.key == "pods" or not deleted:
             return self._out(rt, obj, version, headers=headers)
         return self._json(
@@ -1193,25 +1582,34 @@ class ClusterApi:
         return str(policy)
 
     def _delete_object(self, rt: ResourceType, old: Obj, opts: Obj, policy: str) -> tuple[Obj, bool]:
-        """Delete now, or mark for deletion when finalizers remain or a bound pod must terminate first.
-        Returns the object and whether it is gone. Foreground is served as Background: the garbage
-        collector deletes the dependents once the owner is gone."""
+        """Delete now, or mark for deletion when finalizers remain or a bound pod must terminate first
+        (store.request_delete). A namespace with content goes Terminating and the namespace controller
+        empties it. Returns the object and whether it is gone. Foreground is served as Background: the
+        garbage collector deletes the dependents once the owner is gone."""
         meta = _meta(old)
         ns, name = meta.get("namespace", ""), meta["name"]
         grace = self._grace_period(rt, old, opts)
-        if meta.get("finalizers") or grace:
+        if rt.key == "namespaces":
             if meta.get("deletionTimestamp"):
                 return old, False
-            now = self.clock.now()
+            content = self.store.namespace_has_content(name)
+            if not content and not meta.get("finalizers"):
+                return self.store.delete(rt.key, ns, name), True
 
-            def mark(o: Obj) -> None:
-                o["metadata"]["deletionTimestamp"] = rfc3339(now + grace)
-                o["metadata"]["deletionGracePeriodSeconds"] = grace
+            def terminate(o: Obj) -> None:
+                o["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now())
+                o["metadata"]["deletionGracePeriodSeconds"] = 0
+                o.setdefault("status", {})["phase"] = "Terminating"
+                if not content:  # nothing for the namespace controller to do: its finalizer goes now
+                    left = [f for f in (o.get("spec") or {}).get("finalizers") or () if f != "kubernetes"]
+                    o.setdefault("spec", {})["finalizers"] = left
+                    if not left:
+                        o["spec"].pop("finalizers")
 
-            return self.store.mutate(rt.key, ns, name, mark), False
-        if policy == "Orphan":
+            return self.store.mutate(rt.key, ns, name, terminate), False
+        if policy == "Orphan" and not meta.get("finalizers") and not grace:
             self._orphan_dependents(old)
-        return self.store.delete(rt.key, ns, name), True
+        return self.store.request_delete(rt.key, ns, name, grace)
 
     @staticmethod
     def _grace_period(rt: ResourceType, obj: Obj, opts: Obj) -> int:
@@ -1391,9 +1789,30 @@ class ClusterApi:
             conn.abort()
         finally:
             self._unsubscribe_watch(rt.key, w)
-            eof.cancel()
             closed_waiter.cancel()
+            await self._release_reader(conn, eof)
         return None
+
+    @staticmethod
+    async def _release_reader(conn: Connection, eof: asyncio.Task[bytes]) -> None:
+        """Hand the connection's reader back to the HTTP loop for the next request. The end-of-stream read
+        must have finished (cancelled and awaited) first, or the next read fails with "readuntil() called
+        while another coroutine is already waiting". A read cancelled while waiting consumed nothing; one that
+        completed with a byte took the start of a request the client sent after the stream ended, so the
+        connection cannot go on (the client retries on a new one); an empty read is the client's EOF."""
+        eof.cancel()
+        try:
+            data = await eof
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return
+        except Exception:
+            conn.abort()
+            return
+        if data:
+            conn.abort()
 
     # ------------------------------------------------------------------ shutdown
 

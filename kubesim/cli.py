@@ -3,7 +3,7 @@
 kubesim serve --fleet kubesim/fleets/demo.yaml --out run/ [--speed 10] [--admin-port 8470]
 kubesim fault onprem-a --down            (--up, --hang/--no-hang, --latency 0.5, --error-rate 0.2,
                                           --expired-token/--valid-token, --forbidden/--allowed,
-                                          --cut-watches, --clear)
+                                          --cut-watches, --clear, --spot-interrupt NODE|POOL)
 kubesim clock --speed 60 | --advance 3600
 kubesim status
 """
@@ -136,6 +136,12 @@ def fault(
     forbidden: Annotated[bool | None, typer.Option("--forbidden/--allowed")] = None,
     cut_watches: Annotated[bool, typer.Option("--cut-watches", help="Close every open watch now.")] = False,
     clear: Annotated[bool, typer.Option("--clear", help="Clear every fault first.")] = False,
+    spot_interrupt: Annotated[
+        str | None,
+        typer.Option(
+            "--spot-interrupt", help="Interrupt a spot node now (a node name, or a spot pool's name)."
+        ),
+    ] = None,
     out: OutOption = Path("run"),
     admin: AdminOption = None,
 ) -> None:
@@ -161,6 +167,11 @@ def fault(
         changes["cut_watches"] = True
     if clear:
         changes["clear"] = True
+    if spot_interrupt:
+        spot = _call(f"{_admin_url(admin, out)}/clusters/{cluster}/spot", "POST", {"node": spot_interrupt})
+        console.print_json(data=spot)
+        if not changes:
+            return
     method = "POST" if changes else "GET"
     state = _call(f"{_admin_url(admin, out)}/clusters/{cluster}/faults", method, changes if changes else None)
     console.print_json(data=state)

@@ -183,11 +183,16 @@ class CloudPoolSpec(NodeShape):
     scale_down_idle_seconds: float = Field(default=600.0, ge=0)
     price_per_gpu_hour: float = Field(default=0.0, ge=0)
     spot: bool = False
+    # spot only: interruptions per node per simulated hour (0: only on demand), and the notice before it goes
+    spot_interruptions_per_hour: float = Field(default=0.0, ge=0)
+    spot_notice_seconds: float = Field(default=120.0, ge=0)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> CloudPoolSpec:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        if self.spot_interruptions_per_hour and not self.spot:
+            raise ValueError("spotInterruptionsPerHour needs spot: true")
         return self
 
 
@@ -223,9 +228,17 @@ class ResourceFlavorSpec(_Model):
     tolerations: list[dict[str, Any]] = []
 
 
+class PreemptionSpec(_Model):
+    """ClusterQueue spec.preemption (what the simulated Kueue honours)."""
+
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "Never"
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Never"
+
+
 class ClusterQueueSpec(_Model):
     name: str
     cohort: str | None = None
+    preemption: PreemptionSpec = PreemptionSpec()
     queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     namespace_selector: dict[str, Any] = {}
     resource_groups: list[ResourceGroupSpec]
@@ -294,6 +307,15 @@ class DriverSpec(_Model):
     cuda_runtime: str = "13.0"
 
 
+class UserSpec(_Model):
+    """A bearer token bound to a user and groups (RBAC decides what it may do); the token is random
+    unless given."""
+
+    name: str = Field(min_length=1, pattern=r"^[^\s/]+$")
+    groups: list[str] = []
+    token: str | None = Field(default=None, min_length=16)
+
+
 class ClusterSpec(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     region: str
@@ -307,6 +329,7 @@ class ClusterSpec(_Model):
     cloud_pools: list[CloudPoolSpec] = []
     kueue: KueueSpec | None = None
     pod_duration_seconds: float = Field(default=30.0, ge=0)  # when a pod has no duration annotation
+    users: list[UserSpec] = []  # tokens bound to users, besides the admin token
 
     @model_validator(mode="after")
     def _unique_pools(self) -> ClusterSpec:
@@ -744,7 +767,10 @@ def kueue_objects(cluster: ClusterSpec) -> Iterator[tuple[str, Obj]]:
             "namespaceSelector": dict(cq.namespace_selector),
             "queueingStrategy": cq.queueing_strategy,
             "resourceGroups": groups,
-            "preemption": {"reclaimWithinCohort": "Never", "withinClusterQueue": "Never"},
+            "preemption": {
+                "reclaimWithinCohort": cq.preemption.reclaim_within_cohort,
+                "withinClusterQueue": cq.preemption.within_cluster_queue,
+            },
             "stopPolicy": "None",
         }
         if cq.cohort:

@@ -11,9 +11,11 @@ import yaml
 
 
 def kubeconfig_dict(
-    cluster: str, server: str, ca_pem: bytes, token: str, namespace: str = "default"
+    cluster: str, server: str, ca_pem: bytes, token: str, namespace: str = "default", user: str | None = None
 ) -> dict[str, Any]:
-    user = f"{cluster}-admin"
+    """One cluster, one user (`<cluster>-admin` for the admin token, else `<cluster>-<user>`), one context
+    named after the cluster."""
+    user = f"{cluster}-{user or 'admin'}"
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -35,10 +37,12 @@ def kubeconfig_dict(
     }
 
 
-def write_kubeconfig(path: Path, cluster: str, server: str, ca_pem: bytes, token: str) -> Path:
+def write_kubeconfig(
+    path: Path, cluster: str, server: str, ca_pem: bytes, token: str, user: str | None = None
+) -> Path:
     """Write the kubeconfig with mode 0600 (it holds a bearer token), replacing any previous file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(kubeconfig_dict(cluster, server, ca_pem, token), sort_keys=False)
+    text = yaml.safe_dump(kubeconfig_dict(cluster, server, ca_pem, token, user=user), sort_keys=False)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -36,10 +36,34 @@ class ResourceType:
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", ("v1",), "namespaces", "Namespace", False, ("ns",)),
     ResourceType("", ("v1",), "nodes", "Node", False, ("no",)),
-    ResourceType("", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding"), ("all",)),
+    ResourceType(
+        "", ("v1",), "pods", "Pod", True, ("po",), ("status", "binding", "eviction", "log"), ("all",)
+    ),
     ResourceType("", ("v1",), "events", "Event", True, ("ev",), ()),
+    ResourceType("", ("v1",), "resourcequotas", "ResourceQuota", True, ("quota",)),
+    ResourceType("", ("v1",), "limitranges", "LimitRange", True, ("limits",), ()),
     ResourceType("", ("v1",), "secrets", "Secret", True, (), ()),
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
+    ResourceType("policy", ("v1",), "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
+    ResourceType("rbac.authorization.k8s.io", ("v1",), "roles", "Role", True, (), ()),
+    ResourceType("rbac.authorization.k8s.io", ("v1",), "rolebindings", "RoleBinding", True, (), ()),
+    ResourceType("rbac.authorization.k8s.io", ("v1",), "clusterroles", "ClusterRole", False, (), ()),
+    ResourceType(
+        "rbac.authorization.k8s.io", ("v1",), "clusterrolebindings", "ClusterRoleBinding", False, (), ()
+    ),
+    ResourceType(
+        "authorization.k8s.io", ("v1",), "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, (), ()
+    ),
+    ResourceType("authentication.k8s.io", ("v1",), "selfsubjectreviews", "SelfSubjectReview", False, (), ()),
+    ResourceType(
+        "authorization.k8s.io", ("v1",), "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, (), ()
+    ),
+    ResourceType(
+        "authorization.k8s.io", ("v1",), "subjectaccessreviews", "SubjectAccessReview", False, (), ()
+    ),
+    ResourceType(
+        "authorization.k8s.io", ("v1",), "localsubjectaccessreviews", "LocalSubjectAccessReview", True, (), ()
+    ),
     ResourceType("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass", False, ("pc",), ()),
     ResourceType(
         "topology.node.k8s.io",
@@ -71,6 +95,16 @@ RESOURCES: tuple[ResourceType, ...] = (
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}
+# Resources that are only created (answered, never stored): the access reviews.
+CREATE_ONLY = frozenset(
+    {
+        "selfsubjectaccessreviews.authorization.k8s.io",
+        "selfsubjectreviews.authentication.k8s.io",
+        "selfsubjectrulesreviews.authorization.k8s.io",
+        "subjectaccessreviews.authorization.k8s.io",
+        "localsubjectaccessreviews.authorization.k8s.io",
+    }
+)
 
 
 def lookup(group: str, plural: str) -> ResourceType | None:

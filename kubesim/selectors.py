@@ -208,3 +208,22 @@ def matcher(
     if not labels and not fields:
         return None
     return lambda obj: labels_match(labels, obj) and fields_match(fields, obj)
+
+
+def label_selector_matches(selector: Obj, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector object (matchLabels + matchExpressions In/NotIn/Exists/DoesNotExist) against
+    labels. An empty selector matches everything (as in policy/v1 PodDisruptionBudgets)."""
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True

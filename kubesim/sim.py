@@ -57,6 +57,7 @@ class ClusterRuntime:
     kubeconfig: Path
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     controllers: Any = None
+    users: dict[str, Path] = field(default_factory=dict)  # user name -> its kubeconfig
 
     @property
     def url(self) -> str:
@@ -152,6 +153,8 @@ class Simulation:
             runtime = ClusterRuntime(name, spec, store, api, server, tls, self.out_dir / f"{name}.kubeconfig")
             write_kubeconfig(runtime.kubeconfig, name, runtime.url, tls.ca_pem, token)
             self._clusters[name] = runtime
+            for user in getattr(spec, "users", ()):
+                self._add_user(runtime, user.name, tuple(user.groups), user.token)
             if controller_cls is not None:
                 runtime.controllers = controller_cls(store, self.clock, spec)
                 runtime.tasks.append(
@@ -243,6 +246,40 @@ class Simulation:
         except KeyError:
             raise KeyError(f"no cluster {name!r}; known: {', '.join(self._clusters)}") from None
 
+    def register_user(
+        self, cluster: str, user: str, groups: tuple[str, ...], token: str | None = None
+    ) -> str:
+        """`add_user` on the simulation loop (the admin endpoint and start-up use it)."""
+        return self._add_user(self._runtime(cluster), user, groups, token)
+
+    def users(self, cluster: str) -> dict[str, Path]:
+        """The users bound on a cluster and their kubeconfigs."""
+        return dict(self._runtime(cluster).users)
+
+    def _add_user(
+        self, runtime: ClusterRuntime, user: str, groups: tuple[str, ...], token: str | None
+    ) -> str:
+        token = runtime.api.add_user(user, groups, token)
+        path = self.out_dir / f"{runtime.name}-{user}.kubeconfig"
+        write_kubeconfig(path, runtime.name, runtime.url, runtime.tls.ca_pem, token, user=user)
+        runtime.users[user] = path
+        return token
+
+    def add_user(
+        self, cluster: str, user: str, groups: tuple[str, ...] | list[str] = (), token: str | None = None
+    ) -> str:
+        """Bind a bearer token (random unless given) to `user` and `groups` on `cluster`; RBAC objects in the
+        cluster decide what it may do. Writes `<out>/<cluster>-<user>.kubeconfig` (see
+        `user_kubeconfig_path`) and returns the token. Safe from any thread."""
+        runtime = self._runtime(cluster)
+        return self.call(self._add_user, runtime, user, tuple(groups), token)  # type: ignore[no-any-return]
+
+    def user_kubeconfig_path(self, cluster: str, user: str) -> Path:
+        try:
+            return self._runtime(cluster).users[user]
+        except KeyError:
+            raise KeyError(f"no user {user!r} on cluster {cluster!r}; add it with add_user") from None
+
     def cluster_names(self) -> list[str]:
         return list(self._clusters)
 
@@ -299,7 +336,13 @@ class Simulation:
             "admin": self.admin_url,
             "speed": self.clock.speed,
             "clusters": [
-                {"name": r.name, "server": r.url, "kubeconfig": str(r.kubeconfig), "ca": str(r.tls.ca_path)}
+                {
+                    "name": r.name,
+                    "server": r.url,
+                    "kubeconfig": str(r.kubeconfig),
+                    "ca": str(r.tls.ca_path),
+                    "users": {u: str(p) for u, p in r.users.items()},
+                }
                 for r in self._clusters.values()
             ],
         }

@@ -12,6 +12,10 @@ Contract (the API server and the controllers both build on it):
 - Listeners (subscribe) are called synchronously after each write, on the thread that wrote. The whole
   simulation runs on one asyncio loop, so no locking is needed.
 - Errors are the StoreError subclasses below; the API server maps them to Status bodies.
+- Deletion follows the registry: `request_delete` marks an object that has finalizers (or a grace period)
+  with metadata.deletionTimestamp + deletionGracePeriodSeconds instead of removing it, and any update that
+  leaves such an object with no finalizers and a zero grace period removes it. `delete` removes at once
+  (a force delete).
 """
 
 from __future__ import annotations
@@ -77,6 +81,19 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def released(obj: Obj, key: str = "") -> bool:
+    """An object being deleted whose finalizers are all gone and whose grace period is over (zero). A
+    namespace also waits for its spec.finalizers (the namespace controller's `kubernetes`)."""
+    meta = obj.get("metadata") or {}
+    if key == "namespaces" and (obj.get("spec") or {}).get("finalizers"):
+        return False
+    return bool(
+        meta.get("deletionTimestamp")
+        and not meta.get("finalizers")
+        and not meta.get("deletionGracePeriodSeconds")
+    )
+
+
 def _ns_name(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
@@ -115,6 +132,24 @@ class ObjectStore:
         if namespace is None:
             return list(objs.values()), self._rv
         return [o for (ns, _), o in objs.items() if ns == namespace], self._rv
+
+    def list_at(self, key: str, rv: int, namespace: str | None = None) -> builtins.list[Obj]:
+        """Objects of a resource as they were at resourceVersion `rv` (a consistent snapshot for paginated
+        lists), rebuilt by undoing the retained events after `rv`. Gone when `rv` predates the history."""
+        if rv < self._dropped_upto.get(key, 0):
+            raise GoneError(f"too old resource version: {rv} ({self._dropped_upto[key] + 1})")
+        objs = dict(self._objects.get(key, {}))
+        for event in reversed(self._history.get(key, deque())):
+            if event.rv <= rv:
+                break
+            at = _ns_name(event.obj)
+            if event.type == "ADDED":
+                objs.pop(at, None)
+            elif event.prev is not None:
+                objs[at] = event.prev
+        if namespace is None:
+            return list(objs.values())
+        return [o for (ns, _), o in objs.items() if ns == namespace]
 
     def count(self, key: str) -> int:
         return len(self._objects.get(key, {}))
@@ -157,6 +192,8 @@ class ObjectStore:
             meta[k] = old["metadata"].get(k)
         gen = old["metadata"].get("generation", 1)
         meta["generation"] = gen + 1 if new.get("spec") != old.get("spec") else gen
+        if released(new, key):
+            return self.delete(key, ns, name)
         return self._write(key, "MODIFIED", new, prev=old)
 
     def mutate(self, key: str, namespace: str, name: str, fn: Callable[[Obj], None]) -> Obj:
@@ -165,7 +202,37 @@ class ObjectStore:
         fn(new)
         return self.update(key, new, check_rv=False)
 
+    def request_delete(self, key: str, namespace: str, name: str, grace: int = 0) -> tuple[Obj, bool]:
+        """A DELETE as the registry serves it; returns the object and whether it is gone.
+
+        With finalizers or a grace period above zero the object is only marked: deletionTimestamp =
+        now + grace and deletionGracePeriodSeconds = grace (a later request may shorten both, never
+        lengthen them). Without either it is removed now."""
+        old = self.get(key, namespace, name)
+        meta = old["metadata"]
+        grace = max(0, int(grace))
+        if not meta.get("finalizers") and grace == 0:
+            return self.delete(key, namespace, name), True
+        current = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp") and current is not None and int(current) <= grace:
+            return old, False
+        if meta.get("deletionTimestamp") and current is None:
+            return old, False
+        now = self._now()
+
+        def mark(o: Obj) -> None:
+            o["metadata"]["deletionTimestamp"] = rfc3339(now + grace)
+            o["metadata"]["deletionGracePeriodSeconds"] = grace
+
+        new = self.mutate(key, namespace, name, mark)
+        return new, self.find(key, namespace, name) is None
+
+    def namespace_has_content(self, namespace: str) -> bool:
+        """Whether any namespaced object (of any resource) lives in `namespace`."""
+        return any(ns == namespace for bucket in self._objects.values() for ns, _ in bucket)
+
     def delete(self, key: str, namespace: str, name: str) -> Obj:
+        """Remove an object now, whatever its finalizers (a force delete)."""
         old = self.get(key, namespace, name)
         del self._objects[key][(namespace, name)]
         gone = copy.copy(old)

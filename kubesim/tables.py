@@ -215,6 +215,14 @@ def _job_selector(obj: Obj, _now: float) -> str:
 # ------------------------------------------------------------------------------------------ events
 
 
+def _quota_cell(obj: Obj, limits: bool) -> str:
+    """`kubectl get quota`: "name: used/hard" for each resource (limits.* in the Limit column)."""
+    status = obj.get("status") or {}
+    hard, used = status.get("hard") or {}, status.get("used") or {}
+    names = sorted(n for n in hard if n.startswith("limits.") == limits)
+    return ", ".join(f"{n}: {used.get(n, '0')}/{hard[n]}" for n in names)
+
+
 def _event_last_seen(obj: Obj, now: float) -> str:
     return _since(
         obj.get("lastTimestamp") or obj.get("eventTime") or _meta(obj).get("creationTimestamp"), now
@@ -282,6 +290,20 @@ COLUMNS: dict[str, list[Column]] = {
         ("Reason", "string", 0, _path("reason")),
         ("Object", "string", 0, _event_object),
         ("Message", "string", 0, _path("message")),
+    ],
+    "resourcequotas": [
+        NAME,
+        AGE,
+        ("Request", "string", 0, lambda o, _n: _quota_cell(o, limits=False)),
+        ("Limit", "string", 0, lambda o, _n: _quota_cell(o, limits=True)),
+    ],
+    "limitranges": [NAME, ("Created At", "date", 0, _path("metadata", "creationTimestamp"))],
+    "poddisruptionbudgets.policy": [
+        NAME,
+        ("Min Available", "string", 0, _path("spec", "minAvailable", default="N/A")),
+        ("Max Unavailable", "string", 0, _path("spec", "maxUnavailable", default="N/A")),
+        ("Allowed Disruptions", "integer", 0, _path("status", "disruptionsAllowed", default=0)),
+        AGE,
     ],
     "priorityclasses.scheduling.k8s.io": [
         NAME,

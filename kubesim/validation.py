@@ -110,6 +110,66 @@ def _check_pod_spec(spec: Any, path: str, causes: list[tuple[str, str]], restart
         )
 
 
+_PFP_ACTIONS = ("FailJob", "FailIndex", "Ignore", "Count")
+
+
+def _check_job_failure_fields(spec: Obj, mode: Any, causes: list[tuple[str, str]]) -> None:
+    """podFailurePolicy rules and backoffLimitPerIndex, with the API server's field paths."""
+    for fld in ("backoffLimitPerIndex", "maxFailedIndexes"):
+        if spec.get(fld) is not None and mode != "Indexed":
+            causes.append((f"spec.{fld}", f"Invalid value: {spec[fld]}: requires indexed completion mode"))
+    if spec.get("maxFailedIndexes") is not None and spec.get("backoffLimitPerIndex") is None:
+        causes.append(("spec.maxFailedIndexes", "Required value: when maxFailedIndexes is specified"))
+    pfp = spec.get("podFailurePolicy")
+    if pfp is None:
+        return
+    restart = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    if restart != "Never":
+        causes.append(
+            (
+                "spec.template.spec.restartPolicy",
+                f'Invalid value: "{restart}": only "Never" is supported when podFailurePolicy is specified',
+            )
+        )
+    rules = pfp.get("rules") if isinstance(pfp, dict) else None
+    if not isinstance(rules, list):
+        causes.append(("spec.podFailurePolicy.rules", "Required value"))
+        return
+    for i, rule in enumerate(rules):
+        path = f"spec.podFailurePolicy.rules[{i}]"
+        if not isinstance(rule, dict):
+            causes.append((path, "Invalid value: must be an object"))
+            continue
+        action = rule.get("action")
+        if action not in _PFP_ACTIONS:
+            allowed = ", ".join(f'"{a}"' for a in _PFP_ACTIONS)
+            causes.append((f"{path}.action", f'Unsupported value: "{action}": supported values: {allowed}'))
+        if action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+            causes.append(
+                (f"{path}.action", 'Invalid value: "FailIndex": requires the backoffLimitPerIndex to be set')
+            )
+        codes, conds = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if (codes is None) == (conds is None):
+            causes.append(
+                (path, "Invalid value: specifying one of OnExitCodes and OnPodConditions is required")
+            )
+        if isinstance(codes, dict):
+            if codes.get("operator") not in ("In", "NotIn"):
+                causes.append(
+                    (
+                        f"{path}.onExitCodes.operator",
+                        f'Unsupported value: "{codes.get("operator")}": supported values: "In", "NotIn"',
+                    )
+                )
+            values = codes.get("values")
+            if not isinstance(values, list) or not values:
+                causes.append((f"{path}.onExitCodes.values", "Invalid value: at least one value is required"))
+            elif codes.get("operator") == "In" and 0 in values:
+                causes.append(
+                    (f"{path}.onExitCodes.values", "Invalid value: 0: must not be 0 for the In operator")
+                )
+
+
 def _check_spec(rt: ResourceType, obj: Obj, causes: list[tuple[str, str]]) -> None:
     spec = obj.get("spec")
     if rt.key == "pods":
@@ -119,7 +179,15 @@ def _check_spec(rt: ResourceType, obj: Obj, causes: list[tuple[str, str]]) -> No
             causes.append(("spec.template", "Required value"))
             return
         _check_pod_spec(spec["template"].get("spec"), "spec.template.spec", causes, ("OnFailure", "Never"))
-        for fld in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
+        for fld in (
+            "parallelism",
+            "completions",
+            "backoffLimit",
+            "activeDeadlineSeconds",
+            "ttlSecondsAfterFinished",
+            "backoffLimitPerIndex",
+            "maxFailedIndexes",
+        ):
             value = spec.get(fld)
             if value is not None and (not isinstance(value, int) or value < 0):
                 causes.append((f"spec.{fld}", f"Invalid value: {value}: must be greater than or equal to 0"))
@@ -133,6 +201,7 @@ def _check_spec(rt: ResourceType, obj: Obj, causes: list[tuple[str, str]]) -> No
             )
         if mode == "Indexed" and spec.get("completions") is None:
             causes.append(("spec.completions", "Required value: when completion mode is Indexed"))
+        _check_job_failure_fields(spec, mode, causes)
     elif rt.key == "priorityclasses.scheduling.k8s.io":
         if not isinstance(obj.get("value"), int):
             causes.append(("value", "Required value"))
@@ -252,6 +321,20 @@ def _quantity(value: Any) -> Any:
     return f"{round(value * 1000)}m"
 
 
+def normalize_quantities(obj: Any) -> None:
+    """Quantities in every `resources.requests`/`resources.limits` of an object as strings (in place), as
+    the server stores them: an applied `nvidia.com/gpu: 2` must compare equal to the stored "2"."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("requests", "limits") and isinstance(v, dict):
+                obj[k] = {rk: _quantity(rv) for rk, rv in v.items()}
+            else:
+                normalize_quantities(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            normalize_quantities(v)
+
+
 def _default_pod_spec(spec: Obj) -> None:
     for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
         res = c.get("resources") if isinstance(c, dict) else None
@@ -311,10 +394,12 @@ def apply_create_defaults(rt: ResourceType, obj: Obj, now_rfc3339: str) -> None:
         spec.setdefault(
             "completions", 1 if spec.get("completionMode") != "Indexed" else spec.get("completions")
         )
-        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("backoffLimit", 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
-        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+        spec.setdefault(
+            "podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed"
+        )
         _default_pod_spec(spec["template"].setdefault("spec", {}))
         obj["status"] = {}
     elif key == "secrets":

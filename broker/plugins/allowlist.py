@@ -1,18 +1,30 @@
-"""Filter: the job may run only in the clusters it names (job.clusters; empty = any)."""
+"""Filter: a job that names clusters (job.clusters) goes only to those."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, JobRequest
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits
 
 
 @dataclass(frozen=True)
 class ClusterAllowList:
-    name: str = "allowlist"
+    name: ClassVar[str] = "allowlist"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        if job.clusters and summary.cluster not in job.clusters:
+    def applies(self, job: PreparedJob) -> bool:
+        return bool(job.job.clusters)
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        if job.job.clusters and summary.cluster not in job.job.clusters:
             return Status.unresolvable("not in the job's cluster list")
-        return Status.success()
+        return options

@@ -2,16 +2,33 @@
 
 Bin-packing reads the histogram: the node a pod would land on is the one with the fewest free GPUs that
 still fit it; waste = its free GPUs minus the pod's. Spread prefers the most free capacity after the job.
+The strategy is the plugin's knob (`strategy`); the tightness of a whole-GPU fit is computed once per
+summary, product and job size (framework.memo).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
-from broker.framework import CycleState, Option
-from broker.model import ClusterSummary, JobRequest
+from broker.framework import Option, PreparedJob, memo
+from broker.model import ClusterSummary, ClusterTraits, JobRequest, ProductCapacity
 
-__all__ = ["BinPackScore", "tightness"]
+__all__ = ["BinPackScore", "spread", "tightness"]
+
+
+def _histogram_tightness(cap: ProductCapacity, g: int, pods: int) -> int:
+    remaining, used = pods, 0
+    for k, n in enumerate(cap.nodes_by_free):
+        if k < g or n == 0 or remaining <= 0:
+            continue
+        pods_here = min(remaining, n * (k // g))
+        nodes_used = -(-pods_here // (k // g))
+        used += nodes_used * k
+        remaining -= pods_here
+    if remaining > 0 or used == 0:
+        return 0
+    return round(100 * g * pods / used)
 
 
 def tightness(option: Option, job: JobRequest) -> int:
@@ -24,17 +41,7 @@ def tightness(option: Option, job: JobRequest) -> int:
     g = option.units_per_pod
     if cap is None or g <= 0:
         return 50
-    remaining, used = job.pods, 0
-    for k, n in enumerate(cap.nodes_by_free):
-        if k < g or n == 0 or remaining <= 0:
-            continue
-        pods_here = min(remaining, n * (k // g))
-        nodes_used = -(-pods_here // (k // g))
-        used += nodes_used * k
-        remaining -= pods_here
-    if remaining > 0 or used == 0:
-        return 0
-    return round(100 * g * job.pods / used)
+    return _histogram_tightness(cap, g, job.pods)
 
 
 def spread(option: Option, job: JobRequest) -> int:
@@ -51,10 +58,23 @@ def spread(option: Option, job: JobRequest) -> int:
 
 @dataclass(frozen=True)
 class BinPackScore:
-    name: str = "binpack"
-    weight: int = 2
+    """`strategy`: "binpack" (fill nodes, keep big blocks whole) or "spread" (most room left)."""
 
-    def score(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> int:
-        if ctx.chosen is None:
-            return 0
-        return tightness(ctx.chosen, job) if ctx.binpack else spread(ctx.chosen, job)
+    name: ClassVar[str] = "binpack"
+    weight: int = 2
+    strategy: Literal["binpack", "spread"] = "binpack"
+
+    def score(
+        self, job: PreparedJob, summary: ClusterSummary, traits: ClusterTraits | None, option: Option
+    ) -> int:
+        if self.strategy == "spread":
+            return spread(option, job.job)
+        cap = option.capacity
+        if option.mig is not None or cap is None or option.units_per_pod <= 0:
+            return tightness(option, job.job)
+        g, pods = option.units_per_pod, job.job.pods
+        key = ("tight", cap.product, g, pods)
+        value: int | None = summary.derived.get(key)  # memo(), inlined: once per cluster
+        if value is None:
+            value = memo(summary, key, _histogram_tightness, cap, g, pods)
+        return value

@@ -1,22 +1,34 @@
 """Filter: cloud (burst) clusters only for jobs that allow bursting.
 
-That on-prem wins whenever an on-prem cluster fits is the placer's rule (placement.py), not a filter:
-it needs every cluster's verdict.
+That on-prem wins whenever an on-prem cluster fits is the placer's rule (placement.decide), not a
+filter: it needs every cluster's verdict.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, JobRequest, Tier
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits, Tier
 
 
 @dataclass(frozen=True)
 class BurstEligibility:
-    name: str = "burst"
+    name: ClassVar[str] = "burst"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        if summary.tier is Tier.CLOUD and not job.allow_burst:
+    def applies(self, job: PreparedJob) -> bool:
+        return not job.job.allow_burst
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        if summary.tier is Tier.CLOUD and not job.job.allow_burst:
             return Status.unresolvable("burst not allowed")
-        return Status.success()
+        return options

@@ -1,15 +1,19 @@
 """Filter: the cluster has an acceptable GPU product (job.gpu_products) with enough memory.
 
-Narrows the CycleState options to the acceptable products; names what is missing when none is left.
+Narrows the options to the acceptable products; names what is missing when none is left. The wanted
+products are normalised to catalog names once per decision (PreparedJob.wanted_products).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from broker import catalog
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, JobRequest
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits, JobRequest
+
+__all__ = ["GpuProductMemory", "describe_gpu_need"]
 
 
 def describe_gpu_need(job: JobRequest) -> str:
@@ -25,22 +29,32 @@ def describe_gpu_need(job: JobRequest) -> str:
 
 @dataclass(frozen=True)
 class GpuProductMemory:
-    name: str = "gpu-product"
+    name: ClassVar[str] = "gpu-product"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        if not ctx.options:
-            return Status.unresolvable(f"no {describe_gpu_need(job)}")
-        if not ctx.options[0].resource_name:
-            return Status.success()  # a job without GPUs
-        options = ctx.options
-        if job.gpu_products:
-            wanted = {catalog.normalise_product(p).name for p in job.gpu_products}
-            options = [o for o in options if o.product in wanted]
-            if not options:
+    def applies(self, job: PreparedJob) -> bool:
+        return True  # a cluster that offers the job nothing at all is rejected here
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        if not options:
+            return Status.unresolvable(f"no {job.need}")
+        if not options[0].resource_name:
+            return options  # a job without GPUs
+        narrowed = options
+        wanted = job.wanted_products
+        if wanted:
+            narrowed = [o for o in narrowed if o.product in wanted]
+            if not narrowed:
                 return Status.unresolvable(f"no {' or '.join(sorted(wanted))}")
-        if job.min_gpu_memory_mib:
-            options = [o for o in options if o.memory_mib >= job.min_gpu_memory_mib]
-            if not options:
-                return Status.unresolvable(f"no GPU with >= {job.min_gpu_memory_mib} MiB")
-        ctx.options = options
-        return Status.success()
+        min_memory = job.job.min_gpu_memory_mib
+        if min_memory:
+            narrowed = [o for o in narrowed if o.memory_mib >= min_memory]
+            if not narrowed:
+                return Status.unresolvable(f"no GPU with >= {min_memory} MiB")
+        return options if len(narrowed) == len(options) else narrowed

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, Health, JobRequest
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits, Health
 
 _UNHEALTHY = {
     Health.UNREACHABLE: "unreachable",
@@ -16,11 +18,25 @@ _UNHEALTHY = {
 
 @dataclass(frozen=True)
 class HealthFreshness:
-    name: str = "health"
+    """`staleness_limit_seconds`: a summary whose heartbeat is older than this is "stale"."""
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        if summary.health in _UNHEALTHY:
-            return Status.unschedulable(_UNHEALTHY[summary.health])
-        if ctx.now - summary.heartbeat > ctx.staleness_limit_s:
+    name: ClassVar[str] = "health"
+    staleness_limit_seconds: float = 120.0
+
+    def applies(self, job: PreparedJob) -> bool:
+        return True
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        unhealthy = _UNHEALTHY.get(summary.health)
+        if unhealthy is not None:
+            return Status.unschedulable(unhealthy)
+        if now - summary.heartbeat > self.staleness_limit_seconds:
             return Status.unschedulable("stale")
-        return Status.success()
+        return options

@@ -6,30 +6,41 @@ Narrows the MIG options to the profiles that fit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, JobRequest
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits
 
 
 @dataclass(frozen=True)
 class MigFit:
-    name: str = "mig-fit"
+    name: ClassVar[str] = "mig-fit"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        mig = [o for o in ctx.options if o.mig is not None]
+    def applies(self, job: PreparedJob) -> bool:
+        return job.job.wants_mig
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        mig = [o for o in options if o.mig is not None]
         if not mig:
-            return Status.success()
-        per_pod = job.mig_slices_per_pod
-        total = per_pod * job.pods
+            return options
+        per_pod = job.job.mig_slices_per_pod
+        total = per_pod * job.job.pods
         fits = [
             o
             for o in mig
             if o.mig is not None and o.mig.free >= total and o.mig.largest_free_on_node >= per_pod
         ]
         if fits:
-            ctx.options = fits
-            return Status.success()
+            return options if len(fits) == len(options) else fits
         best = max((o.mig.free for o in mig if o.mig), default=0)
         if any(o.mig is not None and not o.mig.settled for o in mig):
             return Status.unschedulable("MIG being reconfigured, not enough settled slices", best=best)

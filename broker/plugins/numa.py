@@ -5,28 +5,40 @@ Reads the numa_blocks histogram (largest free GPU block inside one zone, per nod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from broker.capacity import GPU
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, JobRequest
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits
 
 
 @dataclass(frozen=True)
 class NumaFit:
-    name: str = "numa-fit"
+    name: ClassVar[str] = "numa-fit"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        if not job.numa_aligned:
-            return Status.success()
-        whole = [o for o in ctx.options if o.resource_name == GPU and o.mig_profile is None and o.capacity]
+    def applies(self, job: PreparedJob) -> bool:
+        return job.job.numa_aligned and job.job.gpus_per_pod > 0 and not job.job.wants_mig
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        if not job.job.numa_aligned:
+            return options
+        whole = [o for o in options if o.resource_name == GPU and o.mig_profile is None and o.capacity]
         if not whole:
-            return Status.success()
+            return options
         g = whole[0].units_per_pod
-        fits = [o for o in whole if o.capacity and o.capacity.nodes_with_numa_block(g) >= job.pods]
+        pods = job.job.pods
+        fits = [o for o in whole if o.capacity and o.capacity.nodes_with_numa_block(g) >= pods]
         if fits:
-            ctx.options = fits
-            return Status.success()
+            return options if len(fits) == len(options) else fits
         best = max(
             (
                 max((k for k, n in enumerate(o.capacity.numa_blocks) if n), default=0)
@@ -37,6 +49,6 @@ class NumaFit:
         )
         products = sorted({o.product for o in whole})
         what = products[0] if len(products) == 1 else "GPUs"
-        if job.pods == 1:
+        if pods == 1:
             return Status.unschedulable(f"no node with {g} free {what} in one NUMA zone", best=best)
-        return Status.unschedulable(f"no {job.pods} nodes with {g} free {what} in one NUMA zone", best=best)
+        return Status.unschedulable(f"no {pods} nodes with {g} free {what} in one NUMA zone", best=best)

@@ -1,44 +1,56 @@
 """Price: a filter (job.max_price_per_gpu_hour) and a score (cheaper GPU-hours score higher).
 
-Clusters that declare no price (typically on-prem) pass the cap and score as free.
+Clusters that declare no price (typically on-prem) pass the cap and score as free. The score's knob,
+the price that scores 0, lives on the plugin (`ceiling_per_gpu_hour`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from broker.framework import CycleState, Status
-from broker.model import ClusterSummary, JobRequest
+from broker.framework import FilterResult, Option, PreparedJob, Status
+from broker.model import ClusterSummary, ClusterTraits
 
 
 @dataclass(frozen=True)
 class PriceCap:
-    name: str = "price-cap"
+    name: ClassVar[str] = "price-cap"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
-        cap = job.max_price_per_gpu_hour
+    def applies(self, job: PreparedJob) -> bool:
+        return job.job.max_price_per_gpu_hour is not None
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
+        cap = job.job.max_price_per_gpu_hour
         if cap is None:
-            return Status.success()
-        options = [
-            o
-            for o in ctx.options
-            if not o.resource_name or summary.price_per_gpu_hour.get(o.product, 0.0) <= cap
-        ]
-        if not options:
+            return options
+        prices = summary.price_per_gpu_hour
+        narrowed = [o for o in options if not o.resource_name or prices.get(o.product, 0.0) <= cap]
+        if not narrowed:
             return Status.unresolvable("over the price cap")
-        ctx.options = options
-        return Status.success()
+        return options if len(narrowed) == len(options) else narrowed
 
 
 @dataclass(frozen=True)
 class PriceScore:
-    name: str = "price"
-    weight: int = 1
+    """100 for a free (undeclared) price, 0 at or above `ceiling_per_gpu_hour`, linear between."""
 
-    def score(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> int:
-        if ctx.chosen is None:
-            return 0
-        per_gpu = summary.price_per_gpu_hour.get(ctx.chosen.product)
-        if not per_gpu or ctx.price_ceiling <= 0:
+    name: ClassVar[str] = "price"
+    weight: int = 1
+    ceiling_per_gpu_hour: float = 10.0
+
+    def score(
+        self, job: PreparedJob, summary: ClusterSummary, traits: ClusterTraits | None, option: Option
+    ) -> int:
+        per_gpu = summary.price_per_gpu_hour.get(option.product)
+        if not per_gpu or self.ceiling_per_gpu_hour <= 0:
             return 100
-        return round(100 * max(0.0, 1 - per_gpu / ctx.price_ceiling))
+        return round(100 * max(0.0, 1 - per_gpu / self.ceiling_per_gpu_hour))

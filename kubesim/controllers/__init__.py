@@ -1,14 +1,17 @@
 """The controllers that make one simulated cluster live, and `Controllers`, which runs them all.
 
 Owns `Controllers(store, clock, cluster)`:
-- `tick()`: one synchronous pass of every controller, in the order garbage collector -> Kueue -> Job
-  controller -> scheduler -> NRT updater -> kubelet -> autoscaler. Each controller keeps dirty flags fed
+- `tick()`: one synchronous pass of every controller, in the order namespace controller -> garbage
+  collector -> Kueue -> Job controller -> scheduler -> NRT updater -> kubelet -> autoscaler -> spot
+  interrupter -> disruption (PDB status) -> quota (ResourceQuota usage). Each controller keeps dirty
+  flags fed
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
   nodes), so a tick where nothing changed costs a few attribute reads.
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
 - `async run(interval)`: tick every `interval` real seconds until cancelled.
 
-One module per controller: jobs.py, scheduler.py, kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
+One module per controller: spot.py, namespaces.py, jobs.py (+ jobfailure.py), scheduler.py (+ preemption.py), kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
+disruption.py, quota.py,
 events.py (the Event recorder); accounting.py tracks allocation per node and NUMA zone, matching.py the
 selector/affinity/taint predicates, pods.py the pod arithmetic.
 """
@@ -20,14 +23,18 @@ import asyncio
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
+from kubesim.controllers.disruption import DisruptionController
 from kubesim.controllers.dra import DraController
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
 from kubesim.controllers.kubelet import Kubelet
 from kubesim.controllers.kueue import KueueController
+from kubesim.controllers.namespaces import NamespaceController
 from kubesim.controllers.nrt import TopologyUpdater
+from kubesim.controllers.quota import QuotaController
 from kubesim.controllers.scheduler import Scheduler
+from kubesim.controllers.spot import SpotInterrupter
 from kubesim.fleet import ClusterSpec
 from kubesim.store import ObjectStore
 
@@ -43,6 +50,7 @@ class Controllers:
         self.cluster = cluster
         self.events = EventRecorder(store, clock)
         self.accounting = Accounting(store)
+        self.namespaces = NamespaceController(store, clock)
         self.gc = GarbageCollector(store, clock)
         self.kueue = KueueController(store, clock, self.events)
         self.jobs = JobController(store, clock, self.events)
@@ -53,6 +61,9 @@ class Controllers:
         self.topology = TopologyUpdater(store, self.accounting)
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
+        self.spot = SpotInterrupter(store, clock, cluster, self.events)
+        self.disruption = DisruptionController(store, clock)
+        self.quota = QuotaController(store)
 
     def _dra_changed(self) -> None:
         self.scheduler.dirty = True
@@ -60,7 +71,8 @@ class Controllers:
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
         if (
-            self.gc.dirty
+            self.namespaces.dirty
+            or self.gc.dirty
             or self.kueue.dirty
             or self.jobs.dirty
             or self.dra.dirty
@@ -68,13 +80,21 @@ class Controllers:
             or self.topology.dirty
             or self.kubelet.dirty
             or self.autoscaler.dirty
+            or self.disruption.dirty
+            or self.quota.dirty
         ):
             return True
         now = self.clock.now()
         return any(d is not None and d <= now for d in self._dues())
 
     def _dues(self) -> tuple[float | None, ...]:
-        return (self.gc.next_due, self.jobs.next_due, self.kubelet.next_due, self.autoscaler.next_due)
+        return (
+            self.gc.next_due,
+            self.jobs.next_due,
+            self.kubelet.next_due,
+            self.autoscaler.next_due,
+            self.spot.next_due,
+        )
 
     def next_due(self) -> float | None:
         """The earliest simulated time at which timed work (a pod exit, a node arriving...) is due."""
@@ -84,6 +104,7 @@ class Controllers:
     def tick(self) -> None:
         if not self.busy():
             return
+        self.namespaces.tick()
         self.gc.tick()
         self.kueue.tick()
         self.jobs.tick()
@@ -92,6 +113,9 @@ class Controllers:
         self.topology.tick()
         self.kubelet.tick()
         self.autoscaler.tick()
+        self.spot.tick()
+        self.disruption.tick()
+        self.quota.tick()
 
     def settle(self, max_passes: int = 100) -> int:
         """Tick until no controller has work due now; returns the passes taken."""

@@ -2,7 +2,8 @@
 
 Owns `GarbageCollector`:
 - owner references: when any object is deleted, objects whose metadata.ownerReferences name its uid
-  are deleted (pods and Workloads of a deleted Job, the NRT of a deleted Node), cascading.
+  are deleted (pods and Workloads of a deleted Job, the NRT of a deleted Node), cascading, with grace
+  period 0 and honouring finalizers (a dependent with finalizers is only marked for deletion).
 - pod GC: a pod bound to a node that no longer exists is marked Failed with condition
   DisruptionTarget reason DeletionByPodGC (so its Job counts it and replaces it).
 - events older than an hour (EVENT_TTL_SECONDS) are removed, checked once a simulated minute.
@@ -75,7 +76,7 @@ class GarbageCollector:
                     continue
                 if any(r.get("uid") == uid for r in current["metadata"].get("ownerReferences") or ()):
                     with contextlib.suppress(NotFoundError):
-                        self._store.delete(key, ns, name)
+                        self._store.request_delete(key, ns, name, 0)
         if self._deleted_nodes:
             gone, self._deleted_nodes = set(self._deleted_nodes), []
             self._fail_orphans(gone)

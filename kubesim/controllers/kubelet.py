@@ -9,7 +9,17 @@ A pod with restartPolicy Always and no duration annotation (a bare `kubectl run`
 Topology manager admission: on a node whose NRT policy is single-numa-node (or restricted), a pod
 with exclusive resources that the scheduler could not put in one zone (no `sim.gpufed.io/numa-zone`
 annotation) is rejected like the real kubelet does: phase Failed, reason TopologyAffinityError.
-A pod with metadata.deletionTimestamp is finished off (removed from the store).
+Restarts (restartPolicy OnFailure after a non-zero exit, Always after any exit): the container restarts in
+place: restartCount + 1, lastState.terminated, state waiting CrashLoopBackOff for the kubelet's crash
+backoff (10 s doubling per restart, at most 300 s), Ready False meanwhile, then running again for another
+duration; the pod stays Running. `sim.gpufed.io/exit-codes` ("1,1,0") gives the exit code of each run in
+turn (the last repeats); `sim.gpufed.io/index-exit-codes` ("1:3,4:2") one per Job completion index.
+
+Graceful deletion: a pod with metadata.deletionTimestamp keeps running until that time (deletion +
+deletionGracePeriodSeconds; the containers are taken not to exit on SIGTERM), then its containers are
+killed (exit code 137) and it is Failed; a terminal or never-started pod is finished at once. The kubelet
+then deletes it with grace period 0: it goes unless finalizers hold it (they keep it, terminal, until they
+are removed).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+from datetime import UTC, datetime
 
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting, exclusive_requests
@@ -24,6 +35,8 @@ from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.pods import (
     ANN_DURATION,
     ANN_EXIT_CODE,
+    ANN_EXIT_CODES,
+    ANN_INDEX_EXIT_CODES,
     ANN_NUMA_ZONE,
     is_terminal,
     key_of,
@@ -36,6 +49,9 @@ from kubesim.fleet import ClusterSpec
 from kubesim.store import NotFoundError, Obj, ObjectStore, WatchEvent, rfc3339
 
 _IMAGE_DIGEST = "sha256:" + "0" * 64
+_BACKOFF_START, _BACKOFF_MAX = 10.0, 300.0
+_KILLED = 137
+_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 
 def _pod_ip(uid: str) -> str:
@@ -46,6 +62,13 @@ def _pod_ip(uid: str) -> str:
 def _float(text: object, default: float) -> float:
     try:
         return float(str(text))
+    except (TypeError, ValueError):
+        return default
+
+
+def _epoch(ts: str, default: float) -> float:
+    try:
+        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
     except (TypeError, ValueError):
         return default
 
@@ -76,6 +99,9 @@ class Kubelet:
         self._to_start: set[tuple[str, str]] = set()
         self._to_remove: set[tuple[str, str]] = set()
         self._exits: list[tuple[float, str, str, str]] = []  # (due, ns, name, uid)
+        self._restarts: list[tuple[float, str, str, str]] = []
+        self._kills: list[tuple[float, str, str, str]] = []
+        self._kill_at: dict[tuple[str, str], str] = {}  # pod -> deletionTimestamp it is scheduled for
         for pod in store.list("pods")[0]:
             self._track(pod)
             if phase(pod) == "Running":
@@ -84,7 +110,8 @@ class Kubelet:
 
     @property
     def next_due(self) -> float | None:
-        return self._exits[0][0] if self._exits else None
+        dues = [h[0][0] for h in (self._exits, self._restarts, self._kills) if h]
+        return min(dues) if dues else None
 
     @property
     def dirty(self) -> bool:
@@ -92,8 +119,17 @@ class Kubelet:
 
     def _track(self, pod: Obj) -> None:
         key = key_of(pod)
-        if pod["metadata"].get("deletionTimestamp"):
-            self._to_remove.add(key)
+        meta = pod["metadata"]
+        stamp = meta.get("deletionTimestamp")
+        if stamp:
+            self._to_start.discard(key)
+            if is_terminal(pod) or phase(pod) != "Running":
+                if meta.get("deletionGracePeriodSeconds") or not meta.get("finalizers"):
+                    self._to_remove.add(key)
+            elif self._kill_at.get(key) != stamp:
+                self._kill_at[key] = stamp
+                due = _epoch(stamp, self._clock.now())
+                heapq.heappush(self._kills, (due, key[0], key[1], meta.get("uid", "")))
         elif node_name(pod) and phase(pod) == "Pending":
             self._to_start.add(key)
 
@@ -102,16 +138,38 @@ class Kubelet:
             key = key_of(event.obj)
             self._to_start.discard(key)
             self._to_remove.discard(key)
+            self._kill_at.pop(key, None)
             return
         self._track(event.obj)
 
     def tick(self) -> None:
         now = self._clock.now()
+        while self._kills and self._kills[0][0] <= now:
+            _, ns, name, uid = heapq.heappop(self._kills)
+            pod = self._store.find("pods", ns, name)
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != uid
+                or not pod["metadata"].get("deletionTimestamp")
+            ):
+                continue
+            if _epoch(pod["metadata"]["deletionTimestamp"], now) > now:
+                continue  # rescheduled (a shorter grace period pushed its own entry)
+            self._kill(pod, now)
+            self._to_remove.add((ns, name))
         if self._to_remove:
             keys, self._to_remove = self._to_remove, set()
             for ns, name in sorted(keys):
                 with contextlib.suppress(NotFoundError):
-                    self._store.delete("pods", ns, name)
+                    self._store.request_delete("pods", ns, name, 0)
+        while self._restarts and self._restarts[0][0] <= now:
+            _, ns, name, uid = heapq.heappop(self._restarts)
+            pod = self._store.find("pods", ns, name)
+            if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            self._restart(pod, now)
         if self._to_start:
             keys, self._to_start = self._to_start, set()
             for ns, name in sorted(keys):
@@ -220,10 +278,11 @@ class Kubelet:
         if running is not None:
             self._schedule_exit(running, now)
 
-    def _schedule_exit(self, pod: Obj, started: float) -> None:
+    def _schedule_exit(self, pod: Obj, started: float, restarted: bool = False) -> None:
         annotations = pod["metadata"].get("annotations") or {}
         if (
-            ANN_DURATION not in annotations
+            not restarted
+            and ANN_DURATION not in annotations
             and (pod.get("spec") or {}).get("restartPolicy", "Always") == "Always"
         ):
             return
@@ -231,18 +290,42 @@ class Kubelet:
         ns, name = key_of(pod)
         heapq.heappush(self._exits, (started + duration, ns, name, pod["metadata"].get("uid", "")))
 
-    def _exit(self, pod: Obj, now: float) -> None:
+    def _exit_code(self, pod: Obj) -> int:
         annotations = pod["metadata"].get("annotations") or {}
-        code = _int(annotations.get(ANN_EXIT_CODE), 0)
+        index = annotations.get(_INDEX_KEY)
+        if index is not None:
+            for part in str(annotations.get(ANN_INDEX_EXIT_CODES) or "").split(","):
+                i, _, code = part.partition(":")
+                if i.strip() == index and code.strip():
+                    return _int(code, 0)
+        codes = [c for c in str(annotations.get(ANN_EXIT_CODES) or "").split(",") if c.strip()]
+        if codes:
+            runs = max(
+                (
+                    int(cs.get("restartCount") or 0)
+                    for cs in (pod.get("status") or {}).get("containerStatuses") or ()
+                ),
+                default=0,
+            )
+            return _int(codes[min(runs, len(codes) - 1)], 0)
+        return _int(annotations.get(ANN_EXIT_CODE), 0)
+
+    def _exit(self, pod: Obj, now: float) -> None:
+        code = self._exit_code(pod)
         ts = rfc3339(now)
         ns, name = key_of(pod)
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            self._crash(pod, code, now)
+            return
 
         def finish(obj: Obj) -> None:
             st = obj.setdefault("status", {})
             started = st.get("startTime", ts)
             st["phase"] = "Succeeded" if code == 0 else "Failed"
+            restarts = {c.get("name"): c for c in st.get("containerStatuses") or ()}
             st["containerStatuses"] = [
-                _container_done(c, started, ts, code, obj)
+                _container_done(c, started, ts, code, obj, restarts.get(c.get("name")))
                 for c in (obj.get("spec") or {}).get("containers") or ()
             ]
             if st.get("initContainerStatuses"):
@@ -257,6 +340,101 @@ class Kubelet:
 
         if not is_terminal(pod):
             self._store.mutate("pods", ns, name, finish)
+
+    def _crash(self, pod: Obj, code: int, now: float) -> None:
+        """The container exited and restarts in place after the crash backoff."""
+        ns, name = key_of(pod)
+        ts = rfc3339(now)
+        restarts = 1 + max(
+            (
+                int(cs.get("restartCount") or 0)
+                for cs in (pod.get("status") or {}).get("containerStatuses") or ()
+            ),
+            default=0,
+        )
+        delay = min(_BACKOFF_MAX, _BACKOFF_START * 2 ** (restarts - 1))
+        uid = pod["metadata"].get("uid", "")
+        names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or ()]
+
+        def crash(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            started = st.get("startTime", ts)
+            statuses = []
+            for c in (obj.get("spec") or {}).get("containers") or ():
+                done = _container_done(c, started, ts, code, obj)
+                cname = c.get("name", "")
+                statuses.append(
+                    {
+                        **done,
+                        "restartCount": restarts,
+                        "lastState": {"terminated": done["state"]["terminated"]},
+                        "state": {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": f"back-off {int(delay)}s restarting failed container={cname} "
+                                f"pod={name}_{ns}({uid})",
+                            }
+                        },
+                    }
+                )
+            st["containerStatuses"] = statuses
+            message = f"containers with unready status: [{' '.join(names)}]"
+            set_condition(obj, "ContainersReady", "False", now, "ContainersNotReady", message)
+            set_condition(obj, "Ready", "False", now, "ContainersNotReady", message)
+
+        self._store.mutate("pods", ns, name, crash)
+        self._events.record(
+            pod,
+            "BackOff",
+            f"Back-off restarting failed container {' '.join(names)} in pod {name}_{ns}({uid})",
+            "Warning",
+            "kubelet",
+        )
+        heapq.heappush(self._restarts, (now + delay, ns, name, uid))
+
+    def _restart(self, pod: Obj, now: float) -> None:
+        ns, name = key_of(pod)
+        ts = rfc3339(now)
+
+        def rerun(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            for cs in st.get("containerStatuses") or ():
+                cs["state"] = {"running": {"startedAt": ts}}
+                cs["ready"] = True
+                cs["started"] = True
+            for ctype in ("ContainersReady", "Ready"):
+                set_condition(obj, ctype, "True", now)
+
+        running = self._store.mutate("pods", ns, name, rerun)
+        for c in (pod.get("spec") or {}).get("containers") or ():
+            self._events.record(pod, "Started", f"Started container {c.get('name', '')}", "Normal", "kubelet")
+        self._schedule_exit(running, now, restarted=True)
+
+    def _kill(self, pod: Obj, now: float) -> None:
+        """The grace period is over: the containers are killed and the pod is Failed."""
+        if is_terminal(pod):
+            return
+        ns, name = key_of(pod)
+        ts = rfc3339(now)
+
+        def kill(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            started = st.get("startTime", ts)
+            before = {c.get("name"): c for c in st.get("containerStatuses") or ()}
+            st["phase"] = "Failed"
+            st["containerStatuses"] = [
+                _container_done(c, started, ts, _KILLED, obj, before.get(c.get("name")))
+                for c in (obj.get("spec") or {}).get("containers") or ()
+            ]
+            set_condition(obj, "PodReadyToStartContainers", "False", now)
+            set_condition(obj, "ContainersReady", "False", now, "PodFailed")
+            set_condition(obj, "Ready", "False", now, "PodFailed")
+
+        self._store.mutate("pods", ns, name, kill)
+        for c in (pod.get("spec") or {}).get("containers") or ():
+            self._events.record(
+                pod, "Killing", f"Stopping container {c.get('name', '')}", "Normal", "kubelet"
+            )
 
 
 def _image_id(container: Obj) -> str:
@@ -283,7 +461,9 @@ def _container_running(c: Obj, ts: str, pod: Obj) -> Obj:
     }
 
 
-def _container_done(c: Obj, started: str, finished: str, code: int, pod: Obj) -> Obj:
+def _container_done(
+    c: Obj, started: str, finished: str, code: int, pod: Obj, before: Obj | None = None
+) -> Obj:
     return {
         "name": c.get("name", ""),
         "image": c.get("image", ""),
@@ -291,7 +471,7 @@ def _container_done(c: Obj, started: str, finished: str, code: int, pod: Obj) ->
         "containerID": _container_id(pod, c),
         "ready": False,
         "started": False,
-        "restartCount": 0,
+        "restartCount": int((before or {}).get("restartCount") or 0),
         "state": {
             "terminated": {
                 "exitCode": code,
@@ -301,5 +481,5 @@ def _container_done(c: Obj, started: str, finished: str, code: int, pod: Obj) ->
                 "containerID": _container_id(pod, c),
             }
         },
-        "lastState": {},
+        "lastState": dict((before or {}).get("lastState") or {}),
     }

@@ -9,7 +9,17 @@ head that does not fit; BestEffortFIFO tries the next. On admission the Workload
 and QuotaReserved/Admitted conditions, and the Job is unsuspended with the flavor's nodeLabels added to
 the pod template's nodeSelector and its tolerations appended. ClusterQueue status (flavorsReservation,
 flavorsUsage, pending/reserving/admittedWorkloads) and LocalQueue status follow; quota is freed when the
-Job finishes (Workload condition Finished) or the Workload is deleted. No preemption, no admission checks.
+Job finishes (Workload condition Finished) or the Workload is deleted.
+
+Preemption (kueue_preemption.py chooses the targets): a Workload that does not fit evicts admitted
+Workloads as its ClusterQueue's spec.preemption allows (withinClusterQueue, reclaimWithinCohort). A target
+gets Evicted=True (reason Preempted) and Preempted=True (reason InClusterQueue / InCohortReclamation) with
+Kueue's message, events EvictedDueToPreempted and Preempted (PreemptedWorkload on the preemptor); its Job
+is suspended again with the pod template's original node selector and tolerations; once the Job has no
+active pods the quota is released (QuotaReserved False reason Pending, Admitted False NoReservation) and
+the Workload queues again. The preemptor waits with "... Pending the preemption of N workload(s)". On a
+later admission Evicted/Preempted turn False (reason QuotaReserved, "Previously: ..."). No admission
+checks.
 """
 
 from __future__ import annotations
@@ -21,6 +31,12 @@ from typing import Any
 from kubesim.clock import SimClock
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.jobs import JOBS, is_finished
+from kubesim.controllers.kueue_preemption import (
+    Target,
+    cq_path,
+    find_targets,
+    preemption_message,
+)
 from kubesim.controllers.pods import (
     Requests,
     condition,
@@ -51,6 +67,10 @@ def workload_name(job_name: str, job_uid: str) -> str:
     return f"job-{job_name}"[:57] + f"-{digest}"
 
 
+def _prio(wl: Obj) -> int:
+    return int((wl.get("spec") or {}).get("priority") or 0)
+
+
 def _queue(job: Obj) -> str | None:
     return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
 
@@ -68,6 +88,7 @@ class KueueController:
         self._clock = clock
         self._events = events
         self._writing = False
+        self._evicted_now = False
         self.dirty = True
         for key in (JOBS, WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS):
             store.subscribe(key, self._on_write)
@@ -89,10 +110,13 @@ class KueueController:
         if not cqs and not any(_queue(j) for j in self._store.list(JOBS)[0]):
             return
         self._writing = True
+        self._evicted_now = False
         try:
             self._pass(cqs)
         finally:
             self._writing = False
+        if self._evicted_now:
+            self.dirty = True  # the evicted Workloads' Jobs are stopped on the next pass
 
     def _pass(self, cqs: dict[str, Obj]) -> None:
         now = self._clock.now()
@@ -130,6 +154,9 @@ class KueueController:
                         "Job finished successfully" if ok else "Job failed",
                     ),
                 )
+        for uid, wl in list(workloads.items()):
+            if condition_true(wl, "Evicted") and (wl.get("status") or {}).get("admission"):
+                workloads[uid] = self._stop_evicted(wl, now)
         usage: dict[str, Usage] = {name: {} for name in cqs}
         queued: dict[str, list[Obj]] = {name: [] for name in cqs}
         for wl in workloads.values():
@@ -158,9 +185,8 @@ class KueueController:
                 self._pending(wl, now, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
                 continue
             queued[cq_name].append(wl)
-        for name in sorted(cqs):
-            cq = cqs[name]
-            order = sorted(
+        orders = {
+            name: sorted(
                 queued[name],
                 key=lambda w: (
                     -int((w.get("spec") or {}).get("priority") or 0),
@@ -168,9 +194,28 @@ class KueueController:
                     w["metadata"]["name"],
                 ),
             )
+            for name in cqs
+        }
+        # As Kueue's scheduler orders the heads of a cohort, Workloads that fit without borrowing go first.
+        admitted_now: set[str] = set()
+        for name in sorted(cqs):
+            cq = cqs[name]
+            strict = (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
+            for wl in orders[name]:
+                assignment, need, _ = self._assign(cq, cqs, usage, wl, flavors, borrow=False)
+                if assignment is None:
+                    if strict:
+                        break
+                    continue
+                self._admit(wl, cq, assignment, need, flavors, usage, now)
+                admitted_now.add(wl["metadata"]["name"])
+        for name in sorted(cqs):
+            cq = cqs[name]
             strict = (cq.get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
             blocked = False
-            for wl in order:
+            for wl in orders[name]:
+                if wl["metadata"]["name"] in admitted_now:
+                    continue
                 if blocked:
                     self._pending(
                         wl, now, "Pending", "Workload is waiting behind the head of a StrictFIFO ClusterQueue"
@@ -178,11 +223,121 @@ class KueueController:
                     continue
                 assignment, need, why = self._assign(cq, cqs, usage, wl, flavors)
                 if assignment is None:
+                    targets = self._preemption_targets(wl, cq, cqs, usage, workloads, need, why)
+                    if targets:
+                        self._preempt(wl, cq, cqs, targets, now)
+                        why = f"{why}. Pending the preemption of {len(targets)} workload(s)"
                     self._pending(wl, now, "Pending", why)
                     blocked = strict
                     continue
                 self._admit(wl, cq, assignment, need, flavors, usage, now)
         self._write_queue_status(cqs, lqs, workloads, usage)
+
+    # ------------------------------------------------------------------ preemption
+
+    def _preemption_targets(
+        self,
+        wl: Obj,
+        cq: Obj,
+        cqs: dict[str, Obj],
+        usage: dict[str, Usage],
+        workloads: dict[str, Obj],
+        need: Requests,
+        why: str,
+    ) -> list[Target]:
+        if "insufficient unused quota" not in why or not (cq.get("spec") or {}).get("preemption"):
+            return []
+        admitted = [
+            (w, str((w.get("status") or {}).get("admission", {}).get("clusterQueue", "")))
+            for w in workloads.values()
+            if (w.get("status") or {}).get("admission") and not condition_true(w, "Finished")
+        ]
+        order: list[tuple[str, list[str]]] = []
+        for group in (cq.get("spec") or {}).get("resourceGroups") or ():
+            covered = [r for r in group.get("coveredResources") or () if r in need]
+            if covered:
+                order.extend((fq.get("name", ""), covered) for fq in group.get("flavors") or ())
+                break
+        found = find_targets(
+            wl, cq, cqs, usage, admitted, need, order, lambda u, f, r: self._available(cq, cqs, u, f, r)
+        )
+        return found or []
+
+    def _preempt(self, wl: Obj, cq: Obj, cqs: dict[str, Obj], targets: list[Target], now: float) -> None:
+        for target in targets:
+            victim = target.workload
+            if condition_true(victim, "Evicted"):
+                continue  # an eviction already under way
+            message = preemption_message(
+                wl,
+                target.reason,
+                cq_path(cq),
+                cq_path(cqs.get(target.cluster_queue, {"metadata": {"name": target.cluster_queue}})),
+            )
+
+            def evict(o: Obj, message: str = message, reason: str = target.reason) -> None:
+                set_condition(o, "Evicted", "True", now, "Preempted", message)
+                set_condition(o, "Preempted", "True", now, reason, message)
+
+            evicted = self._set_wl(victim, evict)
+            self._evicted_now = True
+            self._events.record(evicted, "EvictedDueToPreempted", message, "Normal", "kueue-admission")
+            self._events.record(
+                evicted,
+                "Preempted",
+                f"{message}; preemptor effective priority: {_prio(wl)} (base: {_prio(wl)}, boost: 0); "
+                f"preemptee effective priority: {_prio(victim)} (base: {_prio(victim)}, boost: 0)",
+                "Normal",
+                "kueue-admission",
+            )
+            self._events.record(
+                wl,
+                "PreemptedWorkload",
+                f"Preempted workload {victim['metadata'].get('namespace', '')}/{victim['metadata']['name']} "
+                f"(UID: {victim['metadata'].get('uid', '')}) in ClusterQueue {target.cluster_queue}; preemptor "
+                f"effective priority: {_prio(wl)} (base: {_prio(wl)}, boost: 0); preemptee effective priority: "
+                f"{_prio(victim)} (base: {_prio(victim)}, boost: 0)",
+                "Normal",
+                "kueue-admission",
+            )
+
+    def _stop_evicted(self, wl: Obj, now: float) -> Obj:
+        """An evicted Workload's Job is suspended again; once it has no active pods the quota is released."""
+        owner = controller_owner(wl, "Job")
+        job = self._store.find(JOBS, wl["metadata"].get("namespace", ""), owner["name"]) if owner else None
+        if job is not None and not (job.get("spec") or {}).get("suspend"):
+            original = (((wl.get("spec") or {}).get("podSets") or [{}])[0].get("template") or {}).get(
+                "spec"
+            ) or {}
+
+            def stop(o: Obj) -> None:
+                o["spec"]["suspend"] = True
+                pod_spec = o["spec"].setdefault("template", {}).setdefault("spec", {})
+                for field in ("nodeSelector", "tolerations"):
+                    if original.get(field):
+                        pod_spec[field] = copy.deepcopy(original[field])
+                    else:
+                        pod_spec.pop(field, None)
+
+            job = self._store.mutate(JOBS, *key_of(job), stop)
+            self._events.record(
+                job,
+                "Stopped",
+                str((condition(wl, "Evicted") or {}).get("message", "")),
+                "Normal",
+                "kueue-controller",
+            )
+            return wl
+        if job is not None and (job.get("status") or {}).get("active"):
+            return wl
+        message = str((condition(wl, "Evicted") or {}).get("message", ""))
+
+        def release(o: Obj) -> None:
+            o.setdefault("status", {}).pop("admission", None)
+            set_condition(o, "QuotaReserved", "False", now, "Pending", message)
+            set_condition(o, "Admitted", "False", now, "NoReservation", "The workload has no reservation")
+
+        return self._set_wl(wl, release)
 
     # ------------------------------------------------------------------ workloads
 
@@ -207,7 +362,7 @@ class KueueController:
                 "name": pc_name,
             }
         wl_spec["priority"] = priority
-        wl = {
+        wl: Obj = {
             "apiVersion": API_VERSION,
             "kind": "Workload",
             "metadata": {
@@ -228,6 +383,9 @@ class KueueController:
             "spec": wl_spec,
             "status": {"conditions": []},
         }
+        if job["metadata"].get("creationTimestamp"):
+            # Kueue's job reconciler creates it the moment the Job appears: queue order follows the Job
+            wl["metadata"]["creationTimestamp"] = job["metadata"]["creationTimestamp"]
         created = self._store.create(WORKLOADS, wl)
         self._events.record(
             job,
@@ -251,7 +409,13 @@ class KueueController:
         self._set_wl(wl, lambda o: set_condition(o, "QuotaReserved", "False", now, reason, message))
 
     def _assign(
-        self, cq: Obj, cqs: dict[str, Obj], usage: dict[str, Usage], wl: Obj, flavors: dict[str, Obj]
+        self,
+        cq: Obj,
+        cqs: dict[str, Obj],
+        usage: dict[str, Usage],
+        wl: Obj,
+        flavors: dict[str, Obj],
+        borrow: bool = True,
     ) -> tuple[dict[str, str] | None, Requests, str]:
         pod_set = ((wl.get("spec") or {}).get("podSets") or [{}])[0]
         count = int(pod_set.get("count") or 1)
@@ -283,11 +447,13 @@ class KueueController:
                     reasons.append(f"flavor {fq['name']} doesn't match node affinity")
                     continue
                 short = [
-                    r for r in covered if need[r] > self._available(cq, cqs, usage, fq["name"], r) + _EPS
+                    r
+                    for r in covered
+                    if need[r] > self._available(cq, cqs, usage, fq["name"], r, borrow) + _EPS
                 ]
                 if short:
                     r = short[0]
-                    more = need[r] - self._available(cq, cqs, usage, fq["name"], r)
+                    more = need[r] - self._available(cq, cqs, usage, fq["name"], r, borrow)
                     reasons.append(
                         f"insufficient unused quota for {r} in flavor {fq['name']}, "
                         f"{format_quantity(more, r)} more needed"
@@ -317,8 +483,17 @@ class KueueController:
         return 0.0, None, None
 
     def _available(
-        self, cq: Obj, cqs: dict[str, Obj], usage: dict[str, Usage], flavor: str, res: str
+        self,
+        cq: Obj,
+        cqs: dict[str, Obj],
+        usage: dict[str, Usage],
+        flavor: str,
+        res: str,
+        borrow: bool = True,
     ) -> float:
+        """Quota of `res` in `flavor` the ClusterQueue can still use: its nominal quota left plus what it may
+        borrow from its cohort (borrowingLimit, the lenders' lendingLimit), never more than the cohort has
+        left; with borrow=False only its own nominal quota."""
         name = cq["metadata"]["name"]
         nominal, borrow_limit, _ = self._quota(cq, flavor, res)
         used = usage.get(name, {}).get(flavor, {}).get(res, 0.0)
@@ -327,6 +502,7 @@ class KueueController:
         if not cohort:
             return own
         lendable = 0.0
+        cohort_free = own  # what the whole cohort has left: quota one member borrowed is gone for all
         for other_name, other in cqs.items():
             ospec = other.get("spec") or {}
             if other_name == name or (ospec.get("cohortName") or ospec.get("cohort")) != cohort:
@@ -335,8 +511,9 @@ class KueueController:
             o_used = usage.get(other_name, {}).get(flavor, {}).get(res, 0.0)
             spare = max(0.0, o_nominal - o_used)
             lendable += spare if o_lend is None else min(spare, o_lend)
-        borrow = lendable if borrow_limit is None else min(lendable, borrow_limit)
-        return own + borrow
+            cohort_free += o_nominal - o_used
+        borrowed = (lendable if borrow_limit is None else min(lendable, borrow_limit)) if borrow else 0.0
+        return min(own + borrowed, cohort_free)
 
     def _admit(
         self,
@@ -377,6 +554,11 @@ class KueueController:
                 f"Quota reserved in ClusterQueue {cq_name}",
             )
             set_condition(obj, "Admitted", "True", now, "Admitted", "The workload is admitted")
+            for ctype in ("Evicted", "Preempted"):
+                old = condition(obj, ctype)
+                if old is not None and old.get("status") == "True":
+                    previously = f"Previously: {old.get('message', '')}"
+                    set_condition(obj, ctype, "False", now, "QuotaReserved", previously)
 
         admitted = self._set_wl(wl, admit)
         self._events.record(

@@ -20,6 +20,8 @@ Requests = dict[str, float]
 
 ANN_DURATION = "sim.gpufed.io/duration-seconds"
 ANN_EXIT_CODE = "sim.gpufed.io/exit-code"
+ANN_EXIT_CODES = "sim.gpufed.io/exit-codes"
+ANN_INDEX_EXIT_CODES = "sim.gpufed.io/index-exit-codes"
 ANN_NUMA_ZONE = "sim.gpufed.io/numa-zone"
 ANN_NUMA_SPLIT = "sim.gpufed.io/numa-split"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"

@@ -18,11 +18,21 @@ a gang: at least the PodGroup's minMember bound together, or none. A pod that fi
 PodScheduled=False reason Unschedulable with kube-scheduler's message ("0/12 nodes are available: 12
 Insufficient nvidia.com/gpu.") and a FailedScheduling event; a bound pod gets spec.nodeName,
 PodScheduled=True and a Scheduled event. When it binds to a node with NUMA zones the scheduler also
-records the kubelet's zone choice on the pod (see accounting.py). There is no preemption.
+records the kubelet's zone choice on the pod (see accounting.py).
+
+Preemption (preemption.py chooses): a pod that fits nowhere, whose preemptionPolicy is not Never, evicts
+lower-priority pods on the one node the default scheduler would pick. The pod gets
+status.nominatedNodeName; each victim gets the DisruptionTarget condition (reason PreemptionByScheduler,
+"default-scheduler: preempting to accommodate a higher priority pod"), a Preempted event ("Preempted by
+pod <uid> on node <node>") and a graceful DELETE. While nominated, the pod's requests are held on that node
+against pods of lower or equal priority, and it binds once the victims are gone. NUMA alignment and
+PodDisruptionBudgets are not weighed when choosing victims; gangs do not preempt.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -48,6 +58,14 @@ from kubesim.controllers.pods import (
     node_name,
     scheduler_name,
     set_condition,
+)
+from kubesim.controllers.preemption import (
+    Candidate,
+    Victim,
+    eligible,
+    pick_node,
+    resource_only,
+    select_victims,
 )
 from kubesim.fleet import ClusterSpec, SchedulerSpec
 from kubesim.quantity import parse_resource_list
@@ -115,6 +133,10 @@ def fit_reasons(pod_spec: Obj, requests: Requests, view: NodeView, used: Request
     return reasons
 
 
+def _fits(pod_spec: Obj, requests: Requests, view: NodeView, used: Requests) -> list[str]:
+    return fit_reasons(pod_spec, requests, view, used)
+
+
 def fits_in(free: Requests, want: Requests) -> bool:
     return all(v <= free.get(r, 0.0) + _EPS for r, v in want.items())
 
@@ -152,6 +174,8 @@ class Scheduler:
         self._events = events
         self._pending: dict[tuple[str, str], int] = {}
         self._views: dict[str, NodeView] = {}
+        self._classes: dict[str, int] = {}
+        self._default_priority = 0
         self.dra: DraController | None = None  # DRA plugin (controllers/dra.py), set by Controllers
         self.dirty = True
         for pod in store.list("pods")[0]:
@@ -266,11 +290,12 @@ class Scheduler:
             else:
                 order.append(pod)
         failed: dict[str, str] = {}
+        self._classes, self._default_priority = classes, default
         for unit in order:
             if isinstance(unit, tuple):
                 self._schedule_gang(unit, gangs[unit], views)
             else:
-                self._schedule_one(unit, views, failed)
+                self._schedule_one(unit, views, failed, pods)
 
     # ------------------------------------------------------------------ one pod
 
@@ -289,18 +314,115 @@ class Scheduler:
             )
         )
 
-    def _schedule_one(self, pod: Obj, views: list[NodeView], failed: dict[str, str]) -> None:
+    def _schedule_one(
+        self, pod: Obj, views: list[NodeView], failed: dict[str, str], pending: list[Obj]
+    ) -> None:
         requests = self._acct.requests(pod)
+        priority = self._priority_of(pod, self._classes, self._default_priority)
+        overlay = self._nominated_overlay(pod, priority, pending)
         sig = self._signature(pod, requests)
-        if sig in failed:
+        if sig in failed and not overlay:
             self._mark(pod, "Unschedulable", failed[sig])
+            self._preempt(pod, requests, priority, views)
             return
-        choice, message = self._find(pod, requests, views, {}, {})
+        choice, message = self._find(pod, requests, views, overlay, {})
         if choice is None:
-            failed[sig] = message
+            if not overlay:
+                failed[sig] = message
             self._mark(pod, "Unschedulable", message)
+            self._preempt(pod, requests, priority, views)
             return
         self._bind(pod, choice)
+
+    # ------------------------------------------------------------------ preemption
+
+    def _nominated_overlay(self, pod: Obj, priority: int, pending: list[Obj]) -> dict[str, Requests]:
+        """Requests of other pending pods nominated to a node with priority >= this pod's (they are held)."""
+        overlay: dict[str, Requests] = {}
+        me = key_of(pod)
+        for other in pending:
+            node = (other.get("status") or {}).get("nominatedNodeName")
+            if not node or key_of(other) == me:
+                continue
+            if self._priority_of(other, self._classes, self._default_priority) < priority:
+                continue
+            extra = overlay.setdefault(node, {})
+            for r, v in {**self._acct.requests(other), "pods": 1.0}.items():
+                extra[r] = extra.get(r, 0.0) + v
+        return overlay
+
+    def _running_on(self, node: str) -> list[tuple[Obj, int]]:
+        out = []
+        for ns, name in sorted(self._acct.pods_on(node)):
+            p = self._store.find("pods", ns, name)
+            if p is not None and not is_terminal(p):
+                out.append((p, self._priority_of(p, self._classes, self._default_priority)))
+        return out
+
+    def _preempt(self, pod: Obj, requests: Requests, priority: int, views: list[NodeView]) -> None:
+        nominated = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+        waiting = bool(nominated) and any(
+            p["metadata"].get("deletionTimestamp") and prio < priority
+            for p, prio in self._running_on(nominated)
+        )
+        if not eligible(pod, waiting) or waiting:
+            return
+        spec = pod.get("spec") or {}
+        candidates: list[Candidate] = []
+        for view in views:
+            used = self._acct.used(view.name)
+            if not resource_only(fit_reasons(spec, requests, view, used)):
+                continue
+            running = [
+                Victim(
+                    p,
+                    prio,
+                    str((p.get("status") or {}).get("startTime") or ""),
+                    {**self._acct.requests(p), "pods": 1.0},
+                )
+                for p, prio in self._running_on(view.name)
+                if not p["metadata"].get("deletionTimestamp")
+            ]
+            found = select_victims(
+                view.name, used, running, priority, functools.partial(_fits, spec, requests, view)
+            )
+            if found is not None:
+                candidates.append(found)
+        if not candidates:
+            return
+        chosen = pick_node(candidates)
+        now = self._clock.now()
+        ns, name = key_of(pod)
+        uid = pod["metadata"].get("uid", "")
+        scheduler = scheduler_name(pod)
+        for victim in chosen.victims:
+            vns, vname = key_of(victim.pod)
+
+            def disrupt(obj: Obj) -> None:
+                set_condition(
+                    obj,
+                    "DisruptionTarget",
+                    "True",
+                    now,
+                    "PreemptionByScheduler",
+                    f"{scheduler}: preempting to accommodate a higher priority pod",
+                )
+
+            try:
+                self._store.mutate("pods", vns, vname, disrupt)
+                grace = int((victim.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+                self._store.request_delete("pods", vns, vname, grace)
+            except NotFoundError:
+                continue
+            self._events.record(
+                victim.pod, "Preempted", f"Preempted by pod {uid} on node {chosen.node}", "Normal", scheduler
+            )
+
+        def nominate(obj: Obj) -> None:
+            obj.setdefault("status", {})["nominatedNodeName"] = chosen.node
+
+        with contextlib.suppress(NotFoundError):
+            self._store.mutate("pods", ns, name, nominate)
 
     def _find(
         self,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
-from adapters.redis_store import RedisStateStore, subtract_reservations
+from adapters.redis_store import RedisStateStore
 from broker.errors import Conflict
 from broker.model import (
     ClusterSummary,
@@ -26,6 +26,7 @@ from broker.model import (
     Reservation,
     Tier,
 )
+from broker.ports import ReserveResult
 
 pytestmark = pytest.mark.integration
 
@@ -144,77 +145,94 @@ def test_summaries_of_several_clusters_are_listed_and_a_deleted_one_is_gone(stor
 # --------------------------------------------------------------------------- reservations
 
 
-def test_concurrent_reservations_never_over_commit_a_cluster(store: RedisStateStore) -> None:
-    store.put_summary(summary(free=8, mig_free=5))
-    results: dict[str, bool] = {}
+def test_reserve_is_a_compare_and_set_on_the_summary_version_and_the_ledger(store: RedisStateStore) -> None:
+    v1 = store.put_summary(summary(free=8)).version
+    assert store.cluster_versions(["onprem-a", "nowhere"]) == {"onprem-a": (v1, 0)}
+
+    first = store.reserve(resv("j1", 3), NOW, v1, 0)
+    assert first == ReserveResult(ReserveResult.RESERVED, v1, 1)
+    # a second placer that decided on the same state loses: the ledger moved
+    assert store.reserve(resv("j2", 3), NOW, v1, 0) == ReserveResult(ReserveResult.STALE, v1, 1)
+    # ...and after a new summary, the old version loses too
+    v2 = store.put_summary(summary(free=8)).version
+    assert store.reserve(resv("j2", 3), NOW, v1, 1).status == ReserveResult.STALE
+    assert store.reserve(resv("j2", 3), NOW, v2, 1).ok
+    assert [r.job_id for r in store.live_reservations(NOW)] == ["j1", "j2"]
+
+
+def test_concurrent_placers_on_one_state_commit_exactly_one(store: RedisStateStore) -> None:
+    version = store.put_summary(summary(free=8)).version
+    results: list[str] = []
     lock = threading.Lock()
-    start = threading.Barrier(24)
+    start = threading.Barrier(12)
 
-    def attempt(job_id: str, units: int, resource: str) -> Callable[[], None]:
-        def run() -> None:
-            start.wait()
-            ok = store.reserve(resv(job_id, units, resource=resource), NOW)
-            with lock:
-                results[job_id] = ok
+    def attempt(job_id: str) -> None:
+        start.wait()
+        outcome = store.reserve(resv(job_id, 8), NOW, version, 0)
+        with lock:
+            results.append(outcome.status)
 
-        return run
-
-    threads = [threading.Thread(target=attempt(f"gpu-{i}", 3, GPU)) for i in range(12)]
-    threads += [threading.Thread(target=attempt(f"mig-{i}", 1, MIG_1G)) for i in range(12)]
+    threads = [threading.Thread(target=attempt, args=(f"j{i}",)) for i in range(12)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
 
-    live = store.live_reservations(NOW)
-    assert sum(results[f"gpu-{i}"] for i in range(12)) == 2  # 2 x 3 <= 8 < 3 x 3
-    assert sum(results[f"mig-{i}"] for i in range(12)) == 5
-    assert sum(r.units for r in live if r.resource_name == GPU) == 6
-    assert sum(r.units for r in live if r.resource_name == MIG_1G) == 5
+    assert sorted(results) == [ReserveResult.RESERVED] + [ReserveResult.STALE] * 11
+    assert len(store.live_reservations(NOW)) == 1
 
 
-def test_a_cluster_without_a_summary_or_the_product_cannot_be_reserved(store: RedisStateStore) -> None:
-    assert not store.reserve(resv("j1", 1, cluster="unknown"), NOW)
-    store.put_summary(summary())
-    other = Reservation("j2", 0, "onprem-a", "A100-80GB", GPU, 1, NOW, NOW + 60)
-    assert not store.reserve(other, NOW)
+def test_a_reservation_belongs_to_its_placer_and_attempt(store: RedisStateStore) -> None:
+    v = store.put_summary(summary(free=8)).version
+    mine = replace(resv("j1", 2), attempt=1, owner="placer-a")
+    theirs = replace(mine, owner="placer-b")
 
-
-def test_expired_reservations_stop_counting(store: RedisStateStore) -> None:
-    store.put_summary(summary(free=8))
-    assert store.reserve(resv("j1", 8, ttl=10), NOW)
-    assert not store.reserve(resv("j2", 1), NOW + 5)
-
-    assert store.reserve(resv("j2", 8), NOW + 11)
-    assert [r.job_id for r in store.live_reservations(NOW + 11)] == ["j2"]
-
-
-def test_release_and_confirm_give_the_capacity_back(store: RedisStateStore) -> None:
-    store.put_summary(summary(free=8))
-    assert store.reserve(resv("j1", 8), NOW)
-    store.release("j1")
-    assert store.reserve(resv("j2", 8), NOW)
-    assert store.confirm("j2") is True
-    assert store.confirm("j2") is False
+    assert store.reserve(mine, NOW, v, 0).ok
+    # the race of the bug report: reserve(j), reserve(j), release(j) must leave the winner's hold
+    assert store.reserve(theirs, NOW, v, 1).status == ReserveResult.HELD
+    assert store.release("j1", 1, "placer-b") is False
+    assert [r.owner for r in store.live_reservations(NOW)] == ["placer-a"]
+    # a newer attempt (the job moved on) replaces the old hold; the old attempt can't release it
+    newer = replace(theirs, attempt=2)
+    assert store.reserve(newer, NOW, v, 1).ok
+    assert store.release("j1", 1, "placer-a") is False
+    assert store.confirm("j1", 2) is True
     assert store.live_reservations(NOW) == []
 
 
-def test_re_reserving_a_job_replaces_its_previous_reservation(store: RedisStateStore) -> None:
-    store.put_summary(summary(free=8))
-    store.put_summary(summary("onprem-b", free=8))
-    assert store.reserve(resv("j1", 6), NOW)
-    assert store.reserve(resv("j1", 8, cluster="onprem-b"), NOW)
-    assert store.reserve(resv("j2", 8), NOW)  # onprem-a is whole again
-    assert sorted((r.job_id, r.cluster) for r in store.live_reservations(NOW)) == [
-        ("j1", "onprem-b"),
-        ("j2", "onprem-a"),
-    ]
+def test_a_cluster_without_a_summary_cannot_be_reserved(store: RedisStateStore) -> None:
+    assert store.reserve(resv("j1", 1, cluster="unknown"), NOW, 1, 0).status == ReserveResult.NO_CLUSTER
+
+
+def test_expired_reservations_stop_counting_and_are_pruned(store: RedisStateStore) -> None:
+    v = store.put_summary(summary(free=8)).version
+    assert store.reserve(resv("j1", 8, ttl=10), NOW, v, 0).ok
+    [held] = store.placeable_summaries(NOW + 5)
+    assert held.products[0].free == 0
+    [freed] = store.placeable_summaries(NOW + 11)
+    assert freed.products[0].free == 8
+
+    assert store.prune_expired(NOW + 11) == 1
+    assert store.cluster_versions(["onprem-a"]) == {"onprem-a": (v, 2)}  # caches see the change
+    assert store.live_reservations(NOW) == []
+
+
+def test_moving_a_reservation_to_another_cluster_frees_the_first(store: RedisStateStore) -> None:
+    va = store.put_summary(summary(free=8)).version
+    vb = store.put_summary(summary("onprem-b", free=8)).version
+    assert store.reserve(resv("j1", 6), NOW, va, 0).ok
+    assert store.reserve(resv("j1", 8, cluster="onprem-b"), NOW, vb, 0).ok
+    states = store.cluster_states(["onprem-a", "onprem-b"])
+    assert states["onprem-a"].reservations == ()
+    assert states["onprem-a"].ledger == 2  # bumped by the move, so caches read it again
+    assert [r.job_id for r in states["onprem-b"].reservations] == ["j1"]
+    assert states["onprem-b"].summary == store.get_summary("onprem-b")
 
 
 def test_placeable_summaries_are_observed_minus_live_reservations(store: RedisStateStore) -> None:
-    store.put_summary(summary(free=8, mig_free=6))
-    store.reserve(resv("j1", 3), NOW)
-    store.reserve(resv("j2", 2, resource=MIG_1G), NOW)
+    v = store.put_summary(summary(free=8, mig_free=6)).version
+    assert store.reserve(resv("j1", 3), NOW, v, 0).ok
+    assert store.reserve(resv("j2", 2, resource=MIG_1G), NOW, v, 1).ok
 
     [placeable] = store.placeable_summaries(NOW)
     h100 = placeable.product("H100-80GB")
@@ -224,20 +242,6 @@ def test_placeable_summaries_are_observed_minus_live_reservations(store: RedisSt
     assert placeable.mig[0].largest_free_on_node == 4
     [later] = store.placeable_summaries(NOW + 3600)
     assert later == store.get_summary("onprem-a")
-
-
-def test_histograms_lose_the_largest_blocks_first() -> None:
-    base = summary(free=8)
-    two_nodes = ProductCapacity(
-        "H100-80GB", 81559, 16, 16, 6, 10, (0, 0, 1, 0, 0, 0, 0, 0, 1), (0, 0, 1, 0, 1)
-    )
-    s = ClusterSummary(cluster=base.cluster, products=(two_nodes,))
-
-    [p] = subtract_reservations(s, [resv("j", 7)]).products
-
-    assert p.nodes_by_free == (0, 1, 1)  # the 8-free node lost 7; the 2-free node kept its 2
-    assert p.free == 3
-    assert p.pods_that_fit(2) == 1
 
 
 # --------------------------------------------------------------------------- jobs

@@ -23,6 +23,7 @@ from broker.model import (
     ClusterSummary,
     ClusterTraits,
     Health,
+    JobEvent,
     JobRecord,
     JobRequest,
     JobState,
@@ -62,11 +63,13 @@ class HookedStore(RedisStateStore):
 
     before_save: tuple[JobState, Callable[[], Any]] | None = None
 
-    def save_job(self, record: JobRecord, expected_state: JobState | None = None) -> JobRecord:
+    def save_job(
+        self, record: JobRecord, expected_state: JobState | None = None, event: JobEvent | None = None
+    ) -> JobRecord:
         if self.before_save is not None and record.state is self.before_save[0]:
             hook, self.before_save = self.before_save[1], None
             hook()
-        return super().save_job(record, expected_state)
+        return super().save_job(record, expected_state, event)
 
 
 @pytest.fixture

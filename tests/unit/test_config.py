@@ -10,6 +10,10 @@ import yaml
 from broker.config import load_fleet_config, parse_fleet_config
 from broker.errors import ConfigError
 from broker.model import Tier
+from broker.placement import DEFAULT_SCORES
+from broker.plugins.binpack import BinPackScore
+from broker.plugins.health import HealthFreshness
+from broker.plugins.price import PriceScore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,3 +134,77 @@ def test_the_demo_never_prints_a_redis_password(url: str, shown: str) -> None:
     from broker.demo import redacted
 
     assert redacted(url) == shown
+
+
+def _with_placement(placement: object) -> dict[str, object]:
+    return {
+        "clusters": [{"name": "east", "kubeconfig": "east.kubeconfig"}],
+        "settings": {"staleAfterSeconds": 45, "placement": placement},
+    }
+
+
+def test_settings_placement_builds_the_policy_from_the_registry() -> None:
+    placement = {
+        "preferOnPrem": False,
+        "filters": {"numa-fit": {"enabled": False}},
+        "scores": {
+            "binpack": {"weight": 5, "args": {"strategy": "spread"}},
+            "price": {"args": {"ceilingPerGpuHour": 4}},
+            "queue": {"enabled": False},
+        },
+    }
+    policy = parse_fleet_config(_with_placement(placement), "c.yaml", REPO).settings.placement_policy()
+    assert [f.name for f in policy.filters] == [
+        "health",
+        "allowlist",
+        "burst",
+        "gpu-product",
+        "gpu-fit",
+        "mig-fit",
+        "price-cap",
+        "kueue",
+    ]
+    assert HealthFreshness(staleness_limit_seconds=45.0) in policy.filters  # from staleAfterSeconds
+    assert policy.scores == (BinPackScore(weight=5, strategy="spread"), PriceScore(ceiling_per_gpu_hour=4.0))
+    assert policy.prefer_onprem is False
+
+
+def test_without_settings_placement_the_registry_defaults_run() -> None:
+    cfg = parse_fleet_config({"clusters": [{"name": "east", "kubeconfig": "x"}]}, "c.yaml", REPO)
+    policy = cfg.settings.placement_policy()
+    assert policy.scores == DEFAULT_SCORES and policy.staleness_limit_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("placement", "expected"),
+    [
+        (
+            {"scores": {"binpak": {}}},
+            "settings.placement.scores: binpak: unknown score plugin (known: binpack",
+        ),
+        ({"filters": {"stale": {}}}, "settings.placement.filters: stale: unknown filter plugin"),
+        (
+            {"filters": {"health": {"weight": 2}}},
+            "settings.placement.filters: health.weight: filters take no weight",
+        ),
+        (
+            {"scores": {"binpack": {"args": {"strategy": "scatter"}}}},
+            "settings.placement.scores: binpack.args.strategy: Input should be 'binpack' or 'spread'",
+        ),
+        (
+            {"scores": {"price": {"args": {"ceiling": 3}}}},
+            "settings.placement.scores: price.args.ceiling: unknown arg (args: ceilingPerGpuHour)",
+        ),
+        (
+            {"filters": {"health": {"args": {"stalenessLimitSeconds": "soon"}}}},
+            "settings.placement.filters: health.args.stalenessLimitSeconds: Input should be a valid number",
+        ),
+        ({"scores": {"price": {"weight": -1}}}, "settings.placement.scores.price.weight"),
+        ({"scores": {"price": {"enabled": True, "colour": 1}}}, "settings.placement.scores.price.colour"),
+        ({"strategy": "spread"}, "settings.placement.strategy"),
+    ],
+)
+def test_bad_placement_settings_name_the_field(placement: object, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_fleet_config(_with_placement(placement), "c.yaml", REPO)
+    assert expected in str(err.value)

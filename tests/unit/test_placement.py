@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from broker.framework import Code, CycleState, Status, run_filters
+from broker.framework import Code, FilterResult, Option, PreparedJob
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
@@ -352,11 +354,21 @@ def test_no_clusters() -> None:
 class Broken:
     name = "broken"
 
-    def filter(self, job: JobRequest, summary: ClusterSummary, ctx: CycleState) -> Status:
+    def applies(self, job: PreparedJob) -> bool:
+        return True
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[Option],
+    ) -> FilterResult:
         raise RuntimeError("boom")
 
 
 def test_a_broken_plugin_rejects_with_error_status_instead_of_crashing() -> None:
-    ctx = CycleState(now=NOW, traits=None, options=[])
-    (status,) = run_filters([Broken()], JobRequest("j"), summary("a"), ctx)
-    assert (status.code, status.plugin, status.reason) == (Code.ERROR, "broken", "RuntimeError: boom")
+    policy = PlacementPolicy(filters=[Broken()])
+    (r,) = rejected(run(JobRequest("j", gpus_per_pod=1), summary("a", h100(8)), policy=policy)).rejections
+    assert (r.code, r.plugin, r.reason) == (Code.ERROR, "broken", "broken failed: RuntimeError: boom")

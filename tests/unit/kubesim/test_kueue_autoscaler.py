@@ -236,3 +236,129 @@ def test_kueue_reserves_quota_for_the_pods_a_job_can_run_at_once_not_its_paralle
     assert wide["spec"]["podSets"][0]["count"] == 2
     assert wide["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] == {"nvidia.com/gpu": "4"}
     assert w.job("other")["spec"]["suspend"] is False  # 4 + 4 fits the 8 GPUs
+
+
+def _prio_job(name: str, gpus: int, priority: str, queue: str = "gpu") -> dict[str, Any]:
+    job = batch_job(
+        name,
+        {"nvidia.com/gpu": gpus},
+        duration=10_000,
+        suspend=True,
+        labels={"kueue.x-k8s.io/queue-name": queue},
+        pod_extra={"priorityClassName": priority, "terminationGracePeriodSeconds": 5},
+    )
+    return job
+
+
+def _priority_classes(w: World) -> None:
+    for name, value in (("low", 100), ("high", 1000)):
+        w.store.create(
+            "priorityclasses.scheduling.k8s.io",
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+
+
+def _workload_of(w: World, job: str) -> dict[str, Any]:
+    uid = w.job(job)["metadata"]["uid"]
+    (wl,) = [x for x in w.store.list(WL)[0] if x["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == uid]
+    return wl
+
+
+def test_kueue_preempts_a_lower_priority_workload_within_the_cluster_queue() -> None:
+    spec = kueue(8)
+    spec["clusterQueues"][0]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    w = world({"name": "c", "nodePools": [pool("h", 1)], "kueue": spec})
+    _priority_classes(w)
+    w.store.create("jobs.batch", _prio_job("cheap", 8, "low"))
+    w.advance(5)
+    assert w.job("cheap")["spec"]["suspend"] is False
+    w.store.create("jobs.batch", _prio_job("urgent", 8, "high"))
+    w.settle()
+    victim = _workload_of(w, "cheap")
+    evicted = job_condition(victim, "Evicted")
+    preempted = job_condition(victim, "Preempted")
+    urgent_wl = _workload_of(w, "urgent")
+    assert evicted is not None and evicted["reason"] == "Preempted"
+    assert preempted is not None and preempted["reason"] == "InClusterQueue"
+    assert preempted["message"] == (
+        f"Preempted to accommodate a workload (UID: {urgent_wl['metadata']['uid']}, JobUID: "
+        f"{w.job('urgent')['metadata']['uid']}) due to prioritization in the ClusterQueue; "
+        "preemptor path: /gpu-cq; preemptee path: /gpu-cq"
+    )
+    assert w.job("cheap")["spec"]["suspend"] is True
+    assert "nodeSelector" not in w.job("cheap")["spec"]["template"]["spec"]  # the flavor's labels are undone
+    assert w.events("EvictedDueToPreempted") and w.events("PreemptedWorkload")
+    w.advance(30)  # the evicted pods terminate, the quota goes to the preemptor
+    victim = _workload_of(w, "cheap")
+    assert "admission" not in victim["status"]
+    quota = job_condition(victim, "QuotaReserved")
+    assert quota is not None and quota["status"] == "False" and quota["reason"] == "Pending"
+    assert job_condition(_workload_of(w, "urgent"), "Admitted") is not None
+    assert w.job("urgent")["spec"]["suspend"] is False
+    running = [p for p in w.pods() if p["status"]["phase"] == "Running"]
+    assert [p["metadata"]["labels"]["job-name"] for p in running] == ["urgent"]
+
+
+def test_without_a_preemption_policy_kueue_only_waits() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 1)], "kueue": kueue(8)})
+    _priority_classes(w)
+    w.store.create("jobs.batch", _prio_job("cheap", 8, "low"))
+    w.advance(5)
+    w.store.create("jobs.batch", _prio_job("urgent", 8, "high"))
+    w.advance(30)
+    assert job_condition(_workload_of(w, "cheap"), "Evicted") is None
+    assert w.job("urgent")["spec"]["suspend"] is True
+
+
+def test_kueue_reclaims_borrowed_quota_within_the_cohort() -> None:
+    spec = kueue(4)
+    spec["clusterQueues"][0].update(cohort="research")
+    other = {
+        "name": "team-b",
+        "cohort": "research",
+        "preemption": {"reclaimWithinCohort": "Any"},
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}],
+            }
+        ],
+    }
+    spec["clusterQueues"].append(other)
+    spec["localQueues"].append({"name": "b", "namespace": "default", "clusterQueue": "team-b"})
+    w = world({"name": "c", "nodePools": [pool("h", 1)], "kueue": spec})
+    _priority_classes(w)
+    w.store.create("jobs.batch", _prio_job("borrower", 8, "high"))  # 4 own + 4 borrowed from team-b
+    w.advance(5)
+    assert w.job("borrower")["spec"]["suspend"] is False
+    w.store.create("jobs.batch", _prio_job("owner", 4, "low", queue="b"))
+    w.settle()
+    preempted = job_condition(_workload_of(w, "borrower"), "Preempted")
+    assert preempted is not None and preempted["reason"] == "InCohortReclamation"
+    assert (
+        "reclamation within the cohort; preemptor path: /research/team-b; preemptee path: /research/gpu-cq"
+        in (preempted["message"])
+    )
+    w.advance(30)
+    assert w.job("owner")["spec"]["suspend"] is False
+
+
+def test_lower_or_newer_equal_priority_never_preempts_an_older_workload_of_the_same_priority() -> None:
+    spec = kueue(8)
+    spec["clusterQueues"][0]["preemption"] = {"withinClusterQueue": "LowerOrNewerEqualPriority"}
+    w = world({"name": "c", "nodePools": [pool("h", 1)], "kueue": spec})
+    _priority_classes(w)
+    w.store.create("jobs.batch", _prio_job("older", 8, "high"))
+    w.clock.advance(1)
+    w.store.create("jobs.batch", _prio_job("newer", 8, "high"))
+    w.settle()
+    # admission is by priority then creation: "older" runs, and "newer" (same priority, created later) may
+    # not preempt it
+    assert w.job("older")["spec"]["suspend"] is False
+    assert job_condition(_workload_of(w, "older"), "Evicted") is None
+    assert w.job("newer")["spec"]["suspend"] is True

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubesim.controllers.pods import effective_requests
-from tests.unit.kubesim.world import bare_pod, pod_condition, pool, scheduled, world
+from kubesim.store import Obj
+from tests.unit.kubesim.world import bare_pod, batch_job, job_condition, pod_condition, pool, scheduled, world
 
 NRT = "noderesourcetopologies.topology.node.k8s.io"
 
@@ -340,3 +341,85 @@ def test_effective_requests_take_init_containers_and_sidecars_into_account() -> 
     assert req["cpu"] == 4.0  # max(sum 2 + sidecar 0.5, setup 4, late-init 2 + sidecar 0.5)
     assert req["memory"] == 2 * 2**30
     assert req["nvidia.com/gpu"] == 2.0
+
+
+def _prio_pod(name: str, priority: int, gpus: int = 8, **spec: Any) -> Obj:
+    pod = bare_pod(name, {"nvidia.com/gpu": gpus}, duration=10_000)
+    pod["spec"].update(priority=priority, terminationGracePeriodSeconds=30, **spec)
+    return pod
+
+
+def test_a_high_priority_pod_preempts_the_lowest_priority_victims_and_runs() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 2)]})
+    w.store.create("pods", _prio_pod("mid", 500))
+    w.store.create("pods", _prio_pod("low", 100))
+    w.settle()
+    low_node = scheduled(w.pod("low"))
+    w.store.create("pods", _prio_pod("urgent", 1000))
+    w.settle()
+    urgent = w.pod("urgent")
+    assert urgent["status"]["nominatedNodeName"] == low_node and not scheduled(urgent)
+    victim = w.pod("low")
+    assert victim["metadata"]["deletionTimestamp"]
+    disruption = pod_condition(victim, "DisruptionTarget")
+    assert disruption["reason"] == "PreemptionByScheduler"
+    assert disruption["message"] == "default-scheduler: preempting to accommodate a higher priority pod"
+    assert "deletionTimestamp" not in w.pod("mid")["metadata"]
+    (event,) = w.events("Preempted")
+    assert event["message"] == f"Preempted by pod {urgent['metadata']['uid']} on node {low_node}"
+    w.advance(31)  # the victim's grace period
+    assert w.store.find("pods", "default", "low") is None
+    urgent = w.pod("urgent")
+    assert scheduled(urgent) == low_node and urgent["status"]["phase"] == "Running"
+
+
+def test_preemption_policy_never_waits_instead_of_evicting() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 1)]})
+    w.store.create("pods", _prio_pod("low", 100))
+    w.settle()
+    w.store.create("pods", _prio_pod("polite", 1000, preemptionPolicy="Never"))
+    w.settle()
+    assert "deletionTimestamp" not in w.pod("low")["metadata"]
+    assert not w.pod("polite")["status"].get("nominatedNodeName")
+    assert pod_condition(w.pod("polite"), "PodScheduled")["reason"] == "Unschedulable"
+
+
+def test_equal_priority_pods_are_never_victims() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 1)]})
+    w.store.create("pods", _prio_pod("first", 500))
+    w.settle()
+    w.store.create("pods", _prio_pod("second", 500))
+    w.settle()
+    assert "deletionTimestamp" not in w.pod("first")["metadata"]
+    assert not w.events("Preempted")
+
+
+def test_the_fewest_victims_are_taken() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 1)]})
+    for i in range(4):
+        w.store.create("pods", _prio_pod(f"small-{i}", 100, gpus=2))
+    w.settle()
+    w.store.create("pods", _prio_pod("needs-four", 1000, gpus=4))
+    w.settle()
+    terminating = [p for p in w.pods() if p["metadata"].get("deletionTimestamp")]
+    assert len(terminating) == 2
+
+
+def test_a_preempted_job_pod_ignored_by_its_pod_failure_policy_does_not_fail_the_job() -> None:
+    w = world({"name": "c", "nodePools": [pool("h", 1)]})
+    job = batch_job("tolerant", {"nvidia.com/gpu": 8}, duration=10_000, backoffLimit=0)
+    job["spec"]["template"]["spec"].update(priority=100, terminationGracePeriodSeconds=10)
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    w.store.create("jobs.batch", job)
+    w.settle()
+    w.store.create("pods", _prio_pod("urgent", 1000))
+    w.advance(11)
+    assert w.pod("urgent")["status"]["phase"] == "Running"
+    tolerant = w.job("tolerant")
+    assert "failed" not in tolerant["status"] and job_condition(tolerant, "Failed") is None
+    pending = [
+        p for p in w.pods() if p["metadata"]["labels"].get("job-name") == "tolerant" and not scheduled(p)
+    ]
+    assert len(pending) == 1  # the replacement waits for room

@@ -1,0 +1,437 @@
+"""Benchmark: the placement engine, from the pure core to jobs reaching member clusters.
+
+Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [--clusters 100]
+     (needs Redis at $REDIS_URL for reserve/submit/burst; burst starts kubesim itself)
+
+    core     place() over N cluster summaries: decisions/s one at a time, and batched (BatchPlacer over
+             10,000 jobs of mixed shapes, each decision assumed into the snapshot)
+    reserve  decision + reservation: BatchPlacer decision + compare-and-set reserve on real Redis +
+             assume, p50/p99 per job (the summaries come from the FleetCache, not read per job)
+    submit   POST /v1/jobs at 32 concurrent clients against a broker API process (Redis store, N
+             summaries in Redis so product names are checked against the fleet): submits/s, p50/p99
+    burst    1,000 one-GPU jobs queued at once, then the control loop (real kubesim clusters over HTTPS,
+             concurrent dispatch): Jobs/s reaching the member clusters
+
+Prints one line per figure; docs/benchmarks.md keeps the results with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from broker import reservations
+from broker.batch_placement import BatchPlacer
+from broker.model import (
+    ClusterSnapshot,
+    ClusterSummary,
+    ClusterTraits,
+    Health,
+    JobRequest,
+    MigCapacity,
+    NoFit,
+    ProductCapacity,
+    Reservation,
+    Tier,
+)
+from broker.placement import PlacementPolicy, place
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+PRODUCTS = (("H100-80GB", 81559), ("A100-80GB", 81920), ("H200-141GB", 143771), ("L40S", 46068))
+NOW = 1_000_000.0
+
+
+def fleet(clusters: int, nodes: int = 1000, seed: int = 1) -> list[ClusterSummary]:
+    """`clusters` summaries of `nodes` 8-GPU nodes each, with varied fill, products, MIG and tiers."""
+    rng = random.Random(seed)
+    out = []
+    for c in range(clusters):
+        product, memory = PRODUCTS[c % len(PRODUCTS)]
+        hist = [0] * 9
+        for _ in range(nodes):
+            hist[rng.choice((0, 0, 1, 2, 4, 6, 8, 8))] += 1
+        free = sum(k * n for k, n in enumerate(hist))
+        numa = [0] * 5
+        for k, n in enumerate(hist):
+            numa[min(4, k)] += n
+        out.append(
+            ClusterSummary(
+                cluster=f"c{c:03d}",
+                tier=Tier.CLOUD if c % 5 == 4 else Tier.ONPREM,
+                health=Health.HEALTHY,
+                heartbeat=NOW,
+                products=(
+                    ProductCapacity(
+                        product,
+                        memory,
+                        8 * nodes,
+                        8 * nodes,
+                        8 * nodes - free,
+                        free,
+                        tuple(hist),
+                        tuple(numa),
+                        nodes,
+                    ),
+                ),
+                mig=(
+                    (MigCapacity(product, "1g.10gb", "nvidia.com/mig-1g.10gb", 700, 300, 7),)
+                    if product in ("H100-80GB", "A100-80GB")
+                    else ()
+                ),
+                price_per_gpu_hour={product: 2.5} if c % 5 == 4 else {},
+            )
+        )
+    return out
+
+
+def job_mix(n: int, seed: int = 2) -> list[JobRequest]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.15:
+            out.append(JobRequest(f"mig-{i}", mig_profile="1g.10gb"))
+        elif r < 0.3:
+            out.append(JobRequest(f"numa-{i}", gpus_per_pod=2, numa_aligned=True))
+        else:
+            out.append(
+                JobRequest(
+                    f"job-{i}",
+                    gpus_per_pod=rng.choice((1, 2, 4, 8)),
+                    pods=rng.choice((1, 1, 1, 2, 4)),
+                    gpu_products=rng.choice(((), ("H100-80GB",), ("A100-80GB", "H100-80GB"))),
+                    allow_burst=rng.random() < 0.3,
+                )
+            )
+    return out
+
+
+def pct(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def assume(summary: ClusterSummary, job_id: str, p: Any) -> ClusterSummary:
+    r = Reservation(
+        job_id, 1, p.cluster, p.product, p.resource_name, p.total_units, NOW, NOW + 60, pods=p.pods
+    )
+    return reservations.deduct(summary, [r], NOW)
+
+
+def bench_core(clusters: int) -> None:
+    summaries = fleet(clusters)
+    traits = {s.cluster: ClusterTraits(s.cluster, tier=s.tier) for s in summaries}
+    policy = PlacementPolicy()
+    jobs = job_mix(2000)
+    start = time.perf_counter()
+    for job in jobs:
+        place(job, summaries, traits, policy, NOW)
+    single = len(jobs) / (time.perf_counter() - start)
+    print(f"core place(), one decision at a time: {clusters} clusters, {single:,.0f} decisions/s")
+
+    batch_jobs = job_mix(10_000, seed=3)
+    placer = BatchPlacer(summaries, traits, policy, NOW)
+    placed = 0
+    start = time.perf_counter()
+    for i, job in enumerate(batch_jobs):
+        decision = placer.place(job)
+        if not isinstance(decision, NoFit):
+            placed += 1
+            current = placer.summary(decision.cluster)
+            assert current is not None
+            placer.update(assume(current, f"j{i}", decision))
+    batched = len(batch_jobs) / (time.perf_counter() - start)
+    print(
+        f"core batched (BatchPlacer, each decision assumed): {clusters} clusters, {batched:,.0f} decisions/s "
+        f"({placed:,} of {len(batch_jobs):,} placed, {placer.evaluations:,} cluster evaluations)"
+    )
+
+
+def _store(prefix: str) -> Any:
+    from adapters.redis_store import RedisStateStore
+
+    return RedisStateStore(REDIS_URL, prefix=prefix)
+
+
+def _cleanup(store: Any) -> None:
+    keys = list(store.client.scan_iter(match=f"{store.prefix}:*", count=1000))
+    if keys:
+        store.client.delete(*keys)
+
+
+def bench_reserve(clusters: int) -> None:
+    from broker.fleet_cache import FleetCache
+
+    store = _store("bench" + uuid.uuid4().hex[:8])
+    try:
+        summaries = fleet(clusters)
+        for s in summaries:
+            store.put_summary(s)
+        traits = {s.cluster: ClusterTraits(s.cluster, tier=s.tier) for s in summaries}
+        policy = PlacementPolicy()
+        cache = FleetCache(store, traits)
+        start = time.perf_counter()
+        cache.refresh()
+        cold = time.perf_counter() - start
+        placer = BatchPlacer(cache.placeable_all(NOW), traits, policy, NOW)
+        samples = []
+        for i, job in enumerate(job_mix(2000, seed=4)):
+            t0 = time.perf_counter()
+            decision = placer.place(job)
+            if not isinstance(decision, NoFit):
+                state = cache.state(decision.cluster)
+                assert state is not None
+                r = Reservation(
+                    f"j{i}",
+                    1,
+                    decision.cluster,
+                    decision.product,
+                    decision.resource_name,
+                    decision.total_units,
+                    NOW,
+                    NOW + 600,
+                    pods=decision.pods,
+                    owner="bench",
+                )
+                result = store.reserve(r, NOW, state.summary.version, state.ledger)
+                assert result.ok, result
+                cache.assume(r, result.ledger)
+                fresh = cache.placeable(decision.cluster, NOW)
+                assert fresh is not None
+                placer.update(fresh)
+            samples.append(time.perf_counter() - t0)
+        start = time.perf_counter()
+        cache.refresh()  # what a pass pays when nothing moved
+        idle = time.perf_counter() - start
+        print(
+            f"decision + reservation (Redis compare-and-set, assumed into the cache): {clusters} clusters, "
+            f"p50 {pct(samples, 0.5) * 1000:.2f} ms, p99 {pct(samples, 0.99) * 1000:.2f} ms; "
+            f"cache: cold read {cold * 1000:.1f} ms, refresh with nothing changed {idle * 1000:.2f} ms"
+        )
+    finally:
+        _cleanup(store)
+        store.close()
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def serve_api(prefix: str, port: int, clusters: int) -> None:
+    """The broker's HTTP API over the Redis store (no control loop, no clusters): what a submit costs."""
+    import uvicorn
+
+    from adapters.system_clock import SystemClock
+    from broker.api import create_app
+    from broker.service import BrokerService
+
+    store = _store(prefix)
+    traits = {s.cluster: ClusterTraits(s.cluster) for s in fleet(clusters, nodes=10)}
+    service = BrokerService(store, _NoClusters(), SystemClock(), traits)
+    uvicorn.run(
+        create_app(service, service.clock),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+
+
+class _NoClusters:
+    """The submit benchmark never dispatches: no member cluster is called."""
+
+    def create_workload(self, *a: Any, **k: Any) -> None:
+        raise AssertionError("not dispatched in this benchmark")
+
+    delete_workload = read_workload = list_workloads = create_workload
+
+
+async def _load(url: str, clients: int, total: int) -> tuple[float, list[float], int]:
+    import httpx
+
+    body = {"name": "bench", "gpus": 1, "gpuProducts": ["H100-80GB"], "durationSeconds": 60}
+    latencies: list[float] = []
+    errors = 0
+    counter = iter(range(total))
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        nonlocal errors
+        for _ in counter:
+            t0 = time.perf_counter()
+            r = await http.post("/v1/jobs", json=body)
+            latencies.append(time.perf_counter() - t0)
+            if r.status_code != 201:
+                errors += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
+        for _ in range(200):  # warm up
+            await http.post("/v1/jobs", json=body)
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(http) for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+    return total / elapsed, latencies, errors
+
+
+def bench_submit(clusters: int, clients: int = 32, total: int = 6000) -> None:
+    from tests.conftest import free_port  # a free local port, as the tests pick them
+
+    prefix = "bench" + uuid.uuid4().hex[:8]
+    store = _store(prefix)
+    for s in fleet(clusters, nodes=10):
+        store.put_summary(s)
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.placement",
+            "serve-api",
+            "--prefix",
+            prefix,
+            "--port",
+            str(port),
+            "--clusters",
+            str(clusters),
+        ],
+    )
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/healthz")
+        cpu_before = _cpu_seconds(server.pid)
+        rate, latencies, errors = asyncio.run(_load(f"http://127.0.0.1:{port}", clients, total))
+        cpu_ms = (_cpu_seconds(server.pid) - cpu_before) * 1000 / (total + 200)
+        print(
+            f"POST /v1/jobs, {clients} clients, {clusters} clusters in Redis: {rate:,.0f} submits/s, "
+            f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
+            f"{errors} errors; broker CPU {cpu_ms:.2f} ms per submit "
+            f"(load generator on the same 2 cores)"
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        _cleanup(store)
+        store.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_http(url: str, timeout: float = 30) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer within {timeout:.0f} s")
+
+
+# --------------------------------------------------------------------------- burst
+
+
+def bench_burst(jobs: int = 1000) -> None:
+    """1,000 one-GPU jobs queued at once on 4 kubesim clusters of 40 8-GPU nodes (room for all of them:
+    the figure is the dispatch rate, not the fleet's size), then the control loop with concurrent
+    dispatch; Jobs/s counted as they appear in the member clusters."""
+    from adapters.kube import KubeGateway
+    from adapters.kube_rest import KubeRest
+    from adapters.system_clock import SystemClock
+    from broker import capacity
+    from broker.control_loop import ControlLoop
+    from broker.dispatch import ConcurrentDispatcher
+    from broker.service import BrokerService
+    from kubesim.fleet import synthetic_fleet
+    from kubesim.sim import Simulation
+
+    spec = synthetic_fleet(4, 40, gpus_per_node=8)
+    with tempfile.TemporaryDirectory() as tmp, Simulation(spec, Path(tmp), speed=1.0) as sim:
+        names = sim.cluster_names()
+        store = _store("burst" + uuid.uuid4().hex[:8])
+        rests = {n: KubeRest.from_kubeconfig(n, sim.kubeconfig_path(n)) for n in names}
+        gateway = KubeGateway(rests)
+        clock = SystemClock()
+        traits = {n: ClusterTraits(n, tier=Tier.ONPREM) for n in names}
+        for n in names:
+            nodes = rests[n].request("GET", "/api/v1/nodes")["items"]
+            facts = tuple(capacity.node_facts(node, (), None) for node in nodes)
+            snap = ClusterSnapshot(cluster=n, nodes=facts, observed_at=clock.now())
+            store.put_summary(capacity.summarize(snap, traits[n], Health.HEALTHY, clock.now()))
+        service = BrokerService(store, gateway, clock, traits, dispatcher=ConcurrentDispatcher(per_cluster=4))
+        for i in range(jobs):
+            service.submit(JobRequest(f"burst-{i}", gpus_per_pod=1, duration_seconds=3600))
+        loop = ControlLoop(service, interval_seconds=0.1, sweep_interval_seconds=3600)
+
+        def created() -> int:
+            return sum(
+                len(
+                    rests[n].request(
+                        "GET",
+                        "/apis/batch/v1/namespaces/default/jobs",
+                        [("labelSelector", "gpufed.io/job-id")],
+                    )["items"]
+                )
+                for n in names
+            )
+
+        start = time.perf_counter()
+        loop.start()
+        try:
+            count = 0
+            while count < jobs and time.perf_counter() - start < 120:
+                time.sleep(0.25)
+                count = created()
+            elapsed = time.perf_counter() - start
+        finally:
+            loop.stop()
+            service.dispatcher.close()
+        print(
+            f"burst: {count} of {jobs} Jobs created in {len(names)} kubesim clusters in {elapsed:.1f} s: "
+            f"{count / elapsed:,.0f} jobs/s reaching member clusters"
+        )
+        gateway.close()
+        _cleanup(store)
+        store.close()
+
+
+BENCHES: dict[str, Callable[[int], None]] = {
+    "core": bench_core,
+    "reserve": bench_reserve,
+    "submit": bench_submit,
+    "burst": lambda _clusters: bench_burst(),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", default="all", choices=[*BENCHES, "all", "serve-api"])
+    parser.add_argument("--clusters", type=int, default=100)
+    parser.add_argument("--prefix", default="bench")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    if args.what == "serve-api":
+        serve_api(args.prefix, args.port, args.clusters)
+        return
+    for name, fn in BENCHES.items():
+        if args.what in (name, "all"):
+            fn(args.clusters)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""The scheduling pass on real Redis: parking never-fit jobs, and any number of placers never over-commit.
+
+The member clusters are not the subject here, so the gateway only records the Jobs it is asked to create
+(the two-broker test on kubesim, test_two_brokers.py, covers the real path). The clock is a test clock.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from adapters.redis_store import RedisStateStore
+from broker.model import (
+    ClusterSummary,
+    ClusterTraits,
+    Health,
+    JobRequest,
+    JobState,
+    MigCapacity,
+    ProductCapacity,
+    Reservation,
+    WorkloadRef,
+    WorkloadStatus,
+)
+from broker.service import BrokerService
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_800_000_000.0
+GPU = "nvidia.com/gpu"
+MIG = "nvidia.com/mig-1g.10gb"
+
+
+class ManualClock:
+    def __init__(self, now: float = NOW) -> None:
+        self.t = now
+
+    def now(self) -> float:
+        return self.t
+
+
+class RecordingGateway:
+    """Stands in for the member clusters: remembers each Job it is asked to create, reads none back."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self._lock = threading.Lock()
+
+    def create_workload(
+        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        with self._lock:
+            self.created.append(f"{cluster}/{job['metadata']['name']}")
+
+    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
+        return None
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        return WorkloadStatus(name=name, namespace=namespace, exists=True, suspended=True)
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        return []
+
+
+def hist(*frees: int) -> tuple[int, ...]:
+    out = [0] * (max(frees) + 1)
+    for f in frees:
+        out[f] += 1
+    return tuple(out)
+
+
+def cluster(name: str, *frees: int, product: str = "H100-80GB", mig_free: int = 0) -> ClusterSummary:
+    h = hist(*frees)
+    free = sum(frees)
+    return ClusterSummary(
+        cluster=name,
+        health=Health.HEALTHY,
+        heartbeat=NOW,
+        products=(
+            ProductCapacity(
+                product, 81559, 8 * len(frees), 8 * len(frees), 8 * len(frees) - free, free, h, h, len(frees)
+            ),
+        ),
+        mig=(MigCapacity(product, "1g.10gb", MIG, 14, mig_free, min(mig_free, 7)),) if mig_free else (),
+    )
+
+
+@pytest.fixture
+def store(redis_url: str) -> Iterator[RedisStateStore]:
+    s = RedisStateStore(redis_url, prefix="pass" + uuid.uuid4().hex[:8])
+    yield s
+    s.close()
+
+
+def service(store: RedisStateStore, clock: ManualClock, clusters: Sequence[str]) -> BrokerService:
+    return BrokerService(store, RecordingGateway(), clock, {c: ClusterTraits(c) for c in clusters})
+
+
+def test_a_never_fit_job_is_parked_until_the_fleet_changes(store: RedisStateStore) -> None:
+    clock = ManualClock()
+    store.put_summary(cluster("a", 8, 8))
+    svc = service(store, clock, ["a", "b"])
+    never, _ = svc.submit(JobRequest("l4-only", gpus_per_pod=1, gpu_products=("L4",)))
+    svc.submit(JobRequest("too-big", gpus_per_pod=8, pods=3))  # can fit once GPUs free up
+
+    svc.schedule_once()
+    assert svc.evaluations == 2
+    parked = svc.get(never.id)
+    assert parked.state is JobState.QUEUED
+    assert parked.reason == "0/1 clusters are available: 1 no L4."
+
+    for _ in range(3):  # capacity changes (heartbeats, new free GPUs) don't wake a parked job
+        clock.t += 10
+        store.put_summary(replace(cluster("a", 8, 8), heartbeat=clock.t))
+        svc.schedule_once()
+    assert svc.evaluations == 2 + 3  # only the job that may fit later was looked at again
+
+    clock.t += 10
+    store.put_summary(replace(cluster("b", 8, product="L4"), heartbeat=clock.t))  # the fleet changed
+    changed = {r.id: r for r in svc.schedule_once()}
+    assert (changed[never.id].state, changed[never.id].cluster) == (JobState.PLACED, "b")
+
+
+def test_a_job_that_does_not_fit_now_is_not_decided_again_until_something_changes(
+    store: RedisStateStore,
+) -> None:
+    clock = ManualClock()
+    store.put_summary(cluster("a", 8))
+    svc = service(store, clock, ["a"])
+    svc.submit(JobRequest("big", gpus_per_pod=8, pods=2))
+    svc.schedule_once()
+    svc.schedule_once()
+    assert svc.evaluations == 1
+    store.put_summary(replace(cluster("a", 8, 8), heartbeat=clock.t))
+    [placed] = svc.schedule_once()
+    assert placed.state is JobState.PLACED
+
+
+def fits(frees: list[int], pods: list[int]) -> bool:
+    """Whether every pod (GPUs each) can sit on some node at once: exact search, small inputs."""
+    pods = sorted(pods, reverse=True)
+
+    def go(i: int, room: list[int]) -> bool:
+        if i == len(pods):
+            return True
+        tried: set[int] = set()
+        for n, free in enumerate(room):
+            if free >= pods[i] and free not in tried:
+                tried.add(free)
+                room[n] -= pods[i]
+                if go(i + 1, room):
+                    return True
+                room[n] += pods[i]
+        return False
+
+    return go(0, list(frees))
+
+
+def test_four_concurrent_placers_never_over_commit(store: RedisStateStore) -> None:
+    """4 brokers' services place 160 random jobs at once, with a poller re-writing the summaries
+    meanwhile; whatever interleaving happens, the live reservations fit the nodes and slices at once."""
+    clock = ManualClock()
+    layout = {"a": [8, 8, 6, 4, 3], "b": [8, 8, 8, 2]}
+    mig_free = {"a": 9, "b": 5}
+    summaries = {c: cluster(c, *f, mig_free=mig_free[c]) for c, f in layout.items()}
+    for s in summaries.values():
+        store.put_summary(s)
+    placers = [service(store, clock, list(layout)) for _ in range(4)]
+    rng = random.Random(20261201)
+    for i in range(160):
+        if rng.random() < 0.25:
+            req = JobRequest(f"m{i}", mig_profile="1g.10gb", mig_slices_per_pod=rng.choice((1, 2)))
+        else:
+            req = JobRequest(f"w{i}", gpus_per_pod=rng.choice((1, 2, 3, 4, 8)), pods=rng.choice((1, 1, 2)))
+        placers[i % 4].submit(req)
+
+    stop = threading.Event()
+
+    def poller() -> None:
+        while not stop.is_set():
+            for s in summaries.values():
+                store.put_summary(s)  # same capacity, new version: placers must re-read and re-decide
+
+    def place(svc: BrokerService) -> None:
+        for _ in range(6):
+            svc.schedule_once()
+
+    threads = [threading.Thread(target=poller)] + [threading.Thread(target=place, args=(p,)) for p in placers]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join()
+    stop.set()
+    threads[0].join()
+
+    held: list[Reservation] = store.live_reservations(NOW)
+    placed = store.list_jobs([JobState.PLACED])
+    assert len(held) == len(placed) > 20
+    assert len({r.job_id for r in held}) == len(held)
+    for c, frees in layout.items():
+        pods = [
+            r.units_per_pod for r in held if r.cluster == c and r.resource_name == GPU for _ in range(r.pods)
+        ]
+        assert fits(frees, pods), (c, frees, sorted(pods))
+        slices = sum(r.units for r in held if r.cluster == c and r.resource_name == MIG)
+        assert slices <= mig_free[c]
+    created = [name for p in placers for name in p.gateway.created]  # type: ignore[attr-defined]
+    assert len(created) == len(set(created)) == len(placed)  # each placed job created once, by one placer
