@@ -55,6 +55,14 @@ def _retrying() -> Retrying:
     )
 
 
+def _disrupted(failed: Mapping[str, Any] | None) -> bool:
+    """The Job failed through the broker's podFailurePolicy rule on DisruptionTarget (node lost, spot
+    reclaimed, preempted): the work did not fail, its place did."""
+    if failed is None or failed.get("reason") != "PodFailurePolicy":
+        return False
+    return "DisruptionTarget" in str(failed.get("message") or "")
+
+
 def workload_status(job: Mapping[str, Any], name: str, namespace: str) -> WorkloadStatus:
     """A batch/v1 Job's status as the broker reads it (reference 4)."""
     spec = job.get("spec") or {}
@@ -81,6 +89,7 @@ def workload_status(job: Mapping[str, Any], name: str, namespace: str) -> Worklo
         failed=int(status.get("failed") or 0),
         complete="Complete" in conditions,
         failed_terminal="Failed" in conditions,
+        disrupted=_disrupted(conditions.get("Failed")),
         message=message,
     )
 

@@ -25,6 +25,7 @@ logged once, counted (snapshot.bad_nodes) and skipped; malformed pods are counte
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import sys
@@ -431,6 +432,11 @@ class ClusterWatcher:
         self._rv = ""
         self._heartbeat = 0.0
         self._last_health: Health | None = None
+        self._pending_since: float | None = None  # arrival of the first event not yet flushed
+        self._problems: dict[str, str] = {}  # resource -> why it is unreachable or forbidden
+        # Arrival (epoch s) of the first event of the batch being handed to on_change now: the publisher
+        # measures event-to-Redis freshness from it.
+        self.batch_first_event_at: float | None = None
         self.stats = WatcherStats()
         self._informers = [Informer(self.rest, r, self, self._stop, self._settings) for r in resources]
         self.stats.informers = {i.resource.name: i.stats for i in self._informers}
@@ -504,6 +510,8 @@ class ClusterWatcher:
                 self._dirty.update(self._dra.apply(resource, event_type, obj))
             self._observed(rv)
             self.stats.last_event_at = time.time()
+            if self._pending_since is None:
+                self._pending_since = self.stats.last_event_at
         self._wake.set()
 
     def touch(self, resource: str, rv: str) -> None:
@@ -517,6 +525,12 @@ class ClusterWatcher:
         with self._lock:
             before = self._states.get(resource)
             self._states[resource] = state
+            if state in (UNREACHABLE, FORBIDDEN):
+                self._problems[resource] = (
+                    f"list/watch {resource}: {detail}" if detail else f"{resource}: {state}"
+                )
+            else:
+                self._problems.pop(resource, None)
             if state == SYNCED:
                 self._heartbeat = self._clock()
         if before != state:
@@ -653,7 +667,11 @@ class ClusterWatcher:
         Equal to capacity.summarize(self.snapshot(), traits, self.health, self.last_success)."""
         with self._lock:
             self._refresh()
-            return self._index.summary(traits, self._health(), self._heartbeat, self._queues)
+            summary = self._index.summary(traits, self._health(), self._heartbeat, self._queues)
+            if self._problems and summary.health is not Health.HEALTHY:
+                reason = "; ".join(self._problems[r] for r in sorted(self._problems))
+                summary = dataclasses.replace(summary, health_reason=reason)
+            return summary
 
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
@@ -678,6 +696,7 @@ class ClusterWatcher:
                     snap = None
                 heartbeat = self._heartbeat
                 self._last_health = health
+                self.batch_first_event_at, self._pending_since = self._pending_since, None
             try:
                 if self._on_snapshot is not None and snap is not None:
                     self._on_snapshot(snap, health, heartbeat)

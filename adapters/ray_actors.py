@@ -7,7 +7,8 @@
                   from the watcher's incremental CapacityIndex (no snapshot, no O(nodes) summarize per
                   write), so clusters publish in parallel and one slow write delays only its cluster;
                   a publisher thread retries failed writes and re-writes each summary at least every
-                  heartbeat interval so freshness is visible.
+                  heartbeat interval so freshness is visible; it also writes each cluster's per-node
+                  table (broker.node_detail, for the fleet view's node detail) every 5 s.
     PollerFleet   starts Ray (ray.init(); RAY_ADDRESS joins an existing cluster), spreads clusters over
                   `shards` named actors by a stable hash, and stops them; add_cluster(spec) and
                   remove_cluster(name) change the watched clusters live (ClusterProfile members).
@@ -30,11 +31,15 @@ from typing import Any
 
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
+from broker import telemetry
 from broker.model import ClusterSummary, ClusterTraits
+from broker.node_detail import nodes_table
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 2.0
+# The per-node table of the fleet view (O(nodes) to build and write) is rewritten at most this often.
+NODES_INTERVAL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class PollerShard:
         self._watchers: dict[str, ClusterWatcher] = {}
         self._dirty: set[str] = set()
         self._last_write: dict[str, float] = {}
+        self._last_nodes: dict[str, float] = {}
         self._lock = threading.Lock()
         self._publish_locks = {name: threading.Lock() for name in self._specs}
         self._stop = threading.Event()
@@ -87,8 +93,12 @@ class PollerShard:
         on failure leave it to the publisher thread's next pass."""
         if self._stop.is_set() or name not in self._watchers:
             return
+        first_event_at = self._watchers[name].batch_first_event_at if name in self._watchers else None
         try:
             self.publish_cluster(name)
+            if first_event_at is not None:
+                lag = max(0.0, time.time() - first_event_at)
+                self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
         except Exception:
             log.exception("publishing the summary of %s failed; retrying next pass", name)
             self._mark(name)
@@ -119,7 +129,21 @@ class PollerShard:
                 self._mark(name)
                 continue
             written += 1
+        for name in self._watchers:
+            if now - self._last_nodes.get(name, 0.0) >= NODES_INTERVAL_SECONDS:
+                try:
+                    self.publish_nodes(name)
+                except Exception:
+                    log.exception("publishing the node table of %s failed; retrying next pass", name)
         return written
+
+    def publish_nodes(self, name: str) -> int:
+        """Write one cluster's per-node table (the fleet view's `nodes=true`). Returns its rows."""
+        now = time.time()
+        table = nodes_table(self._watchers[name].snapshot().nodes, self._specs[name].traits.spot)
+        self._store.put_nodes(name, table, now)
+        self._last_nodes[name] = now
+        return len(table)
 
     def publish_cluster(self, name: str) -> ClusterSummary:
         """Write one cluster's summary (from its watcher's index) to Redis; the summary as written.

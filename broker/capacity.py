@@ -579,7 +579,7 @@ def summarize(
     products = []
     for name in sorted(per_product):
         nodes = per_product[name]
-        total = allocatable = allocated = free = 0
+        total = allocatable = allocated = free = shared_alloc = shared_free = 0
         frees: list[int] = []
         usable_nodes = 0
         blocks: list[int] = []
@@ -587,6 +587,9 @@ def summarize(
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
             total += node.gpu_count
+            if node.shared_allocatable and accepts_broker_pods(node, tolerated):
+                shared_alloc += node.shared_allocatable
+                shared_free += max(0, node.shared_allocatable - node.shared_allocated)
             if not takes_whole_gpus(node, tolerated):
                 continue
             allocatable += node.gpus_allocatable
@@ -610,6 +613,8 @@ def summarize(
                 numa_blocks=_histogram(blocks),
                 nodes=usable_nodes,
                 gfd_products=tuple(sorted(gfd)),
+                shared_allocatable=shared_alloc,
+                shared_free=shared_free,
             )
         )
     mig = tuple(

@@ -5,6 +5,8 @@
     gpufed submit NAME --gpus 8 --product H100-80GB   (or -f job.yaml)
     gpufed jobs | get ID | events ID | cancel ID | explain ... | fleet
     gpufed probe [--nvidia-smi-xml FILE] [-o json|yaml|table]
+    gpufed fleet [--nodes]                       capacity, queued demand; --nodes: per-node detail
+    gpufed rbac --cluster NAME [-c clusters.yaml]  least-privilege manifests for a member cluster
 
 The server URL comes from --server or $GPUFED_URL (default http://127.0.0.1:8080). Commands that need
 adapters (serve, demo, probe) reach them through broker.main, the composition root.
@@ -222,13 +224,74 @@ def cancel(job_id: str, server: ServerOpt = DEFAULT_SERVER) -> None:
 def fleet(
     server: ServerOpt = DEFAULT_SERVER,
     output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
+    nodes: Annotated[bool, typer.Option("--nodes", help="also show every GPU node")] = False,
 ) -> None:
-    """Fleet capacity per cluster and GPU product."""
-    body = _call(server, "GET", "/v1/fleet")
+    """Fleet capacity per cluster and GPU product, the queued demand beside it; --nodes per node."""
+    body = _call(server, "GET", "/v1/fleet", params={"nodes": "true"} if nodes else None)
     if output == "json":
         console.print_json(json.dumps(body))
         return
     console.print(fleet_table(body["clusters"]))
+    for c in body["clusters"]:
+        if c.get("healthReason"):
+            console.print(f"{c['cluster']} is {c['health']}: {c['healthReason']}", markup=False)
+    if body.get("products"):
+        console.print(demand_table(body["products"]))
+    if nodes:
+        for c in body["clusters"]:
+            console.print(nodes_table(c["cluster"], c.get("nodeDetail")))
+
+
+def demand_table(products: list[dict[str, Any]]) -> Table:
+    """Free capacity per product over the fleet beside what queued jobs ask for."""
+    table = Table(title="free capacity and queued demand per product")
+    for col in ("PRODUCT", "FREE/ALLOC", "SHARED FREE", "MIG SLICES FREE", "QUEUED"):
+        table.add_column(col, justify="left" if col == "PRODUCT" else "right")
+    for p in products:
+        table.add_row(
+            p["product"],
+            f"{p['free']}/{p['allocatable']}",
+            str(p["sharedFree"]),
+            str(p["migFree"]),
+            str(p["queued"]),
+        )
+    return table
+
+
+def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
+    """One cluster's GPU nodes: what each offers (whole / MIG / shared), NUMA zones, taints, and why a
+    node offers nothing."""
+    age = "" if detail is None else f" (written {detail['ageSeconds']:.0f}s ago)"
+    table = Table(title=f"{cluster}: GPU nodes{age}")
+    for col in (
+        "NODE",
+        "PRODUCT",
+        "WHOLE FREE",
+        "MIG FREE",
+        "SHARED FREE",
+        "NUMA (free/alloc)",
+        "TAINTS",
+        "OFFERS",
+    ):
+        table.add_column(col)
+    if detail is None:
+        table.add_row("-", "no node table in Redis yet (the pollers write one every 5 s)", *[""] * 6)
+        return table
+    for n in detail["items"]:
+        mig = ", ".join(f"{m['profile']} {m['free']}/{m['allocatable']}" for m in n["mig"]) or "-"
+        numa = " ".join(f"{z['gpusAvailable']}/{z['gpusAllocatable']}" for z in n["numa"]) or "-"
+        shared = f"{n['sharedFree']}/{n['sharedAllocatable']}" if n["sharedAllocatable"] else "-"
+        table.add_row(
+            n["name"],
+            n["product"] or "-",
+            f"{n['wholeFree']}/{n['wholeAllocatable']}",
+            mig,
+            shared,
+            numa,
+            ", ".join(n["taints"]) or "-",
+            n["offersNothing"] or "yes",
+        )
+    return table
 
 
 def fleet_table(clusters: list[dict[str, Any]]) -> Table:
@@ -276,6 +339,17 @@ def fleet_table(clusters: list[dict[str, Any]]) -> Table:
                     "-" if price is None else f"{price:.2f}",
                 ]
             )
+            if p.get("sharedAllocatable"):
+                rows.append(
+                    [
+                        f"{p['product']} time-sliced",
+                        f"{p['sharedFree']}/{p['sharedAllocatable']}",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                    ]
+                )
         for m in c.get("mig", []):
             rows.append(
                 [
@@ -347,6 +421,47 @@ def explain(
         )
         table.add_row(v["cluster"], v["tier"], verdict, str(v["score"]) if v["feasible"] else "-", detail)
     console.print(table)
+
+
+@app.command()
+def rbac(
+    cluster: Annotated[str, typer.Option("--cluster", help="the member cluster, as named in the config")],
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="clusters.yaml (for the cluster's job namespace)")
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="namespace the broker runs jobs in (default: from the config)")
+    ] = None,
+    service_account: Annotated[str, typer.Option(help="the broker's ServiceAccount")] = "gpufed-broker",
+    service_account_namespace: Annotated[
+        str, typer.Option(help="namespace of that ServiceAccount")
+    ] = "gpufed-system",
+) -> None:
+    """Print least-privilege RBAC manifests for a member cluster (apply them there with kubectl)."""
+    from broker.config import load_fleet_config
+    from broker.rbac import member_rbac
+
+    ns = namespace
+    if config is not None:
+        try:
+            cfg = load_fleet_config(config, check_kubeconfigs=False)
+        except Exception as exc:
+            err.print(f"{config}: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        known = {c.name: c for c in cfg.clusters}
+        if cluster not in known:
+            err.print(
+                f"--cluster: {cluster!r} is not in {config} (known: {', '.join(sorted(known))})", markup=False
+            )
+            raise typer.Exit(2)
+        ns = ns or known[cluster].traits().namespace
+    try:
+        docs = member_rbac(cluster, ns or "default", service_account, service_account_namespace)
+    except ValueError as exc:
+        err.print(str(exc), markup=False)
+        raise typer.Exit(2) from None
+    sys.stdout.write(f"# gpufed member-cluster RBAC for {cluster}: apply in that cluster\n")
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def main() -> None:

@@ -212,6 +212,14 @@ def build_workload(
         "parallelism": job.pods,
         "completions": job.pods,
         "backoffLimit": 0,
+        # A pod disrupted under the job (node lost, spot reclaimed, preempted) fails the Job with reason
+        # PodFailurePolicy, so the broker tells it from a failure of the work and applies the job's
+        # failover policy (requeue elsewhere) instead of reporting FAILED.
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+            ]
+        },
         "template": {"metadata": template_meta, "spec": pod_spec},
     }
     if job.pods > 1:

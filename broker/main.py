@@ -3,7 +3,8 @@
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API, and the
                               ClusterProfile sync when configured; all stopped on exit
-serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
+                              config file's settings.redisUrl
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -29,7 +31,7 @@ from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import clusterprofile
+from broker import clusterprofile, telemetry
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
@@ -151,6 +153,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     service, store, gateway = build_service(cfg)
+    telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
         redis_url=cfg.settings.redis_url,
@@ -190,12 +193,18 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         pollers.stop()
         gateway.close()
         store.close()
+        telemetry.shutdown_tracing()
 
 
 def serve(config_path: Path, host: str, port: int) -> None:
     """`gpufed serve`: run until interrupted."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
+    redis_url = os.environ.get("REDIS_URL")  # the Helm chart passes the URL with its password here
+    if redis_url:
+        cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with running_broker(cfg, host, port):
