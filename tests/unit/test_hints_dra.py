@@ -90,3 +90,15 @@ def test_gang_on_a_dra_cluster_keeps_gpus_out_of_the_pod_group() -> None:
     kinds = [c["kind"] for c in m.companions]
     assert kinds == ["ResourceClaimTemplate", "PodGroup"]
     assert "minResources" not in m.companions[1]["spec"]
+
+
+def test_member_rbac_lets_the_broker_write_claim_templates() -> None:
+    from broker.rbac import member_rbac
+
+    role = next(d for d in member_rbac("dra-east") if d["kind"] == "Role")
+    assert any(
+        "resource.k8s.io" in r["apiGroups"]
+        and "resourceclaimtemplates" in r["resources"]
+        and {"create", "delete", "get", "update"} <= set(r["verbs"])
+        for r in role["rules"]
+    )
