@@ -463,6 +463,58 @@ def _check_slice(spec: Any, causes: list[tuple[str, str]]) -> None:
                 causes.append((f"spec.devices[{i}].capacity[{cname}].value", "Required value"))
 
 
+def validate_pod_claims(spec: Obj, path: str) -> list[tuple[str, str]]:
+    """A pod spec's `resourceClaims` and its containers' `resources.claims`, as the real server checks."""
+    causes: list[tuple[str, str]] = []
+    names: list[str] = []
+    for i, claim in enumerate(spec.get("resourceClaims") or ()):
+        cpath = f"{path}.resourceClaims[{i}]"
+        if not isinstance(claim, dict):
+            causes.append((cpath, "Invalid value: must be an object"))
+            continue
+        name = claim.get("name")
+        if not name:
+            causes.append((f"{cpath}.name", "Required value"))
+        elif name in names:
+            causes.append((f"{cpath}.name", f'Duplicate value: "{name}"'))
+        else:
+            names.append(str(name))
+        by_name, by_template = claim.get("resourceClaimName"), claim.get("resourceClaimTemplateName")
+        if by_name and by_template:
+            causes.append(
+                (
+                    cpath,
+                    "Invalid value: at most one of `resourceClaimName` or `resourceClaimTemplateName` may be specified",
+                )
+            )
+        elif not by_name and not by_template:
+            causes.append(
+                (
+                    cpath,
+                    "Invalid value: must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
+                )
+            )
+    listed = ": " + ", ".join(sorted(names)) if names else " which is empty"
+    for kind in ("initContainers", "containers"):
+        for j, c in enumerate(spec.get(kind) or ()):
+            resources = c.get("resources") if isinstance(c, dict) else None
+            for k, ref in enumerate(
+                (resources or {}).get("claims") or () if isinstance(resources, dict) else ()
+            ):
+                rpath = f"{path}.{kind}[{j}].resources.claims[{k}]"
+                rname = ref.get("name") if isinstance(ref, dict) else None
+                if not rname:
+                    causes.append((rpath, "Required value"))
+                elif rname not in names:
+                    causes.append(
+                        (
+                            rpath,
+                            f'Not found: "{rname}": must be one of the names in pod.spec.resourceClaims{listed}',
+                        )
+                    )
+    return causes
+
+
 def validate(kind: str, obj: Obj) -> list[tuple[str, str]]:
     """Field errors (path, message) for a DRA object, as the real API server reports them (a subset)."""
     causes: list[tuple[str, str]] = []

@@ -80,6 +80,7 @@ def _check_pod_spec(spec: Any, path: str, causes: list[tuple[str, str]], restart
     if not isinstance(spec, dict):
         causes.append((path, "Required value"))
         return
+    causes.extend(dra.validate_pod_claims(spec, path))  # spec.resourceClaims and containers' claims
     containers = spec.get("containers")
     if not containers:
         causes.append((f"{path}.containers", "Required value"))

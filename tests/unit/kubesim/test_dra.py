@@ -252,3 +252,23 @@ def test_resourceslices_select_by_node_and_driver_as_the_kubelet_does() -> None:
     assert [s["spec"]["nodeName"] for s in w.store.list(SLICES)[0] if fields_match(reqs, s)] == ["d-h100-1"]
     with pytest.raises(SelectorError, match="field label not supported"):
         parse_field_selector("spec.pool.name=x", SLICES)
+
+
+def test_pod_claims_are_validated_like_the_api_server() -> None:
+    from kubesim.dra import validate_pod_claims
+
+    spec = {
+        "resourceClaims": [
+            {"name": "gpus"},
+            {"name": "gpus", "resourceClaimName": "a", "resourceClaimTemplateName": "b"},
+        ],
+        "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}],
+    }
+    causes = dict(validate_pod_claims(spec, "spec"))
+    assert "must specify one of" in causes["spec.resourceClaims[0]"]
+    assert causes["spec.resourceClaims[1].name"] == 'Duplicate value: "gpus"'
+    assert "at most one of" in causes["spec.resourceClaims[1]"]
+    assert causes["spec.containers[0].resources.claims[0]"] == (
+        'Not found: "gpu": must be one of the names in pod.spec.resourceClaims: gpus'
+    )
+    assert validate_pod_claims({"containers": [{"name": "c"}]}, "spec") == []
