@@ -221,11 +221,15 @@ def create_app(
         return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/clusters")
-    def clusters() -> dict[str, Any]:
-        health = {s.cluster: (str(s.health), s.heartbeat, s.health_reason) for s in service.fleet()}
+    def clusters(events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
+        """Member clusters as declared, with their effective health (cause and since), whether they are
+        fenced after a loss, and their latest health events."""
+        healths = service.cluster_health()
+        beats = {s.cluster: s.heartbeat for s in service.fleet()}
+        fenced = service.store.fenced()
         items = []
         for name, t in sorted(service.traits.items()):
-            h, beat, why = health.get(name, ("unknown", 0.0, "no summary from the pollers yet"))
+            h = healths[name]
             items.append(
                 {
                     "name": name,
@@ -233,9 +237,15 @@ def create_app(
                     "region": t.region,
                     "labels": dict(t.labels),
                     "kueue": t.kueue_local_queue,
-                    "health": h,
-                    "healthReason": why,
-                    "heartbeat": beat,
+                    "health": str(h.health),
+                    "healthReason": h.reason,
+                    "healthSince": h.since,
+                    "heartbeat": beats.get(name, 0.0),
+                    "fenced": fenced.get(name),
+                    "events": [
+                        {"at": e.at, "health": str(e.health), "reason": e.reason}
+                        for e in (service.store.cluster_events(name, events) if events else [])
+                    ],
                 }
             )
         return {"items": items}

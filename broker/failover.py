@@ -7,7 +7,10 @@ and when a cluster that came back may take work again (fencing).
                                                 cluster), so no cluster stays "healthy" unobserved
     is_lost(health)                             unreachable, or credentials rejected, for `lost_after`:
                                                 its jobs are failed over (lifecycle.failover: requeue or
-                                                FAILED by the job's policy) and the cluster is fenced
+                                                FAILED by the job's policy) and the cluster is fenced.
+                                                A cluster that is only *silent* (no summary written: our
+                                                poller may be restarting) is not placed on, but its jobs
+                                                are moved only after SILENT_LOSS_FACTOR x `lost_after`
     may_unfence(health)                         a fenced cluster is healthy again: after its stale
                                                 attempts are swept it is offered to placement again
 
@@ -26,6 +29,9 @@ from broker.model import ClusterSummary, Health
 __all__ = ["ClusterHealth", "effective_health", "is_lost", "may_unfence"]
 
 _LOST = (Health.UNREACHABLE, Health.FORBIDDEN)
+# A restarted poller shard reports again within seconds: silence alone moves jobs only after this many
+# times clusterLostSeconds (the cluster itself may be fine).
+SILENT_LOSS_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class ClusterHealth:
     health: Health
     reason: str
     since: float
+    silent: bool = False  # unreachable only because no summary arrived (the poller's own verdict is older)
 
     @property
     def text(self) -> str:
@@ -50,7 +57,9 @@ def effective_health(
     if summary.heartbeat > 0 and silent > lost_after and summary.health is not Health.FORBIDDEN:
         why = summary.health_reason if summary.health is Health.UNREACHABLE and summary.health_reason else ""
         reason = why or f"no successful call for {silent:.0f} s (the cluster is silent or its poller is down)"
-        return ClusterHealth(cluster, Health.UNREACHABLE, reason, summary.heartbeat + lost_after)
+        return ClusterHealth(
+            cluster, Health.UNREACHABLE, reason, summary.heartbeat + lost_after, silent=not why
+        )
     if summary.heartbeat == 0 and summary.health is Health.UNKNOWN:
         return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
     since = summary.health_since or summary.heartbeat
@@ -61,7 +70,7 @@ def is_lost(h: ClusterHealth, now: float, lost_after: float) -> bool:
     """Unreachable (the poller already waited `lost_after` without a success, or the summary went
     silent that long), or credentials rejected for `lost_after`."""
     if h.health is Health.UNREACHABLE:
-        return True
+        return not h.silent or now - h.since >= (SILENT_LOSS_FACTOR - 1) * lost_after
     return h.health is Health.FORBIDDEN and now - h.since >= lost_after
 
 

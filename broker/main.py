@@ -69,7 +69,10 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Kub
         SystemClock(),
         cfg.traits(),
         policy,
-        ServiceSettings(reservation_ttl_seconds=settings.reservation_ttl_seconds),
+        ServiceSettings(
+            reservation_ttl_seconds=settings.reservation_ttl_seconds,
+            cluster_lost_seconds=settings.cluster_lost_seconds,
+        ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
     return service, store, gateway
