@@ -28,7 +28,6 @@ import uvicorn
 from adapters import nvml
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
-from adapters.kube import KubeGateway
 from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
@@ -95,7 +94,7 @@ def start_cluster_profiles(
     cfg: FleetConfig,
     service: BrokerService,
     store: RedisStateStore,
-    gateway: KubeGateway,
+    gateway: WatchingGateway,
     pollers: PollerFleet,
     workdir: Path,
 ) -> ClusterProfileSync | None:
@@ -125,7 +124,8 @@ def start_cluster_profiles(
             namespace=cpc.member_namespace,
             dra=cpc.gpu_allocation == "dra",
         )
-        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None))
+        # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
+        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), cpc.member_namespace)
         pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
         members[member.name] = traits
         service.set_traits(members)  # the control loop's next pass places on it
