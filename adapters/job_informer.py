@@ -158,32 +158,46 @@ class JobFollower:
     ) -> None:
         """`namespaces` names the clusters to follow and the namespace the broker's Jobs live in there."""
         self._stop = threading.Event()
+        self._settings = settings
         self.caches: dict[str, JobCache] = {}
         self.informers: dict[str, Informer] = {}
-        for cluster, namespace in namespaces.items():
-            cache = JobCache(cluster, namespace)
-            self.caches[cluster] = cache
-            self.informers[cluster] = Informer(
-                clusters[cluster], jobs_resource(namespace), cache, self._stop, settings
-            )
         self._started = False
+        self._lock = threading.Lock()  # add() may come from another thread (the ClusterProfile sync)
+        for cluster, namespace in namespaces.items():
+            self.add(clusters[cluster], namespace)
+
+    def add(self, rest: KubeRest, namespace: str) -> None:
+        """Follow one more cluster (started at once when the others run). Already followed: no change."""
+        cluster = rest.cluster
+        with self._lock:
+            if cluster in self.caches:
+                return
+            cache = JobCache(cluster, namespace)
+            informer = Informer(rest, jobs_resource(namespace), cache, self._stop, self._settings)
+            self.informers[cluster] = informer
+            self.caches[cluster] = cache
+            if self._started and not self._stop.is_set():
+                informer.start()
 
     def start(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        for informer in self.informers.values():
-            informer.start()
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            for informer in self.informers.values():
+                informer.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the threads, waiting at most `timeout` in all. A watch blocked in a read ends at its next
         event or bookmark, when its connection closes, or at its read timeout; the threads are daemons
         and, once stopped, change nothing."""
-        self._stop.set()
-        for cache in self.caches.values():
+        with self._lock:
+            self._stop.set()
+            caches, informers = list(self.caches.values()), list(self.informers.values())
+        for cache in caches:
             cache.stopping()
         deadline = time.monotonic() + timeout
-        for informer in self.informers.values():
+        for informer in informers:
             informer.join(max(0.0, deadline - time.monotonic()))
 
     def stats(self, cluster: str) -> InformerStats:
@@ -192,7 +206,7 @@ class JobFollower:
 
 class WatchingGateway(KubeGateway):
     """KubeGateway (create and delete unchanged) whose reads are served by JobFollower caches. A cluster
-    added later with add_cluster() is not followed: its reads are GETs."""
+    added later with add_cluster(rest, namespace) is followed too; without a namespace its reads are GETs."""
 
     def __init__(
         self,
@@ -214,6 +228,11 @@ class WatchingGateway(KubeGateway):
         """{cluster: (kubeconfig path, context)} and {cluster: namespace} -> a gateway, not yet started."""
         rests = {name: KubeRest.from_kubeconfig(name, path, ctx) for name, (path, ctx) in kubeconfigs.items()}
         return cls(rests, namespaces, settings)
+
+    def add_cluster(self, rest: KubeRest, namespace: str | None = None) -> None:
+        super().add_cluster(rest)
+        if namespace is not None:
+            self.follower.add(rest, namespace)
 
     def start(self) -> None:
         """Start following every cluster's Jobs (one thread each). Reads fall back to GET until synced."""

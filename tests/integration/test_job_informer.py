@@ -24,6 +24,7 @@ import pytest
 
 from adapters.job_informer import WatchingGateway
 from adapters.kube_informer import WatchSettings
+from adapters.kube_rest import KubeRest
 from broker import main as composition
 from broker.config import load_fleet_config
 from broker.demo import write_demo_config
@@ -135,6 +136,22 @@ def test_a_jobs_creation_update_and_deletion_are_seen_without_a_get(
     wait_for("the deleted Job gone from the cache", lambda: cache.get("train-1") is None)
     assert requests(sim, cluster, "get") == gets, "status reads of a followed Job cost no GET"
     assert gateway.served_from_cache >= 3
+
+
+def test_a_cluster_added_later_is_followed_too(sim: Simulation) -> None:
+    first, later = sim.cluster_names()
+    gw = WatchingGateway.watching({first: (sim.kubeconfig_path(first), None)}, {first: NS}, SETTINGS)
+    gw.start()
+    try:
+        gw.add_cluster(KubeRest.from_kubeconfig(later, sim.kubeconfig_path(later)), NS)
+        wait_for("the added cluster's Jobs synced", lambda: gw.synced(later))
+        gw.create_workload(later, job("on-later", "job-l"))
+        wait_for("its Job in the cache", lambda: gw.follower.caches[later].get("on-later"))
+        gets = requests(sim, later, "get")
+        assert gw.read_workload(later, NS, "on-later").exists
+        assert requests(sim, later, "get") == gets
+    finally:
+        gw.close()
 
 
 def test_a_job_the_cache_does_not_hold_is_confirmed_gone_by_one_get(
