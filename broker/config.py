@@ -168,6 +168,8 @@ class Settings(_Strict):
         default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$"
     )  # no ":": the key separator
     stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
+    # No successful call to a member cluster for this long: it is unreachable (broker.health).
+    cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
