@@ -28,6 +28,7 @@ from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
+from broker.health import HealthThresholds
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,11 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     ]
 
 
+def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
+    """The pollers' health machine, with settings.clusterLostSeconds."""
+    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
+
+
 @contextlib.contextmanager
 def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order."""
@@ -82,6 +88,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         prefix=cfg.settings.redis_prefix,
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
+        health=health_thresholds(cfg),
     )
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
