@@ -46,7 +46,15 @@ from adapters.kube_rest import ApiStatus, KubeRest, Obj, is_transient
 from broker import capacity
 from broker.capacity_index import CapacityIndex
 from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
-from broker.health import HealthMachine, HealthThresholds, HealthView, Outcome, Transition, http_cause
+from broker.health import (
+    CONNECTION_RESET,
+    HealthMachine,
+    HealthThresholds,
+    HealthView,
+    Outcome,
+    Transition,
+    http_cause,
+)
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health, QueueHeadroom
 
 log = logging.getLogger(__name__)
@@ -173,6 +181,7 @@ class Informer:
         transient = 0  # consecutive transient failures not (yet) reported to health
         s = self.settings
         while not self.stop.is_set():
+            attempt_started = time.monotonic()
             try:
                 if not self._rv:
                     items, rv = self._list()
@@ -203,6 +212,8 @@ class Informer:
                 self.sink.report(self.resource.name, FORBIDDEN, str(e), e.cause)
             except ClusterUnreachable as e:
                 self.stats.errors += 1
+                if time.monotonic() - attempt_started > 1.0:
+                    transient = 0  # a stream that ran for a while and then broke: a new incident
                 if is_transient(e) and transient < s.quiet_retries:
                     # A reset connection (or one 5xx): resume at once from the last resourceVersion,
                     # after a short jittered pause; health hears only if it keeps happening.
@@ -233,7 +244,7 @@ class Informer:
                 break
             if not connected:
                 connected = True
-                self.sink.report(self.resource.name, SYNCED)
+                self.sink.report(self.resource.name, SYNCED, call=False)
             kind = ev.get("type")
             obj = ev.get("object") or {}
             if kind == "ERROR":
@@ -249,8 +260,13 @@ class Informer:
                 self.stats.events += 1
                 self.sink.apply(self.resource.name, kind, obj, new_rv)
             rv = self._rv = new_rv
-        self.sink.report(self.resource.name, SYNCED)
+        self.sink.report(self.resource.name, SYNCED, call=False)
         return rv
+
+
+def _is_reset(e: BaseException) -> bool:
+    """A reset connection (the probe retries only that: a 5xx is the cluster's answer, and counts)."""
+    return isinstance(e, ClusterUnreachable) and e.cause == CONNECTION_RESET
 
 
 def _trim_node(node: Obj) -> Obj:
@@ -460,9 +476,13 @@ class ClusterWatcher:
         with self._lock:
             self._observed(rv)
 
-    def report(self, resource: str, state: str, detail: str = "", cause: str = "") -> None:
-        """An informer's call outcome: SYNCED / ABSENT (a successful call), UNREACHABLE / FORBIDDEN (a
-        failed one, `cause` classified as broker.health says)."""
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None:
+        """An informer's state, and with call=True its call outcome for health: SYNCED / ABSENT (a list
+        answered), UNREACHABLE / FORBIDDEN (a list or watch failed; `cause` as broker.health words it).
+        A watch stream that delivers or ends reports call=False: a hung server may keep old streams
+        going while it answers no new request, so only requests (lists, probes) prove it alive."""
         if self._stop.is_set():
             return  # stopping closes the streams; that is not the cluster's fault
         now = self._clock()
@@ -475,7 +495,8 @@ class ClusterWatcher:
             self._states[resource] = state
             if state == SYNCED:
                 self._heartbeat = now
-            self._machine.observe(outcome)
+            if call or not outcome.ok:
+                self._machine.observe(outcome)
             self._view()
         if before != state and state in (UNREACHABLE, FORBIDDEN):
             log.info("cluster %s: %s %s: %s", self.cluster, resource, state, detail)
@@ -510,7 +531,15 @@ class ClusterWatcher:
         timeout = self._settings.probe_timeout
         start = time.monotonic()
         try:
-            self.rest.probe(timeout)
+            for attempt in Retrying(  # a reset pooled connection is retried once at once, not reported
+                retry=retry_if_exception(_is_reset),
+                wait=wait_random_exponential(multiplier=0.05, max=0.2),
+                stop=stop_after_attempt(2),
+                reraise=True,
+            ):
+                with attempt:
+                    start = time.monotonic()
+                    self.rest.probe(timeout)
             outcome = Outcome.success(self._clock(), latency=time.monotonic() - start)
         except ClusterForbidden as e:
             outcome = Outcome.failure(self._clock(), e.cause or str(e), auth=True)
@@ -529,8 +558,11 @@ class ClusterWatcher:
         self._stop.wait(random.uniform(0.0, interval))  # spread a shard's probes over the interval
         while not self._stop.is_set():
             started = time.monotonic()
-            self.probe_once()
-            self._stop.wait(max(0.05, interval - (time.monotonic() - started)))
+            outcome = self.probe_once()
+            # In doubt, look again sooner: a failed probe is followed by another in a quarter interval,
+            # so a failing cluster gives health enough samples to judge within its window.
+            wait = interval if outcome.ok else interval / 4
+            self._stop.wait(max(0.05, wait - (time.monotonic() - started)))
 
     # ------------------------------------------------------------------ state (under the lock)
 
