@@ -103,6 +103,23 @@ class HashRing:
             out[self.owner(k)].append(k)
         return {n: sorted(v) for n, v in out.items()}
 
+    def assign_specs(self, specs: Iterable[PollerSpec]) -> dict[str, list[PollerSpec]]:
+        by_name = {s.name: s for s in specs}
+        return {n: [by_name[c] for c in names] for n, names in self.assign(by_name).items()}
+
+
+def desired_key(prefix: str) -> str:
+    return f"{prefix}:pollers:desired"
+
+
+def desired_clusters(store: RedisStateStore, run_id: str) -> tuple[list[PollerSpec], int] | None:
+    """The fleet's cluster list and its generation as this broker run's supervisor last saved it."""
+    raw = store.client.get(desired_key(store.prefix))
+    saved = orjson.loads(raw) if raw else None
+    if not isinstance(saved, dict) or saved.get("run") != run_id:
+        return None  # none yet, or a previous broker's
+    return [spec_from_json(s) for s in saved["specs"]], int(saved["generation"])
+
 
 def shard_name(prefix: str, index: int) -> str:
     return f"gpufed-poller-{prefix}-{index}"
@@ -112,6 +129,16 @@ def shard_of(cluster: str, shards: int) -> int:
     """The index of the shard that owns a cluster among `shards` shards (the ring over their indexes)."""
     ring = HashRing([str(i) for i in range(max(1, shards))])
     return int(ring.owner(cluster))
+
+
+def _reconstructed() -> bool:
+    """In a Ray actor: whether this is a restart of it (after a crash), not its first start."""
+    try:
+        import ray
+
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:
+        return False
 
 
 def _log_to_stderr() -> None:
@@ -139,13 +166,21 @@ class PollerShard:
         health: HealthThresholds | None = None,
         autostart: bool = False,
         worker_logging: bool = False,
+        ring: tuple[str, str, list[str]] | None = None,
     ) -> None:
         """`autostart` starts the work here (a Ray actor: a restarted actor resumes by itself);
-        otherwise start() does."""
+        otherwise start() does. `ring` = (run id, this shard's name, every shard's name): a shard
+        (re)starting reads the fleet's current cluster list from Redis (the supervisor keeps it there)
+        and takes its own part of it, so an actor Ray restarts with its creation arguments does not
+        resume a list that a config reload has replaced."""
         if worker_logging:
             _log_to_stderr()
-        self._specs = {s.name: s for s in specs}
         self._store = RedisStateStore(redis_url, prefix=prefix)
+        if ring is not None:
+            current = desired_clusters(self._store, ring[0])
+            if current is not None and current[1] > generation:
+                specs, generation = HashRing(ring[2]).assign_specs(current[0])[ring[1]], current[1]
+        self._specs = {s.name: s for s in specs}
         self._interval = summary_interval_seconds
         self._health = health or HealthThresholds()
         self._generation = generation
@@ -256,6 +291,7 @@ class PollerShard:
             "generation": self._generation,
             "clusters": clusters,
             "started_at": self._started_at,
+            "restarted": _reconstructed(),
         }
 
     def publish_once(self) -> int:
@@ -341,7 +377,7 @@ class PollerSupervisor:
         if worker_logging:
             _log_to_stderr()
         self._store = RedisStateStore(redis_url, prefix=prefix)
-        self._key = f"{prefix}:pollers:desired"
+        self._key = desired_key(prefix)
         self._prefix = prefix
         self._redis_url = redis_url
         self._shard_names = list(shard_names)
@@ -352,11 +388,11 @@ class PollerSupervisor:
         self._stop = threading.Event()
         self.restarts: dict[str, int] = {n: 0 for n in self._shard_names}
         self._pids: dict[str, int] = {}
-        stored = self._store.client.get(self._key)
-        saved = orjson.loads(stored) if stored else None
-        if isinstance(saved, dict) and saved.get("run") == run_id:  # this is a restart: resume
-            self._specs = [spec_from_json(s) for s in saved["specs"]]
-            self._generation = int(saved["generation"])
+        self.checks = 0
+        self._errors: dict[str, str] = {}  # shard -> the last error checking it (until a check passes)
+        saved = desired_clusters(self._store, run_id)
+        if saved is not None:  # this is a restart: resume
+            self._specs, self._generation = saved
         else:
             self._specs = list(specs)
             self._generation = 1
@@ -374,8 +410,7 @@ class PollerSupervisor:
         self._store.client.set(self._key, orjson.dumps(body))
 
     def _groups(self) -> dict[str, list[PollerSpec]]:
-        by_name = {s.name: s for s in self._specs}
-        return {shard: [by_name[c] for c in names] for shard, names in self._ring.assign(by_name).items()}
+        return self._ring.assign_specs(self._specs)
 
     def assignment(self) -> dict[str, list[str]]:
         with self._lock:
@@ -418,15 +453,17 @@ class PollerSupervisor:
             return
         try:
             info = ray.get(actor.ping.remote(), timeout=5)
-        except (GetTimeoutError, RayActorError):
-            return  # restarting (Ray brings it back), or dead for good (the next pass makes it anew)
+        except (GetTimeoutError, RayActorError) as e:
+            # Restarting (Ray brings it back), or dead for good (the next pass makes it anew).
+            self._errors[shard] = f"ping: {type(e).__name__}"
+            return
         pid = int(info["pid"])
         before = self._pids.get(shard)
         self._pids[shard] = pid
-        if before is not None and before != pid:
+        if before != pid and (before is not None or info.get("restarted")):
             self.restarts[shard] += 1
             log.warning(
-                "poller shard %s restarted (pid %d -> %d); it resumes its clusters", shard, before, pid
+                "poller shard %s restarted (pid %s -> %d); it resumes its clusters", shard, before, pid
             )
         if int(info["generation"]) != gen:
             log.info(
@@ -450,6 +487,7 @@ class PollerSupervisor:
             health=opts["health"],
             autostart=True,
             worker_logging=opts["worker_logging"],
+            ring=(self._run, shard, self._shard_names),
         )
 
     def check(self) -> None:
@@ -457,11 +495,15 @@ class PollerSupervisor:
         with self._lock:
             groups = self._groups()
             gen = self._generation
+        self.checks += 1
         for shard in self._shard_names:
             try:
+                self._errors.pop(shard, None)
                 self._ensure(shard, groups.get(shard, []), gen)
-            except Exception:
-                log.exception("poller supervisor: checking shard %s failed", shard)
+            except Exception as e:
+                if self._errors.get(shard) != repr(e):
+                    log.exception("poller supervisor: checking shard %s failed", shard)
+                self._errors[shard] = repr(e)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._check):
@@ -472,6 +514,8 @@ class PollerSupervisor:
             "generation": self._generation,
             "pids": dict(self._pids),
             "restarts": dict(self.restarts),
+            "errors": dict(self._errors),
+            "checks": self.checks,
             "assignment": self.assignment(),
         }
 
@@ -519,9 +563,8 @@ class PollerFleet:
                 configure_logging=False,
             )
             self._started_ray = True
-        ring = HashRing(self._names)
-        by_name = {s.name: s for s in self._specs}
-        groups = {shard: [by_name[c] for c in names] for shard, names in ring.assign(by_name).items()}
+        groups = HashRing(self._names).assign_specs(self._specs)
+        run_id = uuid.uuid4().hex
         remote_shard = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
         for shard in self._names:
             actor = remote_shard.options(name=shard).remote(
@@ -533,6 +576,7 @@ class PollerFleet:
                 health=self._health,
                 autostart=True,
                 worker_logging=True,
+                ring=(run_id, shard, self._names),
             )
             self._actors.append(actor)
         ray.get([a.ping.remote() for a in self._actors], timeout=120)
@@ -542,7 +586,7 @@ class PollerFleet:
             self._names,
             self._redis_url,
             self._prefix,
-            uuid.uuid4().hex,
+            run_id,
             {"summary_interval_seconds": self._interval, "health": self._health, "worker_logging": True},
             worker_logging=True,
         )
