@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +137,9 @@ def _reconstructed() -> bool:
     try:
         import ray
 
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        with warnings.catch_warnings():  # Ray warns about an API it uses itself inside this property
+            warnings.simplefilter("ignore")
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:
         return False
 

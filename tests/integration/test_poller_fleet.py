@@ -11,6 +11,7 @@ the summaries land in a real Redis. What a user cares about:
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -45,6 +46,11 @@ def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float) -> T:
     raise AssertionError(f"not within {deadline_s:.0f}s: {what} (last: {last!r})")
 
 
+def healthy(store: RedisStateStore, name: str) -> bool:
+    s = store.get_summary(name)
+    return s is not None and s.health == Health.HEALTHY
+
+
 def spec(sim: Simulation, name: str) -> PollerSpec:
     return PollerSpec(name, sim.kubeconfig_path(name).as_posix(), None, ClusterTraits(name=name))
 
@@ -69,9 +75,7 @@ def fleet(
         pollers.start()
         try:
             for n in names[:3]:
-                wait_for(
-                    f"{n} healthy", lambda n=n: (s := store.get_summary(n)) and s.health == Health.HEALTHY, 60
-                )
+                wait_for(f"{n} healthy", functools.partial(healthy, store, n), 60)
             yield sim, pollers, store, names
         finally:
             pollers.stop()
@@ -133,7 +137,7 @@ def test_set_clusters_adds_and_removes_without_a_restart_and_a_restarted_shard_f
     assignment = pollers.set_clusters([spec(sim, n) for n in [*kept, added]])
     assert sorted(c for group in assignment.values() for c in group) == sorted([*kept, added])
     assert pollers.shard_pids() == pids  # nothing restarted
-    wait_for(f"{added} healthy", lambda: (s := store.get_summary(added)) and s.health == Health.HEALTHY, 30)
+    wait_for(f"{added} healthy", functools.partial(healthy, store, added), 30)
     wait_for(f"{removed} forgotten", lambda: store.get_summary(removed) is None, 10)
 
     # Kill every shard: Ray restarts them with the arguments they were created with (the old list);
@@ -143,6 +147,7 @@ def test_set_clusters_adds_and_removes_without_a_restart_and_a_restarted_shard_f
         os.kill(pid, signal.SIGKILL)
     wait_for("the new list fresh again", lambda: fresh_and_healthy(store, [*kept, added], killed_at), 90)
     assert store.get_summary(removed) is None
+
     def both_restarts_seen() -> dict[str, Any] | None:
         st = pollers.status()
         return st if sum(st["restarts"].values()) == 2 else None

@@ -151,7 +151,7 @@ def test_a_transition_names_its_cause_and_since_is_when_it_happened() -> None:
 )
 def test_bad_thresholds_name_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
-        HealthThresholds(**{field: value})
+        HealthThresholds(**{field: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
