@@ -155,7 +155,13 @@ def main() -> None:
                     )
                 total = sum(rss_mib(p) for p in shard_pids.values())
                 print(
-                    f"| all shard actors: RSS | **{total:.0f} MiB** ({total / args.clusters * 100:.0f} MiB per 100 clusters) |"
+                    f"| all shard actors: RSS | **{total:.0f} MiB**"
+                    + (
+                        f" ({total / args.clusters * 100:.0f} MiB per 100 clusters)"
+                        if args.clusters >= 100
+                        else ""
+                    )
+                    + " |"
                 )
                 print(f"| every Ray process: RSS | {sum(rss_mib(p) for p in procs):.0f} MiB |")
                 for line, count in bad.most_common(10):
