@@ -261,6 +261,10 @@ class PollerShard:
             self._dirty.discard(name)
         if watcher is not None:
             watcher.stop(timeout=1.0)
+        lock = self._publish_locks.get(name)
+        if lock is not None:
+            with lock:  # a write of this cluster already under way lands before we return, never after
+                pass
 
     def assign(self, specs: list[PollerSpec], generation: int) -> list[str]:
         """Own exactly these clusters from now on: start the new ones, stop the ones gone, restart the
