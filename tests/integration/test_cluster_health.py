@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
+from adapters.kube import KubeGateway
+from adapters.kube_rest import DEFAULT_TIMEOUT
 from adapters.ray_actors import PollerShard, PollerSpec
 from adapters.redis_store import RedisStateStore
+from broker.errors import ClusterUnreachable
 from broker.health import CERTIFICATE_FAILED, CONNECTION_REFUSED, observed_health
 from broker.health import HealthThresholds as Thresholds
 from broker.model import ClusterSummary, ClusterTraits, Health
@@ -189,3 +192,21 @@ def test_a_wrong_ca_is_unreachable_and_says_the_certificate_failed(world: World)
     s = wait_summary(world, "wrong-ca", lambda s: s.health == Health.UNREACHABLE, DETECT, "unreachable")
     assert s.health_reason.startswith(CERTIFICATE_FAILED), s.health_reason
     assert s.heartbeat == 0.0  # never a successful call
+
+
+def test_the_gateway_rides_over_a_reset_and_gives_a_hung_cluster_one_deadline(
+    world: World, faulty: str
+) -> None:
+    gw = KubeGateway.from_kubeconfigs({faulty: (world.sim.kubeconfig_path(faulty), None)})
+    try:
+        assert not gw.read_workload(faulty, "default", "nothing").exists  # the pool holds a connection
+        world.sim.faults(faulty).reset_connections()
+        assert not gw.read_workload(faulty, "default", "nothing").exists  # retried on a new connection
+
+        world.sim.faults(faulty).hang()
+        with pytest.raises(ClusterUnreachable) as e:
+            gw.read_workload(faulty, "default", "nothing")
+        assert e.value.cause == f"timeout after {DEFAULT_TIMEOUT[1]:g} s"  # one deadline, not retried
+    finally:
+        world.sim.faults(faulty).hang(False)
+        gw.close()
