@@ -7,7 +7,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 export REDIS_URL
 export PATH := $(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: help setup tools redis lint typecheck contracts unit test demo bench clean
+.PHONY: help setup tools redis browser lint typecheck contracts unit test demo bench clean
 
 help:
 	@echo "make demo   - set up, then run the demo (three simulated clusters, the broker, jobs placed)"
@@ -28,9 +28,17 @@ tools: $(STAMP)
 redis:
 	@$(PY) tools/ensure_redis.py
 
+# The dashboard's browser test drives the distribution's Chromium with Playwright (pip, in .[dev]);
+# no browser is downloaded. Installed with apt when missing (root, or sudo without a password).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium; }
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/lint_containerfile.py Containerfile --uid 10001
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -38,7 +46,7 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(VENV)/bin/lint-imports
 
-test: setup redis lint typecheck contracts
+test: setup redis browser lint typecheck contracts
 	@$(VENV)/bin/pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 

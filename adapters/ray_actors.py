@@ -8,7 +8,9 @@
                     probe, a health machine) per cluster; after each batch of events the cluster's watcher
                     thread writes its ClusterSummary (health, health_reason, health_since, heartbeat = the
                     last SUCCESSFUL call) from the watcher's incremental CapacityIndex; a publisher thread
-                    retries failed writes and re-writes each summary at least every HEARTBEAT_SECONDS.
+                    retries failed writes and re-writes each summary at least every HEARTBEAT_SECONDS,
+                    and each cluster's per-node table (broker.node_detail, the fleet view's node detail)
+                    every NODES_INTERVAL_SECONDS.
                     assign(specs, generation) adds, removes and re-points clusters without a restart.
                     As a Ray actor it starts its work in its constructor (autostart), so an actor Ray
                     restarts after a crash resumes by itself, rebuilding its state from the clusters.
@@ -20,7 +22,9 @@
     PollerFleet     the broker's handle (the driver side): starts Ray (RAY_ADDRESS joins an existing
                     cluster; log_to_driver=True so the shards' health transitions reach the broker's
                     output, prefixed "(PollerShard pid=...)"), creates the shards and the supervisor;
-                    set_clusters(specs) applies a config reload (clusters added, removed, changed).
+                    set_clusters(specs) applies a config reload (clusters added, removed, changed);
+                    add_cluster(spec) / remove_cluster(name) (ClusterProfile members) are the same
+                    thing for one cluster.
 
 One process per shard, not per cluster: each cluster costs threads (4 informers, a flusher, a prober),
 not a Python process. Actor classes stay plain Python; `ray.remote` is applied in PollerFleet.
@@ -47,12 +51,16 @@ import orjson
 
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
+from broker import telemetry
 from broker.health import HealthThresholds, Transition
 from broker.model import ClusterSummary, ClusterTraits, Tier
+from broker.node_detail import nodes_table
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 2.0
+# The per-node table of the fleet view (O(nodes) to build and write) is rewritten at most this often.
+NODES_INTERVAL_SECONDS = 5.0
 VIRTUAL_NODES = 64
 SUPERVISE_SECONDS = 1.0
 
@@ -190,6 +198,7 @@ class PollerShard:
         self._watchers: dict[str, ClusterWatcher] = {}
         self._dirty: set[str] = set()
         self._last_write: dict[str, float] = {}
+        self._last_nodes: dict[str, float] = {}
         self._lock = threading.Lock()
         self._assign_lock = threading.Lock()
         self._publish_locks: dict[str, threading.Lock] = {}
@@ -226,8 +235,16 @@ class PollerShard:
         on failure leave it to the publisher thread's next pass."""
         if self._stop.is_set():
             return
+        with self._lock:
+            watcher = self._watchers.get(name)
+        if watcher is None:
+            return
+        first_event_at = watcher.batch_first_event_at
         try:
             self.publish_cluster(name)
+            if first_event_at is not None:
+                lag = max(0.0, time.time() - first_event_at)
+                self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
         except KeyError:
             return  # the cluster was just taken away from this shard
         except Exception:
@@ -258,6 +275,7 @@ class PollerShard:
         with self._lock:
             watcher = self._watchers.pop(name, None)
             self._last_write.pop(name, None)
+            self._last_nodes.pop(name, None)
             self._dirty.discard(name)
         if watcher is not None:
             watcher.stop(timeout=1.0)
@@ -289,6 +307,28 @@ class PollerShard:
                 self._dirty.update(wanted)
                 return sorted(self._watchers)
 
+    def add_cluster(self, spec: PollerSpec) -> bool:
+        """Start watching one more cluster; False when it is watched already (idempotent). The
+        supervisor's set_clusters is the fleet-wide way; this is the one-shard one."""
+        with self._assign_lock:
+            if spec.name in self._watchers:
+                return False
+            with self._lock:
+                self._specs[spec.name] = spec
+            self._add(spec)
+            self._mark(spec.name)
+            return True
+
+    def remove_cluster(self, name: str) -> bool:
+        """Stop watching a cluster; its summary is no longer written. False when it was not watched."""
+        with self._assign_lock:
+            if name not in self._watchers:
+                return False
+            self._remove(name)
+            with self._lock:
+                self._specs.pop(name, None)
+            return True
+
     def ping(self) -> dict[str, Any]:
         """Who this shard is now: its process, its assignment generation, its clusters."""
         with self._lock:
@@ -307,6 +347,7 @@ class PollerShard:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             last = dict(self._last_write)
+            last_nodes = dict(self._last_nodes)
             names = list(self._watchers)
         written = 0
         for name in names:
@@ -321,7 +362,27 @@ class PollerShard:
                 self._mark(name)
                 continue
             written += 1
+        for name in names:
+            if now - last_nodes.get(name, 0.0) >= NODES_INTERVAL_SECONDS:
+                try:
+                    self.publish_nodes(name)
+                except KeyError:
+                    continue
+                except Exception:
+                    log.exception("publishing the node table of %s failed; retrying next pass", name)
         return written
+
+    def publish_nodes(self, name: str) -> int:
+        """Write one cluster's per-node table (the fleet view's `nodes=true`). Returns its rows."""
+        now = time.time()
+        with self._lock:
+            watcher = self._watchers[name]
+            spot = self._specs[name].traits.spot
+        table = nodes_table(watcher.snapshot().nodes, spot)
+        self._store.put_nodes(name, table, now)
+        with self._lock:
+            self._last_nodes[name] = now
+        return len(table)
 
     def publish_cluster(self, name: str) -> ClusterSummary:
         """Write one cluster's summary (from its watcher's index) to Redis; the summary as written.
@@ -610,6 +671,24 @@ class PollerFleet:
             self._supervisor.set_clusters.remote(list(specs)), timeout=120
         )
         return assignment
+
+    def add_cluster(self, spec: PollerSpec) -> bool:
+        """Watch one more cluster (set_clusters with it added; a changed spec re-points it). False when
+        it was watched already with the same spec."""
+        current = {s.name: s for s in self._specs}
+        if current.get(spec.name) == spec:
+            return False
+        current[spec.name] = spec
+        self.set_clusters(list(current.values()))
+        return True
+
+    def remove_cluster(self, name: str) -> bool:
+        """Stop watching a cluster and delete its summary (set_clusters without it). False when it was
+        not watched."""
+        if all(s.name != name for s in self._specs):
+            return False
+        self.set_clusters([s for s in self._specs if s.name != name])
+        return True
 
     def assignment(self) -> dict[str, list[str]]:
         import ray

@@ -5,6 +5,11 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:summary:<cluster>      hash  json = ClusterSummary (JSON), version = int bumped on every write,
                                    ledger = int bumped on every change of the cluster's reservations
     P:clusters               set   clusters that have a summary
+    P:lag:<cluster>          hash  event-to-Redis histogram of the pollers' summary writes: "le:<bound>" ->
+                                   cumulative count, "sum", "count" (read by /metrics)
+    P:nodes:<cluster>        hash  json = tuple[NodeDetail] (JSON), at = epoch seconds written; the per-node
+                                   table of the fleet view (`?nodes=true`), written by the pollers at a
+                                   slow cadence (NODES_INTERVAL_SECONDS in ray_actors), never read to place
     P:resv:<cluster>         hash  job_id -> Reservation (JSON)
     P:resv-where             hash  job_id -> cluster of its reservation
     P:job:<id>               hash  json = JobRecord (JSON), state = JobState (for the compare-and-set)
@@ -13,6 +18,8 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
+    P:fenced                 hash  cluster -> why it is fenced (lost; offered again once its stale attempts are swept)
+    P:cluster-events:<c>     stream  ClusterEvents of one cluster (health changes, fences), capped
 
 Atomicity: put_summary, reserve, release, create_job and save_job are Lua scripts. reserve is a
 compare-and-set: it succeeds only while the cluster's summary version and reservation ledger are the ones
@@ -37,12 +44,14 @@ from pydantic import TypeAdapter
 from broker import reservations
 from broker.errors import Conflict, StoreError
 from broker.model import (
+    ClusterEvent,
     ClusterSummary,
     JobEvent,
     JobRecord,
     JobState,
     Reservation,
 )
+from broker.node_detail import NodeDetail
 from broker.ports import ClusterState, ReserveResult
 
 WHOLE_GPU = "nvidia.com/gpu"
@@ -55,6 +64,9 @@ _SUMMARY = TypeAdapter(ClusterSummary)
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
+_CLUSTER_EVENT = TypeAdapter(ClusterEvent)
+_CLUSTER_STREAM_MAXLEN = 1000
+_NODES = TypeAdapter(tuple[NodeDetail, ...])
 
 # KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
 _PUT_SUMMARY = """
@@ -556,3 +568,103 @@ class RedisStateStore:
         except redis.RedisError as e:
             raise StoreError(f"redis: events {key}: {e}") from e
         return [(_text(eid), _EVENT.validate_json(fields[b"e"])) for eid, fields in rows]
+
+    # ------------------------------------------------------------------ clusters: fences and health events
+
+    def fence(self, cluster: str, reason: str) -> bool:
+        """Mark a lost cluster: no placement there until its stale attempts are swept. Returns whether it
+        was newly fenced."""
+        try:
+            return bool(self._r.hsetnx(self._k("fenced"), cluster, reason))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: fence {cluster}: {e}") from e
+
+    def unfence(self, cluster: str) -> bool:
+        try:
+            return bool(self._r.hdel(self._k("fenced"), cluster))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: unfence {cluster}: {e}") from e
+
+    def fenced(self) -> dict[str, str]:
+        try:
+            raw = self._r.hgetall(self._k("fenced"))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: fenced: {e}") from e
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    def append_cluster_event(self, event: ClusterEvent) -> None:
+        try:
+            self._r.xadd(
+                self._k("cluster-events", event.cluster),
+                {"e": _CLUSTER_EVENT.dump_json(event)},
+                maxlen=_CLUSTER_STREAM_MAXLEN,
+                approximate=True,
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"redis: append_cluster_event {event.cluster}: {e}") from e
+
+    def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]:
+        """The cluster's latest events, oldest first."""
+        try:
+            rows: list[Any] = list(self._r.xrevrange(self._k("cluster-events", cluster), count=count) or [])
+        except redis.RedisError as e:
+            raise StoreError(f"redis: cluster_events {cluster}: {e}") from e
+        return [_CLUSTER_EVENT.validate_json(fields[b"e"]) for _, fields in reversed(rows)]
+
+    # ------------------------------------------------------------------ per-node detail (fleet view)
+
+    def put_nodes(self, cluster: str, nodes: tuple[NodeDetail, ...], at: float) -> None:
+        try:
+            self._r.hset(self._k("nodes", cluster), mapping={"json": _NODES.dump_json(nodes), "at": repr(at)})
+        except redis.RedisError as e:
+            raise StoreError(f"redis: put_nodes {cluster}: {e}") from e
+
+    def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
+        """The cluster's node table and when it was written, or None before the first write."""
+        try:
+            raw, at = self._r.hmget(self._k("nodes", cluster), ["json", "at"])
+        except redis.RedisError as e:
+            raise StoreError(f"redis: get_nodes {cluster}: {e}") from e
+        if raw is None:
+            return None
+        return _NODES.validate_json(raw), float(at or 0.0)
+
+    # ------------------------------------------------------------------ event-to-Redis freshness
+
+    def observe_event_lag(self, cluster: str, seconds: float, buckets: Sequence[float]) -> None:
+        """Count one summary write that landed `seconds` after the first watch event it carries."""
+        key = self._k("lag", cluster)
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for bound in buckets:
+                if seconds <= bound:
+                    pipe.hincrby(key, f"le:{float(bound)!r}", 1)
+            pipe.hincrby(key, "le:+Inf", 1)
+            pipe.hincrbyfloat(key, "sum", seconds)
+            pipe.hincrby(key, "count", 1)
+            pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: observe_event_lag {cluster}: {e}") from e
+
+    def event_lags(
+        self, buckets: Sequence[float]
+    ) -> dict[str, tuple[list[tuple[float, float]], float, float]]:
+        """Per cluster with an observation: ([(upper bound, cumulative count)] for every bound in `buckets`
+        and +inf last, sum, count) of the event-to-Redis histogram."""
+        try:
+            clusters = sorted(_text(c) for c in self._r.smembers(self._k("clusters")))
+            pipe = self._r.pipeline(transaction=False)
+            for c in clusters:
+                pipe.hgetall(self._k("lag", c))
+            rows = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: event_lags: {e}") from e
+        out: dict[str, tuple[list[tuple[float, float]], float, float]] = {}
+        for cluster, raw in zip(clusters, rows, strict=True):
+            fields = {_text(k): float(_text(v)) for k, v in raw.items()}
+            if "count" not in fields:
+                continue
+            counted = [(float(b), fields.get(f"le:{float(b)!r}", 0.0)) for b in buckets]
+            counted.append((float("inf"), fields.get("le:+Inf", fields["count"])))
+            out[cluster] = (counted, fields.get("sum", 0.0), fields["count"])
+        return out

@@ -6,10 +6,14 @@
     DELETE /v1/jobs/{id}         cancel
     GET    /v1/jobs/{id}/events  the job's transitions, oldest first
     POST   /v1/explain           dry run: where a job would go and every cluster's verdict
-    GET    /v1/fleet             capacity per cluster and product (what operators watch)
+    GET    /v1/fleet             capacity per cluster and product (whole, MIG, time-sliced, NUMA) beside the
+                                 queued demand per product; ?nodes=true adds each cluster's node table
     GET    /v1/clusters          the member clusters as declared, with health
-    GET    /metrics              Prometheus text: fleet gauges from the summaries, broker counters
-    GET    /healthz
+    GET    /metrics              Prometheus text (broker.telemetry): counters, histograms, fleet gauges
+    GET    /healthz              liveness only: the process serves HTTP
+    GET    /readyz               readiness: 503 with the reason per check (Redis answers; more checks,
+                                 e.g. the leader lease, are passed in by the composition root)
+    GET    /                     the dashboard (static files in broker/dashboard, served under /ui/)
 
 Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message"}]} with 404, 409,
 422 (every bad field named, camelCase as sent), 502 (a member cluster failed), 503 (state store down).
@@ -17,18 +21,36 @@ Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker import telemetry
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
-from broker.model import Health, JobState
+from broker.model import JobState
 from broker.ports import Clock
-from broker.schemas import EventView, JobSpec, JobView, decision_view, summary_view, verdict_view
+from broker.schemas import (
+    EventView,
+    JobSpec,
+    JobView,
+    decision_view,
+    node_view,
+    summary_view,
+    verdict_view,
+)
 from broker.service import BrokerService
+
+DASHBOARD = Path(__file__).resolve().parent / "dashboard"
+
+# A readiness check returns normally when its dependency is usable, and raises (the message is the
+# reason shown by /readyz) or returns False when it is not.
+ReadinessCheck = Callable[[], object]
 
 
 def _error(status: int, kind: str, message: str, fields: list[dict[str, str]] | None = None) -> JSONResponse:
@@ -38,8 +60,27 @@ def _error(status: int, kind: str, message: str, fields: list[dict[str, str]] | 
     return JSONResponse(status_code=status, content=body)
 
 
-def create_app(service: BrokerService, clock: Clock) -> FastAPI:
+def _not_ready(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    for name, check in checks.items():
+        try:
+            ok = check()
+        except Exception as exc:  # a readiness probe reports every failure, whatever its kind
+            reasons[name] = str(exc) or type(exc).__name__
+            continue
+        if ok is False:
+            reasons[name] = "not ready"
+    return reasons
+
+
+def create_app(
+    service: BrokerService, clock: Clock, readiness: Mapping[str, ReadinessCheck] | None = None
+) -> FastAPI:
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
+    checks: Mapping[str, ReadinessCheck] = (
+        readiness if readiness is not None else {"redis": service.store.ping}
+    )
+    app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -74,6 +115,20 @@ def create_app(service: BrokerService, clock: Clock) -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        reasons = _not_ready(checks)
+        if reasons:
+            text = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+            return JSONResponse(
+                status_code=503, content={"status": "not-ready", "message": text, "reasons": reasons}
+            )
+        return JSONResponse(content={"status": "ready", "checks": sorted(checks)})
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(DASHBOARD / "index.html", media_type="text/html")
+
     @app.post("/v1/jobs", status_code=201, response_model=None)
     async def submit(
         spec: JobSpec,
@@ -103,7 +158,7 @@ def create_app(service: BrokerService, clock: Clock) -> FastAPI:
 
     @app.get("/v1/jobs/{job_id}/events")
     def job_events(job_id: str) -> dict[str, Any]:
-        return {"items": [EventView.of(e).model_dump() for e in service.events(job_id)]}
+        return {"items": [EventView.of(e).model_dump(by_alias=True) for e in service.events(job_id)]}
 
     @app.post("/v1/explain")
     def explain(spec: JobSpec) -> dict[str, Any]:
@@ -113,69 +168,68 @@ def create_app(service: BrokerService, clock: Clock) -> FastAPI:
         return body
 
     @app.get("/v1/fleet")
-    def fleet() -> dict[str, Any]:
+    def fleet(nodes: bool = False) -> dict[str, Any]:
         now = clock.now()
-        return {"clusters": [summary_view(s, now) for s in service.fleet()]}
-
-    @app.get("/metrics", response_class=PlainTextResponse)
-    def metrics() -> str:
-        lines: list[str] = []
-        now = clock.now()
-
-        def gauge(name: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} gauge")
-            for labels, value in samples:
-                label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-                lines.append(f"{name}{{{label_text}}} {value:g}")
-
         summaries = service.fleet()
-        per_product = [(s, p) for s in summaries for p in s.products]
-        gauge(
-            "gpufed_gpus_free",
-            "free whole GPUs",
-            [({"cluster": s.cluster, "product": p.product}, p.free) for s, p in per_product],
-        )
-        gauge(
-            "gpufed_gpus_allocatable",
-            "allocatable whole GPUs",
-            [({"cluster": s.cluster, "product": p.product}, p.allocatable) for s, p in per_product],
-        )
-        gauge(
-            "gpufed_mig_slices_free",
-            "free MIG slices",
-            [
-                ({"cluster": s.cluster, "product": m.product, "profile": m.profile}, m.free)
-                for s in summaries
-                for m in s.mig
-            ],
-        )
-        gauge(
-            "gpufed_bad_nodes",
-            "node objects that could not be read",
-            [({"cluster": s.cluster}, s.bad_nodes) for s in summaries],
-        )
-        gauge(
-            "gpufed_cluster_healthy",
-            "1 when the cluster is healthy",
-            [({"cluster": s.cluster}, 1.0 if s.health == Health.HEALTHY else 0.0) for s in summaries],
-        )
-        gauge(
-            "gpufed_summary_age_seconds",
-            "seconds since the last successful observation",
-            [({"cluster": s.cluster}, max(0.0, now - s.heartbeat)) for s in summaries],
-        )
-        for name, value in sorted(telemetry.metrics_snapshot().items()):
-            lines.append(f"# TYPE {name} counter")
-            lines.append(f"{name} {value:g}")
-        return "\n".join(lines) + "\n"
+        demand = telemetry.queued_demand(service.jobs([JobState.QUEUED]))
+        clusters = []
+        for s in summaries:
+            view = summary_view(s, now)
+            if nodes:
+                table = service.store.get_nodes(s.cluster)
+                view["nodeDetail"] = (
+                    None
+                    if table is None
+                    else {
+                        "ageSeconds": round(max(0.0, now - table[1]), 1),
+                        "items": [node_view(d) for d in table[0]],
+                    }
+                )
+            clusters.append(view)
+        totals: dict[str, dict[str, int]] = {}
+        for s in summaries:
+            for p in s.products:
+                t = totals.setdefault(p.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
+                t["free"] += p.free
+                t["allocatable"] += p.allocatable
+                t["sharedFree"] += p.shared_free
+            for m in s.mig:
+                t = totals.setdefault(m.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
+                t["migFree"] += m.free
+        products = [
+            {"product": name, **t, "queued": demand.get(name, 0)} for name, t in sorted(totals.items())
+        ]
+        products += [
+            {"product": name, "free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0, "queued": units}
+            for name, units in sorted(demand.items())
+            if name not in totals
+        ]
+        return {"clusters": clusters, "products": products}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        try:
+            sample = telemetry.FleetSample(
+                summaries=tuple(service.fleet()),
+                jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
+                now=clock.now(),
+                event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
+            )
+        except StoreError:
+            # Redis is down: still serve this process's counters, with gpufed_store_up 0
+            sample = telemetry.FleetSample(summaries=(), now=clock.now(), store_up=False)
+        return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/clusters")
-    def clusters() -> dict[str, Any]:
-        health = {s.cluster: (str(s.health), s.heartbeat) for s in service.fleet()}
+    def clusters(events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
+        """Member clusters as declared, with their effective health (cause and since), whether they are
+        fenced after a loss, and their latest health events."""
+        healths = service.cluster_health()
+        beats = {s.cluster: s.heartbeat for s in service.fleet()}
+        fenced = service.store.fenced()
         items = []
         for name, t in sorted(service.traits.items()):
-            h, beat = health.get(name, ("unknown", 0.0))
+            h = healths[name]
             items.append(
                 {
                     "name": name,
@@ -183,8 +237,15 @@ def create_app(service: BrokerService, clock: Clock) -> FastAPI:
                     "region": t.region,
                     "labels": dict(t.labels),
                     "kueue": t.kueue_local_queue,
-                    "health": h,
-                    "heartbeat": beat,
+                    "health": str(h.health),
+                    "healthReason": h.reason,
+                    "healthSince": h.since,
+                    "heartbeat": beats.get(name, 0.0),
+                    "fenced": fenced.get(name),
+                    "events": [
+                        {"at": e.at, "health": str(e.health), "reason": e.reason}
+                        for e in (service.store.cluster_events(name, events) if events else [])
+                    ],
                 }
             )
         return {"items": items}

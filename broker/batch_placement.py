@@ -131,6 +131,13 @@ class BatchPlacer:
             cache.decision = placement.decide(cache.prepared, [chosen], self._policy)
         return cache.decision
 
+    def verdicts(self, job: JobRequest) -> list[placement.ClusterVerdict]:
+        """The verdicts behind the last decision for the job's shape, by cluster (for traces)."""
+        cache = self._shapes.get(shape(job))
+        if cache is None:
+            return []
+        return [cache.verdicts[c] for c in self._summaries if c in cache.verdicts]
+
     def _evaluate(self, cache: _ShapeCache, name: str) -> None:
         summary = self._summaries.get(name)
         epoch = cache.epochs.get(name, 0) + 1

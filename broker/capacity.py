@@ -30,6 +30,7 @@ from broker.model import (
 )
 from broker.quantity import QuantityError, to_int, to_millis
 from broker.vocabulary import (
+    DRA_MIG_CLASS,
     GPU,
     GPU_SHARED,
     GPU_TAINT_KEY,
@@ -47,6 +48,7 @@ from broker.vocabulary import (
 )
 
 __all__ = [
+    "DRA_MIG_CLASS",
     "GPU",
     "GPU_SHARED",
     "GPU_TAINT_KEY",
@@ -485,7 +487,10 @@ def gfd_parent(node: NodeFacts) -> str | None:
 
 
 def mig_resource_name(node: NodeFacts, profile: str) -> str:
-    """The extended resource a pod asks for to get one slice of `profile` on this node."""
+    """The extended resource a pod asks for to get one slice of `profile` on this node; on a DRA node the
+    DeviceClass `mig.nvidia.com` (level 2 writes a ResourceClaimTemplate for it)."""
+    if node.dra:
+        return DRA_MIG_CLASS
     if node.mig_strategy is MigStrategy.SINGLE:
         return GPU
     return mig_resource(profile)
@@ -574,7 +579,7 @@ def summarize(
     products = []
     for name in sorted(per_product):
         nodes = per_product[name]
-        total = allocatable = allocated = free = 0
+        total = allocatable = allocated = free = shared_alloc = shared_free = 0
         frees: list[int] = []
         usable_nodes = 0
         blocks: list[int] = []
@@ -582,6 +587,9 @@ def summarize(
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
             total += node.gpu_count
+            if node.shared_allocatable and accepts_broker_pods(node, tolerated):
+                shared_alloc += node.shared_allocatable
+                shared_free += max(0, node.shared_allocatable - node.shared_allocated)
             if not takes_whole_gpus(node, tolerated):
                 continue
             allocatable += node.gpus_allocatable
@@ -605,6 +613,8 @@ def summarize(
                 numa_blocks=_histogram(blocks),
                 nodes=usable_nodes,
                 gfd_products=tuple(sorted(gfd)),
+                shared_allocatable=shared_alloc,
+                shared_free=shared_free,
             )
         )
     mig = tuple(

@@ -72,11 +72,15 @@ class _Contribution:
     block: int
     gfd: str | None
     mig: tuple[_MigPart, ...]
+    shared_allocatable: int = 0  # time-sliced replicas, when the node takes the broker's pods
+    shared_free: int = 0
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
     if node.product is None:
         return _Contribution(node.ready, None, 0, 0, False, 0, 0, 0, (), 0, None, ())
+    shared = node.shared_allocatable if capacity.accepts_broker_pods(node, tolerated) else 0
+    shared_free = max(0, shared - node.shared_allocated) if shared else 0
     parent = capacity.gfd_parent(node)
     mig: tuple[_MigPart, ...] = ()
     if node.mig:
@@ -105,6 +109,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
             0,
             None,
             mig,
+            shared,
+            shared_free,
         )
     return _Contribution(
         ready=node.ready,
@@ -119,6 +125,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         block=capacity.numa_block(node),
         gfd=parent,
         mig=mig,
+        shared_allocatable=shared,
+        shared_free=shared_free,
     )
 
 
@@ -134,11 +142,15 @@ class _ProductAgg:
     domains: dict[int, int] = field(default_factory=dict)  # free GPUs of a domain -> domains
     blocks: dict[int, int] = field(default_factory=dict)  # largest NUMA block -> nodes
     gfd: dict[str, int] = field(default_factory=dict)  # label parent -> usable nodes
+    shared_allocatable: int = 0
+    shared_free: int = 0
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
         _bump(self.memory, c.memory_mib, sign)
         self.total += sign * c.gpu_count
+        self.shared_allocatable += sign * c.shared_allocatable
+        self.shared_free += sign * c.shared_free
         if not c.usable:
             return
         self.allocatable += sign * c.allocatable
@@ -310,6 +322,8 @@ class CapacityIndex:
             numa_blocks=capacity.histogram(agg.blocks),
             nodes=agg.usable_nodes,
             gfd_products=tuple(sorted(agg.gfd)),
+            shared_allocatable=agg.shared_allocatable,
+            shared_free=agg.shared_free,
         )
 
     def _memory_of(self, product: str, memory: Mapping[int, int]) -> int:

@@ -5,6 +5,8 @@
     gpufed submit NAME --gpus 8 --product H100-80GB   (or -f job.yaml)
     gpufed jobs | get ID | events ID | cancel ID | explain ... | fleet
     gpufed probe [--nvidia-smi-xml FILE] [-o json|yaml|table]
+    gpufed fleet [--nodes]                       capacity, queued demand; --nodes: per-node detail
+    gpufed rbac --cluster NAME [-c clusters.yaml]  least-privilege manifests for a member cluster
 
 The server URL comes from --server or $GPUFED_URL (default http://127.0.0.1:8080). Commands that need
 adapters (serve, demo, probe) reach them through broker.main, the composition root.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +26,8 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+
+from broker.fleet_tables import demand_table, fleet_table, nodes_table
 
 app = typer.Typer(
     add_completion=False,
@@ -222,86 +227,53 @@ def cancel(job_id: str, server: ServerOpt = DEFAULT_SERVER) -> None:
 def fleet(
     server: ServerOpt = DEFAULT_SERVER,
     output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
+    nodes: Annotated[bool, typer.Option("--nodes", help="also show every GPU node")] = False,
 ) -> None:
-    """Fleet capacity per cluster and GPU product."""
-    body = _call(server, "GET", "/v1/fleet")
+    """Fleet capacity per cluster and GPU product, the queued demand beside it; --nodes per node."""
+    body = _call(server, "GET", "/v1/fleet", params={"nodes": "true"} if nodes else None)
     if output == "json":
         console.print_json(json.dumps(body))
         return
     console.print(fleet_table(body["clusters"]))
+    for c in body["clusters"]:
+        if c.get("healthReason"):
+            console.print(f"{c['cluster']} is {c['health']}: {c['healthReason']}", markup=False)
+    if body.get("products"):
+        console.print(demand_table(body["products"]))
+    if nodes:
+        for c in body["clusters"]:
+            console.print(nodes_table(c["cluster"], c.get("nodeDetail")))
 
 
-def fleet_table(clusters: list[dict[str, Any]]) -> Table:
-    """The fleet view: per cluster, one row per GPU product, MIG profile and Kueue GPU quota.
-
-    FREE/ALLOC counts whole GPUs (or MIG slices, or quota); 8-GPU SLOTS is how many 8-GPU pods fit, each
-    on one node; MAX/NODE the most free on one placement domain; NUMA BEST the most free GPUs inside
-    one NUMA zone of one node.
-    """
-    table = Table(title="gpufed fleet capacity")
-    left = ("CLUSTER", "TIER", "HEALTH", "CAPACITY")
-    for col in (
-        "CLUSTER",
-        "TIER",
-        "HEALTH",
-        "NODES",
-        "AGE",
-        "CAPACITY",
-        "FREE/ALLOC",
-        "8-GPU SLOTS",
-        "MAX/NODE",
-        "NUMA BEST",
-        "$/GPU-H",
-    ):
-        table.add_column(col, justify="left" if col in left else "right")
-    for c in clusters:
-        age = f"{c['ageSeconds']:.0f}s" if c.get("ageSeconds") is not None else "-"
-        nodes = c["nodes"]
-        node_text = f"{nodes['ready']}/{nodes['total']}" + (
-            f" ({nodes['bad']} bad)" if nodes.get("bad") else ""
+@app.command()
+def clusters(
+    server: ServerOpt = DEFAULT_SERVER,
+    output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
+) -> None:
+    """Member clusters with their health, its cause and since when, and whether they are fenced."""
+    if output not in ("table", "json"):
+        err.print(f"--output: expected table or json, got {output!r}", markup=False)
+        raise typer.Exit(2)
+    body = _call(server, "GET", "/v1/clusters")
+    if output == "json":
+        console.print_json(json.dumps(body))
+        return
+    table = Table(title="member clusters")
+    for col in ("NAME", "TIER", "REGION", "HEALTH", "SINCE", "WHY", "FENCED"):
+        table.add_column(col)
+    now = time.time()
+    for c in body["items"]:
+        since = c.get("healthSince") or 0.0
+        table.add_row(
+            c["name"],
+            c["tier"],
+            c["region"] or "-",
+            c["health"],
+            f"{max(0.0, now - since):.0f}s ago" if since else "-",
+            c.get("healthReason") or "",
+            c.get("fenced") or "",
         )
-        head = [c["cluster"], c["tier"], c["health"], node_text, age]
-        blank = ["", "", "", "", ""]
-        rows: list[list[str]] = []
-        for p in c["products"]:
-            price = p.get("pricePerGpuHour")
-            numa = max((k for k, n in enumerate(p["numaBlocks"]) if n), default=0)
-            rows.append(
-                [
-                    p["product"],
-                    f"{p['free']}/{p['allocatable']}",
-                    str(sum(n * (k // 8) for k, n in enumerate(p["nodesByFree"]))),
-                    str(p["maxFreeOnOneNode"]),
-                    str(numa),
-                    "-" if price is None else f"{price:.2f}",
-                ]
-            )
-        for m in c.get("mig", []):
-            rows.append(
-                [
-                    f"{m['product']} MIG {m['profile']}" + ("" if m["settled"] else " (reconfiguring)"),
-                    f"{m['free']}/{m['allocatable']}",
-                    "-",
-                    str(m["largestFreeOnNode"]),
-                    "-",
-                    "-",
-                ]
-            )
-        for q in c.get("queues", []):
-            if q["resource"].startswith("nvidia.com/"):
-                rows.append(
-                    [
-                        f"Kueue {q['clusterQueue']}/{q['flavor']}",
-                        f"{q['headroom']}/{q['nominal']}",
-                        "-",
-                        "-",
-                        "-",
-                        "-",
-                    ]
-                )
-        for i, row in enumerate(rows or [["-", "-", "-", "-", "-", "-"]]):
-            table.add_row(*(head if i == 0 else blank), *row)
-    return table
+    console.print(table)
 
 
 @app.command()
@@ -347,6 +319,47 @@ def explain(
         )
         table.add_row(v["cluster"], v["tier"], verdict, str(v["score"]) if v["feasible"] else "-", detail)
     console.print(table)
+
+
+@app.command()
+def rbac(
+    cluster: Annotated[str, typer.Option("--cluster", help="the member cluster, as named in the config")],
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="clusters.yaml (for the cluster's job namespace)")
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="namespace the broker runs jobs in (default: from the config)")
+    ] = None,
+    service_account: Annotated[str, typer.Option(help="the broker's ServiceAccount")] = "gpufed-broker",
+    service_account_namespace: Annotated[
+        str, typer.Option(help="namespace of that ServiceAccount")
+    ] = "gpufed-system",
+) -> None:
+    """Print least-privilege RBAC manifests for a member cluster (apply them there with kubectl)."""
+    from broker.config import load_fleet_config
+    from broker.rbac import member_rbac
+
+    ns = namespace
+    if config is not None:
+        try:
+            cfg = load_fleet_config(config, check_kubeconfigs=False)
+        except Exception as exc:
+            err.print(f"{config}: {exc}", markup=False)
+            raise typer.Exit(2) from None
+        known = {c.name: c for c in cfg.clusters}
+        if cluster not in known:
+            err.print(
+                f"--cluster: {cluster!r} is not in {config} (known: {', '.join(sorted(known))})", markup=False
+            )
+            raise typer.Exit(2)
+        ns = ns or known[cluster].traits().namespace
+    try:
+        docs = member_rbac(cluster, ns or "default", service_account, service_account_namespace)
+    except ValueError as exc:
+        err.print(str(exc), markup=False)
+        raise typer.Exit(2) from None
+    sys.stdout.write(f"# gpufed member-cluster RBAC for {cluster}: apply in that cluster\n")
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def main() -> None:

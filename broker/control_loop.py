@@ -1,8 +1,10 @@
-"""The broker's control loop: sync_status and schedule_once every pass, sweep_orphans every 30 s, in a
-background thread.
+"""The broker's control loop: its steps every pass, the sweep every 30 s, in a background thread.
 
-Owns the cadence and the fault isolation of the loop (an exception in one pass is logged and the next
-pass runs), not any decision. Stopping is prompt: the loop waits on an Event, not on sleep.
+Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
+sync_status (follow placed jobs, each cluster on its own worker), schedule_once (place the queue) and,
+when due, sweep_orphans. Owns the cadence and the isolation of the steps (Ray Serve's control loop
+shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
+broken sync never stops scheduling. Stopping is prompt: the loop waits on an Event, not on sleep.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from broker.service import BrokerService
 
@@ -28,17 +31,26 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self.passes = 0
         self.failures = 0
+        self.step_failures: dict[str, int] = {}
 
-    def run_once(self) -> None:
+    def _step(self, name: str, fn: Callable[[], object]) -> None:
         try:
-            self._service.sync_status()
-            self._service.schedule_once()
-            if time.monotonic() >= self._next_sweep:
-                self._next_sweep = time.monotonic() + self._sweep_interval
-                self._service.sweep_orphans()
+            fn()
         except Exception:
             self.failures += 1
-            log.exception("control loop pass failed; the next pass retries")
+            self.step_failures[name] = self.step_failures.get(name, 0) + 1
+            log.exception(
+                "control loop step %s failed; the other steps go on and the next pass retries", name
+            )
+
+    def run_once(self) -> None:
+        s = self._service
+        self._step("observe_clusters", s.observe_clusters)
+        self._step("sync_status", s.sync_status)
+        self._step("schedule_once", s.schedule_once)
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self._sweep_interval
+            self._step("sweep_orphans", s.sweep_orphans)
         self.passes += 1
 
     def _run(self) -> None:

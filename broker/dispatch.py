@@ -27,6 +27,11 @@ __all__ = ["ConcurrentDispatcher", "Dispatcher", "InlineDispatcher"]
 class Dispatcher(Protocol):
     def submit(self, cluster: str, task: Callable[[], object]) -> None: ...
 
+    def submit_once(self, cluster: str, key: str, task: Callable[[], object]) -> bool:
+        """Run `task` unless the task `key` of this cluster is still running (a sync or sweep of a slow
+        cluster is never queued twice). Returns whether it was submitted."""
+        ...
+
     def wait_idle(self, timeout: float) -> bool:
         """Whether every submitted task finished within `timeout` seconds."""
         ...
@@ -45,6 +50,10 @@ class InlineDispatcher:
     def submit(self, cluster: str, task: Callable[[], object]) -> None:
         _run(task)
 
+    def submit_once(self, cluster: str, key: str, task: Callable[[], object]) -> bool:
+        _run(task)
+        return True
+
     def wait_idle(self, timeout: float) -> bool:
         return True
 
@@ -62,6 +71,7 @@ class ConcurrentDispatcher:
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
         self._closed = False
+        self._keyed: set[tuple[str, str]] = set()
 
     def in_flight(self) -> int:
         with self._lock:
@@ -77,6 +87,27 @@ class ConcurrentDispatcher:
                 self._pools[cluster] = pool
             self._in_flight += 1
         pool.submit(self._wrapped, task)
+
+    def submit_once(self, cluster: str, key: str, task: Callable[[], object]) -> bool:
+        with self._lock:
+            if (cluster, key) in self._keyed:
+                return False
+            self._keyed.add((cluster, key))
+
+        def keyed() -> None:
+            try:
+                task()
+            finally:
+                with self._lock:
+                    self._keyed.discard((cluster, key))
+
+        try:
+            self.submit(cluster, keyed)
+        except RuntimeError:
+            with self._lock:
+                self._keyed.discard((cluster, key))
+            raise
+        return True
 
     def _wrapped(self, task: Callable[[], object]) -> None:
         try:

@@ -144,6 +144,7 @@ class HealthMachine:
         self._last_ok = 0.0
         self._last_failure: Outcome | None = None
         self._auth: Outcome | None = None
+        self._auth_causes: dict[str, float] = {}  # every 401/403 cause since the last success
         self._view = HealthView(Health.UNKNOWN, "connecting", started_at, 0.0)
         self._better_since: float | None = None
 
@@ -163,16 +164,19 @@ class HealthMachine:
         self._samples.append(outcome)
         if outcome.ok:
             self._last_ok = max(self._last_ok, outcome.at)
+            self._auth_causes.clear()
         else:
             self._last_failure = outcome
             if outcome.auth:
                 self._auth = outcome
+                self._auth_causes[outcome.cause] = outcome.at
 
     def raw(self, now: float) -> tuple[Health, str]:
         """The state the outcomes say at `now`, before hysteresis."""
         t = self.thresholds
         if self._auth is not None and self._auth.at > self._last_ok:
-            return Health.FORBIDDEN, self._auth.cause
+            # every refusal since the last success, so the reason names what was refused
+            return Health.FORBIDDEN, "; ".join(sorted(self._auth_causes)[:6])
         ref = self._last_ok or self._started
         if now - ref >= t.lost_seconds:
             cause = self._last_failure.cause if self._last_failure is not None else "no answer"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from broker.model import JobRecord, JobState, WorkloadRef, WorkloadStatus
+from broker.model import FailoverPolicy, JobRecord, JobState, WorkloadRef, WorkloadStatus
 
 # A Job we just created may not be visible yet; only after this long is "not found" a loss.
 WORKLOAD_GRACE_SECONDS = 30.0
@@ -34,9 +34,11 @@ def observe(record: JobRecord, status: WorkloadStatus, now: float) -> Transition
     if not status.exists:
         if now - record.updated_at < WORKLOAD_GRACE_SECONDS:
             return None
-        return Transition(JobState.QUEUED, f"workload-lost: Job {status.name} disappeared from {where}")
+        return failover(record, f"workload-lost: Job {status.name} disappeared from {where}")
     if status.complete:
         return Transition(JobState.SUCCEEDED, f"completed on {where} ({status.succeeded} pod(s) succeeded)")
+    if status.failed_terminal and status.disrupted:
+        return failover(record, f"disrupted on {where}: {status.message}")
     if status.failed_terminal:
         detail = f": {status.message}" if status.message else ""
         return Transition(JobState.FAILED, f"failed on {where}{detail}")
@@ -57,6 +59,14 @@ def observe(record: JobRecord, status: WorkloadStatus, now: float) -> Transition
     if record.state is JobState.RUNNING and wanted is JobState.ADMITTED:
         return None
     return Transition(wanted, reason)
+
+
+def failover(record: JobRecord, why: str) -> Transition:
+    """The job lost its place (cluster lost, Job gone, pods disrupted): by its failover policy, back to
+    the queue (placed again, with attempt + 1) or FAILED."""
+    if record.request.failover is FailoverPolicy.NEVER:
+        return Transition(JobState.FAILED, f"{why} (failover: never)")
+    return Transition(JobState.QUEUED, f"{why}; requeued (attempt {record.attempt} abandoned)")
 
 
 def queue_order(records: Iterable[JobRecord], priorities: dict[str, int] | None = None) -> list[JobRecord]:

@@ -54,6 +54,13 @@ class Code(IntEnum):
     ERROR = 3  # a plugin failed; the cluster is skipped
 
 
+class FailoverPolicy(StrEnum):
+    """What happens to a job when its cluster is lost or its pods are disrupted (node lost, spot, ...)."""
+
+    REQUEUE = "requeue"  # back to the queue with attempt + 1, placed again at once
+    NEVER = "never"  # FAILED with the reason
+
+
 class JobState(StrEnum):
     QUEUED = "QUEUED"
     PLACED = "PLACED"
@@ -152,6 +159,7 @@ class NodeFacts:
     cpu_allocated_millis: int = 0
     memory_allocatable_bytes: int = 0
     memory_allocated_bytes: int = 0
+    dra: bool = False  # the GPUs come from DRA ResourceSlices (gpu.nvidia.com), not the device plugin
 
     @property
     def schedulable(self) -> bool:
@@ -219,6 +227,8 @@ class ProductCapacity:
     numa_blocks: tuple[int, ...] = ()
     nodes: int = 0
     gfd_products: tuple[str, ...] = ()  # the gpu.product label values seen (parent product, no suffix)
+    shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
+    shared_free: int = 0  # of those, not requested by pods
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -295,6 +305,7 @@ class ClusterTraits:
     gang_scheduler: str | None = None  # schedulerName of a coscheduling profile
     spot: bool = False
     namespace: str = "default"
+    dra: bool = False  # whole-GPU pods ask through a ResourceClaimTemplate (DRA) instead of nvidia.com/gpu
 
 
 # --------------------------------------------------------------------------- jobs
@@ -333,6 +344,7 @@ class JobRequest:
     clusters: tuple[str, ...] = ()  # restrict to these clusters; empty = any
     duration_seconds: float | None = None  # how long the workload runs (kubesim honours it)
     labels: Mapping[str, str] = field(default_factory=dict)
+    failover: FailoverPolicy = FailoverPolicy.REQUEUE
 
     @property
     def wants_mig(self) -> bool:
@@ -449,6 +461,7 @@ class JobRecord:
     idempotency_key: str | None = None
     dispatch_failures: int = 0  # creates the member clusters refused or could not take
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
+    trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
 
 
 @dataclass(frozen=True)
@@ -459,6 +472,17 @@ class JobEvent:
     attempt: int
     reason: str = ""
     cluster: str | None = None
+    trace_id: str | None = None  # the job's trace (32 hex), to find its spans from its timeline
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """A change of a member cluster's health (or its fence), with the cause."""
+
+    cluster: str
+    at: float
+    health: Health
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -485,4 +509,5 @@ class WorkloadStatus:
     failed: int = 0
     complete: bool = False
     failed_terminal: bool = False
+    disrupted: bool = False  # failed because a pod was disrupted (node lost, spot reclaimed, preempted)
     message: str = ""

@@ -2,7 +2,8 @@
 
 Clock           now() in epoch seconds; the only time source the service sees
 ClusterGateway  create / delete / read the broker's Jobs in a member cluster
-StateStore      summaries, reservations, jobs, events and idempotency keys (Redis in production)
+StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
+                production)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from broker.model import (
+    ClusterEvent,
     ClusterSummary,
     JobEvent,
     JobRecord,
@@ -20,6 +22,7 @@ from broker.model import (
     WorkloadRef,
     WorkloadStatus,
 )
+from broker.node_detail import NodeDetail
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,26 @@ class ClusterGateway(Protocol):
 
 
 class StateStore(Protocol):
+    def ping(self) -> bool:
+        """True when the store answers; raises StoreError (with the cause) when it does not."""
+        ...
+
     # --- capacity
     def put_summary(self, summary: ClusterSummary) -> ClusterSummary:
         """Store the observed summary; returns it with its new version."""
         ...
 
     def observed_summaries(self) -> list[ClusterSummary]: ...
+
+    def event_lags(
+        self, buckets: Sequence[float]
+    ) -> dict[str, tuple[list[tuple[float, float]], float, float]]:
+        """Per cluster, the pollers' event-to-Redis histogram: ([(bound, cumulative count)], sum, count)."""
+        ...
+
+    def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
+        """The per-node table the pollers last wrote for a cluster, and when; None before the first."""
+        ...
 
     def placeable_summaries(self, now: float | None = None) -> list[ClusterSummary]:
         """Observed summaries minus live reservations (broker.reservations.deduct)."""
@@ -126,3 +143,14 @@ class StateStore(Protocol):
     def append_event(self, event: JobEvent) -> None: ...
 
     def job_events(self, job_id: str) -> list[JobEvent]: ...
+
+    # --- clusters: fences (failover) and health events
+    def fence(self, cluster: str, reason: str) -> bool: ...
+
+    def unfence(self, cluster: str) -> bool: ...
+
+    def fenced(self) -> dict[str, str]: ...
+
+    def append_cluster_event(self, event: ClusterEvent) -> None: ...
+
+    def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]: ...

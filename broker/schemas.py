@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from broker.model import (
     ClusterSummary,
+    FailoverPolicy,
     JobEvent,
     JobRecord,
     JobRequest,
@@ -20,6 +21,7 @@ from broker.model import (
     NoFit,
     Placement,
 )
+from broker.node_detail import NodeDetail
 from broker.placement import ClusterVerdict
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -76,6 +78,10 @@ class JobSpec(_Wire):
     cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
     memory_gib: float = Field(default=1.0, alias="memoryGiB", gt=0, le=8192)
     allow_burst: bool = Field(default=False, alias="allowBurst")
+    failover: FailoverPolicy = Field(
+        default=FailoverPolicy.REQUEUE,
+        description="requeue: placed again elsewhere when its cluster is lost or its pods disrupted; never: FAILED",
+    )
     max_price_per_gpu_hour: float | None = Field(default=None, alias="maxPricePerGpuHour", ge=0)
     priority_class: str | None = Field(default=None, alias="priorityClass", pattern=_DNS_LABEL)
     clusters: list[str] = Field(default_factory=list)
@@ -121,6 +127,7 @@ class JobSpec(_Wire):
             cpu_millis_per_pod=int(self.cpu * 1000),
             memory_mib_per_pod=int(self.memory_gib * 1024),
             allow_burst=self.allow_burst,
+            failover=self.failover,
             max_price_per_gpu_hour=self.max_price_per_gpu_hour,
             priority_class=self.priority_class,
             clusters=tuple(self.clusters),
@@ -168,6 +175,7 @@ class JobView(_Wire):
     created_at: float = Field(alias="createdAt")
     updated_at: float = Field(alias="updatedAt")
     request: dict[str, Any]
+    trace_id: str | None = Field(default=None, alias="traceId")
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -184,6 +192,9 @@ class JobView(_Wire):
             placement=PlacementView.of(r.placement) if r.placement else None,
             created_at=r.created_at,
             updated_at=r.updated_at,
+            trace_id=r.trace_parent.split("-")[1]
+            if r.trace_parent and r.trace_parent.count("-") == 3
+            else None,
             request={
                 "gpus": req.gpus_per_pod,
                 "pods": req.pods,
@@ -192,6 +203,7 @@ class JobView(_Wire):
                 "migNeedGB": req.mig_need.memory_gb if req.mig_need else None,
                 "numaAligned": req.numa_aligned,
                 "allowBurst": req.allow_burst,
+                "failover": str(req.failover),
             },
         )
 
@@ -203,9 +215,18 @@ class EventView(_Wire):
     reason: str
     cluster: str | None
 
+    trace_id: str | None = Field(default=None, alias="traceId")
+
     @classmethod
     def of(cls, e: JobEvent) -> EventView:
-        return cls(at=e.at, state=str(e.state), attempt=e.attempt, reason=e.reason, cluster=e.cluster)
+        return cls(
+            at=e.at,
+            state=str(e.state),
+            attempt=e.attempt,
+            reason=e.reason,
+            cluster=e.cluster,
+            trace_id=e.trace_id,
+        )
 
 
 def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
@@ -215,6 +236,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
         "tier": str(s.tier),
         "region": s.region,
         "health": str(s.health),
+        "healthReason": s.health_reason,
         "ageSeconds": round(max(0.0, now - s.heartbeat), 1) if s.heartbeat else None,
         "version": s.version,
         "nodes": {"total": s.nodes_total, "ready": s.nodes_ready, "bad": s.bad_nodes},
@@ -229,6 +251,8 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "maxFreeOnOneNode": p.max_free_on_one_node,
                 "nodesByFree": list(p.nodes_by_free),
                 "numaBlocks": list(p.numa_blocks),
+                "sharedAllocatable": p.shared_allocatable,
+                "sharedFree": p.shared_free,
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),
             }
             for p in s.products
@@ -294,3 +318,28 @@ def decision_view(decision: Placement | NoFit) -> dict[str, Any]:
     if isinstance(decision, NoFit):
         return {"placed": False, "message": decision.message}
     return {"placed": True, "placement": PlacementView.of(decision).model_dump(by_alias=True)}
+
+
+def node_view(d: NodeDetail) -> dict[str, Any]:
+    """One node of the fleet view's node detail (JSON-ready)."""
+    return {
+        "name": d.name,
+        "product": d.product,
+        "ready": d.ready,
+        "cordoned": d.cordoned,
+        "gpus": d.gpus,
+        "wholeAllocatable": d.whole_allocatable,
+        "wholeFree": d.whole_free,
+        "sharedAllocatable": d.shared_allocatable,
+        "sharedFree": d.shared_free,
+        "sharedReplicas": d.shared_replicas,
+        "migStrategy": d.mig_strategy,
+        "mig": [{"profile": m.profile, "allocatable": m.allocatable, "free": m.free} for m in d.mig],
+        "numa": [
+            {"zone": z.zone, "gpusAllocatable": z.gpus_allocatable, "gpusAvailable": z.gpus_available}
+            for z in d.numa
+        ],
+        "topologyPolicy": d.topology_policy,
+        "taints": list(d.taints),
+        "offersNothing": d.offers_nothing,
+    }

@@ -23,18 +23,22 @@ after a crash at any point without losing or duplicating a job:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from broker import catalog, hints, lifecycle, placement, telemetry
+from broker import catalog, failover, hints, lifecycle, placement, telemetry
 from broker.batch_placement import BatchPlacer
 from broker.dispatch import Dispatcher, InlineDispatcher
-from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
+from broker.failover import ClusterHealth
 from broker.fleet_cache import FleetCache
 from broker.model import (
+    ClusterEvent,
     ClusterSummary,
     ClusterTraits,
     Health,
@@ -74,6 +78,7 @@ def new_job_id() -> str:
 class ServiceSettings:
     reservation_ttl_seconds: float = 120.0
     priorities: Mapping[str, int] | None = None  # priority class name -> value
+    cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
 
 
 class BrokerService:
@@ -100,11 +105,15 @@ class BrokerService:
         # Owns the reservations this service makes: no other placer's reserve or release touches them.
         self.placer_id = placer_id or "p" + uuid.uuid4().hex[:12]
         self.cache = FleetCache(store, self.traits)
+        self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
+        self._pending_lock = threading.Lock()
         self._parked: dict[str, str] = {}  # job id -> fleet fingerprint it can never fit
         self._no_fit: dict[str, tuple[int, float]] = {}  # job id -> (cache generation, time) of its NoFit
         self._known_products: frozenset[str] = frozenset()
         self._known_products_at = float("-inf")
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
+        self._health_seen: dict[str, Health] = {}
+        self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -115,16 +124,19 @@ class BrokerService:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
         request = self._canonical_products(request)
         now = self.clock.now()
-        record = JobRecord(
-            id=self._new_id(),
-            request=request,
-            state=JobState.QUEUED,
-            created_at=now,
-            updated_at=now,
-            reason="waiting for placement",
-            idempotency_key=idempotency_key,
-        )
-        stored = self.store.create_job(record, self._event_of(record, "submitted"))
+        job_id = self._new_id()
+        with telemetry.job_span("gpufed.job.submit", None, **{"gpufed.job_id": job_id}) as span:
+            record = JobRecord(
+                id=job_id,
+                request=request,
+                state=JobState.QUEUED,
+                created_at=now,
+                updated_at=now,
+                reason="waiting for placement",
+                idempotency_key=idempotency_key,
+                trace_parent=telemetry.traceparent_of(span),
+            )
+            stored = self.store.create_job(record, self._event_of(record, "submitted"))
         return stored, stored.id == record.id
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
@@ -215,10 +227,27 @@ class BrokerService:
 
     # ------------------------------------------------------------------ the control loop's steps
 
+    def set_traits(self, traits: Mapping[str, ClusterTraits]) -> None:
+        """The member clusters changed while running (ClusterProfiles join and leave): the next
+        scheduling pass places on exactly these. Safe from another thread: the pass applies it."""
+        with self._pending_lock:
+            self._pending_traits = dict(traits)
+
+    def _apply_pending_traits(self) -> None:
+        with self._pending_lock:
+            pending, self._pending_traits = self._pending_traits, None
+        if pending is not None:
+            self.traits = pending
+            self.cache.set_clusters(pending)
+
     def schedule_once(self) -> list[JobRecord]:
         """One scheduling pass over every QUEUED job, in queue order. Returns the jobs that changed."""
+        self._apply_pending_traits()
+        # list_jobs reads the index, then each record: a record may have moved on in between (another
+        # placer placed it), and deciding it again would re-reserve it at a newer attempt.
         queued = lifecycle.queue_order(
-            self.store.list_jobs([JobState.QUEUED]), dict(self.settings.priorities or {})
+            (r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED),
+            dict(self.settings.priorities or {}),
         )
         waiting = {r.id for r in queued}
         self._parked = {j: fp for j, fp in self._parked.items() if j in waiting}
@@ -228,7 +257,11 @@ class BrokerService:
         now = self.clock.now()
         self.cache.refresh()
         fleet = self.cache.fingerprint()
-        placer = BatchPlacer(self.cache.placeable_all(now), self.traits, self.policy, now)
+        offered = [s for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        for s in offered:
+            if s.heartbeat:
+                telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
+        placer = BatchPlacer(offered, self.traits, self.policy, now)
         changed: list[JobRecord] = []
         for record in queued:
             if now < record.not_before:
@@ -243,7 +276,8 @@ class BrokerService:
             ):
                 continue  # nothing changed since it did not fit
             try:
-                step = self._schedule_job(record, placer, now)
+                with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
+                    step = self._schedule_job(record, placer, now)
             except StoreError:
                 raise  # the store is down: nothing else can progress either
             except Exception:
@@ -259,18 +293,24 @@ class BrokerService:
         """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None."""
         self.evaluations += 1
         for _ in range(_RESERVE_ATTEMPTS):
+            recorder = telemetry.PhaseRecorder()
             started = time.perf_counter()
             decision = placer.place(record.request)
-            telemetry.placement_latency.record(time.perf_counter() - started)
+            outcome = "unplaceable" if isinstance(decision, NoFit) else "placed"
+            telemetry.placement_latency.labels(outcome).observe(time.perf_counter() - started)
+            recorder.record_verdicts(placer.verdicts(record.request))
             if isinstance(decision, NoFit):
-                return self._not_placed(record, decision, now)
+                return self._not_placed(record, decision, now, recorder)
             reservation, result = self._reserve(record, decision, now)
             if result.ok:
+                recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
                 self.cache.assume(reservation, result.ledger)
                 self._assume_into(placer, decision.cluster, now)
                 placed = self._commit(record, decision, now)
                 if placed is not None:
-                    telemetry.placements.add(1, {"cluster": decision.cluster})
+                    telemetry.placements.labels(decision.cluster, decision.product).inc()
+                    if record.attempt == 0:
+                        telemetry.queue_wait.observe(max(0.0, now - record.created_at))
                 return placed
             if result.status != ReserveResult.STALE:
                 return None  # another placer holds this job, or the cluster is gone
@@ -283,14 +323,21 @@ class BrokerService:
         if fresh is not None:
             placer.update(fresh)
 
-    def _not_placed(self, record: JobRecord, decision: NoFit, now: float) -> JobRecord | None:
-        telemetry.unplaceable.add(1)
+    def _not_placed(
+        self, record: JobRecord, decision: NoFit, now: float, recorder: telemetry.PhaseRecorder
+    ) -> JobRecord | None:
         if decision.never_fits:
             self._parked[record.id] = self.cache.fingerprint()
         else:
             self._no_fit[record.id] = (self.cache.generation, now)
         if record.reason != decision.message:
-            return self._save(replace(record, reason=decision.message, updated_at=now))
+            if not record.reason.startswith("0/"):  # it just became unplaceable, not a retry
+                telemetry.unplaceable.inc()
+            recorder.emit(record.trace_parent, "unplaceable", **{"gpufed.reason": decision.message})
+            try:
+                return self._save(replace(record, reason=decision.message, updated_at=now))
+            except Conflict:
+                return None  # another placer moved it meanwhile
         return None
 
     def _reserve(self, record: JobRecord, where: Placement, now: float) -> tuple[Reservation, ReserveResult]:
@@ -310,7 +357,12 @@ class BrokerService:
         state = self.cache.state(where.cluster)
         if state is None:
             return reservation, ReserveResult(ReserveResult.NO_CLUSTER, 0, 0)
-        return reservation, self.store.reserve(reservation, now, state.summary.version, state.ledger)
+        with telemetry.job_span(
+            "gpufed.job.reserve", record.trace_parent, **{"gpufed.cluster": where.cluster}
+        ) as span:
+            result = self.store.reserve(reservation, now, state.summary.version, state.ledger)
+            span.set_attribute("gpufed.reserved", result.status)
+        return reservation, result
 
     def _commit(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
         """Record PLACED (compare-and-set from QUEUED) and hand the create to the dispatcher."""
@@ -334,14 +386,24 @@ class BrokerService:
         """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
         release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
         attempt = placed.attempt
-        manifests = hints.build_workload(
-            placed.id, attempt, placed.request, where, self.traits[where.cluster]
-        )
         name = placed.workload_name or hints.workload_name(placed.id, attempt)
+        traits = self.traits.get(where.cluster)
         try:
-            self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+            if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
+                raise ClusterRejected(where.cluster, "no longer a member cluster")
+            manifests = hints.build_workload(placed.id, attempt, placed.request, where, traits)
+            with (
+                telemetry.job_context(placed.trace_parent),
+                telemetry.job_span(
+                    "gpufed.job.dispatch", placed.trace_parent, **{"gpufed.cluster": where.cluster}
+                ),
+                telemetry.dispatch_latency.labels(where.cluster).time(),
+            ):
+                self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
         except ClusterError as exc:
-            log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            with telemetry.job_context(placed.trace_parent):
+                log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            telemetry.dispatch_failures.labels(where.cluster).inc()
             self.store.release(placed.id, attempt, self.placer_id)
             failures = placed.dispatch_failures + 1
             backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
@@ -366,15 +428,109 @@ class BrokerService:
             self.store.release(placed.id, attempt, self.placer_id)
             self._delete_workload(where.cluster, name, current or placed)
 
+    # ------------------------------------------------------------------ clusters: health, failover, fences
+
+    def cluster_health(self) -> dict[str, ClusterHealth]:
+        """Every declared cluster's effective health now (the poller's verdict, overruled by freshness)."""
+        now = self.clock.now()
+        summaries = {s.cluster: s for s in self.store.observed_summaries()}
+        return {
+            c: failover.effective_health(c, summaries.get(c), now, self.settings.cluster_lost_seconds)
+            for c in sorted(self.traits)
+        }
+
+    def observe_clusters(self) -> list[JobRecord]:
+        """The failover step: note health changes, fail over the jobs of lost clusters (and fence them),
+        and start the sweep of fenced clusters that answer again. Returns the jobs moved."""
+        now = self.clock.now()
+        healths = self.cluster_health()
+        for h in healths.values():
+            self._note_health(h)
+        fenced = self.store.fenced()
+        lost = {
+            c: h for c, h in healths.items() if failover.is_lost(h, now, self.settings.cluster_lost_seconds)
+        }
+        moved: list[JobRecord] = []
+        if lost:
+            for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+                gone = lost.get(record.cluster or "")
+                if gone is None:
+                    continue
+                try:
+                    step = self._fail_over(record, f"cluster {gone.cluster} lost: {gone.text}")
+                except StoreError:
+                    raise
+                except Exception:
+                    log.exception("failing over %s failed; retried next pass", record.id)
+                    continue
+                if step is not None:
+                    moved.append(step)
+            for c, h in lost.items():
+                if c not in fenced and self.store.fence(c, h.text):
+                    fenced[c] = h.text
+                    log.warning("cluster %s fenced: %s; its jobs were failed over", c, h.text)
+                    self.store.append_cluster_event(ClusterEvent(c, now, h.health, f"fenced: {h.text}"))
+        for c in fenced:
+            back = healths.get(c)
+            if c in self.traits and back is not None and failover.may_unfence(back):
+                self.dispatcher.submit_once(c, "unfence", functools.partial(self._sweep_and_unfence, c))
+        self._fenced = set(fenced)
+        return moved
+
+    def _note_health(self, h: ClusterHealth) -> None:
+        previous = self._health_seen.get(h.cluster)
+        self._health_seen[h.cluster] = h.health
+        if previous is None or previous == h.health:
+            return
+        level = logging.INFO if h.health in (Health.HEALTHY, Health.DEGRADED) else logging.WARNING
+        log.log(level, "cluster %s: %s -> %s", h.cluster, previous, h.text)
+        self.store.append_cluster_event(ClusterEvent(h.cluster, self.clock.now(), h.health, h.reason))
+
+    def _fail_over(self, record: JobRecord, why: str) -> JobRecord | None:
+        """Apply the job's failover policy (lifecycle.failover) to a job whose cluster is lost."""
+        step = lifecycle.failover(record, why)
+        self.store.release(record.id, record.attempt)
+        # The attempt in the lost cluster is forgotten either way: the sweep deletes it when it answers.
+        target = replace(record, placement=None, workload_name=None)
+        if step.state is JobState.QUEUED:
+            target = replace(target, cluster=None)
+        try:
+            return self._transition(target, step.state, step.reason, expected=record.state)
+        except Conflict:
+            return None  # it moved on meanwhile (finished, cancelled)
+
+    def _sweep_and_unfence(self, cluster: str) -> None:
+        """Fencing: delete the stale attempts in a cluster that came back, and only then offer it again."""
+        deleted = self.sweep_cluster(cluster, raise_errors=True)
+        if self.store.unfence(cluster):
+            reason = f"fence lifted: {len(deleted)} stale attempt(s) deleted"
+            log.info("cluster %s: %s", cluster, reason)
+            self.store.append_cluster_event(ClusterEvent(cluster, self.clock.now(), Health.HEALTHY, reason))
+
+    # ------------------------------------------------------------------ following placed jobs
+
     def sync_status(self) -> list[JobRecord]:
-        """Follow every placed job in its member cluster. Returns the jobs that changed state."""
+        """Follow every placed job in its member cluster, each cluster on its own worker (one slow cluster
+        delays only its own jobs). Returns the jobs that changed state (with the inline dispatcher)."""
         changed: list[JobRecord] = []
-        down = self._unavailable_clusters()
+        by_cluster: dict[str, list[JobRecord]] = {}
+        skip = self._unavailable_clusters() | self._fenced
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
-            if record.cluster in down:
-                continue  # its pollers say it does not answer: don't stall the loop on its timeouts
+            if record.cluster and record.cluster not in skip:
+                by_cluster.setdefault(record.cluster, []).append(record)
+        for cluster, records in sorted(by_cluster.items()):
+            self.dispatcher.submit_once(cluster, "sync", functools.partial(self._sync_into, records, changed))
+        return changed
+
+    def _sync_into(self, records: list[JobRecord], changed: list[JobRecord]) -> None:
+        changed.extend(self._sync_cluster(records))
+
+    def _sync_cluster(self, records: list[JobRecord]) -> list[JobRecord]:
+        changed: list[JobRecord] = []
+        for record in records:
             try:
-                step = self._sync_job(record)
+                with telemetry.job_context(record.trace_parent):
+                    step = self._sync_job(record)
             except StoreError:
                 raise
             except Exception:
@@ -410,59 +566,78 @@ class BrokerService:
 
     def sweep_orphans(self) -> list[str]:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
-        declared cluster that answers. Returns "cluster/name" of each Job deleted."""
+        declared cluster that answers, each cluster on its own worker. Returns "cluster/name" of each Job
+        deleted (with the inline dispatcher; the concurrent one logs them)."""
         deleted: list[str] = []
         self.store.prune_expired(self.clock.now())
         down = self._unavailable_clusters()
-        for cluster, traits in sorted(self.traits.items()):
-            if cluster in down:
+        for cluster in sorted(self.traits):
+            if cluster not in down:
+                self.dispatcher.submit_once(
+                    cluster, "sweep", functools.partial(self._sweep_into, cluster, deleted)
+                )
+        return deleted
+
+    def _sweep_into(self, cluster: str, deleted: list[str]) -> None:
+        deleted.extend(self.sweep_cluster(cluster))
+
+    def sweep_cluster(self, cluster: str, raise_errors: bool = False) -> list[str]:
+        """The sweep of one cluster: list the broker's Jobs there *before* reading their records, delete
+        each one no current attempt owns. With raise_errors a failed list or delete raises (the fence
+        stays up); else it is logged and the next sweep retries."""
+        deleted: list[str] = []
+        traits = self.traits[cluster]
+        try:
+            refs = self.gateway.list_workloads(cluster, traits.namespace)  # before the records
+        except ClusterError as exc:
+            if raise_errors:
+                raise
+            log.info("cannot list Jobs on %s for the sweep: %s", cluster, exc)
+            return deleted
+        for ref in refs:
+            record = self.store.get_job(ref.job_id)
+            reason = lifecycle.orphan_reason(ref, record)
+            if reason is None or record is None:
                 continue
             try:
-                refs = self.gateway.list_workloads(cluster, traits.namespace)  # before the records
+                self.gateway.delete_workload(cluster, ref.namespace, ref.name)
             except ClusterError as exc:
-                log.info("cannot list Jobs on %s for the sweep: %s", cluster, exc)
+                if raise_errors:
+                    raise
+                log.warning("cannot delete left-over Job %s on %s: %s", ref.name, cluster, exc)
                 continue
-            for ref in refs:
-                record = self.store.get_job(ref.job_id)
-                reason = lifecycle.orphan_reason(ref, record)
-                if reason is None or record is None:
-                    continue
-                try:
-                    self.gateway.delete_workload(cluster, ref.namespace, ref.name)
-                except ClusterError as exc:
-                    log.warning("cannot delete left-over Job %s on %s: %s", ref.name, cluster, exc)
-                    continue
-                log.info("deleted left-over Job %s on %s: %s", ref.name, cluster, reason)
-                self.store.append_event(
-                    JobEvent(
-                        job_id=record.id,
-                        at=self.clock.now(),
-                        state=record.state,
-                        attempt=record.attempt,
-                        reason=f"deleted left-over Job {ref.name} on {cluster}: {reason}",
-                        cluster=cluster,
-                    )
+            log.info("deleted left-over Job %s on %s: %s", ref.name, cluster, reason)
+            self.store.append_event(
+                JobEvent(
+                    job_id=record.id,
+                    at=self.clock.now(),
+                    state=record.state,
+                    attempt=record.attempt,
+                    reason=f"deleted left-over Job {ref.name} on {cluster}: {reason}",
+                    cluster=cluster,
+                    trace_id=telemetry.trace_id_of(record.trace_parent),
                 )
-                deleted.append(f"{cluster}/{ref.name}")
+            )
+            deleted.append(f"{cluster}/{ref.name}")
         return deleted
 
     # ------------------------------------------------------------------ helpers
 
     def _unavailable_clusters(self) -> set[str]:
-        """Clusters whose pollers report them unreachable or forbidden: calls to them would only time out."""
-        return {
-            s.cluster
-            for s in self.store.observed_summaries()
-            if s.health in (Health.UNREACHABLE, Health.FORBIDDEN)
-        }
+        """Clusters whose pollers report them unreachable or forbidden, or that went silent: calls to
+        them would only time out."""
+        return {c for c, h in self.cluster_health().items() if failover.lost_health(h)}
 
     def _transition(
         self, record: JobRecord, state: JobState, reason: str, expected: JobState | None = None
     ) -> JobRecord:
         now = self.clock.now()
         changed = replace(record, state=state, reason=reason, updated_at=now)
-        saved = self.store.save_job(changed, expected, self._event_of(changed, reason))
-        telemetry.transitions.add(1, {"state": str(state)})
+        with telemetry.job_span(
+            "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
+        ):
+            saved = self.store.save_job(changed, expected, self._event_of(changed, reason))
+            telemetry.transitions.labels(str(state)).inc()
         return saved
 
     def _save(self, record: JobRecord) -> JobRecord:
@@ -477,6 +652,7 @@ class BrokerService:
             attempt=record.attempt,
             reason=reason,
             cluster=record.cluster,
+            trace_id=telemetry.trace_id_of(record.trace_parent),
         )
 
     def _event(self, record: JobRecord, reason: str) -> None:

@@ -183,14 +183,14 @@ def test_half_the_calls_failing_is_degraded_with_the_http_error(world: World, fa
 def test_an_expired_token_is_forbidden_with_its_cause(world: World, faulty: str) -> None:
     world.sim.faults(faulty).expire_token()
     s = wait_summary(world, faulty, lambda s: s.health == Health.FORBIDDEN, DETECT, "forbidden")
-    assert s.health_reason == "credentials rejected (401)"
+    assert "credentials rejected (401)" in s.health_reason
     world.sim.faults(faulty).expire_token(False)
     wait_summary(world, faulty, is_healthy, RECOVER, "healthy again")
 
 
 def test_a_wrong_ca_is_unreachable_and_says_the_certificate_failed(world: World) -> None:
     s = wait_summary(world, "wrong-ca", lambda s: s.health == Health.UNREACHABLE, DETECT, "unreachable")
-    assert s.health_reason.startswith(CERTIFICATE_FAILED), s.health_reason
+    assert CERTIFICATE_FAILED in s.health_reason, s.health_reason
     assert s.heartbeat == 0.0  # never a successful call
 
 

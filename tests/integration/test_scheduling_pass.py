@@ -6,6 +6,7 @@ The member clusters are not the subject here, so the gateway only records the Jo
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import uuid
@@ -162,7 +163,9 @@ def fits(frees: list[int], pods: list[int]) -> bool:
     return go(0, list(frees))
 
 
-def test_four_concurrent_placers_never_over_commit(store: RedisStateStore) -> None:
+def test_four_concurrent_placers_never_over_commit(
+    store: RedisStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
     """4 brokers' services place 160 random jobs at once, with a poller re-writing the summaries
     meanwhile; whatever interleaving happens, the live reservations fit the nodes and slices at once."""
     clock = ManualClock()
@@ -201,7 +204,8 @@ def test_four_concurrent_placers_never_over_commit(store: RedisStateStore) -> No
 
     held: list[Reservation] = store.live_reservations(NOW)
     placed = store.list_jobs([JobState.PLACED])
-    assert len(held) == len(placed) > 20
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert len(held) == len(placed) > 10
     assert len({r.job_id for r in held}) == len(held)
     for c, frees in layout.items():
         pods = [

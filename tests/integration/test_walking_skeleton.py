@@ -7,6 +7,7 @@ broker creates is read back with the official kubernetes client, as an operator 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker import main as composition
 from broker.config import load_fleet_config
@@ -187,11 +189,46 @@ def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -
 
 
 def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
-    text = httpx.get(f"{broker_url}/metrics").text
+    # right after start a cluster's first summaries may still be filling in (run alone, this test is first)
+    want = 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24'
+
+    def page_with_h100() -> str | None:
+        page = httpx.get(f"{broker_url}/metrics").text
+        return page if want in page else None
+
+    text = wait_for(
+        page_with_h100,
+        timeout=30,
+        what="onprem-b's H100 nodes in the metrics",
+    )
+    assert isinstance(text, str)
     assert "# TYPE gpufed_gpus_free gauge" in text
     assert 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24' in text
     assert 'gpufed_cluster_healthy{cluster="cloud-burst"} 1' in text
     assert 'gpufed_bad_nodes{cluster="onprem-a"} 0' in text
+
+    # the pollers' event-to-Redis freshness, a real histogram per cluster, as Prometheus parses it: a job
+    # makes watch events (its pods) that the pollers carry to Redis
+    r = httpx.post(
+        f"{broker_url}/v1/jobs",
+        json={"name": "metrics-probe", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 5},
+    )
+    assert r.status_code == 201, r.text
+
+    def lag_family() -> Any:  # a prometheus_client Metric
+        page = httpx.get(f"{broker_url}/metrics").text
+        fam = {f.name: f for f in text_string_to_metric_families(page)}["gpufed_event_to_redis_seconds"]
+        return fam if fam.samples else None
+
+    lag: Any = wait_for(lag_family, timeout=30, what="an event-to-Redis observation")
+    assert lag.type == "histogram"
+    clusters = {s.labels["cluster"] for s in lag.samples}
+    assert clusters <= {"onprem-a", "onprem-b", "cloud-burst"} and clusters
+    for cluster in clusters:
+        buckets = [s for s in lag.samples if s.name.endswith("_bucket") and s.labels["cluster"] == cluster]
+        assert buckets[-1].labels["le"] == "+Inf"
+        counts = [s.value for s in buckets]
+        assert counts == sorted(counts) and counts[-1] >= 1  # cumulative, at least one write measured
 
 
 def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> None:
@@ -209,3 +246,38 @@ def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> No
     job_id = r.json()["id"]
     placed = wait_for(lambda: (j := _job(broker_url, job_id))["cluster"] and j, timeout=30, what="placement")
     assert isinstance(placed, dict) and placed["cluster"] == "onprem-a"
+
+
+def test_fleet_node_detail_says_what_each_node_offers_and_why_not(broker_url: str) -> None:
+    def tables() -> dict[str, Any] | None:
+        body: dict[str, Any] = httpx.get(f"{broker_url}/v1/fleet", params={"nodes": "true"}).json()
+        detail = {c["cluster"]: c["nodeDetail"] for c in body["clusters"]}
+        return detail if all(d is not None for d in detail.values()) else None
+
+    detail = wait_for(tables, timeout=30, what="the pollers' node tables in Redis")
+    assert isinstance(detail, dict)
+    a = {n["name"]: n for n in detail["onprem-a"]["items"]}
+    assert len(a) == 4 and {n["product"] for n in a.values()} == {"A100-80GB"}
+    mig_nodes = [n for n in a.values() if n["mig"]]
+    assert len(mig_nodes) == 1 and mig_nodes[0]["migStrategy"] == "mixed"
+    assert all(len(n["numa"]) == 2 for n in a.values() if not n["mig"])
+    b = detail["onprem-b"]["items"]
+    assert all("nvidia.com/gpu=present:NoSchedule" in n["taints"] for n in b)
+    assert all(n["offersNothing"] is None or n["offersNothing"].startswith("all ") for n in b)
+
+    # without nodes=true the summary carries no node table; the fleet-wide demand is beside the capacity
+    plain = httpx.get(f"{broker_url}/v1/fleet").json()
+    assert all("nodeDetail" not in c for c in plain["clusters"])
+    products = {p["product"]: p for p in plain["products"]}
+    assert products["H100-80GB"]["allocatable"] == 24 and "queued" in products["H100-80GB"]
+    assert all("sharedFree" in p for c in plain["clusters"] for p in c["products"])
+
+    cli = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "gpufed"), "fleet", "--nodes", "--server", broker_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "onprem-a: GPU nodes" in cli.stdout and "queued demand" in cli.stdout

@@ -1,0 +1,313 @@
+// gpufed dashboard: plain JavaScript over the broker's HTTP API (no build step, no CDN).
+// Polls /v1/fleet, /v1/clusters and /v1/jobs every few seconds; a job's timeline from
+// /v1/jobs/{id}/events. The token (if any) is kept in localStorage and sent as a Bearer token.
+"use strict";
+
+const POLL_MS = 3000;
+const MAX_NODE_ROWS = 200;
+const TOKEN_KEY = "gpufed.token";
+const state = { jobs: [], fleet: null, clusters: [], selected: null, showNodes: false };
+
+function $(sel) { return document.querySelector(sel); }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+async function api(path) {
+  const headers = { Accept: "application/json" };
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = "Bearer " + token;
+  const r = await fetch(path, { headers });
+  if (r.status === 401 || r.status === 403) throw new Error("the broker refused the token (" + r.status + ")");
+  if (!r.ok) {
+    let msg = r.statusText;
+    try { msg = (await r.json()).message || msg; } catch (e) { /* not JSON */ }
+    throw new Error(path + ": " + r.status + " " + msg);
+  }
+  return r.json();
+}
+
+function ago(seconds) {
+  if (seconds === null || seconds === undefined) return "never";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  return (s / 3600).toFixed(1) + " h ago";
+}
+
+function since(epoch) { return ago(Date.now() / 1000 - epoch); }
+
+function healthWhy(health, age) {
+  switch (health) {
+    case "healthy": return "watched live; last summary " + ago(age);
+    case "degraded": return "some watches failing or slow; last good summary " + ago(age);
+    case "stale": return "no fresh observation: last summary " + ago(age) + ", placement skips it";
+    case "unreachable": return "the API server does not answer; last summary " + ago(age);
+    case "forbidden": return "credentials refused (401/403): rotate the kubeconfig token";
+    default: return "no summary from the pollers yet";
+  }
+}
+
+// ------------------------------------------------------------------------------------------ fleet
+
+function bar(parts, total, label) {
+  // parts: [{cls, value, name}]; a horizontal stacked bar with a text label for screen readers
+  const wrap = el("div", { class: "bar", role: "img", "aria-label": label });
+  for (const p of parts) {
+    if (!p.value) continue;
+    const pct = total > 0 ? (100 * p.value) / total : 0;
+    wrap.append(el("span", { class: "seg " + p.cls, style: "width:" + pct.toFixed(2) + "%", title: p.name + ": " + p.value }));
+  }
+  return wrap;
+}
+
+function histogram(counts, title) {
+  // counts[k] = nodes (or domains) with k free: a one-row heatmap, darker = more nodes
+  const max = Math.max(1, ...counts);
+  const row = el("div", { class: "heat", role: "img",
+    "aria-label": title + ": " + counts.map((n, k) => n ? n + " with " + k + " free" : null).filter(Boolean).join(", ") });
+  counts.forEach((n, k) => {
+    const level = n === 0 ? 0 : Math.min(4, 1 + Math.floor((3 * n) / max));
+    row.append(el("span", { class: "cell l" + level, title: n + " with " + k + " free" }, String(k)));
+  });
+  return el("div", { class: "hist" }, el("span", { class: "hist-label" }, title), row);
+}
+
+function renderProducts(products) {
+  const body = $("#products tbody");
+  body.replaceChildren();
+  for (const p of products) {
+    body.append(el("tr", {},
+      el("th", { scope: "row" }, p.product),
+      el("td", {}, bar([{ cls: "used", value: p.allocatable - p.free, name: "in use" }, { cls: "free", value: p.free, name: "free" }],
+        p.allocatable, p.free + " of " + p.allocatable + " free"), el("span", { class: "num" }, p.free + " / " + p.allocatable)),
+      el("td", { class: "num" }, String(p.sharedFree)),
+      el("td", { class: "num" }, String(p.migFree)),
+      el("td", { class: "num" + (p.queued > p.free + p.migFree ? " warn" : "") }, String(p.queued))));
+  }
+  if (!products.length) body.append(el("tr", {}, el("td", { colspan: 5 }, "No capacity reported yet.")));
+}
+
+function clusterCard(c) {
+  const card = el("article", { class: "card", "aria-labelledby": "c-" + c.cluster });
+  card.append(el("h3", { id: "c-" + c.cluster }, c.cluster, " ",
+    el("span", { class: "badge h-" + c.health }, c.health), " ",
+    el("span", { class: "meta" }, c.tier + (c.region ? " · " + c.region : "") + " · nodes " + c.nodes.ready + "/" + c.nodes.total + " ready")));
+  for (const p of c.products) {
+    const used = p.allocated;
+    card.append(el("div", { class: "prod" },
+      el("div", { class: "prod-h" }, el("strong", {}, p.product), " ", el("span", { class: "num" }, p.free + " / " + p.allocatable + " free"),
+        p.pricePerGpuHour !== null && p.pricePerGpuHour !== undefined ? el("span", { class: "meta" }, " · $" + p.pricePerGpuHour.toFixed(2) + "/GPU-h") : null),
+      bar([{ cls: "used", value: used, name: "in use" }, { cls: "free", value: p.free, name: "free" }], Math.max(p.allocatable, used + p.free),
+        p.product + " on " + c.cluster + ": " + p.free + " of " + p.allocatable + " GPUs free"),
+      p.sharedAllocatable ? el("div", { class: "sub-row" }, "time-sliced: ",
+        bar([{ cls: "shared", value: p.sharedFree, name: "shared free" }, { cls: "used", value: p.sharedAllocatable - p.sharedFree, name: "in use" }],
+          p.sharedAllocatable, p.sharedFree + " of " + p.sharedAllocatable + " shared replicas free"),
+        el("span", { class: "num" }, p.sharedFree + " / " + p.sharedAllocatable)) : null,
+      histogram(p.nodesByFree, "nodes by free GPUs"),
+      p.numaBlocks.some((n) => n) ? histogram(p.numaBlocks, "largest free block in one NUMA zone") : null));
+  }
+  for (const m of c.mig) {
+    card.append(el("div", { class: "prod mig" },
+      el("div", { class: "prod-h" }, el("strong", {}, m.product + " MIG " + m.profile), " ",
+        el("span", { class: "num" }, m.free + " / " + m.allocatable + " slices free"),
+        m.settled ? null : el("span", { class: "badge h-degraded" }, "reconfiguring")),
+      bar([{ cls: "used", value: m.allocatable - m.free, name: "in use" }, { cls: "mig", value: m.free, name: "free" }], m.allocatable,
+        m.profile + " on " + c.cluster + ": " + m.free + " of " + m.allocatable + " slices free")));
+  }
+  for (const q of c.queues.filter((q) => q.resource.startsWith("nvidia.com/"))) {
+    card.append(el("p", { class: "meta" }, "Kueue " + q.clusterQueue + "/" + q.flavor + ": " + q.headroom + " of " + q.nominal + " " + q.resource + " headroom"));
+  }
+  if (!c.products.length && !c.mig.length) card.append(el("p", { class: "meta" }, "no GPU nodes"));
+  return card;
+}
+
+function renderNodes(clusters) {
+  const wrap = $("#nodes");
+  wrap.replaceChildren();
+  if (!state.showNodes) return;
+  for (const c of clusters) {
+    const d = c.nodeDetail;
+    const sec = el("section", { class: "node-sec", "aria-labelledby": "n-" + c.cluster });
+    sec.append(el("h3", { id: "n-" + c.cluster }, c.cluster + ": GPU nodes", d ? el("span", { class: "meta" }, " (table written " + ago(d.ageSeconds) + ")") : null));
+    if (!d) { sec.append(el("p", { class: "meta" }, "No node table yet: the pollers write one every few seconds.")); wrap.append(sec); continue; }
+    const grid = el("div", { class: "nodegrid", role: "list", "aria-label": "nodes of " + c.cluster + " by free GPUs" });
+    const table = el("table", { class: "grid compact" },
+      el("caption", {}, "Per-node detail of " + c.cluster),
+      el("thead", {}, el("tr", {}, ...["Node", "Product", "Whole free", "MIG free", "Time-sliced free", "NUMA free/alloc", "Taints", "Offers"].map((h) => el("th", { scope: "col" }, h)))));
+    const tbody = el("tbody");
+    let rows = 0;
+    for (const n of d.items) {
+      const migFree = n.mig.reduce((a, m) => a + m.free, 0);
+      const cap = n.wholeAllocatable || n.mig.reduce((a, m) => a + m.allocatable, 0) || n.sharedAllocatable || 1;
+      const free = n.wholeFree || migFree || n.sharedFree;
+      const level = n.offersNothing ? 0 : Math.min(4, 1 + Math.floor((3 * free) / cap));
+      const text = n.name + ": " + (n.offersNothing || (free + " free"));
+      grid.append(el("span", { class: "ncell l" + level + (n.offersNothing ? " none" : ""), role: "listitem", title: text, "aria-label": text }));
+      if (++rows > MAX_NODE_ROWS) continue;  // the heatmap shows them all; the table the first ones
+      tbody.append(el("tr", {},
+        el("th", { scope: "row" }, n.name),
+        el("td", {}, n.product || "-"),
+        el("td", { class: "num" }, n.wholeFree + " / " + n.wholeAllocatable),
+        el("td", {}, n.mig.map((m) => m.profile + " " + m.free + "/" + m.allocatable).join(", ") || "-"),
+        el("td", { class: "num" }, n.sharedAllocatable ? n.sharedFree + " / " + n.sharedAllocatable : "-"),
+        el("td", {}, n.numa.map((z) => z.gpusAvailable + "/" + z.gpusAllocatable).join("  ") || "-", n.topologyPolicy !== "none" ? el("span", { class: "meta" }, " " + n.topologyPolicy) : null),
+        el("td", {}, n.taints.join(", ") || "-"),
+        el("td", { class: n.offersNothing ? "warn" : "" }, n.offersNothing || "yes")));
+    }
+    table.append(tbody);
+    sec.append(grid, table);
+    if (rows > MAX_NODE_ROWS) {
+      sec.append(el("p", { class: "meta" }, (rows - MAX_NODE_ROWS) + " more nodes in the heatmap; all of them: gpufed fleet --nodes -o json"));
+    }
+    wrap.append(sec);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ health
+
+function renderHealth(clusters, fleet) {
+  const ages = {};
+  for (const c of (fleet ? fleet.clusters : [])) ages[c.cluster] = c.ageSeconds;
+  const body = $("#health-table tbody");
+  body.replaceChildren();
+  for (const c of clusters) {
+    body.append(el("tr", {},
+      el("th", { scope: "row" }, c.name), el("td", {}, c.tier), el("td", {}, c.region || "-"),
+      el("td", {}, el("span", { class: "badge h-" + c.health }, c.health)),
+      el("td", {}, c.healthReason ? c.healthReason + " (" + healthWhy(c.health, ages[c.name]) + ")" : healthWhy(c.health, ages[c.name]))));
+  }
+}
+
+// ------------------------------------------------------------------------------------------ jobs
+
+function asks(j) {
+  const r = j.request;
+  let what;
+  if (r.migProfile) what = "MIG " + r.migProfile;
+  else if (r.migNeedGB) what = "MIG ≥" + r.migNeedGB + " GB";
+  else what = r.gpus + " GPU" + (r.gpus === 1 ? "" : "s");
+  if (r.pods > 1) what = r.pods + " × " + what;
+  if (r.gpuProducts.length) what += " " + r.gpuProducts.join("|");
+  if (r.numaAligned) what += ", NUMA";
+  return what;
+}
+
+function renderQueue(jobs) {
+  const body = $("#queue-table tbody");
+  body.replaceChildren();
+  const queued = jobs.filter((j) => j.state === "QUEUED");
+  for (const j of queued) {
+    body.append(el("tr", {},
+      el("th", { scope: "row" }, el("a", { href: "#job-" + j.id, onclick: (e) => { e.preventDefault(); select(j.id); } }, j.name), el("span", { class: "meta" }, " " + j.id)),
+      el("td", {}, j.tenant), el("td", {}, asks(j)), el("td", {}, since(j.createdAt)),
+      el("td", { class: "reason" }, j.reason)));
+  }
+  if (!queued.length) body.append(el("tr", {}, el("td", { colspan: 5 }, "Nothing is waiting.")));
+}
+
+function renderJobs(jobs) {
+  const st = $("#f-state").value, cl = $("#f-cluster").value, text = $("#f-text").value.trim().toLowerCase();
+  const clusters = new Set(jobs.map((j) => j.cluster).filter(Boolean));
+  const sel = $("#f-cluster");
+  const have = new Set([...sel.options].map((o) => o.value));
+  for (const c of [...clusters].sort()) if (!have.has(c)) sel.append(el("option", {}, c));
+  const body = $("#jobs-table tbody");
+  body.replaceChildren();
+  const shown = jobs.filter((j) => (!st || j.state === st) && (!cl || j.cluster === cl) &&
+    (!text || j.name.toLowerCase().includes(text) || j.id.includes(text)));
+  for (const j of shown.slice().reverse()) {
+    body.append(el("tr", { class: j.id === state.selected ? "selected" : "" },
+      el("th", { scope: "row" }, el("button", { type: "button", class: "link", "aria-pressed": j.id === state.selected ? "true" : "false",
+        onclick: () => select(j.id) }, j.id)),
+      el("td", {}, j.name), el("td", {}, el("span", { class: "badge s-" + j.state }, j.state)),
+      el("td", {}, j.cluster || "-"), el("td", {}, since(j.updatedAt)), el("td", { class: "reason" }, j.reason)));
+  }
+  if (!shown.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No job matches.")));
+}
+
+async function renderTimeline() {
+  const sec = $("#timeline");
+  if (!state.selected) { sec.hidden = true; return; }
+  const job = state.jobs.find((j) => j.id === state.selected);
+  const events = (await api("/v1/jobs/" + encodeURIComponent(state.selected) + "/events")).items;
+  sec.hidden = false;
+  $("#timeline-h").textContent = "Timeline of " + (job ? job.name + " (" + job.id + ")" : state.selected);
+  $("#timeline-meta").textContent = job && job.traceId ? "trace id " + job.traceId : "";
+  const list = $("#timeline-list");
+  list.replaceChildren();
+  for (const e of events) {
+    list.append(el("li", {},
+      el("time", { datetime: new Date(e.at * 1000).toISOString() }, new Date(e.at * 1000).toLocaleTimeString()),
+      " ", el("span", { class: "badge s-" + e.state }, e.state),
+      e.cluster ? el("span", { class: "meta" }, " on " + e.cluster) : null,
+      e.attempt ? el("span", { class: "meta" }, " · attempt " + e.attempt) : null,
+      el("div", { class: "reason" }, e.reason)));
+  }
+}
+
+function select(id) {
+  state.selected = id;
+  renderJobs(state.jobs);
+  renderTimeline().catch(showError);
+  $("#timeline").scrollIntoView({ block: "nearest" });
+}
+
+// ------------------------------------------------------------------------------------------ loop
+
+function showError(err) {
+  const s = $("#status");
+  s.textContent = "Error: " + err.message;
+  s.classList.add("error");
+}
+
+async function refresh() {
+  try {
+    const [fleet, clusters, jobs] = await Promise.all([
+      api("/v1/fleet" + (state.showNodes ? "?nodes=true" : "")), api("/v1/clusters"), api("/v1/jobs")]);
+    state.fleet = fleet; state.clusters = clusters.items; state.jobs = jobs.items;
+    renderProducts(fleet.products || []);
+    $("#clusters").replaceChildren(...fleet.clusters.map(clusterCard));
+    renderNodes(fleet.clusters);
+    renderHealth(clusters.items, fleet);
+    renderQueue(jobs.items);
+    renderJobs(jobs.items);
+    if (state.selected) await renderTimeline();
+    const s = $("#status");
+    s.classList.remove("error");
+    s.textContent = "Live · " + fleet.clusters.length + " clusters · " + jobs.items.length + " jobs · updated " + new Date().toLocaleTimeString();
+  } catch (err) {
+    showError(err);
+  }
+}
+
+function start() {
+  const token = $("#token");
+  token.value = localStorage.getItem(TOKEN_KEY) || "";
+  $("#login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (token.value) localStorage.setItem(TOKEN_KEY, token.value); else localStorage.removeItem(TOKEN_KEY);
+    refresh();
+  });
+  $("#logout").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); token.value = ""; refresh(); });
+  $("#show-nodes").addEventListener("change", (e) => { state.showNodes = e.target.checked; refresh(); });
+  for (const id of ["#f-state", "#f-cluster", "#f-text"]) $(id).addEventListener("input", () => renderJobs(state.jobs));
+  $("#filters").addEventListener("submit", (e) => e.preventDefault());
+  refresh();
+  setInterval(refresh, POLL_MS);
+}
+
+document.addEventListener("DOMContentLoaded", start);

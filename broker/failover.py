@@ -1,0 +1,83 @@
+"""Pure failover rules: a cluster's effective health, which clusters are lost, what happens to their jobs,
+and when a cluster that came back may take work again (fencing).
+
+    effective_health(summary, now, lost_after)  the poller's verdict, overruled by freshness: a summary
+                                                whose last success is older than `lost_after` reads
+                                                unreachable whatever it says (a dead poller, a silent
+                                                cluster), so no cluster stays "healthy" unobserved
+    is_lost(health)                             unreachable, or credentials rejected, for `lost_after`:
+                                                its jobs are failed over (lifecycle.failover: requeue or
+                                                FAILED by the job's policy) and the cluster is fenced.
+                                                A cluster that is only *silent* (no summary written: our
+                                                poller may be restarting) is not placed on, but its jobs
+                                                are moved only after SILENT_LOSS_FACTOR x `lost_after`
+    may_unfence(health)                         a fenced cluster is healthy again: after its stale
+                                                attempts are swept it is offered to placement again
+
+The guarantee these rules give (docs/reliability.md): a job starts at least once; once a lost cluster
+is reachable again and its sweep has run, at most one attempt of a job runs anywhere. While a cluster is
+partitioned, the attempt there may still run beside the requeued one: the broker cannot stop what it
+cannot reach. No I/O, no clock: `now` is an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.model import ClusterSummary, Health
+
+__all__ = ["ClusterHealth", "effective_health", "is_lost", "may_unfence"]
+
+_LOST = (Health.UNREACHABLE, Health.FORBIDDEN)
+# A restarted poller shard reports again within seconds: silence alone moves jobs only after this many
+# times clusterLostSeconds (the cluster itself may be fine).
+SILENT_LOSS_FACTOR = 3.0
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    cluster: str
+    health: Health
+    reason: str
+    since: float
+    silent: bool = False  # unreachable only because no summary arrived (the poller's own verdict is older)
+
+    @property
+    def text(self) -> str:
+        return str(self.health) + (f" ({self.reason})" if self.reason else "")
+
+
+def effective_health(
+    cluster: str, summary: ClusterSummary | None, now: float, lost_after: float
+) -> ClusterHealth:
+    """The cluster's health as failover and operators must read it at `now`."""
+    if summary is None:
+        return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
+    silent = now - summary.heartbeat
+    if summary.heartbeat > 0 and silent > lost_after and summary.health is not Health.FORBIDDEN:
+        why = summary.health_reason if summary.health is Health.UNREACHABLE and summary.health_reason else ""
+        reason = why or f"no successful call for {silent:.0f} s (the cluster is silent or its poller is down)"
+        return ClusterHealth(
+            cluster, Health.UNREACHABLE, reason, summary.heartbeat + lost_after, silent=not why
+        )
+    if summary.heartbeat == 0 and summary.health is Health.UNKNOWN:
+        return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
+    since = summary.health_since or summary.heartbeat
+    return ClusterHealth(cluster, summary.health, summary.health_reason, since)
+
+
+def is_lost(h: ClusterHealth, now: float, lost_after: float) -> bool:
+    """Unreachable (the poller already waited `lost_after` without a success, or the summary went
+    silent that long), or credentials rejected for `lost_after`."""
+    if h.health is Health.UNREACHABLE:
+        return not h.silent or now - h.since >= (SILENT_LOSS_FACTOR - 1) * lost_after
+    return h.health is Health.FORBIDDEN and now - h.since >= lost_after
+
+
+def may_unfence(h: ClusterHealth) -> bool:
+    """A fenced cluster may be swept and offered again once it answers normally."""
+    return h.health in (Health.HEALTHY, Health.DEGRADED)
+
+
+def lost_health(h: ClusterHealth) -> bool:
+    return h.health in _LOST

@@ -1,0 +1,78 @@
+{{/* Names, labels and the few values several templates share. */}}
+
+{{- define "gpufed.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpufed.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpufed.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gpufed.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gpufed.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "gpufed.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gpufed.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.redisImage" -}}
+{{- $i := .Values.redis.internal.image -}}
+{{- if $i.digest -}}
+{{- printf "%s@%s" $i.repository $i.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $i.repository $i.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.internalRedis" -}}
+{{- if and (not .Values.redis.url) .Values.redis.internal.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.redisHost" -}}
+{{- printf "%s-redis" (include "gpufed.fullname" .) -}}
+{{- end -}}
+
+{{/* The Redis URL without the password; the password joins it in the pod (REDIS_URL). */}}
+{{- define "gpufed.redisUrl" -}}
+{{- if .Values.redis.url -}}
+{{- .Values.redis.url -}}
+{{- else if .Values.redis.internal.enabled -}}
+{{- printf "redis://%s:6379/0" (include "gpufed.redisHost" .) -}}
+{{- else -}}
+{{- fail "redis: set redis.url (an external Redis) or redis.internal.enabled=true" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.kubeconfigSecret" -}}
+{{- default (printf "%s-kubeconfigs" (include "gpufed.fullname" .)) .Values.kubeconfigs.existingSecret -}}
+{{- end -}}

@@ -1,0 +1,138 @@
+"""The dashboard in a real browser: headless Chromium from the distribution's packages, driven by Playwright
+for Python (executable_path: no browser download), against a running broker over kubesim's demo fleet.
+
+Checks what an operator looks at: the fleet view (clusters, products, MIG, the per-node heatmap), the
+queue with the reason a job waits, a job's timeline, and that a token typed in is sent as a Bearer token.
+Screenshots land in the test's tmp directory (printed in the test output).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, Request, expect, sync_playwright
+
+from broker import main as composition
+from broker.config import load_fleet_config
+from broker.demo import write_demo_config
+from kubesim.fleet import load_fleet
+from kubesim.sim import Simulation
+from tests.conftest import free_port, wait_for
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def chromium_path() -> str:
+    """The distribution's Chromium (installed by `make browser`, which `make test` runs)."""
+    found = os.environ.get("GPUFED_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    assert found, "no chromium on PATH: run `make browser` (apt-get install chromium)"
+    return found
+
+
+@pytest.fixture(scope="module")
+def broker_url(redis_url: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    fleet = load_fleet(REPO / "kubesim" / "fleets" / "demo.yaml")
+    with Simulation(fleet, tmp_path_factory.mktemp("kubeconfigs"), speed=50.0) as sim:
+        workdir = tmp_path_factory.mktemp("broker")
+        kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
+        cfg = load_fleet_config(write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-dashboard"))
+        port = free_port()
+        with composition.running_broker(cfg, port=port):
+            url = f"http://127.0.0.1:{port}"
+            wait_for(
+                lambda: len(httpx.get(f"{url}/v1/fleet").json()["clusters"]) == 3,
+                timeout=60,
+                what="a summary of every cluster in Redis",
+            )
+            yield url
+
+
+@pytest.fixture
+def page(broker_url: str) -> Iterator[Page]:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), headless=True, args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        try:
+            yield pg
+        finally:
+            context.close()
+            browser.close()
+
+
+def _shot(page: Page, out: Path, name: str) -> Path:
+    path = out / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
+    broker_url: str, page: Page, tmp_path: Path
+) -> None:
+    running = httpx.post(
+        f"{broker_url}/v1/jobs",
+        json={"name": "train-h100", "gpus": 8, "gpuProducts": ["H100-80GB"], "durationSeconds": 600},
+    ).json()
+    waiting = httpx.post(
+        f"{broker_url}/v1/jobs", json={"name": "too-big", "gpus": 16, "gpuProducts": ["H100-80GB"]}
+    ).json()
+    wait_for(
+        lambda: httpx.get(f"{broker_url}/v1/jobs/{waiting['id']}").json()["reason"].startswith("0/"),
+        timeout=30,
+        what="the big job's no-fit reason",
+    )
+
+    sent: list[dict[str, str]] = []
+    page.on("request", lambda r: sent.append(r.headers) if "/v1/" in r.url else None)
+    page.goto(broker_url + "/")
+
+    # a token typed in is kept and sent as a Bearer token from then on
+    page.get_by_label("API token").fill("dashboard-test-token")
+    with page.expect_request(lambda r: r.url.endswith("/v1/clusters")) as req_info:
+        page.get_by_role("button", name="Use token").click()
+    req: Request = req_info.value
+    assert req.headers.get("authorization") == "Bearer dashboard-test-token"
+
+    # fleet: one card per cluster, whole-GPU products and the MIG profiles
+    for cluster in ("onprem-a", "onprem-b", "cloud-burst"):
+        expect(page.locator("#clusters h3", has_text=cluster)).to_be_visible()
+    expect(page.locator("#products tbody th", has_text="H100-80GB")).to_be_visible()
+    expect(page.locator("#clusters").get_by_text("A100-80GB MIG 1g.10gb")).to_be_visible()
+    expect(page.get_by_role("img", name="H100-80GB on onprem-b: 16 of 24 GPUs free")).to_be_visible(
+        timeout=30_000
+    )
+
+    # cluster health with the why
+    expect(page.locator("#health-table tbody tr", has_text="onprem-a")).to_contain_text("healthy")
+    expect(page.locator("#health-table tbody tr", has_text="onprem-a")).to_contain_text("watched live")
+
+    # the queue says why the big job waits
+    row = page.locator("#queue-table tbody tr", has_text="too-big")
+    expect(row).to_contain_text("0/3 clusters are available")
+
+    # per-node detail on request: the heatmap and the table, with why a node offers nothing
+    page.get_by_label("Show every GPU node").check()
+    expect(page.get_by_role("list", name="nodes of onprem-b by free GPUs")).to_be_visible(timeout=30_000)
+    expect(page.locator("#nodes table", has_text="onprem-b")).to_contain_text(
+        "nvidia.com/gpu=present:NoSchedule"
+    )
+    _shot(page, tmp_path, "fleet")
+
+    # a job's timeline, selected from the filtered job list
+    page.get_by_label("Name or id").fill("train-h100")
+    page.get_by_role("button", name=running["id"]).click()
+    timeline = page.locator("#timeline-list")
+    expect(timeline).to_contain_text("submitted")
+    expect(timeline).to_contain_text("placed on onprem-b")
+    expect(page.locator("#timeline-meta")).to_contain_text("trace id")
+    _shot(page, tmp_path, "timeline")
+
+    assert all(h.get("authorization") == "Bearer dashboard-test-token" for h in sent[-3:])

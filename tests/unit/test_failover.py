@@ -1,0 +1,130 @@
+"""broker.failover and lifecycle.failover as tables: effective health, loss, unfencing, job outcomes."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.failover import effective_health, is_lost, may_unfence
+from broker.lifecycle import failover, observe
+from broker.model import (
+    ClusterSummary,
+    FailoverPolicy,
+    Health,
+    JobRecord,
+    JobRequest,
+    JobState,
+    WorkloadStatus,
+)
+
+LOST_AFTER = 10.0
+NOW = 1_000.0
+
+
+def summary(health: Health, heartbeat: float, reason: str = "", since: float = 0.0) -> ClusterSummary:
+    return ClusterSummary("a", health=health, heartbeat=heartbeat, health_reason=reason, health_since=since)
+
+
+@pytest.mark.parametrize(
+    ("s", "health", "lost", "reason_part"),
+    [
+        (None, Health.UNKNOWN, False, "not yet observed"),
+        (summary(Health.HEALTHY, NOW - 1), Health.HEALTHY, False, ""),
+        (summary(Health.DEGRADED, NOW - 1, "error rate 40%"), Health.DEGRADED, False, "error rate"),
+        # the poller's own verdict: no success for clusterLostSeconds -> lost at once
+        (
+            summary(Health.UNREACHABLE, NOW - 11, "connection refused", NOW - 1),
+            Health.UNREACHABLE,
+            True,
+            "refused",
+        ),
+        # silence (no summary written) reads unreachable, but moves jobs only after 3 x lost_after
+        (summary(Health.HEALTHY, NOW - 15), Health.UNREACHABLE, False, "no successful call for 15 s"),
+        (summary(Health.HEALTHY, NOW - 31), Health.UNREACHABLE, True, "no successful call for 31 s"),
+        # credentials rejected: lost once it lasted lost_after
+        (
+            summary(Health.FORBIDDEN, NOW - 1, "credentials rejected (401)", NOW - 5),
+            Health.FORBIDDEN,
+            False,
+            "401",
+        ),
+        (
+            summary(Health.FORBIDDEN, NOW - 1, "credentials rejected (401)", NOW - 10),
+            Health.FORBIDDEN,
+            True,
+            "401",
+        ),
+    ],
+)
+def test_effective_health_and_loss(
+    s: ClusterSummary | None, health: Health, lost: bool, reason_part: str
+) -> None:
+    h = effective_health("a", s, NOW, LOST_AFTER)
+    assert h.health is health
+    assert reason_part in h.reason
+    assert is_lost(h, NOW, LOST_AFTER) is lost
+
+
+@pytest.mark.parametrize(
+    ("health", "unfence"),
+    [(Health.HEALTHY, True), (Health.DEGRADED, True), (Health.UNREACHABLE, False), (Health.FORBIDDEN, False)],
+)
+def test_a_fence_is_lifted_only_from_a_cluster_that_answers(health: Health, unfence: bool) -> None:
+    h = effective_health("a", summary(health, NOW, since=NOW), NOW, LOST_AFTER)
+    assert may_unfence(h) is unfence
+
+
+def record(policy: FailoverPolicy, state: JobState = JobState.RUNNING) -> JobRecord:
+    return JobRecord(
+        "j1",
+        JobRequest("x", gpus_per_pod=1, failover=policy),
+        state=state,
+        attempt=2,
+        cluster="a",
+        workload_name="gf-j1-2",
+        updated_at=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "reason_part"),
+    [
+        (FailoverPolicy.REQUEUE, JobState.QUEUED, "requeued (attempt 2 abandoned)"),
+        (FailoverPolicy.NEVER, JobState.FAILED, "(failover: never)"),
+    ],
+)
+def test_failover_follows_the_jobs_policy(policy: FailoverPolicy, state: JobState, reason_part: str) -> None:
+    step = failover(record(policy), "cluster a lost: unreachable")
+    assert step.state is state
+    assert step.reason.startswith("cluster a lost") and reason_part in step.reason
+
+
+@pytest.mark.parametrize(
+    ("status", "policy", "state"),
+    [
+        # pods disrupted (node lost, spot reclaimed, preempted): the place failed, not the work
+        (
+            WorkloadStatus("gf-j1-2", "default", True, failed_terminal=True, disrupted=True),
+            FailoverPolicy.REQUEUE,
+            JobState.QUEUED,
+        ),
+        (
+            WorkloadStatus("gf-j1-2", "default", True, failed_terminal=True, disrupted=True),
+            FailoverPolicy.NEVER,
+            JobState.FAILED,
+        ),
+        # the work itself failed: FAILED whatever the policy
+        (
+            WorkloadStatus("gf-j1-2", "default", True, failed_terminal=True),
+            FailoverPolicy.REQUEUE,
+            JobState.FAILED,
+        ),
+        # the Job vanished: like a lost cluster
+        (WorkloadStatus("gf-j1-2", "default", False), FailoverPolicy.REQUEUE, JobState.QUEUED),
+        (WorkloadStatus("gf-j1-2", "default", False), FailoverPolicy.NEVER, JobState.FAILED),
+    ],
+)
+def test_observe_fails_over_disrupted_and_vanished_jobs(
+    status: WorkloadStatus, policy: FailoverPolicy, state: JobState
+) -> None:
+    step = observe(record(policy), status, now=1_000.0)
+    assert step is not None and step.state is state

@@ -1,0 +1,161 @@
+"""charts/gpufed: `helm lint` and `helm template` with the helm binary the project installs (tools/bin),
+across the values files in tests/fixtures/helm; what an operator relies on is read back from the
+rendered manifests (restricted Pod Security, probes, the config the broker parses, the Redis choice).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from broker.config import parse_fleet_config
+
+REPO = Path(__file__).resolve().parents[2]
+HELM = REPO / "tools" / "bin" / "helm"
+CHART = REPO / "charts" / "gpufed"
+VALUES = REPO / "tests" / "fixtures" / "helm"
+GOOD = ["minimal.yaml", "ha-external-redis.yaml", "no-networkpolicy.yaml"]
+
+
+def _helm(*args: str) -> subprocess.CompletedProcess[str]:
+    assert HELM.exists(), "tools/bin/helm is missing: run `make setup`"
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def _render(values: str) -> dict[tuple[str, str], dict[str, Any]]:
+    out = _helm("template", "rel", str(CHART), "--namespace", "gpufed", "-f", str(VALUES / values))
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+@pytest.mark.parametrize("values", GOOD)
+def test_helm_lint_passes(values: str) -> None:
+    out = _helm("lint", "--strict", str(CHART), "-f", str(VALUES / values))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("values", GOOD)
+def test_the_broker_pod_is_restricted_and_probed(values: str) -> None:
+    docs = _render(values)
+    deploy = docs[("Deployment", "rel-gpufed")]
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    (broker,) = pod["containers"]
+    sc = broker["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert broker["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert broker["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "limits" in broker["resources"] and "requests" in broker["resources"]
+    mounts = {m["mountPath"] for m in broker["volumeMounts"]}
+    assert {"/tmp", "/etc/gpufed/config", "/etc/gpufed/kubeconfigs"} <= mounts  # writable /tmp for Ray
+    assert ("ServiceAccount", "rel-gpufed") in docs
+    assert docs[("Service", "rel-gpufed")]["spec"]["ports"][0]["targetPort"] == "http"
+
+
+@pytest.mark.parametrize("values", GOOD)
+def test_the_config_map_is_a_config_the_broker_accepts(values: str, tmp_path: Path) -> None:
+    docs = _render(values)
+    text = docs[("ConfigMap", "rel-gpufed-config")]["data"]["clusters.yaml"]
+    cfg = parse_fleet_config(yaml.safe_load(text), "configmap", tmp_path)
+    source = yaml.safe_load((VALUES / values).read_text())
+    assert [c.name for c in cfg.clusters] == [c["name"] for c in source["clusters"]]
+    assert all(str(c.kubeconfig) == f"/etc/gpufed/kubeconfigs/{c.name}.kubeconfig" for c in cfg.clusters)
+
+
+def test_internal_redis_by_default_with_aof_and_its_own_network_policy() -> None:
+    docs = _render("minimal.yaml")
+    redis = docs[("StatefulSet", "rel-gpufed-redis")]
+    args = redis["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert redis["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert ("NetworkPolicy", "rel-gpufed-redis") in docs
+    env = {
+        e["name"]: e.get("value")
+        for e in docs[("Deployment", "rel-gpufed")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["REDIS_URL"] == "redis://rel-gpufed-redis:6379/0"
+    secret = docs[("Secret", "rel-gpufed-kubeconfigs")]
+    assert set(secret["data"]) == {"onprem-a.kubeconfig"}
+    assert not any(kind == "ServiceMonitor" for kind, _ in docs)
+
+
+def test_ha_with_external_redis_lease_service_monitor_and_pinned_digest() -> None:
+    docs = _render("ha-external-redis.yaml")
+    assert not any(kind == "StatefulSet" for kind, _ in docs)
+    assert not any(kind == "Secret" for kind, _ in docs)  # kubeconfigs come from an existing Secret
+    deploy = docs[("Deployment", "rel-gpufed")]
+    assert deploy["spec"]["replicas"] == 3
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GPUFED_LEADER_ELECTION"]["value"] == "true" and env["GPUFED_LEASE_SECONDS"]["value"] == "15"
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "gpufed-redis"
+    assert env["REDIS_URL"]["value"] == "rediss://:$(REDIS_PASSWORD)@redis.example.internal:6380/2"
+    assert env["OTEL_TRACES_EXPORTER"]["value"] == "otlp"
+    monitor = docs[("ServiceMonitor", "rel-gpufed")]
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert docs[("PodDisruptionBudget", "rel-gpufed")]["spec"]["minAvailable"] == 2
+    policy = docs[("NetworkPolicy", "rel-gpufed")]
+    cidrs = [
+        t["ipBlock"]["cidr"]
+        for rule in policy["spec"]["egress"]
+        for t in rule.get("to", [])
+        if "ipBlock" in t
+    ]
+    assert "10.20.0.0/16" in cidrs
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in sources
+
+
+def test_network_policy_can_be_left_out() -> None:
+    docs = _render("no-networkpolicy.yaml")
+    assert not any(kind == "NetworkPolicy" for kind, _ in docs)
+    assert docs[("Service", "rel-gpufed")]["spec"]["type"] == "LoadBalancer"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ("bad-two-replicas-no-lease.yaml", "replicas > 1 needs leaderElection.enabled=true"),
+        ("bad-schema.yaml", "allowPrivilegeEscalation"),
+    ],
+)
+def test_unsafe_values_are_refused_with_the_reason(values: str, message: str) -> None:
+    out = _helm("template", "rel", str(CHART), "-f", str(VALUES / values))
+    assert out.returncode != 0
+    assert message in out.stderr
+
+
+_MODELS = {
+    "Deployment": "V1Deployment",
+    "StatefulSet": "V1StatefulSet",
+    "Service": "V1Service",
+    "ConfigMap": "V1ConfigMap",
+    "Secret": "V1Secret",
+    "ServiceAccount": "V1ServiceAccount",
+    "NetworkPolicy": "V1NetworkPolicy",
+    "PodDisruptionBudget": "V1PodDisruptionBudget",
+}
+
+
+@pytest.mark.parametrize("values", GOOD)
+def test_every_rendered_object_is_a_real_kubernetes_object(values: str) -> None:
+    """Each built-in object round-trips through the official client's models: a misspelt or misplaced
+    field (which the client drops) or a missing required one shows as a difference."""
+    api = client.ApiClient()
+    for (kind, name), obj in _render(values).items():
+        if kind == "ServiceMonitor":
+            continue  # a CRD (monitoring.coreos.com/v1): not in the client's models
+        model = api.deserialize(json.dumps(obj), _MODELS[kind], "application/json")
+        assert api.sanitize_for_serialization(model) == obj, (kind, name)  # type: ignore[no-untyped-call]
