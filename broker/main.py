@@ -37,6 +37,7 @@ from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
+from broker.health import HealthThresholds
 from broker.model import ClusterSummary, ClusterTraits
 from broker.service import BrokerService, ServiceSettings
 
@@ -88,6 +89,11 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
         PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
         for c in cfg.clusters
     ]
+
+
+def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
+    """The pollers' health machine, with settings.clusterLostSeconds."""
+    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
 
 
 def start_cluster_profiles(
@@ -169,6 +175,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         prefix=cfg.settings.redis_prefix,
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
+        health=health_thresholds(cfg),
     )
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
