@@ -128,7 +128,11 @@ class JobCache:
     def touch(self, resource: str, rv: str) -> None:
         """A bookmark: nothing changed up to rv."""
 
-    def report(self, resource: str, state: str, detail: str = "") -> None:
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None:
+        """The informer's state (SYNCED after a list or while a watch delivers; UNREACHABLE / FORBIDDEN
+        after a failure it did not retry quietly). `cause` and `call` are for health (ClusterWatcher)."""
         if self._stopping:
             return  # stopping closes the streams; that is not the cluster's fault
         before, self._state = self._state, state

@@ -126,7 +126,9 @@ class InformerSink(Protocol):
 
     def touch(self, resource: str, rv: str) -> None: ...
 
-    def report(self, resource: str, state: str, detail: str = "") -> None: ...
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None: ...
 
 
 @dataclass
