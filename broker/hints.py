@@ -4,7 +4,8 @@ Owns the workload's name (derived only from job id and attempt, so a retried cre
 in-cluster scheduler hints: resource names for the cluster's MIG strategy, the GPU product selector,
 preferred node affinity, GPU/spot tolerations, schedulerName for NUMA-aware or gang scheduling,
 Guaranteed QoS for NUMA-aligned jobs, Kueue queue label + suspend, priority, a coscheduling PodGroup,
-and the labels that tie every object to the broker's job. Pure: returns plain dicts.
+and the labels that tie every object to the broker's job. The user's kept pod-template fields (image,
+command, args, env, envFrom, volumes from ConfigMaps/Secrets, volumeMounts) go into the one container. Pure: returns plain dicts.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "QUEUE_LABEL",
     "WorkloadManifests",
     "build_workload",
+    "job_id_label_value",
     "product_selector_values",
     "workload_name",
 ]
@@ -83,6 +85,11 @@ def workload_name(job_id: str, attempt: int) -> str:
     room = MAX_NAME - len("gf-") - len(suffix) - len(digest) - 1
     head = clean[:room].strip("-")
     return f"gf-{head}-{digest}{suffix}" if head else f"gf-{digest}{suffix}"
+
+
+def job_id_label_value(job_id: str) -> str:
+    """The gpufed.io/job-id label value the broker writes for a job id."""
+    return _label_value(job_id)
 
 
 def _label_value(value: str) -> str:
@@ -181,11 +188,25 @@ def build_workload(
     }
     if job.command:
         container["command"] = list(job.command)
+    if job.args:
+        container["args"] = list(job.args)
+    if job.env:
+        container["env"] = [dict(e) for e in job.env]
+    if job.env_from:
+        container["envFrom"] = [dict(e) for e in job.env_from]
+    if job.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.volume_mounts]
+    if job.working_dir:
+        container["workingDir"] = job.working_dir
+    if job.image_pull_policy:
+        container["imagePullPolicy"] = job.image_pull_policy
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
         "tolerations": _tolerations(traits),
     }
+    if job.volumes:
+        pod_spec["volumes"] = [dict(v) for v in job.volumes]
     products = product_selector_values(placement) if placement.resource_name else ()
     if len(products) == 1:
         pod_spec["nodeSelector"] = {PRODUCT_LABEL: products[0]}

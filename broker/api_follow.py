@@ -1,0 +1,160 @@
+"""Following jobs over HTTP: server-sent events of job transitions and the container log.
+
+    GET /v1/jobs/{id}/events?watch=1   the job's transitions as SSE (event: transition), oldest first,
+                                       then live; the stream ends after the job's terminal transition
+    GET /v1/events?watch=1             every job's transitions as SSE, live from now (or from
+                                       Last-Event-ID / ?after= to resume)
+    GET /v1/jobs/{id}/logs             the container log of the job's current attempt, from its member
+                                       cluster (?follow=1&tailLines=N&timestamps=1&pod=NAME)
+
+Each SSE message has `id:` (the Redis stream id, so a client resumes with Last-Event-ID), `event:
+transition` and `data:` (the EventView JSON plus jobId). Keep-alive comments are sent every 15 s by
+sse-starlette. Reads block in a worker thread on the store's read_events (XREAD BLOCK), a second at a
+time, so a closed client is noticed within a second.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from broker.errors import Conflict, NotFound
+from broker.model import JobEvent
+from broker.ports import PodLogs
+from broker.schemas import EventView
+from broker.service import BrokerService
+
+__all__ = ["add_follow_routes"]
+
+BLOCK_MS = 1000
+
+
+def _message(stream_id: str, event: JobEvent) -> ServerSentEvent:
+    data = {"jobId": event.job_id, **EventView.of(event).model_dump(by_alias=True)}
+    return ServerSentEvent(data=json.dumps(data), event="transition", id=stream_id)
+
+
+async def _events(
+    service: BrokerService, request: Request, job_id: str | None, after: str
+) -> AsyncIterator[ServerSentEvent]:
+    cursor = after
+    if job_id is not None:  # a job's stream: what happened so far, then live, and done at the end
+        history = await anyio.to_thread.run_sync(service.store.read_events, job_id, cursor)
+        for stream_id, event in history:
+            cursor = stream_id
+            yield _message(stream_id, event)
+            if event.state.terminal:
+                return
+    while not await request.is_disconnected():
+        rows = await anyio.to_thread.run_sync(service.store.read_events, job_id, cursor, BLOCK_MS)
+        for stream_id, event in rows:
+            cursor = stream_id
+            yield _message(stream_id, event)
+            if job_id is not None and event.state.terminal:
+                return
+
+
+def _log_chunks(
+    service: BrokerService,
+    source: PodLogs,
+    job_id: str,
+    follow: bool,
+    tail: int | None,
+    ts: bool,
+    pod: str | None,
+) -> Iterator[bytes]:
+    record = service.get(job_id)
+    if record.cluster is None:
+        raise Conflict(f"job {job_id} is {record.state} and has no pods yet ({record.reason})")
+    namespace = service.traits[record.cluster].namespace
+    pods = source.job_pods(record.cluster, namespace, job_id, record.attempt)
+    if pod is not None:
+        if pod not in pods:
+            raise Conflict(f"job {job_id} has no pod {pod!r}; its pods: {', '.join(pods) or 'none yet'}")
+        pods = [pod]
+    if not pods:
+        raise Conflict(f"job {job_id} has no pods in {record.cluster} yet ({record.state})")
+    if follow:
+        pods = pods[:1]  # one live stream; the others with ?pod=NAME
+
+    def chunks() -> Iterator[bytes]:
+        for name in pods:
+            stream = source.pod_logs(record.cluster or "", namespace, name, follow, tail, ts)
+            if len(pods) == 1:
+                yield from stream
+                continue
+            buf = b""
+            for chunk in stream:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    yield f"[{name}] ".encode() + line + b"\n"
+            if buf:
+                yield f"[{name}] ".encode() + buf + b"\n"
+
+    return chunks()
+
+
+def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None) -> None:
+    """Register the SSE and log routes on the app (the log route answers 404 without a log source)."""
+
+    def after_of(last_event_id: str | None, after: str | None, default: str) -> str:
+        value = after or last_event_id or default
+        head, _, tail = value.partition("-")
+        if not head.isdigit() or (tail and not tail.isdigit()):
+            return default
+        return value
+
+    @app.get("/v1/events", response_model=None)
+    async def fleet_events(
+        request: Request,
+        watch: bool = False,
+        after: Annotated[str | None, Query(max_length=64)] = None,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> Any:
+        if not watch:
+            start = after_of(last_event_id, after, "0-0")
+            rows = await anyio.to_thread.run_sync(lambda: service.store.read_events(None, start, count=limit))
+            return {
+                "items": [
+                    {"id": sid, "jobId": e.job_id, **EventView.of(e).model_dump(by_alias=True)}
+                    for sid, e in rows
+                ]
+            }
+        return EventSourceResponse(_events(service, request, None, after_of(last_event_id, after, "$")))
+
+    @app.get("/v1/jobs/{job_id}/events", response_model=None)
+    async def job_events(
+        job_id: str,
+        request: Request,
+        watch: bool = False,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+    ) -> Any:
+        await anyio.to_thread.run_sync(lambda: service.get(job_id))  # 404 before the stream starts
+        if not watch:
+            events = await anyio.to_thread.run_sync(lambda: service.events(job_id))
+            return {"items": [EventView.of(e).model_dump(by_alias=True) for e in events]}
+        return EventSourceResponse(_events(service, request, job_id, after_of(last_event_id, None, "0-0")))
+
+    @app.get("/v1/jobs/{job_id}/logs", response_model=None)
+    async def job_logs(
+        job_id: str,
+        follow: bool = False,
+        tail_lines: Annotated[int | None, Query(alias="tailLines", ge=0, le=100_000)] = None,
+        timestamps: bool = False,
+        pod: Annotated[str | None, Query(max_length=253)] = None,
+    ) -> StreamingResponse:
+        if logs is None:
+            raise NotFound("this broker has no log source for member clusters")
+        source = logs
+        chunks = await anyio.to_thread.run_sync(
+            lambda: _log_chunks(service, source, job_id, follow, tail_lines, timestamps, pod)
+        )
+        return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
