@@ -177,7 +177,7 @@ def build_workload(
         pod_labels[POD_GROUP_LABEL] = name
     if traits.kueue_local_queue:
         job_labels[QUEUE_LABEL] = traits.kueue_local_queue
-    pod_annotations: dict[str, str] = {}
+    pod_annotations: dict[str, str] = dict(job.pod_annotations)
     if job.duration_seconds is not None:
         pod_annotations[DURATION_ANNOTATION] = f"{job.duration_seconds:g}"
 

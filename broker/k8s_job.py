@@ -7,7 +7,7 @@ way back for error paths: a field refused after translation is named as the Job'
 What is kept: metadata.name/namespace/labels; parallelism (= completions) as the gang size; the one
 container's image, command, args, env, envFrom, volumeMounts, workingDir, imagePullPolicy and resources
 (cpu, memory, nvidia.com/gpu, nvidia.com/mig-<profile>); the pod's volumes (configMap, secret,
-emptyDir) and priorityClassName; template labels. Placement preferences come from `gpufed.io/*`
+emptyDir) and priorityClassName; template labels and annotations. Placement preferences come from `gpufed.io/*`
 annotations on the Job (ANNOTATIONS below). Anything the broker cannot honour (a second container,
 nodeSelector, tolerations, restartPolicy OnFailure, backoffLimit > 0, ...) is refused with the field
 named: the broker writes those itself, or they would silently change what runs. Pure.
@@ -76,6 +76,7 @@ _ORIGIN = {
     "imagePullPolicy": f"{CONTAINER}.imagePullPolicy",
     "volumes": f"{POD}.volumes",
     "priorityClass": f"{POD}.priorityClassName",
+    "podAnnotations": "spec.template.metadata.annotations",
     **{native: f"metadata.annotations[{key}]" for key, (native, _) in ANNOTATIONS.items()},
 }
 
@@ -258,7 +259,9 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
         tmeta, {"labels", "annotations", "creationTimestamp"}, "spec.template.metadata", "not kept"
     )
     labels.update(_mapping(tmeta.get("labels"), "spec.template.metadata.labels"))
-    tann = _mapping(tmeta.get("annotations"), "spec.template.metadata.annotations")
+    tann = dict(_mapping(tmeta.get("annotations"), "spec.template.metadata.annotations"))
+    if tann:
+        native["podAnnotations"] = {k: v for k, v in tann.items() if k != DURATION_ANNOTATION}
     if DURATION_ANNOTATION in tann and "durationSeconds" not in native:
         try:
             native["durationSeconds"] = float(tann[DURATION_ANNOTATION])

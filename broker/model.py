@@ -334,6 +334,7 @@ class JobRequest:
     volume_mounts: tuple[Mapping[str, Any], ...] = ()  # VolumeMount: {name, mountPath, ...}
     working_dir: str | None = None
     image_pull_policy: str | None = None
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)  # onto the pod template
     gpus_per_pod: int = 0  # whole GPUs per pod
     pods: int = 1  # > 1 is a gang: all pods or none
     gpu_products: tuple[str, ...] = ()  # acceptable catalog products; empty = any

@@ -105,6 +105,18 @@ class JobSpec(_Wire):
         default=None, alias="durationSeconds", gt=0, le=MAX_DURATION_SECONDS
     )
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, alias="podAnnotations", max_length=64
+    )
+
+    @field_validator("pod_annotations")
+    @classmethod
+    def _valid_annotation_keys(cls, annotations: dict[str, str]) -> dict[str, str]:
+        for key in annotations:
+            problem = _label_problem(key, "")
+            if problem:
+                raise ValueError(problem.replace("label", "annotation"))
+        return annotations
 
     @field_validator("labels")
     @classmethod
@@ -145,6 +157,7 @@ class JobSpec(_Wire):
             volume_mounts=tuple(dump(m) for m in self.volume_mounts),
             working_dir=self.working_dir,
             image_pull_policy=self.image_pull_policy,
+            pod_annotations=dict(self.pod_annotations),
             gpus_per_pod=self.gpus,
             pods=self.pods,
             gpu_products=tuple(self.gpu_products),
