@@ -196,7 +196,7 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
             streamed.append(json.loads(sse.data))
     stored = httpx.get(f"{broker_url}/v1/jobs/{job_ids[0]}/events").json()["items"]
     assert [e["state"] for e in streamed] == [e["state"] for e in stored]
-    assert [e["state"] for e in streamed][0] == "QUEUED" and streamed[-1]["state"] == "SUCCEEDED"
+    assert streamed[0]["state"] == "QUEUED" and streamed[-1]["state"] == "SUCCEEDED"
     assert [e["at"] for e in streamed] == sorted(e["at"] for e in streamed)
     reader.join(timeout=60)
     ours = [e for e in fleet_events if e["jobId"] == job_ids[0]]
