@@ -115,7 +115,7 @@ def test_a_plain_job_yaml_runs_in_a_member_cluster_with_its_template_intact(
     assert env["EPOCHS"].value == "3"
     ref = present(present(env["TOKEN"].value_from, "valueFrom").secret_key_ref, "secretKeyRef")
     assert (ref.name, ref.key) == ("hub", "token")
-    assert present(container.resources, "resources").limits["nvidia.com/gpu"] == "1"
+    assert present(present(container.resources, "resources").limits, "limits")["nvidia.com/gpu"] == "1"
 
     # logs -f of the running job: streams until the container exits (the simulated 600 s pass in ~12 s)
     code, out, err = gpufed(capsys, monkeypatch, "logs", job_id, "-f", "--server", broker_url)
