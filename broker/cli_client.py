@@ -8,6 +8,7 @@ Owns
                                   - name: lab
                                     server: https://gpufed.lab.example:8443
                                     token: ...              # optional, sent as Authorization: Bearer
+                                    certificateAuthority: /etc/gpufed/ca.pem   # optional: trust this CA
                                     insecureSkipTlsVerify: false
     Api                       one HTTP client; every failure becomes CliError with the exit code
     CliError / exit codes     0 ok, 1 job failed / nothing fits / refused, 2 usage, 3 server unreachable, 4 auth
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -65,7 +67,7 @@ class CliError(Exception):
 class Target:
     server: str
     token: str | None = None
-    verify: bool = True
+    verify: bool | ssl.SSLContext = True
 
 
 def config_path() -> Path:
@@ -105,7 +107,14 @@ def resolve_target(server: str | None, token: str | None, context: str | None) -
     if not url.startswith(("http://", "https://")):
         raise CliError(f"--server: {url!r} is not an http:// or https:// URL", EXIT_USAGE)
     tok = token or (str(ctx["token"]) if ctx.get("token") else None)
-    return Target(url.rstrip("/"), tok, not bool(ctx.get("insecureSkipTlsVerify")))
+    verify: bool | ssl.SSLContext = not bool(ctx.get("insecureSkipTlsVerify"))
+    ca = ctx.get("certificateAuthority")
+    if ca:
+        try:
+            verify = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as e:
+            raise CliError(f"certificateAuthority {ca}: {e}", EXIT_USAGE) from None
+    return Target(url.rstrip("/"), tok, verify)
 
 
 def _message(r: httpx.Response) -> str:

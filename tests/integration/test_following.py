@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import io
 import json
+import ssl
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +22,12 @@ from httpx_sse import connect_sse
 from kubernetes import client, config
 
 from broker import cli
+from broker import main as composition
+from broker.config import load_fleet_config
+from broker.demo import write_demo_config
+from kubesim.certs import make_cluster_tls
 from kubesim.sim import Simulation
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
 from tests.integration.test_walking_skeleton import broker_url, sim  # noqa: F401  (module fixtures)
 from tests.k8s_fields import present
 
@@ -242,3 +248,38 @@ def test_reads_in_yaml_and_a_body_over_the_limit(
     r = httpx.post(f"{broker_url}/v1/jobs", content=b'{"name": "' + b"x" * (2 << 20) + b'"}')
     assert r.status_code == 413
     assert "limit" in r.json()["message"]
+
+
+def test_the_broker_serves_https_with_tls_cert_and_key(
+    sim: Simulation,  # noqa: F811
+    redis_url: str,
+    ray_session: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tls = make_cluster_tls("gpufed-broker", tmp_path)
+    kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
+    cfg = load_fleet_config(write_demo_config(tmp_path, kubeconfigs, redis_url, "gpufed-tls"))
+    port = free_port()
+    with composition.running_broker(cfg, port=port, tls_cert=tls.cert_path, tls_key=tls.key_path):
+        url = f"https://127.0.0.1:{port}"
+        assert httpx.get(f"{url}/healthz", verify=ssl.create_default_context(cafile=tls.ca_path)).json() == {
+            "status": "ok"
+        }
+        with pytest.raises(httpx.HTTPError):  # not plain HTTP
+            httpx.get(f"http://127.0.0.1:{port}/healthz")
+        # the CLI trusts it through a context's certificateAuthority (as a kubeconfig does)
+        config_file = tmp_path / "config.yaml"
+        config_file.write_text(
+            yaml.safe_dump(
+                {
+                    "current-context": "tls",
+                    "contexts": [{"name": "tls", "server": url, "certificateAuthority": str(tls.ca_path)}],
+                }
+            )
+        )
+        monkeypatch.setenv("GPUFED_CONFIG", str(config_file))
+        code, out, err = gpufed(capsys, monkeypatch, "clusters", "-o", "json")
+        assert code == 0, err
+        assert len(json.loads(out)["items"]) == 3
