@@ -76,22 +76,17 @@ def test_every_command_of_the_readme_runs_as_written(tmp_path: Path, redis_url: 
                         start_new_session=True,
                     )
                 servers.append((proc, log))
-                if "kubesim serve" in command:
-                    wait_for(
-                        lambda: (
-                            (tmp_path / ".demo/kubeconfigs/kubesim.json").exists() or proc.poll() is not None
-                        ),
-                        timeout=60,
-                        what="kubesim to write its kubeconfigs",
-                    )
-                else:
-                    wait_for(
-                        lambda: _fleet_ready(port) or proc.poll() is not None, timeout=120, what="the broker"
-                    )
+                _wait_until_serving(proc, command, tmp_path, port)
                 assert proc.poll() is None, log.read_text()[-3000:]
                 continue
             done = subprocess.run(
-                ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+                ["bash", "-c", command],
+                check=False,
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
             )
             assert done.returncode == _expected_exit(line), (
                 f"{command}\nexit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
@@ -108,6 +103,17 @@ def test_every_command_of_the_readme_runs_as_written(tmp_path: Path, redis_url: 
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
                 pytest.fail(f"a README server ignored SIGTERM: {log.read_text()[-2000:]}")
+
+
+def _wait_until_serving(proc: subprocess.Popen[bytes], command: str, workdir: Path, port: int) -> None:
+    if "kubesim serve" in command:
+        wait_for(
+            lambda: (workdir / ".demo/kubeconfigs/kubesim.json").exists() or proc.poll() is not None,
+            timeout=60,
+            what="kubesim to write its kubeconfigs",
+        )
+    else:
+        wait_for(lambda: _fleet_ready(port) or proc.poll() is not None, timeout=120, what="the broker")
 
 
 def _fleet_ready(port: int) -> bool:
