@@ -756,6 +756,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except SystemExit as e:  # typer's completion options exit by themselves
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILED)
     return rv if isinstance(rv, int) else 0
 
 

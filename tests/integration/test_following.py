@@ -283,3 +283,22 @@ def test_the_broker_serves_https_with_tls_cert_and_key(
         code, out, err = gpufed(capsys, monkeypatch, "clusters", "-o", "json")
         assert code == 0, err
         assert len(json.loads(out)["items"]) == 3
+
+
+def test_gpufed_watch_streams_a_jobs_transitions_and_exits_with_its_result(
+    broker_url: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, out, _ = gpufed(
+        capsys, monkeypatch, "submit", "watched", "--product", "A100-80GB", "--duration", "20", "-o", "json",
+        "--server", broker_url,
+    )  # fmt: skip
+    assert code == 0
+    job_id = json.loads(out)["id"]
+    code, out, err = gpufed(capsys, monkeypatch, "watch", "watched", "-o", "json", "--server", broker_url)
+    assert code == 0, err
+    states = [json.loads(line)["state"] for line in out.splitlines()]
+    stored = httpx.get(f"{broker_url}/v1/jobs/{job_id}/events").json()["items"]
+    assert states == [e["state"] for e in stored]
+    assert states[0] == "QUEUED" and states[-1] == "SUCCEEDED"

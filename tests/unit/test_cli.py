@@ -216,3 +216,10 @@ def test_serve_startup_errors_are_one_line_naming_the_cause(
 
     code, _, err = gpufed(capsys, monkeypatch, "serve", "-c", str(tmp_path / "nope.yaml"))
     assert code == 2 and "cannot read" in err and len(err.strip().splitlines()) == 1
+
+
+def test_shell_completion_is_offered(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = gpufed(capsys, monkeypatch, "--show-completion", "bash")
+    assert code == 0 and "_gpufed_completion" in out
