@@ -1,7 +1,8 @@
 """The request-size limit of the HTTP API, as ASGI middleware.
 
 Owns BodyLimit: a request whose Content-Length is over the limit is answered 413 before its body is
-read; a chunked body is counted as it arrives and cut off with 413 at the limit. The body never reaches
+read; a chunked body is counted as it arrives and answered 413 at the limit (the app then sees the
+client gone, and anything it answers is dropped). The body never reaches
 the JSON parser, so a 10 MB submission costs nothing but the bytes read up to the limit.
 """
 
@@ -14,10 +15,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimit"]
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _body(max_bytes: int) -> bytes:
@@ -59,25 +56,21 @@ class BodyLimit:
                     await self._refuse(send)
                     return
         seen = 0
-        started = False
+        refused = False  # the 413 has been sent: whatever the app answers after is dropped
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
-            if message["type"] == "http.request":
+            if message["type"] == "http.request" and not refused:
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge
+                    refused = True
+                    await self._refuse(send)
+                    return {"type": "http.disconnect"}  # the app stops reading, as if the client left
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            if not refused:
+                await send(message)
 
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
+        await self.app(scope, counting_receive, guarded_send)
