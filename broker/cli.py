@@ -260,8 +260,11 @@ def _progress_line(job: dict[str, Any], started: float) -> str:
     return "  ".join(parts)
 
 
-def _wait(api: Api, job: dict[str, Any], timeout: float | None, interval: float = 1.0) -> None:
-    """Follow a job to its end with one live progress line; exit 0 if it succeeded, 1 otherwise."""
+def _wait(
+    api: Api, job: dict[str, Any], timeout: float | None, output: Output = Output.TABLE, interval: float = 1.0
+) -> None:
+    """Follow a job to its end with one live progress line on stderr, then print the job as `output`
+    says; exit 0 if it succeeded, 1 otherwise."""
     started = time.monotonic()
     tty = sys.stderr.isatty()
     last = ""
@@ -285,9 +288,8 @@ def _wait(api: Api, job: dict[str, Any], timeout: float | None, interval: float 
         job = api.call("GET", f"/v1/jobs/{job['id']}")
     if tty:
         sys.stderr.write("\n")
-    _out(
-        f"{job['id']}  {job['name']}  {job['state']}  {job.get('cluster') or '-'}  {job.get('reason') or ''}"
-    )
+    final = job
+    _emit(final, output, lambda wide: _job_rows([final], wide))
     if job["state"] != TERMINAL_OK:
         raise typer.Exit(EXIT_FAILED)
 
@@ -374,9 +376,10 @@ def submit(
     api = _api(server, token, context)
     try:
         job = api.call("POST", "/v1/jobs", json=spec, headers=headers)
-        _emit(job, output, lambda wide: _job_rows([job], wide))
-        if wait:
-            _wait(api, job, timeout)
+        if wait:  # the job is printed once, when it has ended
+            _wait(api, job, timeout, output)
+        else:
+            _emit(job, output, lambda wide: _job_rows([job], wide))
     finally:
         api.close()
 
@@ -385,6 +388,7 @@ def submit(
 def wait(
     job: Annotated[str, typer.Argument(help="job id or name")],
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (exit 1)")] = None,
+    output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
@@ -392,7 +396,7 @@ def wait(
     """Follow a job to its end with a live progress line; exit 0 if it succeeded, 1 if not."""
     api = _api(server, token, context)
     try:
-        _wait(api, api.resolve_job(job), timeout)
+        _wait(api, api.resolve_job(job), timeout, output)
     finally:
         api.close()
 

@@ -140,12 +140,12 @@ def test_wait_exits_with_the_result_of_the_job(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     code, out, err = gpufed(
-        capsys, monkeypatch, "submit", "-f", "-", "--wait", "--timeout", "120", "--server", broker_url,
-        stdin=_plain_job("fails", seconds=20, exit_code=3),
+        capsys, monkeypatch, "submit", "-f", "-", "--wait", "--timeout", "120", "-o", "json",
+        "--server", broker_url, stdin=_plain_job("fails", seconds=20, exit_code=3),
     )  # fmt: skip
-    assert code == 1, (out, err)
-    assert "FAILED" in out
-    assert "QUEUED" in err  # the progress line showed the way there
+    assert code == 1 and out.startswith("{"), (out, err)
+    assert json.loads(out)["state"] == "FAILED"  # stdout: the job once, as it ended
+    assert "QUEUED" in err  # the progress line (stderr) showed the way there
 
     code, out, err = gpufed(
         capsys, monkeypatch, "submit", "ok-by-flags", "--product", "A100-80GB", "--duration", "20",
