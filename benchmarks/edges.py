@@ -44,17 +44,19 @@ def _ms(samples: list[float]) -> str:
 
 async def _sse_latency(url: str, rounds: int) -> list[float]:
     out: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10, read=30)) as client:
-        async with client.stream("GET", "/v1/events", params={"watch": "1"}) as stream:
-            lines = stream.aiter_lines()
-            for i in range(rounds):
-                t0 = time.perf_counter()
-                r = await client.post("/v1/jobs", json={"name": f"bench-{i}", "gpus": 1})
-                job_id = r.json()["id"]
-                async for line in lines:
-                    if line.startswith("data:") and job_id in line:
-                        out.append(time.perf_counter() - t0)
-                        break
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10, read=30)) as client,
+        client.stream("GET", "/v1/events", params={"watch": "1"}) as stream,
+    ):
+        lines = stream.aiter_lines()
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            r = await client.post("/v1/jobs", json={"name": f"bench-{i}", "gpus": 1})
+            job_id = r.json()["id"]
+            async for line in lines:
+                if line.startswith("data:") and job_id in line:
+                    out.append(time.perf_counter() - t0)
+                    break
     return out
 
 
