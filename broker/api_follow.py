@@ -10,7 +10,8 @@
 Each SSE message has `id:` (the Redis stream id, so a client resumes with Last-Event-ID), `event:
 transition` and `data:` (the EventView JSON plus jobId). Keep-alive comments are sent every 15 s by
 sse-starlette. Reads block in a worker thread on the store's read_events (XREAD BLOCK), a second at a
-time, so a closed client is noticed within a second.
+time, so a closed client is noticed within a second; stream reads take worker threads under their own
+limiters (STREAMS each), never the API's default one.
 """
 
 from __future__ import annotations
@@ -33,6 +34,26 @@ from broker.service import BrokerService
 __all__ = ["add_follow_routes"]
 
 BLOCK_MS = 1000
+# Long-lived streams block worker threads (XREAD BLOCK, a followed log's next chunk): they take their
+# threads under their own limiters, so a crowd of watchers never starves the API's other handlers,
+# which share anyio's default limiter.
+STREAMS = 256
+_DONE = object()
+
+
+async def _in_threads(chunks: Iterator[bytes], limiter: anyio.CapacityLimiter) -> AsyncIterator[bytes]:
+    """A blocking iterator read chunk by chunk in worker threads under the log limiter."""
+    try:
+        while True:
+            chunk = await anyio.to_thread.run_sync(next, chunks, _DONE, limiter=limiter)
+            if chunk is _DONE:
+                return
+            assert isinstance(chunk, bytes)
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            await anyio.to_thread.run_sync(close, limiter=limiter)
 
 
 def _message(stream_id: str, event: JobEvent) -> ServerSentEvent:
@@ -41,18 +62,22 @@ def _message(stream_id: str, event: JobEvent) -> ServerSentEvent:
 
 
 async def _events(
-    service: BrokerService, request: Request, job_id: str | None, after: str
+    service: BrokerService, request: Request, job_id: str | None, after: str, limiter: anyio.CapacityLimiter
 ) -> AsyncIterator[ServerSentEvent]:
     cursor = after
+    if cursor == "$":  # live from now: from the newest id, so nothing falls between two blocking reads
+        cursor = await anyio.to_thread.run_sync(service.store.last_event_id, job_id, limiter=limiter)
     if job_id is not None:  # a job's stream: what happened so far, then live, and done at the end
-        history = await anyio.to_thread.run_sync(service.store.read_events, job_id, cursor)
+        history = await anyio.to_thread.run_sync(service.store.read_events, job_id, cursor, limiter=limiter)
         for stream_id, event in history:
             cursor = stream_id
             yield _message(stream_id, event)
             if event.state.terminal:
                 return
     while not await request.is_disconnected():
-        rows = await anyio.to_thread.run_sync(service.store.read_events, job_id, cursor, BLOCK_MS)
+        rows = await anyio.to_thread.run_sync(
+            service.store.read_events, job_id, cursor, BLOCK_MS, limiter=limiter
+        )
         for stream_id, event in rows:
             cursor = stream_id
             yield _message(stream_id, event)
@@ -103,6 +128,8 @@ def _log_chunks(
 
 def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None) -> None:
     """Register the SSE and log routes on the app (the log route answers 404 without a log source)."""
+    event_reads = anyio.CapacityLimiter(STREAMS)  # bound to the app's event loop at first use
+    log_reads = anyio.CapacityLimiter(STREAMS)
 
     def after_of(last_event_id: str | None, after: str | None, default: str) -> str:
         value = after or last_event_id or default
@@ -128,7 +155,9 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
                     for sid, e in rows
                 ]
             }
-        return EventSourceResponse(_events(service, request, None, after_of(last_event_id, after, "$")))
+        return EventSourceResponse(
+            _events(service, request, None, after_of(last_event_id, after, "$"), event_reads)
+        )
 
     @app.get("/v1/jobs/{job_id}/events", response_model=None)
     async def job_events(
@@ -141,7 +170,9 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
         if not watch:
             events = await anyio.to_thread.run_sync(lambda: service.events(job_id))
             return {"items": [EventView.of(e).model_dump(by_alias=True) for e in events]}
-        return EventSourceResponse(_events(service, request, job_id, after_of(last_event_id, None, "0-0")))
+        return EventSourceResponse(
+            _events(service, request, job_id, after_of(last_event_id, None, "0-0"), event_reads)
+        )
 
     @app.get("/v1/jobs/{job_id}/logs", response_model=None)
     async def job_logs(
@@ -157,4 +188,4 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
         chunks = await anyio.to_thread.run_sync(
             lambda: _log_chunks(service, source, job_id, follow, tail_lines, timestamps, pod)
         )
-        return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
+        return StreamingResponse(_in_threads(chunks, log_reads), media_type="text/plain; charset=utf-8")

@@ -170,6 +170,10 @@ class StateStore(Protocol):
         """Events after stream id `after`, with their ids; job_id None is the fleet stream; block_ms waits."""
         ...
 
+    def last_event_id(self, job_id: str | None = None) -> str:
+        """The id of the newest event of the job (or fleet-wide); "0-0" when none."""
+        ...
+
     # --- clusters: fences (failover) and health events
     def fence(self, cluster: str, reason: str) -> bool: ...
 
