@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from broker import safe_yaml
@@ -257,10 +256,10 @@ def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig
 def check_kubeconfig(cluster: ClusterConfig, where: str) -> None:
     """The kubeconfig exists, parses, and has the context (or a current-context)."""
     try:
-        doc = yaml.safe_load(cluster.kubeconfig.read_text())
+        doc = safe_yaml.load(cluster.kubeconfig.read_bytes(), str(cluster.kubeconfig))
     except OSError:
         raise ConfigError(f"{where}: kubeconfig: file not found: {cluster.kubeconfig}") from None
-    except yaml.YAMLError:
+    except safe_yaml.YamlError:
         raise ConfigError(f"{where}: kubeconfig: not valid YAML: {cluster.kubeconfig}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: kubeconfig: not a kubeconfig document: {cluster.kubeconfig}")
