@@ -302,3 +302,60 @@ def test_gpufed_watch_streams_a_jobs_transitions_and_exits_with_its_result(
     stored = httpx.get(f"{broker_url}/v1/jobs/{job_id}/events").json()["items"]
     assert states == [e["state"] for e in stored]
     assert states[0] == "QUEUED" and states[-1] == "SUCCEEDED"
+
+
+INDEXED_JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ddp
+  annotations:
+    gpufed.io/gpu-products: A100-80GB
+spec:
+  completionMode: Indexed
+  parallelism: 2
+  completions: 2
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations:
+        sim.gpufed.io/duration-seconds: "30"
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: worker
+        image: pytorch/pytorch:2.5.0-cuda12.4-cudnn9-runtime
+        command: [torchrun, --nnodes=2, --node-rank=$(JOB_COMPLETION_INDEX), train.py]
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+"""
+
+
+def test_a_pytorch_style_indexed_job_runs_as_a_gang_and_its_logs_name_each_pod(
+    sim: Simulation,  # noqa: F811
+    broker_url: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, out, err = gpufed(
+        capsys, monkeypatch, "submit", "-f", "-", "--wait", "--timeout", "120", "-o", "json",
+        "--server", broker_url, stdin=INDEXED_JOB,
+    )  # fmt: skip
+    assert code == 0, err
+    done = json.loads(out)
+    api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        str(sim.kubeconfig_path(done["cluster"])), persist_config=False
+    )
+    jobs = client.BatchV1Api(api).list_namespaced_job(
+        "default", label_selector=f"gpufed.io/job-id={done['id']}"
+    )
+    spec = present(jobs.items[0].spec, "spec")
+    assert (spec.completion_mode, spec.parallelism, spec.completions) == ("Indexed", 2, 2)
+    container = present(spec.template.spec, "pod spec").containers[0]
+    assert container.command[2] == "--node-rank=$(JOB_COMPLETION_INDEX)"
+
+    code, out, err = gpufed(capsys, monkeypatch, "logs", "ddp", "--server", broker_url)
+    assert code == 0, err
+    pods = {line.split("]")[0].lstrip("[") for line in out.splitlines()}
+    assert len(pods) == 2 and all(p.startswith(done["workload"]) for p in pods), out
