@@ -353,7 +353,7 @@ def test_a_pytorch_style_indexed_job_runs_as_a_gang_and_its_logs_name_each_pod(
     spec = present(jobs.items[0].spec, "spec")
     assert (spec.completion_mode, spec.parallelism, spec.completions) == ("Indexed", 2, 2)
     container = present(spec.template.spec, "pod spec").containers[0]
-    assert container.command[2] == "--node-rank=$(JOB_COMPLETION_INDEX)"
+    assert present(container.command, "command")[2] == "--node-rank=$(JOB_COMPLETION_INDEX)"
 
     code, out, err = gpufed(capsys, monkeypatch, "logs", "ddp", "--server", broker_url)
     assert code == 0, err
