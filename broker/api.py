@@ -1,6 +1,7 @@
 """The global endpoint: a FastAPI app over BrokerService.
 
-    POST   /v1/jobs              submit a native spec or a plain batch/v1 Job (broker.k8s_job)
+    POST   /v1/jobs              submit a native spec or a plain batch/v1 Job (broker.k8s_job), JSON or
+                                 YAML (Content-Type: application/yaml)
                                  (header Idempotency-Key: the same key returns the same job)
     GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
     GET    /v1/jobs/{id}         one job, with its placement and the reason for its state
@@ -25,18 +26,19 @@ field path), 502 (a member cluster failed), 503 (state store down).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Body, FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from broker import k8s_job, telemetry
+from broker import k8s_job, safe_yaml, telemetry
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
@@ -79,8 +81,38 @@ def _not_ready(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
     return reasons
 
 
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+SUBMISSION_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "a native job spec (JobSpec) or a plain batch/v1 Job, as JSON or YAML",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "object"}},
+        },
+    }
+}
+
+
+async def submission_body(request: Request) -> Any:
+    """The submitted document: JSON, or YAML (Content-Type application/yaml) read by safe_yaml with its
+    alias limit. Size is capped before this by BodyLimit."""
+    raw = await request.body()
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    try:
+        if kind in YAML_TYPES:
+            return safe_yaml.load(raw, "body")
+        return json.loads(raw)
+    except safe_yaml.YamlError as e:
+        raise InvalidRequest("(body)", str(e).removeprefix("body: ")) from None
+    except (ValueError, RecursionError) as e:
+        raise InvalidRequest("(body)", f"not valid JSON: {e}") from None
+
+
 def spec_of(body: object) -> JobSpec:
     """A submission as a JobSpec: native, or a batch/v1 Job translated (errors name the Job's fields)."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
     if k8s_job.is_k8s_job(body):
         assert isinstance(body, Mapping)
         native = k8s_job.to_native(body)
@@ -165,9 +197,9 @@ def create_app(
     def dashboard() -> FileResponse:
         return FileResponse(DASHBOARD / "index.html", media_type="text/html")
 
-    @app.post("/v1/jobs", status_code=201, response_model=None)
+    @app.post("/v1/jobs", status_code=201, response_model=None, openapi_extra=SUBMISSION_OPENAPI)
     async def submit(
-        body: Annotated[dict[str, Any], Body(description="a native job spec or a batch/v1 Job")],
+        body: Annotated[Any, Depends(submission_body)],
         idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
     ) -> Response:
         spec = spec_of(body)
@@ -195,9 +227,9 @@ def create_app(
 
     add_follow_routes(app, service, logs)
 
-    @app.post("/v1/explain")
-    def explain(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-        spec = spec_of(body)
+    @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
+    def explain(submitted: Annotated[Any, Depends(submission_body)]) -> dict[str, Any]:
+        spec = spec_of(submitted)
         decision, verdicts = service.explain(spec.to_request())
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimit"]
@@ -73,4 +74,8 @@ class BodyLimit:
             if not refused:
                 await send(message)
 
-        await self.app(scope, counting_receive, guarded_send)
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except ClientDisconnect:
+            if not refused:  # a real client that left: not ours to answer
+                raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,8 @@ from broker.model import ClusterTraits
 from broker.service import BrokerService
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -122,3 +125,21 @@ async def test_follow_routes_answer_plainly_for_missing_jobs_and_jobs_without_po
     r = await api.get("/v1/events", params={"limit": 5})
     assert any(e["jobId"] == job_id and e["state"] == "QUEUED" for e in r.json()["items"])
     assert json.dumps(r.json())  # plain JSON, no SSE without watch
+
+
+@pytest.mark.anyio
+async def test_yaml_bodies_are_read_safely(api: httpx.AsyncClient) -> None:
+    job = (REPO / "examples" / "job.yaml").read_text()
+    r = await api.post("/v1/jobs", content=job, headers={"content-type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    assert r.json()["request"]["image"] == "pytorch/pytorch:2.5.0-cuda12.4-cudnn9-runtime"
+
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    r = await api.post("/v1/jobs", content="\n".join(lines), headers={"content-type": "application/yaml"})
+    assert r.status_code == 422 and "expands to more than" in r.json()["message"]
+
+    r = await api.post("/v1/jobs", content="{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and _fields(r) == ["(body)"]
+    r = await api.post("/v1/jobs", json=[1, 2])
+    assert r.status_code == 422 and "expected an object" in r.json()["message"]
