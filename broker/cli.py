@@ -39,6 +39,7 @@ from typer.exceptions import TyperException
 from broker import safe_yaml
 from broker.cli_client import (
     EXIT_FAILED,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
     Api,
     CliError,
@@ -467,6 +468,16 @@ def events(
     )
 
 
+RESUME_ATTEMPTS = 5
+
+
+def _print_event(e: dict[str, Any], output: Output) -> None:
+    if output in (Output.JSON, Output.YAML):
+        _out(json.dumps(e) if output == Output.JSON else render([e], "yaml"))
+    else:
+        _out("  ".join(_event_line(e, True, True)))
+
+
 @app.command()
 def watch(
     job: Annotated[str | None, typer.Argument(help="job id or name; none: every job")] = None,
@@ -476,27 +487,35 @@ def watch(
     context: ContextOpt = None,
 ) -> None:
     """Stream job transitions as they happen (server-sent events). With JOB: its history first, and the
-    stream ends with the job (exit 1 if it did not succeed)."""
+    stream ends with the job (exit 1 if it did not succeed). A broken stream (a broker restarting, a
+    failover) is resumed from the last event seen (Last-Event-ID), up to RESUME_ATTEMPTS times in a row."""
     api = _api(server, token, context)
-    last_state = None
+    last_state: str | None = None
+    last_id: str | None = None
+    failures = 0
     try:
         path = "/v1/events"
         if job is not None:
             path = f"/v1/jobs/{api.resolve_job(job)['id']}/events"
-        with api.stream(path, params={"watch": "1"}) as resp:
+        while job is None or last_state not in TERMINAL:
+            headers = {"Last-Event-ID": last_id} if last_id else {}
             try:
-                for sse in EventSource(resp).iter_sse():
-                    if sse.event != "transition":
-                        continue
-                    e = json.loads(sse.data)
-                    last_state = e["state"]
-                    if output in (Output.JSON, Output.YAML):
-                        _out(json.dumps(e) if output == Output.JSON else render([e], "yaml"))
-                    else:
-                        row = _event_line(e, True, True)
-                        _out("  ".join(row))
-            except (SSEError, httpx.HTTPError) as e:
-                raise CliError(f"the event stream broke: {e}", 3) from None
+                with api.stream(path, params={"watch": "1"}, headers=headers) as resp:
+                    for sse in EventSource(resp).iter_sse():
+                        failures = 0
+                        if sse.event != "transition":
+                            continue
+                        last_id = sse.id or last_id
+                        e = json.loads(sse.data)
+                        last_state = e["state"]
+                        _print_event(e, output)
+            except (SSEError, httpx.HTTPError, CliError) as e:
+                if isinstance(e, CliError) and e.code != EXIT_UNREACHABLE:
+                    raise
+                failures += 1
+                if failures > RESUME_ATTEMPTS:
+                    raise CliError(f"the event stream broke: {e}", EXIT_UNREACHABLE) from None
+                time.sleep(min(8.0, 0.5 * 2**failures))
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
     finally:

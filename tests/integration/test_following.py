@@ -193,6 +193,7 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
     )
     job_ids.append(r.json()["id"])
     streamed = []
+    ids = []
     with (
         httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60)) as c,
         connect_sse(c, "GET", f"/v1/jobs/{job_ids[0]}/events", params={"watch": "1"}) as source,
@@ -200,6 +201,7 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
         for sse in source.iter_sse():  # the stream ends after the terminal transition
             assert sse.event == "transition" and sse.id
             streamed.append(json.loads(sse.data))
+            ids.append(sse.id)
     stored = httpx.get(f"{broker_url}/v1/jobs/{job_ids[0]}/events").json()["items"]
     assert [e["state"] for e in streamed] == [e["state"] for e in stored]
     assert streamed[0]["state"] == "QUEUED" and streamed[-1]["state"] == "SUCCEEDED"
@@ -207,6 +209,20 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
     reader.join(timeout=60)
     ours = [e for e in fleet_events if e["jobId"] == job_ids[0]]
     assert [e["state"] for e in ours] == [e["state"] for e in streamed]
+
+    # a client that lost the stream resumes after the last event it saw (what `gpufed watch` does)
+    with (
+        httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60)) as c,
+        connect_sse(
+            c,
+            "GET",
+            f"/v1/jobs/{job_ids[0]}/events",
+            params={"watch": "1"},
+            headers={"Last-Event-ID": ids[1]},
+        ) as source,
+    ):
+        resumed = [json.loads(sse.data)["state"] for sse in source.iter_sse()]
+    assert resumed == [e["state"] for e in streamed[2:]]
 
 
 @pytest.mark.parametrize(
