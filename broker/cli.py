@@ -57,7 +57,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="gpufed: one endpoint for a fleet of GPU clusters",
 )
-console = Console(width=None if sys.stdout.isatty() else 150, highlight=False)
+console = Console(width=None if sys.stdout.isatty() else 150, highlight=False, markup=False)
 
 
 class Output(enum.StrEnum):
