@@ -79,6 +79,23 @@ TERMINAL_OK = "SUCCEEDED"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
+def _complete_jobs(incomplete: str) -> list[str]:
+    """Shell completion of JOB: names and ids of the jobs the broker lists (from $GPUFED_URL or the
+    config's context); nothing when it does not answer within 2 s."""
+    try:
+        api = Api(
+            resolve_target(os.environ.get("GPUFED_URL"), os.environ.get("GPUFED_TOKEN"), None), timeout=2.0
+        )
+        try:
+            items = api.call("GET", "/v1/jobs")["items"]
+        finally:
+            api.close()
+    except (CliError, KeyError, TypeError):
+        return []
+    names = {j["name"] for j in items} | {j["id"] for j in items}
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
 def _api(server: str | None, token: str | None, context: str | None) -> Api:
     return Api(resolve_target(server, token, context))
 
@@ -387,7 +404,7 @@ def submit(
 
 @app.command()
 def wait(
-    job: Annotated[str, typer.Argument(help="job id or name")],
+    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=_complete_jobs)],
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (exit 1)")] = None,
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
@@ -416,12 +433,15 @@ def jobs(
         body = api.call("GET", "/v1/jobs", params=[("state", s.upper()) for s in state])
     finally:
         api.close()
+    if not body["items"] and output in (Output.TABLE, Output.WIDE):
+        _out("No jobs.")
+        return
     _emit(body, output, lambda wide: _job_rows(body["items"], wide))
 
 
 @app.command()
 def get(
-    job: Annotated[str, typer.Argument(help="job id or name")],
+    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=_complete_jobs)],
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -445,7 +465,7 @@ def _event_line(e: dict[str, Any], with_job: bool, wide: bool = False) -> list[s
 
 @app.command()
 def events(
-    job: Annotated[str, typer.Argument(help="job id or name")],
+    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=_complete_jobs)],
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -480,7 +500,9 @@ def _print_event(e: dict[str, Any], output: Output) -> None:
 
 @app.command()
 def watch(
-    job: Annotated[str | None, typer.Argument(help="job id or name; none: every job")] = None,
+    job: Annotated[
+        str | None, typer.Argument(help="job id or name; none: every job", autocompletion=_complete_jobs)
+    ] = None,
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -526,7 +548,7 @@ def watch(
 
 @app.command()
 def logs(
-    job: Annotated[str, typer.Argument(help="job id or name")],
+    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=_complete_jobs)],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream until the container exits")] = False,
     tail: Annotated[int | None, typer.Option("--tail", help="only the last N lines", min=0)] = None,
     timestamps: Annotated[bool, typer.Option(help="prefix each line with its RFC 3339 time")] = False,
@@ -565,7 +587,7 @@ def logs(
 
 @app.command()
 def cancel(
-    job: Annotated[str, typer.Argument(help="job id or name")],
+    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=_complete_jobs)],
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import ssl
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -375,3 +377,20 @@ def test_a_pytorch_style_indexed_job_runs_as_a_gang_and_its_logs_name_each_pod(
     assert code == 0, err
     pods = {line.split("]")[0].lstrip("[") for line in out.splitlines()}
     assert len(pods) == 2 and all(p.startswith(done["workload"]) for p in pods), out
+
+
+def test_shell_completion_offers_the_brokers_job_names(broker_url: str) -> None:  # noqa: F811
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "complete-me", "gpus": 64})
+    assert r.status_code == 201
+    env = {
+        **os.environ,
+        "GPUFED_URL": broker_url,
+        "_GPUFED_COMPLETE": "complete_bash",
+        "COMP_WORDS": "gpufed logs complete-",
+        "COMP_CWORD": "2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "broker.cli"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "complete-me" in done.stdout.split()
