@@ -79,6 +79,24 @@ TERMINAL_OK = "SUCCEEDED"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
+# `gpufed --token T <command>`: a token given before the command, for every command that calls the broker
+# (a command's own --token, then $GPUFED_TOKEN, win over it only when given).
+_global_token: str | None = None
+
+
+@app.callback()
+def _global_options(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", envvar="GPUFED_TOKEN", help="bearer token for every command", show_default=False
+        ),
+    ] = None,
+) -> None:
+    global _global_token
+    _global_token = token or None
+
+
 def _complete_jobs(incomplete: str) -> list[str]:
     """Shell completion of JOB: names and ids of the jobs the broker lists (from $GPUFED_URL or the
     config's context); nothing when it does not answer within 2 s."""
@@ -97,7 +115,7 @@ def _complete_jobs(incomplete: str) -> list[str]:
 
 
 def _api(server: str | None, token: str | None, context: str | None) -> Api:
-    return Api(resolve_target(server, token, context))
+    return Api(resolve_target(server, token or _global_token, context))
 
 
 def _out(text: str) -> None:

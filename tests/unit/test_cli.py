@@ -223,3 +223,11 @@ def test_shell_completion_is_offered(
 ) -> None:
     code, out, _ = gpufed(capsys, monkeypatch, "--show-completion", "bash")
     assert code == 0 and "_gpufed_completion" in out
+
+
+def test_a_token_before_the_command_is_sent_too(
+    auth_server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _Recorder.status = 403
+    code, _, _ = gpufed(capsys, monkeypatch, "--token", "global-t", "jobs", "--server", auth_server)
+    assert code == 4 and _Recorder.seen[-1]["Authorization"] == "Bearer global-t"
