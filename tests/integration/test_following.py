@@ -23,13 +23,14 @@ import yaml
 from httpx_sse import connect_sse
 from kubernetes import client, config
 
-from broker import cli
+from broker import cli, demo
 from broker import main as composition
 from broker.config import load_fleet_config
 from broker.demo import write_demo_config
 from kubesim.certs import make_cluster_tls
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
+from tests.integration import test_walking_skeleton as skeleton
 from tests.integration.test_walking_skeleton import broker_url, sim  # noqa: F401  (module fixtures)
 from tests.k8s_fields import present
 
@@ -73,6 +74,11 @@ def _plain_job(name: str, seconds: int = 30, exit_code: int = 0) -> str:
     return PLAIN_JOB.format(name=name, seconds=seconds, exit_code=exit_code)
 
 
+def auth() -> dict[str, str]:
+    """The skeleton broker's admin header once tenancy (auth on, wip-10a) is in; empty before it."""
+    return dict(getattr(skeleton, "AUTH", {}))
+
+
 def gpufed(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -82,6 +88,9 @@ def gpufed(
     """Run the CLI in-process: (exit code, stdout, stderr)."""
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    token = auth().get("Authorization", "").removeprefix("Bearer ")
+    if token and "GPUFED_TOKEN" not in os.environ:  # a test's own broker sets its own
+        monkeypatch.setenv("GPUFED_TOKEN", token)
     capsys.readouterr()
     code = cli.run(list(argv))
     out, err = capsys.readouterr()
@@ -89,7 +98,7 @@ def gpufed(
 
 
 def _job(url: str, job_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}").json()
+    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}", headers=auth()).json()
     return body
 
 
@@ -176,7 +185,7 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
 
     def follow_fleet() -> None:
         with (
-            httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60)) as c,
+            httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60), headers=auth()) as c,
             connect_sse(c, "GET", "/v1/events", params={"watch": "1"}) as source,
         ):
             fleet_open.set()
@@ -192,19 +201,20 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
     r = httpx.post(
         f"{broker_url}/v1/jobs",
         json={"name": "sse", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 20},
+        headers=auth(),
     )
     job_ids.append(r.json()["id"])
     streamed = []
     ids = []
     with (
-        httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60)) as c,
+        httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60), headers=auth()) as c,
         connect_sse(c, "GET", f"/v1/jobs/{job_ids[0]}/events", params={"watch": "1"}) as source,
     ):
         for sse in source.iter_sse():  # the stream ends after the terminal transition
             assert sse.event == "transition" and sse.id
             streamed.append(json.loads(sse.data))
             ids.append(sse.id)
-    stored = httpx.get(f"{broker_url}/v1/jobs/{job_ids[0]}/events").json()["items"]
+    stored = httpx.get(f"{broker_url}/v1/jobs/{job_ids[0]}/events", headers=auth()).json()["items"]
     assert [e["state"] for e in streamed] == [e["state"] for e in stored]
     assert streamed[0]["state"] == "QUEUED" and streamed[-1]["state"] == "SUCCEEDED"
     assert [e["at"] for e in streamed] == sorted(e["at"] for e in streamed)
@@ -214,7 +224,7 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
 
     # a client that lost the stream resumes after the last event it saw (what `gpufed watch` does)
     with (
-        httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60)) as c,
+        httpx.Client(base_url=broker_url, timeout=httpx.Timeout(10, read=60), headers=auth()) as c,
         connect_sse(
             c,
             "GET",
@@ -263,7 +273,7 @@ def test_reads_in_yaml_and_a_body_over_the_limit(
     assert isinstance(yaml.safe_load(out)["items"], list)
     code, out, _ = gpufed(capsys, monkeypatch, "fleet", "-o", "json", "--server", broker_url)
     assert code == 0 and len(json.loads(out)["clusters"]) == 3
-    r = httpx.post(f"{broker_url}/v1/jobs", content=b'{"name": "' + b"x" * (2 << 20) + b'"}')
+    r = httpx.post(f"{broker_url}/v1/jobs", content=b'{"name": "' + b"x" * (2 << 20) + b'"}', headers=auth())
     assert r.status_code == 413
     assert "limit" in r.json()["message"]
 
@@ -298,6 +308,9 @@ def test_the_broker_serves_https_with_tls_cert_and_key(
             )
         )
         monkeypatch.setenv("GPUFED_CONFIG", str(config_file))
+        read_tokens = getattr(demo, "read_demo_tokens", None)  # auth on (wip-10a): the demo's admin
+        if read_tokens is not None:
+            monkeypatch.setenv("GPUFED_TOKEN", read_tokens(tmp_path)["admin"])
         code, out, err = gpufed(capsys, monkeypatch, "clusters", "-o", "json")
         assert code == 0, err
         assert len(json.loads(out)["items"]) == 3
@@ -317,7 +330,7 @@ def test_gpufed_watch_streams_a_jobs_transitions_and_exits_with_its_result(
     code, out, err = gpufed(capsys, monkeypatch, "watch", "watched", "-o", "json", "--server", broker_url)
     assert code == 0, err
     states = [json.loads(line)["state"] for line in out.splitlines()]
-    stored = httpx.get(f"{broker_url}/v1/jobs/{job_id}/events").json()["items"]
+    stored = httpx.get(f"{broker_url}/v1/jobs/{job_id}/events", headers=auth()).json()["items"]
     assert states == [e["state"] for e in stored]
     assert states[0] == "QUEUED" and states[-1] == "SUCCEEDED"
 
@@ -380,11 +393,12 @@ def test_a_pytorch_style_indexed_job_runs_as_a_gang_and_its_logs_name_each_pod(
 
 
 def test_shell_completion_offers_the_brokers_job_names(broker_url: str) -> None:  # noqa: F811
-    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "complete-me", "gpus": 64})
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "complete-me", "gpus": 64}, headers=auth())
     assert r.status_code == 201
     env = {
         **os.environ,
         "GPUFED_URL": broker_url,
+        "GPUFED_TOKEN": auth().get("Authorization", "").removeprefix("Bearer "),
         "_GPUFED_COMPLETE": "complete_bash",
         "COMP_WORDS": "gpufed logs complete-",
         "COMP_CWORD": "2",
