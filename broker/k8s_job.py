@@ -109,7 +109,7 @@ def _mapping(value: object, field: str) -> Mapping[str, Any]:
 def _refuse_unknown(obj: Mapping[str, Any], allowed: set[str], prefix: str, why: str) -> None:
     for key in obj:
         if key not in allowed:
-            raise InvalidRequest(f"{prefix}.{key}", why)
+            raise InvalidRequest(f"{prefix}.{key}" if prefix else str(key), why)
 
 
 def _annotation(key: str, value: object, native: dict[str, Any]) -> None:
@@ -211,7 +211,7 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
             "kind", f"expected apiVersion batch/v1 kind Job, got {job.get('apiVersion')} {job.get('kind')}"
         )
     _refuse_unknown(
-        job, {"apiVersion", "kind", "metadata", "spec", "status"}, "(job)", "unknown top-level field"
+        job, {"apiVersion", "kind", "metadata", "spec", "status"}, "", "unknown top-level field"
     )
     meta = _mapping(job.get("metadata"), "metadata")
     _refuse_unknown(meta, _META_KEYS, "metadata", "not kept (generateName is not supported: give a name)")
