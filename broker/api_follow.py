@@ -17,11 +17,11 @@ limiters (STREAMS each), never the API's default one.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Annotated, Any
 
 import anyio
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -31,7 +31,11 @@ from broker.ports import PodLogs
 from broker.schemas import EventView
 from broker.service import BrokerService
 
-__all__ = ["add_follow_routes"]
+__all__ = ["TenantFilter", "add_follow_routes", "everyone"]
+
+# Which tenants' jobs a caller may read (None: all of them). Authentication supplies it per request.
+TenantFilter = Callable[[str], bool] | None
+_TENANT_CACHE = 10_000
 
 BLOCK_MS = 1000
 # Long-lived streams block worker threads (XREAD BLOCK, a followed log's next chunk): they take their
@@ -61,8 +65,39 @@ def _message(stream_id: str, event: JobEvent) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(data), event="transition", id=stream_id)
 
 
+class _Visible:
+    """Which jobs' events a caller may see: every job (may_read None), or those of the tenants
+    may_read accepts; each job's tenant is read once per stream."""
+
+    def __init__(self, service: BrokerService, may_read: TenantFilter) -> None:
+        self.service, self.may_read = service, may_read
+        self.tenants: dict[str, str | None] = {}
+
+    def __call__(self, job_id: str) -> bool:
+        if self.may_read is None:
+            return True
+        if job_id not in self.tenants:
+            if len(self.tenants) > _TENANT_CACHE:
+                self.tenants.clear()
+            try:
+                self.tenants[job_id] = self.service.get(job_id).request.tenant
+            except NotFound:
+                self.tenants[job_id] = None
+        tenant = self.tenants[job_id]
+        return tenant is not None and self.may_read(tenant)
+
+
+def _allowed(visible: _Visible, job_ids: set[str]) -> set[str]:
+    return {j for j in job_ids if visible(j)}
+
+
 async def _events(
-    service: BrokerService, request: Request, job_id: str | None, after: str, limiter: anyio.CapacityLimiter
+    service: BrokerService,
+    request: Request,
+    job_id: str | None,
+    after: str,
+    limiter: anyio.CapacityLimiter,
+    visible: _Visible,
 ) -> AsyncIterator[ServerSentEvent]:
     cursor = after
     if cursor == "$":  # live from now: from the newest id, so nothing falls between two blocking reads
@@ -78,8 +113,15 @@ async def _events(
         rows = await anyio.to_thread.run_sync(
             service.store.read_events, job_id, cursor, BLOCK_MS, limiter=limiter
         )
+        allowed: set[str] = set()
+        if job_id is None and visible.may_read is not None:
+            allowed = await anyio.to_thread.run_sync(
+                _allowed, visible, {e.job_id for _, e in rows}, limiter=limiter
+            )
         for stream_id, event in rows:
             cursor = stream_id
+            if job_id is None and visible.may_read is not None and event.job_id not in allowed:
+                continue
             yield _message(stream_id, event)
             if job_id is not None and event.state.terminal:
                 return
@@ -126,8 +168,29 @@ def _log_chunks(
     return chunks()
 
 
-def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None) -> None:
-    """Register the SSE and log routes on the app (the log route answers 404 without a log source)."""
+def everyone() -> TenantFilter:
+    """The default reader: without authentication every caller sees every tenant's jobs."""
+    return None
+
+
+def add_follow_routes(
+    app: FastAPI,
+    service: BrokerService,
+    logs: PodLogs | None,
+    reader: Callable[..., TenantFilter] = everyone,
+) -> None:
+    """Register the SSE and log routes on the app (the log route answers 404 without a log source).
+
+    `reader` is a FastAPI dependency giving the caller's TenantFilter (None: every tenant); with
+    authentication it is built from the caller's token. Another tenant's job is 404 on every route, and
+    the fleet stream leaves its events out."""
+    caller_reads = Depends(reader)  # a default value: resolved per request by FastAPI
+
+    def readable(job_id: str, may_read: TenantFilter) -> None:
+        record = service.get(job_id)
+        if may_read is not None and not may_read(record.request.tenant):
+            raise NotFound(f"job {job_id} not found")
+
     event_reads = anyio.CapacityLimiter(STREAMS)  # bound to the app's event loop at first use
     log_reads = anyio.CapacityLimiter(STREAMS)
 
@@ -141,6 +204,7 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
     @app.get("/v1/events", response_model=None)
     async def fleet_events(
         request: Request,
+        may_read: TenantFilter = caller_reads,
         watch: bool = False,
         after: Annotated[str | None, Query(max_length=64)] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
@@ -148,7 +212,13 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
     ) -> Any:
         if not watch:
             start = after_of(last_event_id, after, "0-0")
-            rows = await anyio.to_thread.run_sync(lambda: service.store.read_events(None, start, count=limit))
+            visible = _Visible(service, may_read)
+
+            def read() -> list[tuple[str, JobEvent]]:
+                rows = service.store.read_events(None, start, count=limit)
+                return [(sid, e) for sid, e in rows if visible(e.job_id)]
+
+            rows = await anyio.to_thread.run_sync(read)
             return {
                 "items": [
                     {"id": sid, "jobId": e.job_id, **EventView.of(e).model_dump(by_alias=True)}
@@ -156,27 +226,43 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
                 ]
             }
         return EventSourceResponse(
-            _events(service, request, None, after_of(last_event_id, after, "$"), event_reads)
+            _events(
+                service,
+                request,
+                None,
+                after_of(last_event_id, after, "$"),
+                event_reads,
+                _Visible(service, may_read),
+            )
         )
 
     @app.get("/v1/jobs/{job_id}/events", response_model=None)
     async def job_events(
         job_id: str,
         request: Request,
+        may_read: TenantFilter = caller_reads,
         watch: bool = False,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
     ) -> Any:
-        await anyio.to_thread.run_sync(lambda: service.get(job_id))  # 404 before the stream starts
+        await anyio.to_thread.run_sync(readable, job_id, may_read)  # 404 before the stream starts
         if not watch:
             events = await anyio.to_thread.run_sync(lambda: service.events(job_id))
             return {"items": [EventView.of(e).model_dump(by_alias=True) for e in events]}
         return EventSourceResponse(
-            _events(service, request, job_id, after_of(last_event_id, None, "0-0"), event_reads)
+            _events(
+                service,
+                request,
+                job_id,
+                after_of(last_event_id, None, "0-0"),
+                event_reads,
+                _Visible(service, None),
+            )
         )
 
     @app.get("/v1/jobs/{job_id}/logs", response_model=None)
     async def job_logs(
         job_id: str,
+        may_read: TenantFilter = caller_reads,
         follow: bool = False,
         tail_lines: Annotated[int | None, Query(alias="tailLines", ge=0, le=100_000)] = None,
         timestamps: bool = False,
@@ -184,6 +270,7 @@ def add_follow_routes(app: FastAPI, service: BrokerService, logs: PodLogs | None
     ) -> StreamingResponse:
         if logs is None:
             raise NotFound("this broker has no log source for member clusters")
+        await anyio.to_thread.run_sync(readable, job_id, may_read)
         source = logs
         chunks = await anyio.to_thread.run_sync(
             lambda: _log_chunks(service, source, job_id, follow, tail_lines, timestamps, pod)

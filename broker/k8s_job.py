@@ -210,9 +210,7 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidRequest(
             "kind", f"expected apiVersion batch/v1 kind Job, got {job.get('apiVersion')} {job.get('kind')}"
         )
-    _refuse_unknown(
-        job, {"apiVersion", "kind", "metadata", "spec", "status"}, "", "unknown top-level field"
-    )
+    _refuse_unknown(job, {"apiVersion", "kind", "metadata", "spec", "status"}, "", "unknown top-level field")
     meta = _mapping(job.get("metadata"), "metadata")
     _refuse_unknown(meta, _META_KEYS, "metadata", "not kept (generateName is not supported: give a name)")
     native: dict[str, Any] = {}

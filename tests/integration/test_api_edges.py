@@ -12,12 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from adapters.kube import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api import create_app
-from broker.model import ClusterTraits
+from broker.api_follow import add_follow_routes
+from broker.errors import NotFound
+from broker.model import ClusterTraits, JobRequest
 from broker.service import BrokerService
 
 pytestmark = pytest.mark.integration
@@ -143,3 +147,27 @@ async def test_yaml_bodies_are_read_safely(api: httpx.AsyncClient) -> None:
     assert r.status_code == 422 and _fields(r) == ["(body)"]
     r = await api.post("/v1/jobs", json=[1, 2])
     assert r.status_code == 422 and "expected an object" in r.json()["message"]
+
+
+@pytest.mark.anyio
+async def test_the_follow_routes_show_a_caller_only_the_tenants_it_may_read(
+    app_service: BrokerService,
+) -> None:
+    """The hook authentication plugs in (a reader dependency): another tenant's job is 404 on every
+    follow route, and its transitions are left out of the fleet feed."""
+    app = FastAPI()
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:  # as broker.api answers it
+        return JSONResponse(status_code=404, content={"error": "not-found", "message": str(exc)})
+
+    add_follow_routes(app, app_service, KubeGateway({}), reader=lambda: lambda tenant: tenant == "team-a")
+    mine, _ = app_service.submit(JobRequest("mine", tenant="team-a", gpus_per_pod=1))
+    theirs, _ = app_service.submit(JobRequest("theirs", tenant="team-b", gpus_per_pod=1))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+        for path in ("events", "events?watch=1", "logs"):
+            r = await client.get(f"/v1/jobs/{theirs.id}/{path}")
+            assert r.status_code == 404, path
+        assert (await client.get(f"/v1/jobs/{mine.id}/events")).status_code == 200
+        seen = {e["jobId"] for e in (await client.get("/v1/events", params={"limit": 1000})).json()["items"]}
+        assert mine.id in seen and theirs.id not in seen
