@@ -38,6 +38,7 @@ from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import StoreError
+from broker.health import HealthThresholds
 from broker.model import ClusterSummary, ClusterTraits
 from broker.service import BrokerService, ServiceSettings
 
@@ -112,6 +113,11 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
             sock.bind((host, port))
     except OSError as e:
         raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
+    """The pollers' health machine, with settings.clusterLostSeconds."""
+    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
 
 
 def start_cluster_profiles(
@@ -199,6 +205,7 @@ def running_broker(
         prefix=cfg.settings.redis_prefix,
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
+        health=health_thresholds(cfg),
     )
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
