@@ -233,6 +233,18 @@ class KubeRest:
         out = orjson.loads(data) if data else {}
         return out if isinstance(out, dict) else {}
 
+    def open_stream(
+        self, path: str, query: Sequence[tuple[str, Any]] = (), read_timeout: float = 3600.0
+    ) -> urllib3.BaseHTTPResponse:
+        """A GET whose body the caller reads as a stream (pod logs); errors raised before any byte."""
+        resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
+        if resp.status >= 400:
+            try:
+                raise_for_status(self.cluster, resp.status, resp.data)
+            finally:
+                resp.release_conn()
+        return resp
+
     def probe(self, timeout: tuple[float, float] = (1.5, 2.0)) -> None:
         """A cheap liveness call (GET /version with the broker's credentials, a short deadline): returns on
         success, raises ClusterUnreachable / ClusterForbidden with the cause otherwise."""

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -37,6 +38,7 @@ from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
+from broker.errors import StoreError
 from broker.health import HealthThresholds
 from broker.model import ClusterSummary, ClusterTraits
 from broker.service import BrokerService, ServiceSettings
@@ -89,6 +91,33 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
         PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
         for c in cfg.clusters
     ]
+
+
+class StartupError(RuntimeError):
+    """The broker cannot start; the message is one line naming the cause."""
+
+
+def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
+    """What would otherwise fail deep inside a start, checked first: Redis answers, the port is free."""
+    url = cfg.settings.redis_url
+    shown = url.split("@")[-1]  # never print a password
+    try:
+        store = RedisStateStore(url, prefix=cfg.settings.redis_prefix)
+    except (ValueError, OSError) as e:
+        raise StartupError(f"redisUrl {shown!r}: {e}") from None
+    try:
+        if not store.ping():
+            raise StartupError(f"redisUrl {shown!r}: Redis does not answer")
+    except StoreError as e:
+        raise StartupError(f"redisUrl {shown!r}: {e}") from None
+    finally:
+        store.close()
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as e:
+        raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
@@ -163,8 +192,15 @@ def start_cluster_profiles(
 
 
 @contextlib.contextmanager
-def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
-    """Everything a broker process runs, started in order and stopped in reverse order."""
+def running_broker(
+    cfg: FleetConfig,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+) -> Iterator[Broker]:
+    """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
+    and tls_key, the API serves HTTPS."""
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     service, store, gateway = build_service(cfg)
@@ -180,7 +216,13 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(service, service.clock), host=host, port=port, log_level="warning", lifespan="off"
+            create_app(service, service.clock, max_body_bytes=cfg.settings.max_request_bytes, logs=gateway),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            ssl_certfile=str(tls_cert) if tls_cert else None,
+            ssl_keyfile=str(tls_key) if tls_key else None,
         )
     )
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
@@ -213,8 +255,11 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         telemetry.shutdown_tracing()
 
 
-def serve(config_path: Path, host: str, port: int) -> None:
-    """`gpufed serve`: run until interrupted."""
+def serve(
+    config_path: Path, host: str, port: int, tls_cert: Path | None = None, tls_key: Path | None = None
+) -> None:
+    """`gpufed serve`: run until interrupted. Startup problems raise StartupError or ConfigError (one
+    line each)."""
     logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
@@ -222,10 +267,17 @@ def serve(config_path: Path, host: str, port: int) -> None:
     redis_url = os.environ.get("REDIS_URL")  # the Helm chart passes the URL with its password here
     if redis_url:
         cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            raise StartupError(f"{flag}: no such file: {path}")
+    if (tls_cert is None) != (tls_key is None):
+        raise StartupError("--tls-cert and --tls-key go together")
+    check_startup(cfg, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with running_broker(cfg, host, port):
-        log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
+    scheme = "https" if tls_cert else "http"
+    with running_broker(cfg, host, port, tls_cert, tls_key):
+        log.info("gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters))
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
 
