@@ -8,7 +8,8 @@
     gpufed fleet [--nodes]                       capacity, queued demand; --nodes: per-node detail
     gpufed rbac --cluster NAME [-c clusters.yaml]  least-privilege manifests for a member cluster
 
-The server URL comes from --server or $GPUFED_URL (default http://127.0.0.1:8080). Commands that need
+The server URL comes from --server or $GPUFED_URL (default http://127.0.0.1:8080), the bearer token from
+`gpufed --token TOKEN ...` or $GPUFED_TOKEN (docs/tenancy.md). Commands that need
 adapters (serve, demo, probe) reach them through broker.main, the composition root.
 """
 
@@ -42,8 +43,26 @@ ServerOpt = Annotated[
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
 
+# The bearer token sent on every call: --token (before the command) or $GPUFED_TOKEN (docs/tenancy.md).
+_token: str | None = None
+
+
+@app.callback()
+def _options(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", envvar="GPUFED_TOKEN", help="bearer token for the broker", show_default=False
+        ),
+    ] = None,
+) -> None:
+    global _token
+    _token = token or None
+
+
 def _client(server: str) -> httpx.Client:
-    return httpx.Client(base_url=server, timeout=30.0)
+    headers = {"Authorization": f"Bearer {_token}"} if _token else {}
+    return httpx.Client(base_url=server, timeout=30.0, headers=headers)
 
 
 def _call(server: str, method: str, path: str, **kwargs: Any) -> Any:
@@ -77,11 +96,17 @@ def serve(
     config: Annotated[Path, typer.Option("--config", "-c", help="clusters.yaml")] = Path("clusters.yaml"),
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8080,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth", help="serve without authentication, every caller an admin (local play only)"
+        ),
+    ] = False,
 ) -> None:
     """Run the broker: the HTTP API, the scheduling loop and the Ray poller actors."""
     from broker import main as composition
 
-    composition.serve(config, host, port)
+    composition.serve(config, host, port, insecure_no_auth=insecure_no_auth)
 
 
 @app.command()

@@ -3,7 +3,8 @@
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
-                              config file's settings.redisUrl
+                              config file's settings.redisUrl. Both refuse to start without auth.tokensFile
+                              unless insecure_no_auth (`gpufed serve --insecure-no-auth`).
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -28,9 +29,11 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
 from broker.api import create_app
-from broker.config import FleetConfig, load_fleet_config
+from broker.auth import TokenTable
+from broker.config import FleetConfig, load_fleet_config, load_tokens
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
+from broker.errors import ConfigError
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Kub
         ServiceSettings(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
+            queue=settings.queue_policy(),
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
@@ -78,9 +82,28 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     ]
 
 
+def token_table(cfg: FleetConfig, insecure_no_auth: bool) -> TokenTable | None:
+    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error."""
+    if cfg.auth is not None:
+        if insecure_no_auth:
+            raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
+        return load_tokens(cfg.auth.tokens_file)
+    if insecure_no_auth:
+        log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
+        return None
+    raise ConfigError(
+        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
+        "or pass --insecure-no-auth for local play"
+    )
+
+
 @contextlib.contextmanager
-def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
-    """Everything a broker process runs, started in order and stopped in reverse order."""
+def running_broker(
+    cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080, insecure_no_auth: bool = False
+) -> Iterator[Broker]:
+    """Everything a broker process runs, started in order and stopped in reverse order. Refuses to start
+    without auth.tokensFile unless `insecure_no_auth`."""
+    tokens = token_table(cfg, insecure_no_auth)
     service, store, gateway = build_service(cfg)
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
@@ -93,7 +116,11 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(service, service.clock), host=host, port=port, log_level="warning", lifespan="off"
+            create_app(service, service.clock, tokens=tokens),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
         )
     )
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
@@ -118,7 +145,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         telemetry.shutdown_tracing()
 
 
-def serve(config_path: Path, host: str, port: int) -> None:
+def serve(config_path: Path, host: str, port: int, insecure_no_auth: bool = False) -> None:
     """`gpufed serve`: run until interrupted."""
     logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
     for handler in logging.getLogger().handlers:
@@ -129,7 +156,8 @@ def serve(config_path: Path, host: str, port: int) -> None:
         cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with running_broker(cfg, host, port):
+    token_table(cfg, insecure_no_auth)  # refuse before anything starts
+    with running_broker(cfg, host, port, insecure_no_auth=insecure_no_auth):
         log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
