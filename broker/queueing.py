@@ -33,10 +33,11 @@ Pure (no I/O, no clock). Owns three rules, documented with examples in docs/tena
 
 from __future__ import annotations
 
-import heapq
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
 from broker.model import ClusterSummary, JobRecord, JobRequest, Placement
 
@@ -83,8 +84,7 @@ class QueuePolicy:
         return t is not None and bool(t.quotas)
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     """A queued job's place: its 1-based position, why it waits, and what it may use now."""
 
     record: JobRecord
@@ -154,80 +154,93 @@ def fleet_capacity(summaries: Iterable[ClusterSummary]) -> tuple[dict[str, int],
     return dict(capacity), dict(free)
 
 
-def _candidate_keys(request: JobRequest, capacity: Mapping[str, int]) -> tuple[str, ...]:
-    """The quota keys a job could be charged to: its products (or every product the fleet has), or its
-    MIG profile (or every profile the fleet has, for MIG by need)."""
-    if request.wants_mig:
-        if request.mig_profile:
-            return (mig_key(request.mig_profile),)
-        return tuple(sorted(k for k in capacity if k.startswith("mig-")))
-    if request.gpu_products:
-        return request.gpu_products
-    return tuple(sorted(k for k in capacity if k != ALL_GPUS and not k.startswith("mig-")))
+class _Job(NamedTuple):
+    """What the queue needs of a queued job, read once per pass."""
+
+    record: JobRecord
+    tenant: str
+    priority: int
+    need: int
+    charge: str | None  # the key it is charged to for fair share before it is placed
+    keys: tuple[str, ...]  # the quota keys it could be charged to
 
 
-def _charge_key(request: JobRequest) -> str | None:
-    """The key a queued job is charged to for fair share before it is placed."""
-    if request.wants_mig:
-        return mig_key(request.mig_profile) if request.mig_profile else None
-    if len(request.gpu_products) == 1:
-        return request.gpu_products[0]
-    return ALL_GPUS
+_AGE = attrgetter("created_at", "id")
 
 
-class _Shares:
-    """Dominant shares per tenant, updated as jobs are put in order."""
+def _jobs(queued: Iterable[JobRecord], policy: QueuePolicy, capacity: Mapping[str, int]) -> list[_Job]:
+    any_product = tuple(sorted(k for k in capacity if k != ALL_GPUS and not k.startswith("mig-")))
+    any_profile = tuple(sorted(k for k in capacity if k.startswith("mig-")))
+    prio = policy.priorities
+    out: list[_Job] = []
+    for r in sorted(queued, key=_AGE):  # oldest first: each tenant's queue keeps this order
+        req = r.request
+        if req.mig_profile is not None or req.mig_need is not None:
+            need = max(1, req.mig_slices_per_pod * req.pods)
+            charge: str | None
+            keys: tuple[str, ...]
+            if req.mig_profile:
+                profile_key = mig_key(req.mig_profile)
+                charge, keys = profile_key, (profile_key,)
+            else:
+                charge, keys = None, any_profile
+        else:
+            need = req.gpus_per_pod * req.pods
+            keys = req.gpu_products or any_product
+            charge = req.gpu_products[0] if len(req.gpu_products) == 1 else ALL_GPUS
+        out.append(_Job(r, req.tenant, prio.get(req.priority_class or "", 0), need, charge, keys))
+    return out
 
-    def __init__(self, used: Usage, capacity: Mapping[str, int], policy: QueuePolicy) -> None:
-        self.used: dict[str, dict[str, int]] = {t: dict(keys) for t, keys in used.items()}
-        self.capacity = capacity
-        self.policy = policy
 
-    def share(self, tenant: str) -> float:
-        keys = self.used.get(tenant)
-        if not keys:
-            return 0.0
-        top = 0.0
-        for k, units in keys.items():
-            cap = self.capacity.get(k, 0)
-            if cap > 0 and units / cap > top:
-                top = units / cap
-        return top / self.policy.weight(tenant)
+def _order(jobs: list[_Job], used: Usage, capacity: Mapping[str, int], policy: QueuePolicy) -> list[_Job]:
+    """`jobs` oldest first. A tenant's share only grows with its own jobs, so the share each job is
+    offered at is known from one walk in age order; within a priority, a stable sort by that share is
+    the greedy "lowest share next, then the oldest" merge of the tenants' queues."""
+    levels: dict[int, list[_Job]] = defaultdict(list)
+    for j in jobs:
+        levels[j.priority].append(j)
+    inverse = {k: 1.0 / c for k, c in capacity.items() if c > 0}
+    usage: dict[str, dict[str, int]] = {t: dict(keys) for t, keys in used.items()}
+    # Usage only grows while the order is built, so a tenant's dominant share is a running maximum.
+    dominant: dict[str, float] = {
+        t: max((u * inverse.get(k, 0.0) for k, u in keys.items()), default=0.0) for t, keys in usage.items()
+    }
+    weights: dict[str, float] = {}
+    out: list[_Job] = []
+    for prio in sorted(levels, reverse=True):
+        keyed: list[tuple[float, _Job]] = []
+        for job in levels[prio]:
+            tenant = job.tenant
+            weight = weights.get(tenant)
+            if weight is None:
+                weight = weights[tenant] = policy.weight(tenant)
+            top = dominant.get(tenant, 0.0)
+            keyed.append((top / weight, job))
+            key = job.charge
+            if key is None:
+                continue
+            mine = usage.get(tenant)
+            if mine is None:
+                mine = usage[tenant] = {}
+            for k in (key,) if key == ALL_GPUS or key.startswith("mig-") else (key, ALL_GPUS):
+                units = mine.get(k, 0) + job.need
+                mine[k] = units
+                ratio = units * inverse.get(k, 0.0)
+                top = max(top, ratio)
+            dominant[tenant] = top
+        keyed.sort(key=_SHARE)  # stable: equal shares stay oldest first
+        out.extend(j for _, j in keyed)
+    return out
 
-    def charge(self, request: JobRequest) -> None:
-        key = _charge_key(request)
-        if key is None:
-            return
-        keys = self.used.setdefault(request.tenant, {})
-        keys[key] = keys.get(key, 0) + need_of(request)
-        if key != ALL_GPUS and not key.startswith("mig-"):
-            keys[ALL_GPUS] = keys.get(ALL_GPUS, 0) + need_of(request)
+
+_SHARE = itemgetter(0)
 
 
 def order(
     queued: Iterable[JobRecord], used: Usage, capacity: Mapping[str, int], policy: QueuePolicy
 ) -> list[JobRecord]:
     """Queued jobs in the order they are offered: priority, then dominant-resource fair share, then age."""
-    levels: dict[int, dict[str, list[JobRecord]]] = defaultdict(lambda: defaultdict(list))
-    for r in queued:
-        levels[policy.priority(r.request)][r.request.tenant].append(r)
-    shares = _Shares(used, capacity, policy)
-    out: list[JobRecord] = []
-    for prio in sorted(levels, reverse=True):
-        queues = {
-            t: deque(sorted(jobs, key=lambda r: (r.created_at, r.id))) for t, jobs in levels[prio].items()
-        }
-        heap = [(shares.share(t), q[0].created_at, q[0].id, t) for t, q in queues.items()]
-        heapq.heapify(heap)
-        while heap:
-            _, _, _, tenant = heapq.heappop(heap)
-            q = queues[tenant]
-            job = q.popleft()
-            out.append(job)
-            shares.charge(job.request)
-            if q:
-                heapq.heappush(heap, (shares.share(tenant), q[0].created_at, q[0].id, tenant))
-    return out
+    return [j.record for j in _order(_jobs(queued, policy, capacity), used, capacity, policy)]
 
 
 def plan(
@@ -239,82 +252,96 @@ def plan(
 ) -> list[Slot]:
     """One pass of the queue: order, quotas and borrowing. A Slot per queued job, in order."""
     used = usage_of(active)
-    ordered = order(queued, used, capacity, policy)
-    prios = [policy.priority(r.request) for r in ordered]
-    higher = _higher_ahead(prios)
-    if not any(policy.has_quotas(r.request.tenant) for r in ordered):
-        return [Slot(r, i + 1, prios[i], higher[i]) for i, r in enumerate(ordered)]
+    ordered = _order(_jobs(queued, policy, capacity), used, capacity, policy)
+    higher = _higher_ahead([j.priority for j in ordered])
+    limited = {t for t in {j.tenant for j in ordered} if policy.has_quotas(t)}
+    if not limited:
+        return [Slot(j.record, i + 1, j.priority, higher[i]) for i, j in enumerate(ordered)]
 
-    held: dict[str, dict[str, int]] = {t: dict(keys) for t, keys in used.items()}
-    keys_of = [_candidate_keys(r.request, capacity) for r in ordered]
-    # What tenants within their quota wait for, per key and per tenant (walked in order, cumulatively).
+    quotas = {t: policy.tenants[t].quotas for t in limited}
+    held: dict[str, dict[str, int]] = {t: dict(used.get(t, {})) for t in limited}
+    # What tenants within their quota wait for, per key, in total and per tenant: walked in order,
+    # cumulatively; a job's claim is released when the main walk reaches it.
     waiting: dict[str, int] = defaultdict(int)
-    waiting_by: dict[tuple[str, str], int] = defaultdict(int)
-    claim_at: list[str | None] = []  # the key each job's within-quota claim is counted on
-    tentative: dict[str, dict[str, int]] = {t: dict(keys) for t, keys in used.items()}
-    for r, keys in zip(ordered, keys_of, strict=True):
-        tenant, need = r.request.tenant, need_of(r.request)
-        mine = tentative.setdefault(tenant, {})
-        ok: set[str] = set()
-        for k in keys:
-            quota = policy.quota(tenant, k)
-            if quota is not None and mine.get(k, 0) + need <= quota:
-                ok.add(k)
-        first = next((k for k in keys if k in ok), None)
-        claim_at.append(first)
-        if first is not None:
-            mine[first] = mine.get(first, 0) + need
-            waiting[first] += need
-            waiting_by[(tenant, first)] += need
+    waiting_by: dict[str, dict[str, int]] = {t: defaultdict(int) for t in limited}
+    claim_at: list[str | None] = [None] * len(ordered)
+    tentative: dict[str, dict[str, int]] = {t: dict(used.get(t, {})) for t in limited}
+    for i, j in enumerate(ordered):
+        quota = quotas.get(j.tenant)
+        if quota is None:
+            continue
+        mine, need = tentative[j.tenant], j.need
+        for k in j.keys:
+            q = quota.get(k)
+            if q is not None and mine.get(k, 0) + need <= q:
+                mine[k] = mine.get(k, 0) + need
+                waiting[k] += need
+                waiting_by[j.tenant][k] += need
+                claim_at[i] = k
+                break
     left = dict(free)
     slots: list[Slot] = []
-    for i, (r, keys) in enumerate(zip(ordered, keys_of, strict=True)):
-        tenant, need = r.request.tenant, need_of(r.request)
-        mine = held.setdefault(tenant, {})
+    append = slots.append
+    for i, j in enumerate(ordered):
+        tenant, need, keys = j.tenant, j.need, j.keys
+        quota = quotas.get(tenant)
+        if quota is None:  # no quotas: offered as asked; what it takes is no longer idle
+            if keys:
+                left[keys[0]] = left.get(keys[0], 0) - need
+            append(Slot(j.record, i + 1, j.priority, higher[i]))
+            continue
+        mine = held[tenant]
+        mine_waiting = waiting_by[tenant]
         claim = claim_at[i]
         if claim is not None:  # its own claim no longer holds anything back: it is being decided now
             waiting[claim] -= need
-            waiting_by[(tenant, claim)] -= need
+            mine_waiting[claim] -= need
         allowed: list[str] = []
         borrowing: list[str] = []
-        refused: list[str] = []
+        refused = 0
+        first_refused: tuple[str, int, int] | None = None  # (key, quota, idle): formatted only if held
         for k in keys:
-            quota = policy.quota(tenant, k)
-            if quota is None or mine.get(k, 0) + need <= quota:
+            q = quota.get(k)
+            if q is None or mine.get(k, 0) + need <= q:
                 allowed.append(k)
                 continue
-            others = waiting[k] - waiting_by[(tenant, k)]
-            if left.get(k, 0) - others >= need:
+            idle = left.get(k, 0)
+            if idle - (waiting[k] - mine_waiting[k]) >= need:
                 allowed.append(k)
                 borrowing.append(k)
-            else:
-                idle = left.get(k, 0)
-                why = f"tenant {tenant} over its {k} quota {mine.get(k, 0)}/{quota}" + (
-                    f"; the {idle} idle are claimed by tenants within their quota"
-                    if idle >= need
-                    else f"; {idle} idle to borrow, needs {need}"
-                )
-                refused.append(why)
+                continue
+            refused += 1
+            if first_refused is None:
+                first_refused = (k, q, idle)
         if not allowed:
-            more = f" (and {len(refused) - 1} other product(s))" if len(refused) > 1 else ""
-            slots.append(Slot(r, i + 1, prios[i], higher[i], blocked=refused[0] + more))
+            if first_refused is None:  # no key at all (MIG by need, no MIG in the fleet): placement says why
+                append(Slot(j.record, i + 1, j.priority, higher[i]))
+                continue
+            k, q, idle = first_refused
+            tail = (
+                f"the {idle} idle are claimed by tenants within their quota"
+                if idle >= need
+                else f"{max(0, idle)} idle to borrow, needs {need}"
+            )
+            more = f" (and {refused - 1} other product(s))" if refused > 1 else ""
+            why = f"tenant {tenant} over its {k} quota {mine.get(k, 0)}/{q}; {tail}{more}"
+            append(Slot(j.record, i + 1, j.priority, higher[i], blocked=why))
             continue
         charged = allowed[0]
         mine[charged] = mine.get(charged, 0) + need
         left[charged] = left.get(charged, 0) - need
-        narrowed = None
-        if not r.request.wants_mig and len(allowed) < len(keys):
-            narrowed = tuple(allowed)
-        slots.append(Slot(r, i + 1, prios[i], higher[i], products=narrowed, borrowing=tuple(borrowing)))
+        narrowed = (
+            tuple(allowed)
+            if len(allowed) < len(keys) and j.charge is not None and not j.charge.startswith("mig-")
+            else None
+        )
+        append(Slot(j.record, i + 1, j.priority, higher[i], None, narrowed, tuple(borrowing)))
     return slots
 
 
 def _higher_ahead(prios: Sequence[int]) -> list[int]:
     """For each position, how many jobs ahead have a strictly higher priority (prios is descending)."""
     out: list[int] = []
-    start = 0
-    for i, p in enumerate(prios):
-        if i and p != prios[i - 1]:
-            start = i
-        out.append(start)
+    for p in sorted(set(prios), reverse=True):
+        out.extend([len(out)] * prios.count(p))
     return out
