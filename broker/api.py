@@ -77,6 +77,25 @@ class AuthError(Exception):
         self.code = code
 
 
+def _caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The authenticated caller of a /v1 request (the app's token table is in app.state.tokens)."""
+    tokens: TokenTable | None = request.app.state.tokens
+    if tokens is None:
+        return ANONYMOUS_ADMIN
+    if not authorization:
+        raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError(401, "the Authorization header must be: Bearer <token>")
+    principal = tokens.authenticate(token.strip())
+    if principal is None:
+        raise AuthError(401, "unknown or revoked token")
+    return principal
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
 def status_body(code: int, message: str) -> dict[str, Any]:
     """A Kubernetes-style Status object (meta/v1 Status) for a refused request."""
     reason = {401: "Unauthorized", 403: "Forbidden"}.get(code, "Unknown")
@@ -113,21 +132,7 @@ def create_app(
     """The API. `tokens` None runs without authentication (every caller an admin): the composition root
     passes None only for an explicit --insecure-no-auth."""
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
-
-    def caller(authorization: Annotated[str | None, Header()] = None) -> Principal:
-        if tokens is None:
-            return ANONYMOUS_ADMIN
-        if not authorization:
-            raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise AuthError(401, "the Authorization header must be: Bearer <token>")
-        principal = tokens.authenticate(token.strip())
-        if principal is None:
-            raise AuthError(401, "unknown or revoked token")
-        return principal
-
-    Caller = Annotated[Principal, Depends(caller)]  # noqa: N806 (a type alias)
+    app.state.tokens = tokens
 
     def visible(principal: Principal, job_id: str) -> JobRecord:
         """The job, if this caller may see it; another tenant's job does not exist for a user."""
