@@ -252,7 +252,7 @@ def test_the_job_view_shows_the_queue_position_and_why(api: Api) -> None:
 def test_serve_refuses_to_start_without_auth_unless_told(tmp_path: Path, tokens_file: Path) -> None:
     raw: dict[str, Any] = {"clusters": [{"name": "c1", "kubeconfig": "c1.kubeconfig"}]}
     bare = parse_fleet_config(raw, "clusters.yaml", tmp_path)
-    with pytest.raises(ConfigError, match="no authentication configured.*--insecure-no-auth"):
+    with pytest.raises(ConfigError, match=r"no authentication configured.*--insecure-no-auth"):
         token_table(bare, insecure_no_auth=False)
     assert token_table(bare, insecure_no_auth=True) is None
     with_auth = parse_fleet_config(
