@@ -3,8 +3,9 @@
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
-                              config file's settings.redisUrl. Both refuse to start without auth.tokensFile
-                              unless insecure_no_auth (`gpufed serve --insecure-no-auth`).
+                              config file's settings.redisUrl, GPUFED_TOKENS_FILE its auth.tokensFile. Both
+                              refuse to start without a tokens file unless insecure_no_auth
+                              (`gpufed serve --insecure-no-auth`).
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -30,7 +31,7 @@ from adapters.system_clock import SystemClock
 from broker import telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
-from broker.config import FleetConfig, load_fleet_config, load_tokens
+from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError
@@ -156,6 +157,9 @@ def serve(config_path: Path, host: str, port: int, insecure_no_auth: bool = Fals
         cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
+    if tokens_file:
+        cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
     token_table(cfg, insecure_no_auth)  # refuse before anything starts
     with running_broker(cfg, host, port, insecure_no_auth=insecure_no_auth):
         log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))

@@ -7,6 +7,7 @@ broker creates is read back with the official kubernetes client, as an operator 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -290,6 +291,7 @@ def test_fleet_node_detail_says_what_each_node_offers_and_why_not(broker_url: st
 
     cli = subprocess.run(
         [str(REPO / ".venv" / "bin" / "gpufed"), "fleet", "--nodes", "--server", broker_url],
+        env={**os.environ, "GPUFED_TOKEN": AUTH["Authorization"].removeprefix("Bearer ")},  # the CLI's token
         capture_output=True,
         text=True,
         timeout=60,
