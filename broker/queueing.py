@@ -296,6 +296,11 @@ def plan(
         if claim is not None:  # its own claim no longer holds anything back: it is being decided now
             waiting[claim] -= need
             mine_waiting[claim] -= need
+            if claim == keys[0] and mine.get(claim, 0) + need <= quota[claim]:  # within on its first choice
+                mine[claim] = mine.get(claim, 0) + need
+                left[claim] = left.get(claim, 0) - need
+                append(Slot(j.record, i + 1, j.priority, higher[i]))
+                continue
         allowed: list[str] = []
         borrowing: list[str] = []
         refused = 0
