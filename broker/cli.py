@@ -153,10 +153,12 @@ def _spec_from_flags(
     numa: bool,
     burst: bool,
     duration: float | None,
-    tenant: str,
+    tenant: str | None,
     priority_class: str | None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": name, "gpus": gpus, "pods": pods, "tenant": tenant}
+    spec: dict[str, Any] = {"name": name, "gpus": gpus, "pods": pods}
+    if tenant:  # else the token's tenant (only an admin may name another)
+        spec["tenant"] = tenant
     if product:
         spec["gpuProducts"] = product
     if mig_profile or mig_memory_gb:
@@ -185,7 +187,9 @@ def submit(
     numa: Annotated[bool, typer.Option(help="all GPUs of a pod inside one NUMA zone")] = False,
     burst: Annotated[bool, typer.Option(help="may run on a public-cloud cluster")] = False,
     duration: Annotated[float | None, typer.Option(help="simulated run time in seconds")] = None,
-    tenant: Annotated[str, typer.Option(help="tenant")] = "default",
+    tenant: Annotated[
+        str | None, typer.Option(help="tenant (default: the token's; only an admin may name another)")
+    ] = None,
     priority_class: Annotated[str | None, typer.Option(help="priority class")] = None,
     idempotency_key: Annotated[
         str | None, typer.Option(help="resubmitting with the same key is harmless")
