@@ -291,9 +291,18 @@ class BrokerService:
 
     def _queue_plan(self, queued: list[JobRecord], offered: list[ClusterSummary]) -> list[queueing.Slot]:
         """The queue's order and quota verdicts for this pass, over the jobs holding GPUs now."""
-        active = self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
+        policy = self.settings.queue_policy()
+        tenants = {r.request.tenant for r in queued}
+        # What tenants hold matters only to share between several, or to quotas: one tenant without
+        # quotas is ordered by priority and age, and the placed jobs need not be read.
+        needs_usage = len(tenants) > 1 or any(policy.has_quotas(t) for t in tenants)
+        active = (
+            self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
+            if needs_usage
+            else []
+        )
         capacity, free = queueing.fleet_capacity(offered)
-        return queueing.plan(queued, active, self.settings.queue_policy(), capacity, free)
+        return queueing.plan(queued, active, policy, capacity, free)
 
     def queue_slots(self) -> dict[str, queueing.Slot]:
         """Every queued job's place in the queue now (for the job view), by job id."""
