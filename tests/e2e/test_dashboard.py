@@ -126,6 +126,7 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     # the queue says why the big job waits
     row = page.locator("#queue-table tbody tr", has_text="too-big")
     expect(row).to_contain_text("0/3 clusters are available")
+    expect(row).to_contain_text("first in the queue")  # its place in the global queue (docs/tenancy.md)
 
     # per-node detail on request: the heatmap and the table, with why a node offers nothing
     page.get_by_label("Show every GPU node").check()

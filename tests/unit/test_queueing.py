@@ -4,10 +4,13 @@ borrowing; the reason a job waits. Pure: no Redis, no clock."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from broker import queueing
+from broker.config import parse_fleet_config
+from broker.errors import ConfigError
 from broker.model import (
     ClusterSummary,
     Health,
@@ -258,3 +261,25 @@ def test_fleet_capacity_adds_products_mig_profiles_and_all_gpus() -> None:
     capacity, free = queueing.fleet_capacity([summary("a", H100, 16, 4, 7), summary("b", A100, 8, 8, 3)])
     assert capacity == {H100: 16, A100: 8, "*": 24, "mig-1g.10gb": 14}
     assert free == {H100: 4, A100: 8, "*": 12, "mig-1g.10gb": 10}
+
+
+def test_settings_declare_priority_classes_weights_and_quotas(tmp_path: Path) -> None:
+    raw = {
+        "clusters": [{"name": "c1", "kubeconfig": "c1.kubeconfig"}],
+        "settings": {
+            "priorityClasses": {"production": 1000, "preemptible": -100},
+            "tenants": {"ml-research": {"weight": 2, "quotas": {H100: 16, "mig-1g.10gb": 14}}},
+        },
+    }
+    policy = parse_fleet_config(raw, "clusters.yaml", tmp_path).settings.queue_policy()
+    assert policy.priorities == {"production": 1000, "preemptible": -100}
+    assert policy.tenants == {"ml-research": TenantPolicy(2.0, {H100: 16, "mig-1g.10gb": 14})}
+
+    bad = {**raw, "settings": {"tenants": {"ml-research": {"quotas": {H100: -1}}}}}
+    with pytest.raises(
+        ConfigError, match=r"settings\.tenants\.ml-research\.quotas: H100-80GB: a quota must be >= 0"
+    ):
+        parse_fleet_config(bad, "clusters.yaml", tmp_path)
+    bad = {**raw, "settings": {"tenants": {"ML": {}}}}
+    with pytest.raises(ConfigError, match=r"settings\.tenants: 'ML': a tenant name is a DNS label"):
+        parse_fleet_config(bad, "clusters.yaml", tmp_path)
