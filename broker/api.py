@@ -2,7 +2,8 @@
 
     POST   /v1/jobs              submit (header Idempotency-Key: the same key returns the same job)
     GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
-    GET    /v1/jobs/{id}         one job, with its placement and the reason for its state
+    GET    /v1/jobs/{id}         one job, with its placement and the reason for its state; a queued one
+                                 with queuePosition and queueReason (broker.queueing)
     DELETE /v1/jobs/{id}         cancel
     GET    /v1/jobs/{id}/events  the job's transitions, oldest first
     POST   /v1/explain           dry run: where a job would go and every cluster's verdict
@@ -149,9 +150,8 @@ def create_app(
         return body
 
     def slots_for(records: list[JobRecord]) -> Mapping[str, queueing.Slot]:
-        if not any(r.state is JobState.QUEUED for r in records):
-            return {}
-        return service.queue_slots()
+        queued = [r.id for r in records if r.state is JobState.QUEUED]
+        return service.queue_slots(queued) if queued else {}
 
     @app.exception_handler(AuthError)
     async def _auth(_: Request, exc: AuthError) -> JSONResponse:

@@ -286,6 +286,7 @@ def plan(
                 claim_at[i] = k
                 break
     left = dict(free)
+    reasons: dict[tuple[str, str, int, int, int, int, int], str] = {}
     slots: list[Slot] = []
     append = slots.append
     for i, j in enumerate(ordered):
@@ -329,13 +330,10 @@ def plan(
                 append(_new(Slot, (j.record, i + 1, j.priority, higher[i], None, None, ())))
                 continue
             k, q, idle = first_refused
-            tail = (
-                f"the {idle} idle are claimed by tenants within their quota"
-                if idle >= need
-                else f"{max(0, idle)} idle to borrow, needs {need}"
-            )
-            more = f" (and {refused - 1} other product(s))" if refused > 1 else ""
-            why = f"tenant {tenant} over its {k} quota {mine.get(k, 0)}/{q}; {tail}{more}"
+            facts = (tenant, k, mine.get(k, 0), q, idle, need, refused)
+            why = reasons.get(facts)
+            if why is None:  # held jobs of one tenant mostly share their reason: format it once
+                why = reasons[facts] = _held_reason(*facts)
             append(_new(Slot, (j.record, i + 1, j.priority, higher[i], why, None, ())))
             continue
         charged = allowed[0]
@@ -348,6 +346,17 @@ def plan(
         )
         append(_new(Slot, (j.record, i + 1, j.priority, higher[i], None, narrowed, tuple(borrowing))))
     return slots
+
+
+def _held_reason(tenant: str, key: str, held: int, quota: int, idle: int, need: int, refused: int) -> str:
+    """Why a quota holds a job back: the rule, the numbers, and why it cannot borrow."""
+    tail = (
+        f"the {idle} idle are claimed by tenants within their quota"
+        if idle >= need
+        else f"{max(0, idle)} idle to borrow, needs {need}"
+    )
+    more = f" (and {refused - 1} other product(s))" if refused > 1 else ""
+    return f"tenant {tenant} over its {key} quota {held}/{quota}; {tail}{more}"
 
 
 def _higher_ahead(prios: Sequence[int]) -> list[int]:

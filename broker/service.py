@@ -28,7 +28,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from broker import catalog, failover, hints, lifecycle, placement, queueing, telemetry
@@ -66,6 +66,8 @@ _RESERVE_ATTEMPTS = 3
 # A job that could not fit is looked at again when the cache changed, or after this long regardless
 # (reservations expire without any write).
 _NOFIT_RECHECK_SECONDS = 5.0
+# The queue view (positions and why) is computed again at most this often.
+_QUEUE_VIEW_TTL_SECONDS = 1.0
 # The product names the fleet shows, for submit's validation: read again at most this often.
 _KNOWN_PRODUCTS_TTL_SECONDS = 5.0
 
@@ -119,6 +121,7 @@ class BrokerService:
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
         self._health_seen: dict[str, Health] = {}
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
+        self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -304,11 +307,22 @@ class BrokerService:
         capacity, free = queueing.fleet_capacity(offered)
         return queueing.plan(queued, active, policy, capacity, free)
 
-    def queue_slots(self) -> dict[str, queueing.Slot]:
-        """Every queued job's place in the queue now (for the job view), by job id."""
-        queued = self.store.list_jobs([JobState.QUEUED])
-        offered = [s for s in self.store.placeable_summaries(self.clock.now()) if s.cluster in self.traits]
-        return {slot.record.id: slot for slot in self._queue_plan(queued, offered)}
+    def queue_slots(self, including: Iterable[str] = ()) -> dict[str, queueing.Slot]:
+        """Every queued job's place in the queue (for the job view), by job id; computed at most once a
+        second however many readers poll (the dashboard, `gpufed get`), unless a job in `including`
+        is not in the last view (submitted since)."""
+        now = self.clock.now()
+        if (
+            self._slots is not None
+            and 0 <= now - self._slots[0] < _QUEUE_VIEW_TTL_SECONDS
+            and all(i in self._slots[1] for i in including)
+        ):
+            return self._slots[1]
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        slots = {slot.record.id: slot for slot in self._queue_plan(queued, offered)}
+        self._slots = (now, slots)
+        return slots
 
     def _hold(self, record: JobRecord, why: str, now: float) -> list[JobRecord]:
         """A job the queue holds back (a quota): its reason says which rule, saved when it changed."""
