@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 import yaml
 
 from adapters.redis_store import RedisStateStore
@@ -36,9 +39,11 @@ from broker.model import (
     WorkloadStatus,
 )
 from broker.service import BrokerService, ServiceSettings
+from tests.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0
 TOKENS = {
     "alice": "alice-token-0123456789",
@@ -316,3 +321,58 @@ def test_quotas_with_borrowing_in_a_scheduling_pass(
     if held_reason is not None:
         assert got["r2"].reason == held_reason
         assert got["r2"].state is JobState.QUEUED
+
+
+# --------------------------------------------------------------------------- the CLI's token
+
+
+@pytest.fixture
+def served(api: Api) -> Iterator[str]:
+    """The same app served over real HTTP (uvicorn in a thread) for the CLI."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(api.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=30, what="the API to listen")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _gpufed(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "GPUFED_TOKEN"}
+    if token is not None:
+        env["GPUFED_TOKEN"] = token
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "gpufed"), *args],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_cli_sends_the_token_from_the_flag_or_the_environment(api: Api, served: str) -> None:
+    mine = api.submit("alice", "alice-job")
+    api.submit("bob", "bob-job")
+
+    by_flag = _gpufed("--token", TOKENS["alice"], "jobs", "--server", served)
+    assert by_flag.returncode == 0, by_flag.stderr
+    assert mine["id"] in by_flag.stdout and "bob-job" not in by_flag.stdout
+
+    by_env = _gpufed("get", mine["id"], "--server", served, token=TOKENS["alice"])
+    assert by_env.returncode == 0, by_env.stderr
+    assert '"queuePosition"' in by_env.stdout
+
+    submitted = _gpufed("submit", "from-cli", "--gpus", "1", "--server", served, token=TOKENS["bob"])
+    assert submitted.returncode == 0, submitted.stderr
+    assert any(j["name"] == "from-cli" for j in api.call("bob", "GET", "/v1/jobs").json()["items"])
+
+    refused = _gpufed("jobs", "--server", served)
+    assert refused.returncode != 0
+    assert "no bearer token" in refused.stderr
