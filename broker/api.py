@@ -6,7 +6,8 @@
                                  with queuePosition and queueReason (broker.queueing)
     DELETE /v1/jobs/{id}         cancel
     GET    /v1/jobs/{id}/events  the job's transitions, oldest first
-    POST   /v1/explain           dry run: where a job would go and every cluster's verdict
+    POST   /v1/explain           dry run: where a job would go and every cluster's verdict, and where it
+                                 would stand in the queue (position, why, whether a quota holds it)
     GET    /v1/fleet             capacity per cluster and product (whole, MIG, time-sliced, NUMA) beside the
                                  queued demand per product; ?nodes=true adds each cluster's node table
     GET    /v1/clusters          the member clusters as declared, with health
@@ -264,9 +265,20 @@ def create_app(
 
     @app.post("/v1/explain")
     def explain(spec: JobSpec, principal: Caller) -> dict[str, Any]:
-        decision, verdicts = service.explain(spec.to_request())
+        request = spec.to_request()
+        if "tenant" not in spec.model_fields_set or principal.role is Role.USER:
+            request = replace(request, tenant=principal.tenant)  # the queue as the caller would see it
+        decision, verdicts = service.explain(request)
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]
+        slot = service.explain_queue(request)
+        body["queue"] = {
+            "tenant": request.tenant,
+            "position": slot.position,
+            "reason": slot.reason,
+            "heldByQuota": slot.blocked is not None,
+            "borrowing": list(slot.borrowing),
+        }
         return body
 
     @app.get("/v1/fleet")

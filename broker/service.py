@@ -241,6 +241,17 @@ class BrokerService:
         summaries = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
         return placement.explain_and_decide(request, summaries, self.traits, self.policy, now)
 
+    def explain_queue(self, request: JobRequest) -> queueing.Slot:
+        """Dry run of the queue: where the job would stand if submitted now, and whether a quota would
+        hold it back. Changes nothing."""
+        now = self.clock.now()
+        probe = JobRecord(
+            id="~explain", request=request, created_at=now, updated_at=now
+        )  # "~": after any job id
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        return next(s for s in self._queue_plan([*queued, probe], offered) if s.record is probe)
+
     # ------------------------------------------------------------------ the control loop's steps
 
     def schedule_once(self) -> list[JobRecord]:

@@ -376,3 +376,33 @@ def test_the_cli_sends_the_token_from_the_flag_or_the_environment(api: Api, serv
     refused = _gpufed("jobs", "--server", served)
     assert refused.returncode != 0
     assert "no bearer token" in refused.stderr
+
+
+def test_explain_says_where_the_job_would_stand_and_which_quota_would_hold_it(
+    store: RedisStateStore, tokens_file: Path
+) -> None:
+    store.put_summary(h100_cluster("c1", nodes=1))  # 8 idle H100s
+    policy = queueing.QueuePolicy(tenants={"ml-research": queueing.TenantPolicy(quotas={"H100-80GB": 8})})
+    service = BrokerService(
+        store,
+        RecordingGateway(),
+        ManualClock(),
+        {"c1": ClusterTraits("c1")},
+        settings=ServiceSettings(queue=policy),
+    )
+    api = Api(service, tokens_file)
+    job = {"name": "big", "gpus": 8, "gpuProducts": ["H100-80GB"]}
+    first = api.call("alice", "POST", "/v1/explain", json=job).json()
+    assert first["placed"] and first["queue"] == {
+        "tenant": "ml-research",
+        "position": 1,
+        "reason": "first in the queue",
+        "heldByQuota": False,
+        "borrowing": [],
+    }
+    api.submit("alice", "big", gpus=8, gpuProducts=["H100-80GB"])
+    second = api.call("alice", "POST", "/v1/explain", json=job).json()["queue"]
+    assert second["position"] == 2 and second["heldByQuota"]
+    assert second["reason"] == "tenant ml-research over its H100-80GB quota 8/8; 0 idle to borrow, needs 8"
+    other = api.call("bob", "POST", "/v1/explain", json=job).json()["queue"]
+    assert other["tenant"] == "vision" and not other["heldByQuota"]
