@@ -6,8 +6,9 @@ after a crash at any point without losing or duplicating a job:
 
 - schedule_once: one pass of Kueue's cycle. The FleetCache is refreshed incrementally (only clusters
   whose summary version or reservation ledger moved are read), the QUEUED jobs are taken in queue order
-  (broker.queueing: priority, fair share across tenants, age; a job a quota holds back keeps the rule as
-  its reason and is not placed) and placed one after another by a BatchPlacer over the cache's placeable view; each placement is
+  (broker.queueing: priority, fair share across tenants, age; a job a quota holds back keeps the rule
+  as its reason and is not placed) and placed one after another by a BatchPlacer over the cache's
+  placeable view; each placement is
   reserved by compare-and-set at exactly the state it was decided on (a cluster that moved is read again
   and the job decided again), assumed into the cache and the placer, recorded PLACED with the workload
   name derived from job id + attempt, and handed to the Dispatcher, which creates the Job in the member
@@ -80,14 +81,14 @@ def new_job_id() -> str:
 class ServiceSettings:
     reservation_ttl_seconds: float = 120.0
     priorities: Mapping[str, int] | None = None  # priority class name -> value
+    cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
 
     def queue_policy(self) -> queueing.QueuePolicy:
+        """The global queue's policy (`queue`, else just `priorities`)."""
         if self.queue is not None:
             return self.queue
         return queueing.QueuePolicy(priorities=dict(self.priorities or {}))
-
-    cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
 
 
 class BrokerService:
@@ -245,9 +246,8 @@ class BrokerService:
         """Dry run of the queue: where the job would stand if submitted now, and whether a quota would
         hold it back. Changes nothing."""
         now = self.clock.now()
-        probe = JobRecord(
-            id="~explain", request=request, created_at=now, updated_at=now
-        )  # "~": after any job id
+        # "~" sorts after every job id: the probe stands behind the jobs submitted at the same instant
+        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
         queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
         offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
         return next(s for s in self._queue_plan([*queued, probe], offered) if s.record is probe)
