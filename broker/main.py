@@ -1,7 +1,8 @@
 """Composition root: the one broker module that wires adapters into ports.
 
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
-running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
+running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API, and the
+                              ClusterProfile sync when configured; all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
                               config file's settings.redisUrl, GPUFED_TOKENS_FILE its auth.tokensFile. Both
                               refuse to start without a tokens file unless insecure_no_auth
@@ -14,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,17 +27,20 @@ from pathlib import Path
 import uvicorn
 
 from adapters import nvml
+from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.kube import KubeGateway
+from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import telemetry
+from broker import clusterprofile, telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
 from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError
+from broker.model import ClusterSummary, ClusterTraits
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,7 @@ class Broker:
     gateway: KubeGateway
     loop: ControlLoop
     pollers: PollerFleet
+    profiles: ClusterProfileSync | None = None
 
     def store_cleanup(self) -> int:
         """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
@@ -98,6 +105,71 @@ def token_table(cfg: FleetConfig, insecure_no_auth: bool) -> TokenTable | None:
     )
 
 
+def start_cluster_profiles(
+    cfg: FleetConfig,
+    service: BrokerService,
+    store: RedisStateStore,
+    gateway: KubeGateway,
+    pollers: PollerFleet,
+    workdir: Path,
+) -> ClusterProfileSync | None:
+    """Members from ClusterProfiles on the hub (cfg.clusterProfiles): each added profile gets a gateway
+    client, a poller and traits (placeable from then on); a deleted one is drained: no new placements,
+    its poller and summary go, and the jobs already there are still followed to their end."""
+    cpc = cfg.cluster_profiles
+    if cpc is None:
+        return None
+    static = {c.name for c in cfg.clusters}
+    members = dict(service.traits)  # the sync thread's view; the service takes copies (set_traits)
+    providers = load_provider_file(cpc.provider_file)
+    hub = ClusterProfileHub(
+        KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
+        cpc.namespace,
+        clusterprofile.label_selector(cpc.cluster_manager, cpc.clusterset),
+    )
+
+    def on_add(member: clusterprofile.ProfileMember, kubeconfig: Path) -> None:
+        if member.name in static:
+            log.warning("clusterprofile %s: a cluster of that name is in clusters.yaml; ignored", member.name)
+            return
+        traits = ClusterTraits(
+            name=member.name,
+            region=member.region,
+            labels=dict(member.labels),
+            namespace=cpc.member_namespace,
+            dra=cpc.gpu_allocation == "dra",
+        )
+        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None))
+        pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
+        members[member.name] = traits
+        service.set_traits(members)  # the control loop's next pass places on it
+
+    def on_remove(name: str) -> None:
+        if name in static:
+            return
+        members.pop(name, None)
+        service.set_traits(members)  # no new placement lands there from the next pass on
+        pollers.remove_cluster(name)
+        store.delete_summary(name)
+
+    def summary_of(name: str) -> ClusterSummary | None:
+        # every member with a profile gets its capacity published, clusters.yaml ones included
+        return store.get_summary(name)
+
+    sync = ClusterProfileSync(
+        hub,
+        providers,
+        workdir,
+        on_add,
+        on_remove,
+        summary_of if cpc.publish else None,
+        poll_seconds=cpc.poll_seconds,
+        publish_seconds=cpc.publish_seconds,
+    )
+    sync.start()
+    return sync
+
+
 @contextlib.contextmanager
 def running_broker(
     cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080, insecure_no_auth: bool = False
@@ -105,6 +177,8 @@ def running_broker(
     """Everything a broker process runs, started in order and stopped in reverse order. Refuses to start
     without auth.tokensFile unless `insecure_no_auth`."""
     tokens = token_table(cfg, insecure_no_auth)
+    if cfg.cluster_profiles is not None:
+        load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     service, store, gateway = build_service(cfg)
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
@@ -126,7 +200,10 @@ def running_broker(
     )
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
     pollers.start()
+    profiles: ClusterProfileSync | None = None
+    workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     try:
+        profiles = start_cluster_profiles(cfg, service, store, gateway, pollers, workdir)
         loop.start()
         thread.start()
         deadline = time.monotonic() + 10
@@ -134,10 +211,14 @@ def running_broker(
             time.sleep(0.05)
         if not server.started:
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
-        yield Broker(service, store, gateway, loop, pollers)
+        yield Broker(service, store, gateway, loop, pollers, profiles)
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        if thread.ident is not None:  # started
+            thread.join(timeout=10)
+        if profiles is not None:
+            profiles.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
         loop.stop()
         service.dispatcher.close()
         pollers.stop()
