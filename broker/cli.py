@@ -320,7 +320,7 @@ def explain(
 ) -> None:
     """Dry run: where a job would go now, and why not elsewhere."""
     spec = _spec_from_flags(
-        name, gpus, pods, product, mig_profile, mig_memory_gb, numa, burst, None, "default", None
+        name, gpus, pods, product, mig_profile, mig_memory_gb, numa, burst, None, None, None
     )
     body = _call(server, "POST", "/v1/explain", json=spec)
     if output == "json":
@@ -333,6 +333,12 @@ def explain(
         )
     else:
         console.print(f"[yellow]{body['message']}[/yellow]")
+    queue = body.get("queue")
+    if queue:  # where it would stand in the global queue, as the token's tenant (docs/tenancy.md)
+        console.print(
+            f"queue: position {queue['position']} for tenant {queue['tenant']}: {queue['reason']}",
+            markup=False,
+        )
     table = Table("CLUSTER", "TIER", "VERDICT", "SCORE", "DETAIL")
     for v in body["clusters"]:
         if v["chosen"]:

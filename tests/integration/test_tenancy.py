@@ -373,6 +373,9 @@ def test_the_cli_sends_the_token_from_the_flag_or_the_environment(api: Api, serv
     assert submitted.returncode == 0, submitted.stderr
     assert any(j["name"] == "from-cli" for j in api.call("bob", "GET", "/v1/jobs").json()["items"])
 
+    explained = _gpufed("explain", "--gpus", "1", "--server", served, token=TOKENS["alice"])
+    assert "queue: position 4 for tenant ml-research: behind 3 jobs" in explained.stdout, explained.stdout
+
     refused = _gpufed("jobs", "--server", served)
     assert refused.returncode != 0
     assert "no bearer token" in refused.stderr
