@@ -409,3 +409,32 @@ def test_explain_says_where_the_job_would_stand_and_which_quota_would_hold_it(
     assert second["reason"] == "tenant ml-research over its H100-80GB quota 8/8; 0 idle to borrow, needs 8"
     other = api.call("bob", "POST", "/v1/explain", json=job).json()["queue"]
     assert other["tenant"] == "vision" and not other["heldByQuota"]
+
+
+def test_scarce_gpus_go_to_the_tenant_with_the_smallest_share_not_the_oldest_job(
+    store: RedisStateStore,
+) -> None:
+    clock = ManualClock()
+    store.put_summary(h100_cluster("c1", nodes=2))  # 16 idle H100s
+    gateway = RecordingGateway()
+    service = BrokerService(store, gateway, clock, {"c1": ClusterTraits("c1")})
+
+    def submit(name: str, tenant: str) -> str:
+        record, _ = service.submit(
+            JobRequest(name=name, tenant=tenant, gpus_per_pod=8, gpu_products=("H100-80GB",))
+        )
+        clock.t += 1
+        return record.id
+
+    first = submit("a1", "ml-research")
+    service.schedule_once()
+    assert service.get(first).state is JobState.PLACED  # ml-research now holds 8 of 16
+
+    older = submit("a2", "ml-research")
+    vision = submit("b1", "vision")
+    robotics = submit("c1", "robotics")
+    service.schedule_once()  # room for one more 8-GPU job
+    states = {n: service.get(i).state for n, i in (("a2", older), ("b1", vision), ("c1", robotics))}
+    assert states == {"a2": JobState.QUEUED, "b1": JobState.PLACED, "c1": JobState.QUEUED}
+    slots = service.queue_slots([older, robotics])
+    assert (slots[robotics].position, slots[older].position) == (1, 2)  # robotics holds nothing yet
