@@ -40,6 +40,7 @@ from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_token
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError
+from broker.health import HealthThresholds
 from broker.model import ClusterSummary, ClusterTraits
 from broker.service import BrokerService, ServiceSettings
 
@@ -103,6 +104,11 @@ def token_table(cfg: FleetConfig, insecure_no_auth: bool) -> TokenTable | None:
         "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
         "or pass --insecure-no-auth for local play"
     )
+
+
+def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
+    """The pollers' health machine, with settings.clusterLostSeconds."""
+    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
 
 
 def start_cluster_profiles(
@@ -187,6 +193,7 @@ def running_broker(
         prefix=cfg.settings.redis_prefix,
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
+        health=health_thresholds(cfg),
     )
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
