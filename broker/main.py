@@ -5,7 +5,9 @@ build_service(cfg)            BrokerService over RedisStateStore + WatchingGatew
 running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, control loop, HTTP API, and
                               the ClusterProfile sync when configured; all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
-                              config file's settings.redisUrl
+                              config file's settings.redisUrl, GPUFED_TOKENS_FILE its auth.tokensFile. Both
+                              refuse to start without a tokens file unless insecure_no_auth
+                              (`gpufed serve --insecure-no-auth`).
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -35,10 +37,11 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import clusterprofile, telemetry
 from broker.api import create_app
-from broker.config import FleetConfig, load_fleet_config
+from broker.auth import TokenTable
+from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
-from broker.errors import StoreError
+from broker.errors import ConfigError, StoreError
 from broker.health import HealthThresholds
 from broker.model import ClusterSummary, ClusterTraits
 from broker.service import BrokerService, ServiceSettings
@@ -80,6 +83,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Wat
         ServiceSettings(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
+            queue=settings.queue_policy(),
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
@@ -118,6 +122,21 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
             sock.bind((host, port))
     except OSError as e:
         raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def token_table(cfg: FleetConfig, insecure_no_auth: bool) -> TokenTable | None:
+    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error."""
+    if cfg.auth is not None:
+        if insecure_no_auth:
+            raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
+        return load_tokens(cfg.auth.tokens_file)
+    if insecure_no_auth:
+        log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
+        return None
+    raise ConfigError(
+        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
+        "or pass --insecure-no-auth for local play"
+    )
 
 
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
@@ -198,9 +217,12 @@ def running_broker(
     port: int = 8080,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    insecure_no_auth: bool = False,
 ) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
-    and tls_key, the API serves HTTPS."""
+    and tls_key, the API serves HTTPS. Refuses to start without auth.tokensFile unless
+    `insecure_no_auth`."""
+    tokens = token_table(cfg, insecure_no_auth)
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     service, store, gateway = build_service(cfg)
@@ -216,7 +238,13 @@ def running_broker(
     loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(service, service.clock, max_body_bytes=cfg.settings.max_request_bytes, logs=gateway),
+            create_app(
+                service,
+                service.clock,
+                max_body_bytes=cfg.settings.max_request_bytes,
+                logs=gateway,
+                tokens=tokens,
+            ),
             host=host,
             port=port,
             log_level="warning",
@@ -256,7 +284,12 @@ def running_broker(
 
 
 def serve(
-    config_path: Path, host: str, port: int, tls_cert: Path | None = None, tls_key: Path | None = None
+    config_path: Path,
+    host: str,
+    port: int,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    insecure_no_auth: bool = False,
 ) -> None:
     """`gpufed serve`: run until interrupted. Startup problems raise StartupError or ConfigError (one
     line each)."""
@@ -275,8 +308,12 @@ def serve(
     check_startup(cfg, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
+    if tokens_file:
+        cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
+    token_table(cfg, insecure_no_auth)  # refuse before anything starts
     scheme = "https" if tls_cert else "http"
-    with running_broker(cfg, host, port, tls_cert, tls_key):
+    with running_broker(cfg, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth):
         log.info("gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters))
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()

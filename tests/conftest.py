@@ -3,17 +3,21 @@
 Fixtures here:
     redis_server   a private `redis-server` (from PATH) on a free port for this test session, no persistence
     redis_url      its URL, redis://127.0.0.1:<port>/0
+    admin_tokens   (a helper) a tokens file with one admin, for a broker started from a test's own config
 
 Other engineers add their fixtures below their own section header.
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from adapters import redis_process
 from adapters.redis_process import RedisProcess, private_redis
@@ -71,3 +75,17 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- auth (tenancy)
+
+
+def admin_tokens(directory: Path) -> tuple[Path, dict[str, str]]:
+    """A tokens file (docs/tenancy.md) with one admin of the tenant "default" in `directory`, and the
+    header that sends its token: for tests that start a broker from their own config (auth is on)."""
+    token = secrets.token_urlsafe(24)
+    path = directory / "tokens.yaml"
+    path.write_text(
+        yaml.safe_dump([{"name": "test-admin", "tenant": "default", "role": "admin", "token": token}])
+    )
+    return path, {"Authorization": f"Bearer {token}"}
