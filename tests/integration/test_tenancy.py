@@ -365,7 +365,7 @@ def test_the_cli_sends_the_token_from_the_flag_or_the_environment(api: Api, serv
     assert by_flag.returncode == 0, by_flag.stderr
     assert mine["id"] in by_flag.stdout and "bob-job" not in by_flag.stdout
 
-    by_env = _gpufed("get", mine["id"], "--server", served, token=TOKENS["alice"])
+    by_env = _gpufed("get", mine["id"], "-o", "json", "--server", served, token=TOKENS["alice"])
     assert by_env.returncode == 0, by_env.stderr
     assert '"queuePosition"' in by_env.stdout
 
