@@ -10,6 +10,7 @@ Other engineers add their fixtures below their own section header.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 import time
@@ -89,3 +90,35 @@ def admin_tokens(directory: Path) -> tuple[Path, dict[str, str]]:
         yaml.safe_dump([{"name": "test-admin", "tenant": "default", "role": "admin", "token": token}])
     )
     return path, {"Authorization": f"Bearer {token}"}
+
+
+# --------------------------------------------------------------------------- kubesim's own log (issue 7)
+
+
+class _KubesimErrors(logging.Handler):
+    """Every ERROR (or traceback) kubesim's server code logs while the suite runs in this process."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(
+            f"{record.name}: {record.getMessage()}" + (" (with traceback)" if record.exc_info else "")
+        )
+
+
+_KUBESIM_ERRORS = _KubesimErrors()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    logging.getLogger("kubesim").addHandler(_KUBESIM_ERRORS)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite fails when any kubesim server, serving any test, logged an error or a traceback: a
+    simulated cluster that crashes on what real clients send would hide broker bugs."""
+    logging.getLogger("kubesim").removeHandler(_KUBESIM_ERRORS)
+    if _KUBESIM_ERRORS.records:
+        print("\nkubesim logged errors during the test session:", *_KUBESIM_ERRORS.records[:20], sep="\n  ")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
