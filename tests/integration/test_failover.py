@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from broker import main as composition
 from broker.config import load_fleet_config
@@ -119,9 +120,15 @@ def _attempts(sim: Simulation, job_id: str) -> list[tuple[str, str, bool]]:
             str(sim.kubeconfig_path(name)), persist_config=False
         )
         try:
-            jobs: Any = client.BatchV1Api(api).list_namespaced_job(
-                "default", label_selector=f"gpufed.io/job-id={job_id}"
-            )
+            for tries in range(10):  # the test's own reads ride over the 50% error fault, as the broker does
+                try:
+                    jobs: Any = client.BatchV1Api(api).list_namespaced_job(
+                        "default", label_selector=f"gpufed.io/job-id={job_id}"
+                    )
+                    break
+                except ApiException as e:
+                    if e.status not in (429, 500, 503, 504) or tries == 9:
+                        raise
         finally:
             api.close()
         for j in jobs.items:

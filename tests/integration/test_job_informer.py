@@ -27,7 +27,7 @@ from adapters.kube_informer import WatchSettings
 from adapters.kube_rest import KubeRest
 from broker import main as composition
 from broker.config import load_fleet_config
-from broker.demo import write_demo_config
+from broker.demo import read_demo_tokens, write_demo_config
 from broker.errors import ClusterUnreachable
 from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
 from kubesim.fleet import load_fleet, synthetic_fleet
@@ -277,22 +277,25 @@ def test_the_broker_follows_its_running_jobs_without_a_get_per_pass(
             write_demo_config(tmp_path, kubeconfigs, redis_url, "follow" + uuid.uuid4().hex[:8])
         )
         port = free_port()
+        auth = {"Authorization": "Bearer " + read_demo_tokens(tmp_path)["admin"]}
         with composition.running_broker(cfg, port=port) as broker:
             url = f"http://127.0.0.1:{port}"
             wait_for(
                 "every cluster's summary",
-                lambda: len(httpx.get(f"{url}/v1/fleet").json()["clusters"]) == 3,
+                lambda: len(httpx.get(f"{url}/v1/fleet", headers=auth).json()["clusters"]) == 3,
                 60,
             )
             ids = []
             for i in range(4):
                 body = {"name": f"long-{i}", "gpus": 1, "durationSeconds": 3600}
-                r = httpx.post(f"{url}/v1/jobs", json=body, timeout=30)
+                r = httpx.post(f"{url}/v1/jobs", json=body, timeout=30, headers=auth)
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["id"])
 
             def all_running() -> bool:
-                return all(httpx.get(f"{url}/v1/jobs/{j}").json()["state"] == "RUNNING" for j in ids)
+                return all(
+                    httpx.get(f"{url}/v1/jobs/{j}", headers=auth).json()["state"] == "RUNNING" for j in ids
+                )
 
             wait_for("the jobs RUNNING", all_running, 60)
             wait_for(
@@ -302,4 +305,6 @@ def test_the_broker_follows_its_running_jobs_without_a_get_per_pass(
             passes = broker.loop.passes
             wait_for("ten more control-loop passes", lambda: broker.loop.passes >= passes + 10, 30)
             assert {c: requests(sim, c, "get") for c in kubeconfigs} == gets
-            assert all(httpx.get(f"{url}/v1/jobs/{j}").json()["state"] == "RUNNING" for j in ids)
+            assert all(
+                httpx.get(f"{url}/v1/jobs/{j}", headers=auth).json()["state"] == "RUNNING" for j in ids
+            )
