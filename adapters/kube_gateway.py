@@ -13,6 +13,7 @@ connection errors are tenacity's, jittered and bounded.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -183,6 +184,18 @@ class KubeGateway:
                     namespace=str(meta.get("namespace") or namespace),
                     job_id=str(labels[JOB_ID_LABEL]),
                     attempt=attempt,
+                    annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+                    created_at=_epoch(meta.get("creationTimestamp")),
                 )
             )
         return refs
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 timestamp (metadata.creationTimestamp) as epoch seconds; 0.0 when absent or odd."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

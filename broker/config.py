@@ -177,6 +177,11 @@ class Settings(_Strict):
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
     # Job creates in flight at once on one member cluster (creates on different clusters run in parallel).
     dispatch_per_cluster: int = Field(default=4, alias="dispatchPerCluster", ge=1, le=64)
+    # Leader lease (docs/reliability.md): only its holder runs the control loop; renewed every third of it,
+    # so a killed leader is replaced within leaseSeconds.
+    lease_seconds: float = Field(default=10.0, alias="leaseSeconds", gt=0, le=300)
+    # SIGTERM: how long the broker may take to finish its pass, hand the lease over and stop Ray.
+    drain_timeout_seconds: float = Field(default=30.0, alias="drainTimeoutSeconds", gt=0)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
 
     def placement_policy(self) -> PlacementPolicy:

@@ -1,9 +1,15 @@
 """Composition root: the one broker module that wires adapters into ports.
 
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
-running_broker(cfg, host, port)  a context manager: Ray pollers, control loop, HTTP API; all stopped on exit
-serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
-                              config file's settings.redisUrl
+running_broker(cfg, host, port)  a context manager: Ray pollers, the leader elector (the control loop runs
+                              while this replica holds the lease), HTTP API; all stopped on exit
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
+                              Retry-After for writes, the pass finishes, the lease is released, Ray
+                              stops); a reaper process makes sure no process it started outlives it;
+                              REDIS_URL overrides the config file's settings.redisUrl
+
+Two services share the process: the API's (plain store; submits refused while the store is rebuilt)
+and the leader's (its store sends the lease's fencing token with every control-loop write).
 probe(xml, fmt)               `gpufed probe`
 """
 
@@ -13,9 +19,11 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +32,17 @@ import uvicorn
 from adapters import nvml
 from adapters.kube import KubeGateway
 from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.reaper import Reaper
+from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import telemetry
+from broker import ha, telemetry
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
+from broker.leadership import Leadership, take_over
+from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -43,6 +55,9 @@ class Broker:
     gateway: KubeGateway
     loop: ControlLoop
     pollers: PollerFleet
+    leadership: Leadership
+    drain: ha.Drain
+    leader_service: BrokerService
 
     def store_cleanup(self) -> int:
         """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
@@ -51,10 +66,16 @@ class Broker:
         return int(client.delete(*keys)) if keys else 0
 
 
-def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, KubeGateway]:
+def build_service(
+    cfg: FleetConfig,
+    store: RedisStateStore | None = None,
+    gateway: KubeGateway | None = None,
+) -> tuple[BrokerService, RedisStateStore, KubeGateway]:
     settings = cfg.settings
-    store = RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
-    gateway = KubeGateway.from_kubeconfigs({c.name: (c.kubeconfig, c.context) for c in cfg.clusters})
+    store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
+    gateway = gateway or KubeGateway.from_kubeconfigs(
+        {c.name: (c.kubeconfig, c.context) for c in cfg.clusters}
+    )
     policy = settings.placement_policy()
     service = BrokerService(
         store,
@@ -65,6 +86,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Kub
         ServiceSettings(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
+            federation=settings.redis_prefix,
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
@@ -81,7 +103,20 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
 @contextlib.contextmanager
 def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order."""
-    service, store, gateway = build_service(cfg)
+    settings = cfg.settings
+    service, store, gateway = build_service(
+        cfg, store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True)
+    )
+    holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    lease = RedisLease(settings.redis_url, settings.redis_prefix, holder, settings.lease_seconds)
+    tokens: list[Leadership] = []  # the elector, once built: the leader store's token source
+    leader_store = RedisStateStore(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        fencing_token=lambda: tokens[0].current_token() if tokens else None,
+    )
+    leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
+    recovery = StoreRecovery(leader_store, gateway, leader_service.clock, cfg.traits(), settings.redis_prefix)
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
@@ -90,30 +125,52 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
     )
-    loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service, service.clock), host=host, port=port, log_level="warning", lifespan="off"
-        )
+    loop = ControlLoop(
+        leader_service,
+        settings.schedule_interval_seconds,
+        settings.sweep_interval_seconds,
+        first_steps=[("recover_store", recovery.check)],
     )
+
+    def elected() -> None:
+        released, resumed = take_over(leader_service)
+        if released or resumed:
+            log.info("took over: %d stale reservation(s) released, %d create(s) resumed", released, resumed)
+        loop.start()
+
+    leadership = Leadership(lease, on_elected=elected, on_deposed=loop.stop)
+    tokens.append(leadership)
+    drain = ha.Drain()
+    app = create_app(
+        service,
+        service.clock,
+        readiness={"redis": store.ping, "lease": leadership.readiness, "draining": drain.readiness},
+    )
+    ha.install(app, drain, leadership, lease.holder_now, store)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
     pollers.start()
     try:
-        loop.start()
+        leadership.start()
         thread.start()
         deadline = time.monotonic() + 10
         while not server.started and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         if not server.started:
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
-        yield Broker(service, store, gateway, loop, pollers)
+        yield Broker(service, store, gateway, loop, pollers, leadership, drain, leader_service)
     finally:
+        drain.begin()
+        leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
+        loop.stop()
         server.should_exit = True
         thread.join(timeout=10)
-        loop.stop()
+        leader_service.dispatcher.close()
         service.dispatcher.close()
         pollers.stop()
         gateway.close()
+        lease.close()
+        leader_store.close()
         store.close()
         telemetry.shutdown_tracing()
 
@@ -129,10 +186,30 @@ def serve(config_path: Path, host: str, port: int) -> None:
         cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with running_broker(cfg, host, port):
-        log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
+    reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
+    try:
+        with running_broker(cfg, host, port) as broker:
+            # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
+            with contextlib.suppress(KeyboardInterrupt):
+                while not stop.wait(0.5):
+                    pass
+            log.info("draining: refusing new work, finishing the pass, handing the lease over")
+            broker.drain.begin()
+            _bounded(broker.leadership.stop, cfg.settings.drain_timeout_seconds)
+    finally:
+        reaper.close()
+    log.info("gpufed broker stopped")
+
+
+def _bounded(fn: Callable[[], None], seconds: float) -> None:
+    """Run fn on a thread for at most `seconds` (a drain must not outlive its timeout)."""
+    worker = threading.Thread(target=fn, name="gpufed-drain", daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    if worker.is_alive():
+        log.warning("the drain did not finish within %.0f s; stopping anyway", seconds)
 
 
 def probe(nvidia_smi_xml: Path | None, fmt: str) -> str:

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from broker import catalog, failover, hints, lifecycle, placement, telemetry
+from broker import catalog, failover, faults, hints, lifecycle, placement, telemetry
 from broker.batch_placement import BatchPlacer
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
@@ -78,6 +78,7 @@ class ServiceSettings:
     reservation_ttl_seconds: float = 120.0
     priorities: Mapping[str, int] | None = None  # priority class name -> value
     cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
+    federation: str | None = None  # the store prefix, written on every Job (broker.recovery adopts by it)
 
 
 class BrokerService:
@@ -134,6 +135,7 @@ class BrokerService:
                 trace_parent=telemetry.traceparent_of(span),
             )
             stored = self.store.create_job(record, self._event_of(record, "submitted"))
+        faults.point("submitted")
         return stored, stored.id == record.id
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
@@ -192,6 +194,7 @@ class BrokerService:
                 raise Conflict(f"job {job_id} is already {record.state}")
             try:
                 cancelled = self._transition(record, JobState.CANCELLED, "cancelled by user", record.state)
+                faults.point("cancelled")
                 break
             except Conflict:
                 record = self.get(job_id)  # it moved on meanwhile: judge the state it is in now
@@ -286,6 +289,7 @@ class BrokerService:
                 return self._not_placed(record, decision, now, recorder)
             reservation, result = self._reserve(record, decision, now)
             if result.ok:
+                faults.point("reserved")
                 recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
                 self.cache.assume(reservation, result.ledger)
                 self._assume_into(placer, decision.cluster, now)
@@ -362,15 +366,34 @@ class BrokerService:
         except Conflict:
             self.store.release(record.id, attempt, self.placer_id)
             return None  # cancelled meanwhile, or another replica took it
+        faults.point("placed")
         self.dispatcher.submit(where.cluster, lambda: self._create(placed, where))
         return placed
+
+    def resume_dispatch(self) -> int:
+        """Submit the create of every PLACED job again (a new leader resumes its predecessor's creates;
+        a create is idempotent). Returns how many were submitted."""
+        count = 0
+        for record in self.store.list_jobs([JobState.PLACED]):
+            if record.state is JobState.PLACED and record.cluster in self.traits and record.placement:
+                where = record.placement
+                self.dispatcher.submit(where.cluster, functools.partial(self._create, record, where))
+                count += 1
+        return count
 
     def _create(self, placed: JobRecord, where: Placement) -> None:
         """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
         release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
         attempt = placed.attempt
         manifests = hints.build_workload(
-            placed.id, attempt, placed.request, where, self.traits[where.cluster]
+            placed.id,
+            attempt,
+            placed.request,
+            where,
+            self.traits[where.cluster],
+            hints.recovery_annotations(
+                placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
+            ),
         )
         name = placed.workload_name or hints.workload_name(placed.id, attempt)
         try:
@@ -382,6 +405,7 @@ class BrokerService:
                 telemetry.dispatch_latency.labels(where.cluster).time(),
             ):
                 self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+            faults.point("created")
         except ClusterError as exc:
             with telemetry.job_context(placed.trace_parent):
                 log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
@@ -472,6 +496,7 @@ class BrokerService:
         """Apply the job's failover policy (lifecycle.failover) to a job whose cluster is lost."""
         step = lifecycle.failover(record, why)
         self.store.release(record.id, record.attempt)
+        faults.point("failed-over")
         # The attempt in the lost cluster is forgotten either way: the sweep deletes it when it answers.
         target = replace(record, placement=None, workload_name=None)
         if step.state is JobState.QUEUED:
@@ -536,6 +561,7 @@ class BrokerService:
         step = lifecycle.observe(record, status, self.clock.now())
         if step is None:
             return None
+        faults.point("observed")
         if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
             self.store.release(record.id, record.attempt)
         target = record
