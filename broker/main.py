@@ -41,6 +41,7 @@ from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
+from broker.errors import StoreError
 from broker.leadership import Leadership, take_over
 from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
@@ -144,7 +145,12 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     app = create_app(
         service,
         service.clock,
-        readiness={"redis": store.ping, "lease": leadership.readiness, "draining": drain.readiness},
+        readiness={
+            "redis": store.ping,
+            "lease": leadership.readiness,
+            "records": lambda: _records_ready(store),
+            "draining": drain.readiness,
+        },
     )
     ha.install(app, drain, leadership, lease.holder_now, store)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
@@ -158,6 +164,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
             time.sleep(0.05)
         if not server.started:
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
+        _await_records(store, deadline=time.monotonic() + 30)
         yield Broker(service, store, gateway, loop, pollers, leadership, drain, leader_service)
     finally:
         drain.begin()
@@ -173,6 +180,23 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         leader_store.close()
         store.close()
         telemetry.shutdown_tracing()
+
+
+def _records_ready(store: RedisStateStore) -> bool:
+    """Readiness: the store holds the federation's records (not being rebuilt after a Redis loss)."""
+    if store.run_marker() is None:
+        raise RuntimeError("the state store is empty: the leader is rebuilding the job records")
+    return True
+
+
+def _await_records(store: RedisStateStore, deadline: float) -> None:
+    """Wait (bounded) until the leader has initialised or rebuilt the store, so submits are taken."""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(StoreError):
+            if store.run_marker() is not None:
+                return
+        time.sleep(0.05)
+    log.warning("the state store is not initialised yet: submits are refused (503) until the leader does it")
 
 
 def serve(config_path: Path, host: str, port: int) -> None:
