@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.redis_process import RedisServerUnavailable, private_redis
-from broker.cli import fleet_table
 from broker.config import load_fleet_config
+from broker.fleet_tables import fleet_table
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 

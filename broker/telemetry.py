@@ -256,6 +256,7 @@ _provider = TracerProvider(
 )
 tracer = _provider.get_tracer(_TRACER_NAME)
 _configured: set[str] = set()
+_extra_exporters = 0
 _config_lock = threading.Lock()
 
 
@@ -290,9 +291,17 @@ def configure_tracing(env: Mapping[str, str] | None = None, extra: Iterable[Span
             _provider.add_span_processor(processor)
             _configured.add(name)
             attached.append(name)
+        global _extra_exporters
         for exporter in extra:
             _provider.add_span_processor(SimpleSpanProcessor(exporter))
+            _extra_exporters += 1
     return attached
+
+
+def exporting() -> bool:
+    """Whether any span exporter is attached: spans that only an exporter reads (the per-cluster
+    placement phases, up to two per cluster per decision) are skipped when none is."""
+    return bool(_configured) or _extra_exporters > 0
 
 
 def shutdown_tracing() -> None:
@@ -375,6 +384,8 @@ class PhaseRecorder:
         """The phases of a decision taken over cached verdicts (the batched placer evaluates a cluster
         once per job shape, not once per job): one filter phase per cluster and a score phase for each
         feasible one, timed over the decision itself."""
+        if not exporting():
+            return
         end = time.time_ns()
         for v in verdicts:
             rejection = v.rejection

@@ -1,0 +1,149 @@
+"""The fleet view as rich tables: per cluster and product, free capacity beside queued demand, per node.
+
+Owns only the rendering of /v1/fleet bodies (plain dicts, as the API returns them) for terminals; the
+CLI (`gpufed fleet`) and the demo both print them. No I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+__all__ = ["demand_table", "fleet_table", "nodes_table"]
+
+
+def demand_table(products: list[dict[str, Any]]) -> Table:
+    """Free capacity per product over the fleet beside what queued jobs ask for."""
+    table = Table(title="free capacity and queued demand per product")
+    for col in ("PRODUCT", "FREE/ALLOC", "SHARED FREE", "MIG SLICES FREE", "QUEUED"):
+        table.add_column(col, justify="left" if col == "PRODUCT" else "right")
+    for p in products:
+        table.add_row(
+            p["product"],
+            f"{p['free']}/{p['allocatable']}",
+            str(p["sharedFree"]),
+            str(p["migFree"]),
+            str(p["queued"]),
+        )
+    return table
+
+
+def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
+    """One cluster's GPU nodes: what each offers (whole / MIG / shared), NUMA zones, taints, and why a
+    node offers nothing."""
+    age = "" if detail is None else f" (written {detail['ageSeconds']:.0f}s ago)"
+    table = Table(title=f"{cluster}: GPU nodes{age}")
+    for col in (
+        "NODE",
+        "PRODUCT",
+        "WHOLE FREE",
+        "MIG FREE",
+        "SHARED FREE",
+        "NUMA (free/alloc)",
+        "TAINTS",
+        "OFFERS",
+    ):
+        table.add_column(col)
+    if detail is None:
+        table.add_row("-", "no node table in Redis yet (the pollers write one every 5 s)", *[""] * 6)
+        return table
+    for n in detail["items"]:
+        mig = ", ".join(f"{m['profile']} {m['free']}/{m['allocatable']}" for m in n["mig"]) or "-"
+        numa = " ".join(f"{z['gpusAvailable']}/{z['gpusAllocatable']}" for z in n["numa"]) or "-"
+        shared = f"{n['sharedFree']}/{n['sharedAllocatable']}" if n["sharedAllocatable"] else "-"
+        table.add_row(
+            n["name"],
+            n["product"] or "-",
+            f"{n['wholeFree']}/{n['wholeAllocatable']}",
+            mig,
+            shared,
+            numa,
+            ", ".join(n["taints"]) or "-",
+            n["offersNothing"] or "yes",
+        )
+    return table
+
+
+def fleet_table(clusters: list[dict[str, Any]]) -> Table:
+    """The fleet view: per cluster, one row per GPU product, MIG profile and Kueue GPU quota.
+
+    FREE/ALLOC counts whole GPUs (or MIG slices, or quota); 8-GPU SLOTS is how many 8-GPU pods fit, each
+    on one node; MAX/NODE the most free on one placement domain; NUMA BEST the most free GPUs inside
+    one NUMA zone of one node.
+    """
+    table = Table(title="gpufed fleet capacity")
+    left = ("CLUSTER", "TIER", "HEALTH", "CAPACITY")
+    for col in (
+        "CLUSTER",
+        "TIER",
+        "HEALTH",
+        "NODES",
+        "AGE",
+        "CAPACITY",
+        "FREE/ALLOC",
+        "8-GPU SLOTS",
+        "MAX/NODE",
+        "NUMA BEST",
+        "$/GPU-H",
+    ):
+        table.add_column(col, justify="left" if col in left else "right")
+    for c in clusters:
+        age = f"{c['ageSeconds']:.0f}s" if c.get("ageSeconds") is not None else "-"
+        nodes = c["nodes"]
+        node_text = f"{nodes['ready']}/{nodes['total']}" + (
+            f" ({nodes['bad']} bad)" if nodes.get("bad") else ""
+        )
+        head = [c["cluster"], c["tier"], c["health"], node_text, age]
+        blank = ["", "", "", "", ""]
+        rows: list[list[str]] = []
+        for p in c["products"]:
+            price = p.get("pricePerGpuHour")
+            numa = max((k for k, n in enumerate(p["numaBlocks"]) if n), default=0)
+            rows.append(
+                [
+                    p["product"],
+                    f"{p['free']}/{p['allocatable']}",
+                    str(sum(n * (k // 8) for k, n in enumerate(p["nodesByFree"]))),
+                    str(p["maxFreeOnOneNode"]),
+                    str(numa),
+                    "-" if price is None else f"{price:.2f}",
+                ]
+            )
+            if p.get("sharedAllocatable"):
+                rows.append(
+                    [
+                        f"{p['product']} time-sliced",
+                        f"{p['sharedFree']}/{p['sharedAllocatable']}",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                    ]
+                )
+        for m in c.get("mig", []):
+            rows.append(
+                [
+                    f"{m['product']} MIG {m['profile']}" + ("" if m["settled"] else " (reconfiguring)"),
+                    f"{m['free']}/{m['allocatable']}",
+                    "-",
+                    str(m["largestFreeOnNode"]),
+                    "-",
+                    "-",
+                ]
+            )
+        for q in c.get("queues", []):
+            if q["resource"].startswith("nvidia.com/"):
+                rows.append(
+                    [
+                        f"Kueue {q['clusterQueue']}/{q['flavor']}",
+                        f"{q['headroom']}/{q['nominal']}",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                    ]
+                )
+        for i, row in enumerate(rows or [["-", "-", "-", "-", "-", "-"]]):
+            table.add_row(*(head if i == 0 else blank), *row)
+    return table
