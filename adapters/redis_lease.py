@@ -1,6 +1,8 @@
 """The leader lease on Redis (broker.ports.LeaderLease): one holder at a time, with fencing tokens.
 
-Keys (prefix P, the store's): P:leader = "<holder>|<token>" with a TTL of leaseSeconds; P:leader-token =
+Keys (prefix P, the store's): P:leader = "<holder>|<token>" with a TTL of 0.9 x leaseSeconds (followers
+try every 0.1 x leaseSeconds, so a dead leader's successor holds the lease within leaseSeconds of the
+dead one's last renew); P:leader-token =
 the fencing token, INCR'd by every *new* holder. acquire_or_renew is one Lua script: a free lease is
 taken with a new token; the holder's own lease is renewed (same token); someone else's is left alone.
 release deletes the lease only if it is still ours, so the next replica takes over at once instead of
@@ -15,6 +17,9 @@ import redis
 
 from adapters.redis_store import CONNECT_TIMEOUT_SECONDS
 from broker.errors import StoreError
+
+# The lease key lives this share of leaseSeconds; followers try every (1 - TTL_SHARE) of it.
+TTL_SHARE = 0.9
 
 # KEYS: leader, leader-token. ARGV: holder, ttl ms. Returns the token (> 0) when the caller holds the
 # lease now, or -token of the current holder.
@@ -60,6 +65,7 @@ class RedisLease:
         self._token_key = f"{prefix}:leader-token"
         self.holder = holder
         self.lease_seconds = lease_seconds
+        self.ttl_seconds = lease_seconds * TTL_SHARE
         self._acquire = self._r.register_script(_ACQUIRE)
         self._release = self._r.register_script(_RELEASE)
 
@@ -69,7 +75,7 @@ class RedisLease:
             token = int(
                 self._acquire(
                     keys=[self._leader, self._token_key],
-                    args=[self.holder, int(self.lease_seconds * 1000)],
+                    args=[self.holder, max(1, int(self.ttl_seconds * 1000))],
                 )
             )
         except redis.RedisError as e:

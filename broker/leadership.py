@@ -1,10 +1,12 @@
 """Leader election among broker replicas: only the holder of the lease runs the control loop.
 
-Owns the elector thread and what changes hands with the lease. Every replica serves the API; every
-`renew` seconds (leaseSeconds / 3) each one calls LeaderLease.acquire_or_renew. The holder runs the
-control loop (on_elected starts it, on_deposed stops it after its current pass). A holder that cannot
-reach the store for longer than leaseSeconds - renew steps down by itself (its lease may have been
-taken); whatever it still tries to write carries its old fencing token and is refused by the store.
+Owns the elector thread and what changes hands with the lease. Every replica serves the API. The
+holder renews every leaseSeconds / 3; a follower tries to take the lease every leaseSeconds / 10, and
+the lease key lives 0.9 x leaseSeconds, so a killed leader is replaced within leaseSeconds of its last
+renew. The holder runs the control loop (on_elected starts it, on_deposed stops it after its current
+pass). A holder that cannot reach the store for longer than the key's TTL minus one renew period steps
+down by itself (its lease may have been taken); whatever it still tries to write carries its old
+fencing token and is refused by the store.
 
 When a replica becomes leader it first takes over what the previous leader left half done
 (take_over): reservations of jobs that are not PLACED (a reserve whose PLACED write never happened) are
@@ -28,6 +30,10 @@ from broker.ports import LeaderLease
 from broker.service import BrokerService
 
 log = logging.getLogger(__name__)
+
+# The lease key lives this share of leaseSeconds (adapters.redis_lease.TTL_SHARE; a port cannot import
+# an adapter, so the figure is repeated here and in the docs).
+_TTL_SHARE = 0.9
 
 is_leader = Gauge(
     "gpufed_leader",
@@ -70,6 +76,7 @@ class Leadership:
         self._on_elected = on_elected
         self._on_deposed = on_deposed
         self.renew_seconds = renew_seconds or max(0.05, lease.lease_seconds / 3)
+        self.poll_seconds = min(self.renew_seconds, max(0.02, lease.lease_seconds * (1 - _TTL_SHARE)))
         self.token: int | None = None
         self.last_contact = float("-inf")  # monotonic time of the last answer from the store
         self.error: str | None = None
@@ -94,7 +101,8 @@ class Leadership:
             except StoreError as exc:
                 self.error = str(exc)
                 lost_for = time.monotonic() - self.last_contact
-                if self.token is not None and lost_for > self._lease.lease_seconds - self.renew_seconds:
+                ttl = self._lease.lease_seconds * _TTL_SHARE
+                if self.token is not None and lost_for > ttl - self.renew_seconds:
                     log.warning("leader lease not renewed for %.1f s (%s): stepping down", lost_for, exc)
                     self._depose()
                 return
@@ -132,7 +140,7 @@ class Leadership:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.tick()
-            self._stop.wait(self.renew_seconds)
+            self._stop.wait(self.renew_seconds if self.leader else self.poll_seconds)
 
     def start(self) -> None:
         if self._thread is None:
