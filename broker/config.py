@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from broker.errors import ConfigError
 from broker.model import ClusterTraits, Tier
@@ -180,9 +188,20 @@ class Settings(_Strict):
     # Leader lease (docs/reliability.md): only its holder runs the control loop; renewed every third of it,
     # so a killed leader is replaced within leaseSeconds.
     lease_seconds: float = Field(default=10.0, alias="leaseSeconds", gt=0, le=300)
+    # How often the leader renews (default leaseSeconds / 3); must leave room inside the lease.
+    lease_renew_seconds: float | None = Field(default=None, alias="leaseRenewSeconds", gt=0)
     # SIGTERM: how long the broker may take to finish its pass, hand the lease over and stop Ray.
     drain_timeout_seconds: float = Field(default=30.0, alias="drainTimeoutSeconds", gt=0)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
+
+    @model_validator(mode="after")
+    def _renew_inside_the_lease(self) -> Settings:
+        if self.lease_renew_seconds is not None and self.lease_renew_seconds >= 0.9 * self.lease_seconds:
+            raise ValueError(
+                f"leaseRenewSeconds: {self.lease_renew_seconds:g} must be under 0.9 x leaseSeconds "
+                f"({0.9 * self.lease_seconds:g}): the lease would expire between renewals"
+            )
+        return self
 
     def placement_policy(self) -> PlacementPolicy:
         """Level 1's policy: the plugin registry with settings.placement applied."""

@@ -23,11 +23,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from adapters import nvml
 from adapters.kube import KubeGateway
@@ -41,7 +42,7 @@ from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
-from broker.errors import StoreError
+from broker.errors import ConfigError, StoreError
 from broker.leadership import Leadership, take_over
 from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
@@ -139,7 +140,9 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
             log.info("took over: %d stale reservation(s) released, %d create(s) resumed", released, resumed)
         loop.start()
 
-    leadership = Leadership(lease, on_elected=elected, on_deposed=loop.stop)
+    leadership = Leadership(
+        lease, on_elected=elected, on_deposed=loop.stop, renew_seconds=settings.lease_renew_seconds
+    )
     tokens.append(leadership)
     drain = ha.Drain()
     app = create_app(
@@ -182,6 +185,25 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         telemetry.shutdown_tracing()
 
 
+def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
+    """The settings the Helm chart passes as environment variables, over the config file's: REDIS_URL
+    (with its password), GPUFED_LEASE_SECONDS and GPUFED_LEASE_RENEW_SECONDS. (GPUFED_LEADER_ELECTION
+    needs nothing: every broker elects; a single replica is always the leader.)"""
+    raw: dict[str, object] = cfg.settings.model_dump(by_alias=True)
+    for var, key in (
+        ("REDIS_URL", "redisUrl"),
+        ("GPUFED_LEASE_SECONDS", "leaseSeconds"),
+        ("GPUFED_LEASE_RENEW_SECONDS", "leaseRenewSeconds"),
+    ):
+        if env.get(var):
+            raw[key] = env[var]
+    try:
+        settings = type(cfg.settings).model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"settings from the environment: {exc}") from exc
+    return cfg.model_copy(update={"settings": settings})
+
+
 def _records_ready(store: RedisStateStore) -> bool:
     """Readiness: the store holds the federation's records (not being rebuilt after a Redis loss)."""
     if store.run_marker() is None:
@@ -205,9 +227,7 @@ def serve(config_path: Path, host: str, port: int) -> None:
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
-    redis_url = os.environ.get("REDIS_URL")  # the Helm chart passes the URL with its password here
-    if redis_url:
-        cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
+    cfg = with_environment(cfg, os.environ)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
