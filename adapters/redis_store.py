@@ -634,29 +634,37 @@ class RedisStateStore:
     def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool:
         """Write a record rebuilt from a member cluster (broker.recovery) unless the job is known; its
         idempotency key is set unless it names a job already. Returns whether it was written."""
-        idem = record.idempotency_key
+        return self.restore_jobs([(record, event)])[0]
+
+    def restore_jobs(self, items: Sequence[tuple[JobRecord, JobEvent | None]]) -> list[bool]:
+        """restore_job for many records in one round trip (each one atomic)."""
         try:
-            written = self._restore_job(
-                keys=[
-                    self._k("job", record.id),
-                    self._k("jobs"),
-                    self._k("jobs", "state", ""),
-                    self._k("idem", idem) if idem else self._k("idem", ""),
-                    self._k("events", record.id),
-                    self._k("events"),
-                ],
-                args=[
-                    record.id,
-                    _JOB.dump_json(record),
-                    record.state.value,
-                    "1" if idem else "0",
-                    _EVENT.dump_json(event) if event is not None else "",
-                    _FLEET_STREAM_MAXLEN,
-                ],
-            )
+            pipe = self._r.pipeline(transaction=False)
+            for record, event in items:
+                idem = record.idempotency_key
+                self._restore_job(
+                    keys=[
+                        self._k("job", record.id),
+                        self._k("jobs"),
+                        self._k("jobs", "state", ""),
+                        self._k("idem", idem) if idem else self._k("idem", ""),
+                        self._k("events", record.id),
+                        self._k("events"),
+                    ],
+                    args=[
+                        record.id,
+                        _JOB.dump_json(record),
+                        record.state.value,
+                        "1" if idem else "0",
+                        _EVENT.dump_json(event) if event is not None else "",
+                        _FLEET_STREAM_MAXLEN,
+                    ],
+                    client=pipe,
+                )
+            written = pipe.execute()
         except redis.RedisError as e:
-            raise StoreError(f"redis: restore_job {record.id}: {e}") from e
-        return int(written) == 1
+            raise StoreError(f"redis: restore_jobs ({len(items)}): {e}") from e
+        return [int(w) == 1 for w in written]
 
     def job_ids(self, state: JobState) -> set[str]:
         """The ids of the jobs in one state (the index only, no records)."""

@@ -22,6 +22,7 @@ import json
 import logging
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from prometheus_client import Counter
@@ -57,6 +58,8 @@ lost_jobs = Counter(
 
 # At most this many ids are named in a report (the counts are always complete).
 _REPORT_IDS = 50
+# Clusters listed at once during a rebuild.
+_LIST_WORKERS = 8
 
 
 @dataclass
@@ -191,20 +194,18 @@ class StoreRecovery:
         return report
 
     def _list_pending(self, report: RecoveryReport | None = None) -> set[str]:
-        """List each cluster not yet read and restore its jobs; the ids restored."""
+        """List each cluster not yet read (concurrently) and restore its jobs; the ids restored."""
         restored: set[str] = set()
         now = self._clock.now()
-        for cluster in sorted(self._pending):
-            traits = self._traits.get(cluster)
-            if traits is None:
-                self._pending.discard(cluster)
-                continue
-            try:
-                refs = self._gateway.list_workloads(cluster, traits.namespace)
-            except ClusterError as exc:
-                log.warning("cannot list %s to rebuild its job records yet: %s", cluster, exc)
-                continue
+        pending = sorted(c for c in self._pending if c in self._traits)
+        self._pending &= set(pending)
+        with ThreadPoolExecutor(max(1, min(_LIST_WORKERS, len(pending)))) as pool:
+            listed = list(pool.map(self._list, pending))
+        for cluster, refs in zip(pending, listed, strict=True):
+            if refs is None:
+                continue  # logged; listed again next pass
             best, unreadable = newest_attempts(refs, self._federation)
+            items: list[tuple[JobRecord, JobEvent | None]] = []
             for ref in best.values():
                 try:
                     record = record_of(ref, cluster, now)
@@ -212,16 +213,27 @@ class StoreRecovery:
                     log.warning("Job %s on %s: cannot rebuild its record: %s", ref.name, cluster, exc)
                     unreadable += 1
                     continue
-                event = JobEvent(record.id, now, record.state, record.attempt, record.reason, cluster)
-                if self._store.restore_job(record, event):
-                    restored.add(record.id)
+                items.append(
+                    (record, JobEvent(record.id, now, record.state, record.attempt, record.reason, cluster))
+                )
+            ours = {
+                r.id
+                for (r, _), written in zip(items, self._store.restore_jobs(items), strict=True)
+                if written
+            }
+            restored |= ours
             self._pending.discard(cluster)
             if report is not None:
                 report.clusters_listed.append(cluster)
                 report.unreadable += unreadable
-            elif restored:
-                recovered_jobs.inc(len(restored))
-                log.warning(
-                    "rebuilt %d more job record(s) from %s, which answers again", len(restored), cluster
-                )
+            elif ours:
+                recovered_jobs.inc(len(ours))
+                log.warning("rebuilt %d more job record(s) from %s, which answers again", len(ours), cluster)
         return restored
+
+    def _list(self, cluster: str) -> list[WorkloadRef] | None:
+        try:
+            return self._gateway.list_workloads(cluster, self._traits[cluster].namespace)
+        except ClusterError as exc:
+            log.warning("cannot list %s to rebuild its job records yet: %s", cluster, exc)
+            return None
