@@ -135,10 +135,16 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     )
 
     def elected() -> None:
-        released, resumed = take_over(leader_service)
-        if released or resumed:
-            log.info("took over: %d stale reservation(s) released, %d create(s) resumed", released, resumed)
-        loop.start()
+        try:
+            released, resumed = take_over(leader_service)
+            if released or resumed:
+                log.info(
+                    "took over: %d stale reservation(s) released, %d create(s) resumed", released, resumed
+                )
+        except StoreError as exc:  # the loop runs anyway: reservations expire, a lost Job is requeued
+            log.warning("taking over the previous leader's half-done steps failed: %s", exc)
+        finally:
+            loop.start()
 
     leadership = Leadership(
         lease, on_elected=elected, on_deposed=loop.stop, renew_seconds=settings.lease_renew_seconds
