@@ -270,8 +270,8 @@ def test_a_killed_leader_is_replaced_by_a_follower_and_no_job_is_lost_or_run_twi
         return all(states.get(i) == "SUCCEEDED" for i in ids)
 
     wait_for(all_succeeded, timeout=240, interval=1.0, what="every job to succeed")
-    for i in ids:
-        assert len(_jobs_in_clusters(sim, i)) == 1, i
+    for job_id in ids:
+        assert len(_jobs_in_clusters(sim, job_id)) == 1, job_id
 
 
 def test_readyz_is_503_with_the_reason_while_redis_is_down(
@@ -303,3 +303,42 @@ def test_readyz_is_503_with_the_reason_while_redis_is_down(
         )
     finally:
         redis_process.stop(server.process)
+
+
+def test_a_paused_leader_that_wakes_up_after_a_takeover_steps_down_without_writing(
+    sim: Simulation, redis_url: str, tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    cfg = _config(sim, tmp_path, redis_url, "pause" + os.urandom(4).hex())
+    for i in range(2):
+        brokers.append(BrokerProcess(cfg, tmp_path / f"b{i}.log"))
+    for b in brokers:
+        b.wait_serving()
+
+    def leaders() -> list[BrokerProcess]:
+        return [b for b in brokers if (b.status() or {}).get("role") == "leader"]
+
+    wait_for(lambda: len(leaders()) == 1, timeout=30, what="one leader")
+    (paused,) = leaders()
+    (other,) = [b for b in brokers if b is not paused]
+    paused.proc.send_signal(signal.SIGSTOP)  # a GC pause, a frozen VM: it still believes it leads
+    try:
+        wait_for(lambda: leaders() == [other], timeout=60, what="the other replica to take over")
+        ids = [_submit(other.url, f"pause-{i}", duration=20) for i in range(8)]
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+    wait_for(
+        lambda: (paused.status() or {}).get("role") == "follower",
+        timeout=60,
+        what="the ex-leader to step down",
+    )
+
+    def all_succeeded() -> bool:
+        states = {j["id"]: j["state"] for j in other.get("/v1/jobs")["items"]}
+        return all(states.get(job_id) == "SUCCEEDED" for job_id in ids)
+
+    wait_for(all_succeeded, timeout=180, interval=1.0, what="every job to succeed")
+    for job_id in ids:
+        assert len(_jobs_in_clusters(sim, job_id)) == 1, job_id
+        placed = [e for e in other.get(f"/v1/jobs/{job_id}/events")["items"] if e["state"] == "PLACED"]
+        assert len(placed) == 1, placed
+    assert "lost the leader lease" in paused.log.read_text()

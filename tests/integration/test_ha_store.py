@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections.abc import Iterator
@@ -111,8 +112,8 @@ def test_the_lease_changes_hands_on_release_and_when_the_leader_stops_renewing(r
     electors = {
         name: Leadership(
             RedisLease(redis_url, prefix, f"replica-{name}", lease_seconds=1.0),
-            on_elected=lambda n=name: roles[n].append("elected"),
-            on_deposed=lambda n=name: roles[n].append("deposed"),
+            on_elected=functools.partial(roles[name].append, "elected"),
+            on_deposed=functools.partial(roles[name].append, "deposed"),
         )
         for name in ("a", "b")
     }
@@ -168,9 +169,7 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
         gateway = KubeGateway({name: KubeRest.from_kubeconfig(name, sim.kubeconfig_path(name))})
         clock = SystemClock()
         traits = {name: ClusterTraits(name=name)}
-        service = BrokerService(
-            store, gateway, clock, traits, settings=ServiceSettings(federation=prefix)
-        )
+        service = BrokerService(store, gateway, clock, traits, settings=ServiceSettings(federation=prefix))
         recovery = StoreRecovery(store, gateway, clock, traits, prefix)
         try:
             store.put_summary(_summary(name, clock.now()))

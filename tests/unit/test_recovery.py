@@ -48,7 +48,7 @@ def test_a_mig_request_round_trips_through_its_annotation() -> None:
 
 
 def test_a_bad_request_annotation_is_an_error_naming_it() -> None:
-    with pytest.raises(ValueError, match="gpufed.io/request"):
+    with pytest.raises(ValueError, match=r"gpufed\.io/request"):
         hints.decode_request('{"gpus_per_pod": "many"}')
 
 
