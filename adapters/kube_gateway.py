@@ -3,7 +3,8 @@
 Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
     create_workload   companions first (e.g. a scheduling.x-k8s.io PodGroup), then the batch/v1 Job;
                       409 AlreadyExists is success, so a retried create is harmless
-    delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup;
+    delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup
+                      and ResourceClaimTemplate (DRA);
                       404 is success
     read_workload     the Job's status as a WorkloadStatus (active/ready/succeeded/failed, Complete/Failed,
                       spec.suspend); exists=False on 404
@@ -29,7 +30,13 @@ from broker.model import WorkloadRef, WorkloadStatus
 
 log = logging.getLogger(__name__)
 
-_PLURALS = {"Job": "jobs", "PodGroup": "podgroups", "JobSet": "jobsets", "Workload": "workloads"}
+_PLURALS = {
+    "Job": "jobs",
+    "PodGroup": "podgroups",
+    "JobSet": "jobsets",
+    "Workload": "workloads",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
 
 
 def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -138,11 +145,46 @@ class KubeGateway:
         for obj in companions:
             self._create(rest, obj)
         self._create(rest, job)
+        templates = [c for c in companions if c.get("kind") == "ResourceClaimTemplate"]
+        if templates:
+            self._own_by_job(rest, job, templates)
+
+    def _own_by_job(self, rest: KubeRest, job: Mapping[str, Any], objs: Sequence[Mapping[str, Any]]) -> None:
+        """Give DRA claim templates an ownerReference to their Job, so they go when the Job goes (the
+        garbage collector), whoever deletes it. Best effort: delete_workload removes them by name too."""
+        meta = job.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+        try:
+            created = rest.request("GET", object_path("batch/v1", "Job", namespace, name))
+            owner = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": (created.get("metadata") or {}).get("uid"),
+                "controller": False,
+                "blockOwnerDeletion": True,
+            }
+            for obj in objs:
+                tmeta = obj.get("metadata") or {}
+                path = object_path(
+                    str(obj["apiVersion"]), str(obj["kind"]), namespace, str(tmeta.get("name"))
+                )
+                current = rest.request("GET", path)
+                refs = current.setdefault("metadata", {}).setdefault("ownerReferences", [])
+                if not any(r.get("uid") == owner["uid"] for r in refs):
+                    refs.append(owner)
+                    rest.request("PUT", path, body=current)
+        except (ApiStatus, ClusterUnreachable) as e:
+            log.warning("cluster %s: could not tie claim templates to Job %s: %s", rest.cluster, name, e)
 
     def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
         rest = self._rest(cluster)
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
-        for api_version, kind in (("batch/v1", "Job"), ("scheduling.x-k8s.io/v1alpha1", "PodGroup")):
+        for api_version, kind in (
+            ("batch/v1", "Job"),
+            ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+        ):
             try:
                 for attempt in _retrying():
                     with attempt:

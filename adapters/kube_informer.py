@@ -1,7 +1,8 @@
 """Informers: keep one member cluster's capacity fresh by list + watch, and turn it into ClusterSnapshots.
 
 Owns the watch protocol and the per-cluster state the broker keeps between events:
-    Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues):
+    Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues,
+                    DRA resourceslices and resourceclaims):
                     a paginated list, then a watch from the list's resourceVersion with bookmarks, server
                     timeoutSeconds and a client read timeout; relist on 410 Gone; tenacity-jittered retries
                     on connection errors; a missing CRD (404) is "absent", not an error
@@ -11,6 +12,8 @@ Owns the watch protocol and the per-cluster state the broker keeps between event
                     of events on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller
                     still wants whole snapshots; health is healthy / unreachable on connection errors /
                     forbidden on 401/403
+    DraState        the gpu.nvidia.com ResourceSlices by node and the devices allocated claims hold; a node
+                    with GPU slices gets its GPU facts from them (broker/dra.merge)
 
 Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node name, interned tuple of its non-zero
 effective requests) and only while it is active; nodes and NodeResourceTopologies are trimmed to the
@@ -36,7 +39,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, Obj
-from broker import capacity
+from broker import capacity, dra
 from broker.capacity_index import CapacityIndex
 from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health, QueueHeadroom
@@ -67,7 +70,10 @@ CLUSTER_QUEUES = Resource(
     ("/apis/kueue.x-k8s.io/v1beta2/clusterqueues", "/apis/kueue.x-k8s.io/v1beta1/clusterqueues"),
     optional=True,
 )
-ALL_RESOURCES = (NODES, PODS, NODE_TOPOLOGIES, CLUSTER_QUEUES)
+# DRA (resource.k8s.io/v1): GPUs published by the NVIDIA DRA driver, and the claims that hold them.
+RESOURCE_SLICES = Resource("resourceslices", ("/apis/resource.k8s.io/v1/resourceslices",), optional=True)
+RESOURCE_CLAIMS = Resource("resourceclaims", ("/apis/resource.k8s.io/v1/resourceclaims",), optional=True)
+ALL_RESOURCES = (NODES, PODS, NODE_TOPOLOGIES, CLUSTER_QUEUES, RESOURCE_SLICES, RESOURCE_CLAIMS)
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,86 @@ def _add(into: dict[str, int], req: Requests, sign: int) -> None:
 SnapshotCallback = Callable[[ClusterSnapshot, Health, float], None]
 
 
+class DraState:
+    """A cluster's gpu.nvidia.com ResourceSlices by node and the devices its allocated claims hold.
+
+    replace/apply return the nodes whose facts must be recomputed (the node of each touched slice, the
+    node of each pool a changed claim allocates from)."""
+
+    def __init__(self) -> None:
+        self._slice_node: dict[str, str] = {}  # slice name -> its node (driver gpu.nvidia.com only)
+        # parsed once per slice version; a slice that can't be parsed is kept raw, so that merging it
+        # raises again and the node is reported bad with the slice's field
+        self._by_node: dict[str, dict[str, Obj | dra.ParsedSlice]] = {}
+        self._pool_node: dict[str, str] = {}
+        self._claims: dict[str, frozenset[dra.DeviceKey]] = {}  # "ns/name" -> devices
+        self.used: frozenset[dra.DeviceKey] = frozenset()
+
+    def slices_of(self, node: str) -> list[Obj | dra.ParsedSlice]:
+        return list(self._by_node.get(node, {}).values())
+
+    def _put_slice(self, obj: Obj, deleted: bool) -> set[str]:
+        name = str((obj.get("metadata") or {}).get("name"))
+        touched: set[str] = set()
+        old = self._slice_node.pop(name, None)
+        if old is not None:
+            self._by_node.get(old, {}).pop(name, None)
+            touched.add(old)
+        spec = obj.get("spec") or {}
+        if deleted or spec.get("driver") != dra.DRIVER or not spec.get("nodeName"):
+            return touched
+        node = str(spec["nodeName"])
+        self._slice_node[name] = node
+        parsed: Obj | dra.ParsedSlice
+        try:
+            parsed = dra.parse_slice(obj)
+        except _BAD_OBJECT:
+            parsed = obj
+        self._by_node.setdefault(node, {})[name] = parsed
+        self._pool_node[str((spec.get("pool") or {}).get("name", ""))] = node
+        touched.add(node)
+        return touched
+
+    def _put_claim(self, obj: Obj, deleted: bool) -> set[str]:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+        old = self._claims.pop(key, frozenset())
+        new = frozenset() if deleted else dra.used_devices([obj])
+        new = frozenset(d for d in new if d[0] == dra.DRIVER)
+        if new:
+            self._claims[key] = new
+        return {self._pool_node.get(pool, "") for _drv, pool, _dev in old ^ new}
+
+    def _recount(self) -> None:
+        self.used = frozenset(d for devices in self._claims.values() for d in devices)
+
+    def replace(self, resource: str, items: list[Obj]) -> set[str]:
+        touched: set[str] = set()
+        if resource == "resourceslices":
+            touched.update(self._by_node)
+            self._slice_node, self._by_node, self._pool_node = {}, {}, {}
+            for s in items:
+                touched |= self._put_slice(s, False)
+        else:
+            touched.update(self._pool_node.get(p, "") for c in self._claims.values() for _d, p, _v in c)
+            self._claims = {}
+            for c in items:
+                touched |= self._put_claim(c, False)
+            self._recount()
+        touched.discard("")
+        return touched
+
+    def apply(self, resource: str, event_type: str, obj: Obj) -> set[str]:
+        deleted = event_type == "DELETED"
+        if resource == "resourceslices":
+            touched = self._put_slice(obj, deleted)
+        else:
+            touched = self._put_claim(obj, deleted)
+            self._recount()
+        touched.discard("")
+        return touched
+
+
 @dataclass
 class WatcherStats:
     snapshots: int = 0
@@ -335,6 +421,7 @@ class ClusterWatcher:
         self._alloc: dict[str, dict[str, int]] = {}
         self._nrts: dict[str, Obj] = {}
         self._cqs: dict[str, Obj] = {}
+        self._dra = DraState()
         self._index = CapacityIndex(cluster, spot=spot)
         self._bad: dict[str, str] = {}
         self._queues: tuple[QueueHeadroom, ...] = ()
@@ -394,6 +481,8 @@ class ClusterWatcher:
             elif resource == "clusterqueues":
                 self._cqs = {str((q.get("metadata") or {}).get("name")): q for q in items}
                 self._queues_dirty = True
+            elif resource in ("resourceslices", "resourceclaims"):
+                self._dirty.update(self._dra.replace(resource, items))
             self._observed(rv)
         self._wake.set()
 
@@ -417,6 +506,8 @@ class ClusterWatcher:
                 else:
                     self._cqs[name] = obj
                 self._queues_dirty = True
+            elif resource in ("resourceslices", "resourceclaims"):
+                self._dirty.update(self._dra.apply(resource, event_type, obj))
             self._observed(rv)
             self.stats.last_event_at = time.time()
             if self._pending_since is None:
@@ -508,6 +599,9 @@ class ClusterWatcher:
                 facts = capacity.node_facts_from_requests(
                     node, self._alloc.get(name, {}), self._nrts.get(name)
                 )
+                slices = self._dra.slices_of(name)
+                if slices:
+                    facts = dra.merge(facts, slices, self._dra.used)
                 self._index.upsert(facts)
                 self._bad.pop(name, None)
             except _BAD_OBJECT as e:

@@ -10,7 +10,8 @@
                   heartbeat interval so freshness is visible; it also writes each cluster's per-node
                   table (broker.node_detail, for the fleet view's node detail) every 5 s.
     PollerFleet   starts Ray (ray.init(); RAY_ADDRESS joins an existing cluster), spreads clusters over
-                  `shards` named actors by a stable hash, and stops them.
+                  `shards` named actors by a stable hash, and stops them; add_cluster(spec) and
+                  remove_cluster(name) change the watched clusters live (ClusterProfile members).
 
 Actor classes stay plain Python; `ray.remote` is applied in PollerFleet (max_restarts=-1: a crashed
 shard restarts and rebuilds everything from the clusters and Redis). One process per shard, not per
@@ -90,7 +91,7 @@ class PollerShard:
     def changed(self, name: str) -> None:
         """A batch of events of one cluster was applied (called on its watcher's thread): publish it now;
         on failure leave it to the publisher thread's next pass."""
-        if self._stop.is_set():
+        if self._stop.is_set() or name not in self._watchers:
             return
         first_event_at = self._watchers[name].batch_first_event_at if name in self._watchers else None
         try:
@@ -118,7 +119,7 @@ class PollerShard:
             dirty, self._dirty = self._dirty, set()
             last = dict(self._last_write)
         written = 0
-        for name in self._watchers:
+        for name in list(self._watchers):  # a copy: add_cluster/remove_cluster may run meanwhile
             if name not in dirty and now - last.get(name, 0.0) < HEARTBEAT_SECONDS:
                 continue
             try:
@@ -150,7 +151,10 @@ class PollerShard:
         One lock per cluster around read-and-write: the watcher thread and the heartbeat publisher may
         both publish a cluster, and without it an older summary could land after a newer one."""
         with self._publish_locks[name]:
-            summary = self._watchers[name].summary(self._specs[name].traits)
+            watcher, spec = self._watchers.get(name), self._specs.get(name)
+            if watcher is None or spec is None:
+                raise KeyError(f"cluster {name} is not watched (removed)")
+            summary = watcher.summary(spec.traits)
             written = self._store.put_summary(summary)
         with self._lock:
             self._last_write[name] = time.time()
@@ -163,7 +167,34 @@ class PollerShard:
             self._stop.wait(self._interval)
 
     def health(self) -> dict[str, str]:
-        return {name: str(w.health) for name, w in self._watchers.items()}
+        return {name: str(w.health) for name, w in list(self._watchers.items())}
+
+    # ------------------------------------------------------------------ live membership (ClusterProfile)
+
+    def add_cluster(self, spec: PollerSpec) -> bool:
+        """Start watching one more cluster; False when it is watched already (idempotent)."""
+        if spec.name in self._watchers:
+            return False
+        self._specs[spec.name] = spec
+        self._publish_locks.setdefault(spec.name, threading.Lock())
+        watcher = self.make_watcher(spec)
+        watcher.start()
+        self._watchers[spec.name] = watcher
+        self._mark(spec.name)
+        return True
+
+    def remove_cluster(self, name: str) -> bool:
+        """Stop watching a cluster; its summary is no longer written. False when it was not watched."""
+        watcher = self._watchers.pop(name, None)
+        if watcher is None:
+            return False
+        with self._publish_locks[name]:  # an in-flight write of it finishes first
+            self._specs.pop(name, None)
+        with self._lock:
+            self._dirty.discard(name)
+            self._last_write.pop(name, None)
+        watcher.stop()
+        return True
 
     def stop(self) -> None:
         self._stop.set()
@@ -191,6 +222,8 @@ class PollerFleet:
         self._shards = max(1, min(shards, len(specs) or 1))
         self._interval = summary_interval_seconds
         self._actors: list[Any] = []
+        self._by_shard: dict[int, Any] = {}
+        self._remote: Any = None
         self._started_ray = False
 
     def start(self) -> None:
@@ -205,6 +238,7 @@ class PollerFleet:
             )
             self._started_ray = True
         remote_shard = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
+        self._remote = remote_shard
         groups: list[list[PollerSpec]] = [[] for _ in range(self._shards)]
         for spec in self._specs:
             groups[shard_of(spec.name, self._shards)].append(spec)
@@ -215,7 +249,34 @@ class PollerFleet:
                 group, self._redis_url, self._prefix, self._interval
             )
             self._actors.append(actor)
+            self._by_shard[i] = actor
         ray.get([a.start.remote() for a in self._actors], timeout=120)
+
+    def add_cluster(self, spec: PollerSpec) -> bool:
+        """Watch one more cluster, on the shard its name hashes to (started if it had no cluster yet).
+        Idempotent. A shard that restarts after a crash rebuilds only the clusters it started with:
+        the caller (the ClusterProfile sync) re-adds the others when it next reconciles."""
+        import ray
+
+        i = shard_of(spec.name, self._shards)
+        actor = self._by_shard.get(i)
+        if actor is None:
+            actor = self._remote.options(name=f"gpufed-poller-{self._prefix}-{i}").remote(
+                [], self._redis_url, self._prefix, self._interval
+            )
+            ray.get(actor.start.remote(), timeout=120)
+            self._by_shard[i] = actor
+            self._actors.append(actor)
+        return bool(ray.get(actor.add_cluster.remote(spec), timeout=120))
+
+    def remove_cluster(self, name: str) -> bool:
+        """Stop watching a cluster (its shard keeps running). False when no shard watched it."""
+        import ray
+
+        actor = self._by_shard.get(shard_of(name, self._shards))
+        if actor is None:
+            return False
+        return bool(ray.get(actor.remove_cluster.remote(name), timeout=60))
 
     def health(self) -> dict[str, str]:
         import ray

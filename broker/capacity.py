@@ -30,6 +30,7 @@ from broker.model import (
 )
 from broker.quantity import QuantityError, to_int, to_millis
 from broker.vocabulary import (
+    DRA_MIG_CLASS,
     GPU,
     GPU_SHARED,
     GPU_TAINT_KEY,
@@ -47,6 +48,7 @@ from broker.vocabulary import (
 )
 
 __all__ = [
+    "DRA_MIG_CLASS",
     "GPU",
     "GPU_SHARED",
     "GPU_TAINT_KEY",
@@ -485,7 +487,10 @@ def gfd_parent(node: NodeFacts) -> str | None:
 
 
 def mig_resource_name(node: NodeFacts, profile: str) -> str:
-    """The extended resource a pod asks for to get one slice of `profile` on this node."""
+    """The extended resource a pod asks for to get one slice of `profile` on this node; on a DRA node the
+    DeviceClass `mig.nvidia.com` (level 2 writes a ResourceClaimTemplate for it)."""
+    if node.dra:
+        return DRA_MIG_CLASS
     if node.mig_strategy is MigStrategy.SINGLE:
         return GPU
     return mig_resource(profile)

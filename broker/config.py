@@ -60,6 +60,9 @@ class ClusterConfig(_Strict):
     kueue: KueueConfig | None = None
     schedulers: SchedulersConfig = Field(default_factory=SchedulersConfig)
     spot: bool = False
+    # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
+    # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
+    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
 
     @field_validator("price_per_gpu_hour")
     @classmethod
@@ -81,6 +84,7 @@ class ClusterConfig(_Strict):
             gang_scheduler=self.schedulers.gang,
             spot=self.spot,
             namespace=self.namespace,
+            dra=self.gpu_allocation == "dra",
         )
 
 
@@ -208,9 +212,35 @@ class Settings(_Strict):
         return self.placement.policy(self.stale_after_seconds)
 
 
+class ClusterProfilesConfig(_Strict):
+    """Members discovered from ClusterProfile objects in a hub cluster (docs/clusterprofile.md)."""
+
+    hub_kubeconfig: Path = Field(alias="hubKubeconfig")
+    context: str | None = None
+    namespace: str = Field(default="default", pattern=_DNS_LABEL)  # where the profiles live on the hub
+    cluster_manager: str | None = Field(default=None, alias="clusterManager")  # x-k8s.io/cluster-manager
+    clusterset: str | None = Field(default=None, alias="clusterSet")  # multicluster.x-k8s.io/clusterset
+    # KEP-5339 provider file: {"providers": [{"name": <access provider>, "execConfig": {...}}]}
+    provider_file: Path = Field(alias="providerFile")
+    poll_seconds: float = Field(default=2.0, alias="pollSeconds", gt=0)
+    publish: bool = True  # write the GPU capacity summary into each member's status.properties
+    publish_seconds: float = Field(default=10.0, alias="publishSeconds", gt=0)
+    member_namespace: str = Field(default="default", alias="memberNamespace", pattern=_DNS_LABEL)
+    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+
+
 class FleetConfig(_Strict):
-    clusters: list[ClusterConfig] = Field(min_length=1)
+    clusters: list[ClusterConfig] = Field(default_factory=list)
+    cluster_profiles: ClusterProfilesConfig | None = Field(default=None, alias="clusterProfiles")
     settings: Settings = Field(default_factory=Settings)
+
+    @model_validator(mode="after")
+    def _some_members(self) -> FleetConfig:
+        if not self.clusters and self.cluster_profiles is None:
+            raise ValueError(
+                "clusters: at least one cluster, or clusterProfiles to discover them, is required"
+            )
+        return self
 
     def cluster(self, name: str) -> ClusterConfig:
         for c in self.clusters:
@@ -255,7 +285,20 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
         seen.add(c.name)
         path = c.kubeconfig if c.kubeconfig.is_absolute() else (base_dir / c.kubeconfig)
         resolved.append(c.model_copy(update={"kubeconfig": path.resolve()}))
-    return cfg.model_copy(update={"clusters": resolved})
+    update: dict[str, Any] = {"clusters": resolved}
+    cp = cfg.cluster_profiles
+    if cp is not None:
+
+        def absolute(p: Path) -> Path:
+            return (p if p.is_absolute() else base_dir / p).resolve()
+
+        update["cluster_profiles"] = cp.model_copy(
+            update={
+                "hub_kubeconfig": absolute(cp.hub_kubeconfig),
+                "provider_file": absolute(cp.provider_file),
+            }
+        )
+    return cfg.model_copy(update=update)
 
 
 def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig:
@@ -272,6 +315,11 @@ def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig
     if check_kubeconfigs:
         for i, c in enumerate(cfg.clusters):
             check_kubeconfig(c, f"{path}: cluster '{c.name}' (clusters[{i}])")
+        cp = cfg.cluster_profiles
+        if cp is not None:
+            for field, file in (("hubKubeconfig", cp.hub_kubeconfig), ("providerFile", cp.provider_file)):
+                if not file.is_file():
+                    raise ConfigError(f"{path}: clusterProfiles.{field}: file not found: {file}")
     return cfg
 
 

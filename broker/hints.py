@@ -4,7 +4,8 @@ Owns the workload's name (derived only from job id and attempt, so a retried cre
 in-cluster scheduler hints: resource names for the cluster's MIG strategy, the GPU product selector,
 preferred node affinity, GPU/spot tolerations, schedulerName for NUMA-aware or gang scheduling,
 Guaranteed QoS for NUMA-aligned jobs, Kueue queue label + suspend, priority, a coscheduling PodGroup,
-and the labels that tie every object to the broker's job. Pure: returns plain dicts.
+and the labels that tie every object to the broker's job; on DRA clusters a ResourceClaimTemplate
+instead of GPU resources (hints_dra.py). Pure: returns plain dicts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from broker import catalog
+from broker import catalog, hints_dra
 from broker.model import ClusterTraits, JobRequest, Placement
 from broker.vocabulary import (
     ATTEMPT_LABEL,
@@ -137,14 +138,14 @@ def product_selector_values(placement: Placement) -> tuple[str, ...]:
     return tuple(parents)
 
 
-def _resources(job: JobRequest, placement: Placement) -> dict[str, dict[str, str]]:
+def _resources(job: JobRequest, placement: Placement, dra: bool = False) -> dict[str, dict[str, str]]:
     cpu = job.cpu_millis_per_pod
     requests: dict[str, str] = {"memory": f"{job.memory_mib_per_pod}Mi"}
     if job.numa_aligned:
         requests["cpu"] = str(max(1, -(-cpu // 1000)))  # whole CPUs, so the CPU manager pins them
     else:
         requests["cpu"] = f"{cpu}m"
-    if placement.resource_name and placement.units_per_pod > 0:
+    if placement.resource_name and placement.units_per_pod > 0 and not dra:
         requests[placement.resource_name] = str(placement.units_per_pod)
     # NUMA-aligned: Guaranteed QoS (requests = limits for everything); else GPUs and memory capped.
     limits = dict(requests) if job.numa_aligned else {k: v for k, v in requests.items() if k != "cpu"}
@@ -215,11 +216,14 @@ def build_workload(
     if job.duration_seconds is not None:
         pod_annotations[DURATION_ANNOTATION] = f"{job.duration_seconds:g}"
 
+    dra = hints_dra.dra_request(job, placement, traits)  # DRA cluster: GPUs through a claim
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": job.image,
-        "resources": _resources(job, placement),
+        "resources": _resources(job, placement, dra is not None),
     }
+    if dra is not None:
+        container["resources"]["claims"] = [{"name": hints_dra.CLAIM_NAME}]
     if job.command:
         container["command"] = list(job.command)
     pod_spec: dict[str, Any] = {
@@ -227,7 +231,10 @@ def build_workload(
         "containers": [container],
         "tolerations": _tolerations(traits),
     }
-    products = product_selector_values(placement) if placement.resource_name else ()
+    if dra is not None:
+        pod_spec["resourceClaims"] = [{"name": hints_dra.CLAIM_NAME, "resourceClaimTemplateName": name}]
+    # DRA nodes carry no GPU product labels: the claim's selectors pick the product instead
+    products = product_selector_values(placement) if placement.resource_name and dra is None else ()
     if len(products) == 1:
         pod_spec["nodeSelector"] = {PRODUCT_LABEL: products[0]}
     affinity = _affinity(placement, products)
@@ -274,7 +281,7 @@ def build_workload(
     companions: tuple[dict[str, Any], ...] = ()
     if gang:
         min_resources = {}
-        if placement.resource_name and placement.units_per_pod > 0:
+        if placement.resource_name and placement.units_per_pod > 0 and dra is None:
             min_resources[placement.resource_name] = str(placement.units_per_pod * job.pods)
         group_spec: dict[str, Any] = {"minMember": job.pods}
         if min_resources:
@@ -287,4 +294,6 @@ def build_workload(
                 "spec": group_spec,
             },
         )
+    if dra is not None:
+        companions = (hints_dra.claim_template(name, namespace, ids, dra), *companions)
     return WorkloadManifests(job=manifest, companions=companions)

@@ -2,7 +2,8 @@
 
 build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, the leader elector (the control loop runs
-                              while this replica holds the lease), HTTP API; all stopped on exit
+                              while this replica holds the lease), HTTP API, and the ClusterProfile
+                              sync when configured; all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
                               Retry-After for writes, the pass finishes, the lease is released, Ray
                               stops); a reaper process makes sure no process it started outlives it;
@@ -18,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,19 +34,22 @@ import uvicorn
 from pydantic import ValidationError
 
 from adapters import nvml
+from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.kube import KubeGateway
+from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.reaper import Reaper
 from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import ha, telemetry
+from broker import clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError, StoreError
 from broker.leadership import Leadership, take_over
+from broker.model import ClusterSummary, ClusterTraits
 from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
 
@@ -60,6 +66,7 @@ class Broker:
     leadership: Leadership
     drain: ha.Drain
     leader_service: BrokerService
+    profiles: ClusterProfileSync | None = None
 
     def store_cleanup(self) -> int:
         """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
@@ -102,9 +109,78 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     ]
 
 
+def start_cluster_profiles(
+    cfg: FleetConfig,
+    services: Sequence[BrokerService],
+    store: RedisStateStore,
+    gateway: KubeGateway,
+    pollers: PollerFleet,
+    workdir: Path,
+) -> ClusterProfileSync | None:
+    """Members from ClusterProfiles on the hub (cfg.clusterProfiles): each added profile gets a gateway
+    client, a poller and traits (placeable from then on); a deleted one is drained: no new placements,
+    its poller and summary go, and the jobs already there are still followed to their end."""
+    cpc = cfg.cluster_profiles
+    if cpc is None:
+        return None
+    static = {c.name for c in cfg.clusters}
+    members = dict(services[0].traits)  # the sync thread's view; the services take copies (set_traits)
+    providers = load_provider_file(cpc.provider_file)
+    hub = ClusterProfileHub(
+        KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
+        cpc.namespace,
+        clusterprofile.label_selector(cpc.cluster_manager, cpc.clusterset),
+    )
+
+    def on_add(member: clusterprofile.ProfileMember, kubeconfig: Path) -> None:
+        if member.name in static:
+            log.warning("clusterprofile %s: a cluster of that name is in clusters.yaml; ignored", member.name)
+            return
+        traits = ClusterTraits(
+            name=member.name,
+            region=member.region,
+            labels=dict(member.labels),
+            namespace=cpc.member_namespace,
+            dra=cpc.gpu_allocation == "dra",
+        )
+        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None))
+        pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
+        members[member.name] = traits
+        for service in services:  # the leader's (its next pass places on it) and the API's
+            service.set_traits(members, at_once=service is not services[0])
+
+    def on_remove(name: str) -> None:
+        if name in static:
+            return
+        members.pop(name, None)
+        for service in services:  # no new placement lands there from the next pass on
+            service.set_traits(members, at_once=service is not services[0])
+        pollers.remove_cluster(name)
+        store.delete_summary(name)
+
+    def summary_of(name: str) -> ClusterSummary | None:
+        # every member with a profile gets its capacity published, clusters.yaml ones included
+        return store.get_summary(name)
+
+    sync = ClusterProfileSync(
+        hub,
+        providers,
+        workdir,
+        on_add,
+        on_remove,
+        summary_of if cpc.publish else None,
+        poll_seconds=cpc.poll_seconds,
+        publish_seconds=cpc.publish_seconds,
+    )
+    sync.start()
+    return sync
+
+
 @contextlib.contextmanager
 def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order."""
+    if cfg.cluster_profiles is not None:
+        load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     settings = cfg.settings
     service, store, gateway = build_service(
         cfg, store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True)
@@ -118,7 +194,9 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         fencing_token=lambda: tokens[0].current_token() if tokens else None,
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
-    recovery = StoreRecovery(leader_store, gateway, leader_service.clock, cfg.traits(), settings.redis_prefix)
+    recovery = StoreRecovery(
+        leader_store, gateway, leader_service.clock, lambda: leader_service.traits, settings.redis_prefix
+    )
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
@@ -165,7 +243,10 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
     pollers.start()
+    profiles: ClusterProfileSync | None = None
+    workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     try:
+        profiles = start_cluster_profiles(cfg, [leader_service, service], store, gateway, pollers, workdir)
         leadership.start()
         thread.start()
         deadline = time.monotonic() + 10
@@ -174,13 +255,17 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         if not server.started:
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         _await_records(store, deadline=time.monotonic() + 30)
-        yield Broker(service, store, gateway, loop, pollers, leadership, drain, leader_service)
+        yield Broker(service, store, gateway, loop, pollers, leadership, drain, leader_service, profiles)
     finally:
         drain.begin()
         leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
         loop.stop()
         server.should_exit = True
-        thread.join(timeout=10)
+        if thread.ident is not None:  # started
+            thread.join(timeout=10)
+        if profiles is not None:
+            profiles.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
         leader_service.dispatcher.close()
         service.dispatcher.close()
         pollers.stop()

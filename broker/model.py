@@ -159,6 +159,7 @@ class NodeFacts:
     cpu_allocated_millis: int = 0
     memory_allocatable_bytes: int = 0
     memory_allocated_bytes: int = 0
+    dra: bool = False  # the GPUs come from DRA ResourceSlices (gpu.nvidia.com), not the device plugin
 
     @property
     def schedulable(self) -> bool:
@@ -304,6 +305,7 @@ class ClusterTraits:
     gang_scheduler: str | None = None  # schedulerName of a coscheduling profile
     spot: bool = False
     namespace: str = "default"
+    dra: bool = False  # whole-GPU pods ask through a ResourceClaimTemplate (DRA) instead of nvidia.com/gpu
 
 
 # --------------------------------------------------------------------------- jobs

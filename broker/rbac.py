@@ -8,6 +8,7 @@ that `gpufed rbac --cluster NAME` prints for an operator to apply in that member
     Role + RoleBinding  in the namespace the broker runs jobs in (the cluster's `namespace`):
                         batch/jobs create/delete/get/list/watch (dispatch, cancel, follow, sweep),
                         scheduling.x-k8s.io/podgroups create/delete/get (gang companions),
+                        resource.k8s.io/resourceclaimtemplates create/delete/get/update (DRA claims),
                         pods get/list/watch and pods/log get (a job's pods and their logs)
     ClusterRole + ClusterRoleBinding, read-only, list/watch on what the pollers observe:
                         nodes; pods in every namespace (a node's allocated GPUs are the requests of all
@@ -32,6 +33,12 @@ READ = ["list", "watch"]
 NAMESPACE_RULES: tuple[Obj, ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["create", "delete", "get"]},
+    # DRA clusters: the Job's ResourceClaimTemplate (created first, then tied to the Job: get + update)
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaimtemplates"],
+        "verbs": ["create", "delete", "get", "update"],
+    },
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )

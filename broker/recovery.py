@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -137,13 +137,14 @@ class StoreRecovery:
         store: RecoveryStore,
         gateway: ClusterGateway,
         clock: Clock,
-        traits: Mapping[str, ClusterTraits],
+        traits: Mapping[str, ClusterTraits] | Callable[[], Mapping[str, ClusterTraits]],
         federation: str,
     ) -> None:
+        """`traits`: the member clusters, or a callable returning them now (they change at run time)."""
         self._store = store
         self._gateway = gateway
         self._clock = clock
-        self._traits = dict(traits)
+        self._members = traits if callable(traits) else (lambda fixed=dict(traits): fixed)
         self._federation = federation
         self._run_id: str | None = None
         self._queued_seen: set[str] | None = None
@@ -164,7 +165,7 @@ class StoreRecovery:
     def rebuild(self) -> RecoveryReport:
         started = self._clock.now()
         report = RecoveryReport(at=started, previous_run=self._run_id)
-        self._pending = set(self._traits)
+        self._pending = set(self._members())
         recovered = self._list_pending(report)
         report.recovered = len(recovered)
         report.recovered_ids = sorted(recovered)[:_REPORT_IDS]
@@ -197,10 +198,11 @@ class StoreRecovery:
         """List each cluster not yet read (concurrently) and restore its jobs; the ids restored."""
         restored: set[str] = set()
         now = self._clock.now()
-        pending = sorted(c for c in self._pending if c in self._traits)
+        members = self._members()
+        pending = sorted(c for c in self._pending if c in members)
         self._pending &= set(pending)
         with ThreadPoolExecutor(max(1, min(_LIST_WORKERS, len(pending)))) as pool:
-            listed = list(pool.map(self._list, pending))
+            listed = list(pool.map(lambda c: self._list(c, members[c].namespace), pending))
         for cluster, refs in zip(pending, listed, strict=True):
             if refs is None:
                 continue  # logged; listed again next pass
@@ -231,9 +233,9 @@ class StoreRecovery:
                 log.warning("rebuilt %d more job record(s) from %s, which answers again", len(ours), cluster)
         return restored
 
-    def _list(self, cluster: str) -> list[WorkloadRef] | None:
+    def _list(self, cluster: str, namespace: str) -> list[WorkloadRef] | None:
         try:
-            return self._gateway.list_workloads(cluster, self._traits[cluster].namespace)
+            return self._gateway.list_workloads(cluster, namespace)
         except ClusterError as exc:
             log.warning("cannot list %s to rebuild its job records yet: %s", cluster, exc)
             return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 from broker import catalog, failover, faults, hints, lifecycle, placement, telemetry
 from broker.batch_placement import BatchPlacer
 from broker.dispatch import Dispatcher, InlineDispatcher
-from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
 from broker.failover import ClusterHealth
 from broker.fleet_cache import FleetCache
 from broker.model import (
@@ -105,6 +106,8 @@ class BrokerService:
         # Owns the reservations this service makes: no other placer's reserve or release touches them.
         self.placer_id = placer_id or "p" + uuid.uuid4().hex[:12]
         self.cache = FleetCache(store, self.traits)
+        self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
+        self._pending_lock = threading.Lock()
         self._parked: dict[str, str] = {}  # job id -> fleet fingerprint it can never fit
         self._no_fit: dict[str, tuple[int, float]] = {}  # job id -> (cache generation, time) of its NoFit
         self._known_products: frozenset[str] = frozenset()
@@ -227,8 +230,25 @@ class BrokerService:
 
     # ------------------------------------------------------------------ the control loop's steps
 
+    def set_traits(self, traits: Mapping[str, ClusterTraits], at_once: bool = False) -> None:
+        """The member clusters changed while running (ClusterProfiles join and leave): the next
+        scheduling pass places on exactly these. Safe from another thread: the pass applies it.
+        at_once: apply now (a service that runs no pass: the API's beside the leader's)."""
+        with self._pending_lock:
+            self._pending_traits = dict(traits)
+        if at_once:
+            self._apply_pending_traits()
+
+    def _apply_pending_traits(self) -> None:
+        with self._pending_lock:
+            pending, self._pending_traits = self._pending_traits, None
+        if pending is not None:
+            self.traits = pending
+            self.cache.set_clusters(pending)
+
     def schedule_once(self) -> list[JobRecord]:
         """One scheduling pass over every QUEUED job, in queue order. Returns the jobs that changed."""
+        self._apply_pending_traits()
         # list_jobs reads the index, then each record: a record may have moved on in between (another
         # placer placed it), and deciding it again would re-reserve it at a newer attempt.
         queued = lifecycle.queue_order(
@@ -385,18 +405,21 @@ class BrokerService:
         """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
         release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
         attempt = placed.attempt
-        manifests = hints.build_workload(
-            placed.id,
-            attempt,
-            placed.request,
-            where,
-            self.traits[where.cluster],
-            hints.recovery_annotations(
-                placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
-            ),
-        )
         name = placed.workload_name or hints.workload_name(placed.id, attempt)
+        traits = self.traits.get(where.cluster)
         try:
+            if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
+                raise ClusterRejected(where.cluster, "no longer a member cluster")
+            manifests = hints.build_workload(
+                placed.id,
+                attempt,
+                placed.request,
+                where,
+                traits,
+                hints.recovery_annotations(
+                    placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
+                ),
+            )
             with (
                 telemetry.job_context(placed.trace_parent),
                 telemetry.job_span(

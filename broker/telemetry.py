@@ -21,6 +21,7 @@ exporter itself), OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (the resource),
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import IO, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -272,6 +274,16 @@ def exporters_from_env(env: Mapping[str, str] | None = None) -> list[str]:
     return [n for n in names if n != "none"]
 
 
+class _CurrentStdout(io.TextIOBase):
+    """A text stream that writes to the sys.stdout of the moment."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
 def configure_tracing(env: Mapping[str, str] | None = None, extra: Iterable[SpanExporter] = ()) -> list[str]:
     """Attach the exporters OTEL_TRACES_EXPORTER names (each once per process) and any `extra` ones
     (tests: an in-memory exporter). Returns the names attached by this call."""
@@ -282,8 +294,9 @@ def configure_tracing(env: Mapping[str, str] | None = None, extra: Iterable[Span
                 continue
             processor: SpanProcessor
             if name == "console":
-                # the stdout of now (the SDK's default is bound when it is imported)
-                processor = SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout))
+                # whatever sys.stdout is when a span ends (the SDK's default binds the stream once, and a
+                # stream replaced or closed since, as under pytest's capture, would fail every export)
+                processor = SimpleSpanProcessor(ConsoleSpanExporter(out=cast(IO[str], _CurrentStdout())))
             else:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

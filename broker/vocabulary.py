@@ -11,6 +11,9 @@ from __future__ import annotations
 __all__ = [
     "ATTEMPT_LABEL",
     "CLUSTER_ANNOTATION",
+    "DRA_DRIVER",
+    "DRA_GPU_CLASS",
+    "DRA_MIG_CLASS",
     "DURATION_ANNOTATION",
     "GPU",
     "GPU_SHARED",
@@ -38,6 +41,11 @@ __all__ = [
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
+
+# --- Dynamic Resource Allocation (NVIDIA DRA driver, resource.k8s.io/v1; reference 8)
+DRA_DRIVER = "gpu.nvidia.com"  # the driver name on ResourceSlices and allocation results
+DRA_GPU_CLASS = "gpu.nvidia.com"  # DeviceClass of whole GPUs
+DRA_MIG_CLASS = "mig.nvidia.com"  # DeviceClass of MIG devices
 
 # --- taints
 GPU_TAINT_KEY = "nvidia.com/gpu"

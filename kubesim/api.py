@@ -72,7 +72,7 @@ SUB_VERBS = {
 SUB_KINDS = {"binding": ("", "v1", "Binding"), "eviction": ("policy", "v1", "Eviction")}
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 # Custom resources (served from CRDs on a real cluster) accept no strategic merge patch.
-CRD_GROUPS = {"kueue.x-k8s.io", "topology.node.k8s.io", "scheduling.x-k8s.io"}
+CRD_GROUPS = {"kueue.x-k8s.io", "topology.node.k8s.io", "scheduling.x-k8s.io", "multicluster.x-k8s.io"}
 JOB_DELETE_WARNING = (
     '299 - "child pods are preserved by default when jobs are deleted; set '
     "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress "

@@ -34,6 +34,9 @@ from kubesim.catalog import (
     mig_layout,
 )
 from kubesim.clock import SimClock
+from kubesim.dra import CLASSES as DRA_CLASSES
+from kubesim.dra import SLICES as DRA_SLICES
+from kubesim.dra import NodeGpus, device_classes, render_slices
 from kubesim.quantity import QuantityError, format_quantity, parse_quantity
 from kubesim.store import AlreadyExistsError, Obj, ObjectStore
 
@@ -90,6 +93,10 @@ class GpuSpec(_Model):
     count: int = Field(default=8, ge=1, le=64)
     mig: MigSpec = MigSpec()
     sharing: SharingSpec | None = None
+    # device-plugin: nvidia.com/gpu resources and GFD labels; dra: the NVIDIA DRA driver publishes the
+    # GPUs as ResourceSlices (kubesim/dra.py) and the node has no GPU resources or labels.
+    allocation: Literal["device-plugin", "dra"] = "device-plugin"
+    partitionable: bool = False  # dra only: dynamic MIG partitions counted by shared counters
 
     @field_validator("product")
     @classmethod
@@ -102,6 +109,17 @@ class GpuSpec(_Model):
     @model_validator(mode="after")
     def _valid_mig(self) -> GpuSpec:
         model = gpu_model(self.product)
+        if self.allocation == "dra":
+            if self.sharing is not None:
+                raise ValueError("sharing: not with allocation dra (the DRA driver shares through claims)")
+            if self.mig.strategy == "single":
+                raise ValueError("mig.strategy: allocation dra publishes MIG devices as mixed or none")
+            if self.partitionable and (not model.mig_capable or self.mig.strategy != "none"):
+                raise ValueError(
+                    "partitionable: needs a MIG-capable product and mig.strategy none (partitions are dynamic)"
+                )
+        elif self.partitionable:
+            raise ValueError("partitionable: only with allocation dra")
         if self.mig.strategy == "none":
             if self.mig.config not in ("", MIG_CONFIG_DISABLED):
                 raise ValueError("mig.config needs mig.strategy single or mixed")
@@ -428,6 +446,25 @@ def _reserved(capacity: float, share: float, cap: float, whole: float) -> float:
     return max(whole, math.ceil(min(capacity * share, cap) / whole) * whole)
 
 
+def dra_gpus(shape: NodeShape, cluster: ClusterSpec) -> NodeGpus | None:
+    """What the DRA driver publishes for a node of this pool, or None when the device plugin serves it."""
+    gpu = shape.gpu
+    if gpu is None or gpu.allocation != "dra":
+        return None
+    model = gpu_model(gpu.product)
+    mig_on = gpu.mig.strategy == "mixed" and gpu.mig_config != MIG_CONFIG_DISABLED
+    return NodeGpus(
+        model=model,
+        count=gpu.count,
+        driver_version=cluster.driver.version,
+        cuda_driver=cluster.driver.cuda_runtime,
+        mig_layout=mig_layout(model, gpu.mig_config) if mig_on else {},
+        mig_gpus=(gpu.count if gpu.mig.gpus is None else gpu.mig.gpus) if mig_on else 0,
+        partitionable=gpu.partitionable,
+        numa_zones=shape.numa.zones if shape.numa else 1,
+    )
+
+
 def _gpu_config(shape: NodeShape, cluster: ClusterSpec) -> GpuNodeConfig | None:
     gpu = shape.gpu
     if gpu is None:
@@ -531,6 +568,9 @@ class NodeTemplate:
         self.cluster = cluster
         self.shape = shape
         cfg = _gpu_config(shape, cluster)
+        self.dra = dra_gpus(shape, cluster)
+        if self.dra is not None:
+            cfg = None  # the DRA driver publishes the GPUs; no device plugin, no GFD labels
         gpu_labels, gpu_resources = gpu_labels_and_resources(cfg, int(now)) if cfg else ({}, {})
         cpu = parse_quantity(shape.cpu)
         memory = parse_quantity(shape.memory)
@@ -663,6 +703,11 @@ def create_node(store: ObjectStore, template: NodeTemplate, name: str, now: floa
     """Create a Node and (when its pool has NUMA zones) its NodeResourceTopology, owned by the node."""
     node, nrt = template.render(name, now)
     created = store.create("nodes", node, owned=True)  # fresh dicts; shared parts are never mutated
+    if template.dra is not None:
+        owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": created["metadata"]["uid"]}
+        for rs in render_slices(name, template.dra):
+            rs["metadata"]["ownerReferences"] = [dict(owner, controller=True)]
+            store.create(DRA_SLICES, rs, owned=True)
     if nrt is not None:
         nrt["metadata"]["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Node", "name": name, "uid": created["metadata"]["uid"]}
@@ -818,6 +863,11 @@ def populate(store: ObjectStore, cluster: ClusterSpec, clock: SimClock) -> None:
                 "description": pc.description,
             },
         )
+    if any(
+        p.gpu is not None and p.gpu.allocation == "dra" for p in [*cluster.node_pools, *cluster.cloud_pools]
+    ):
+        for dc in device_classes():
+            _create_quietly(store, DRA_CLASSES, dc)
     for pool in cluster.node_pools:
         template = NodeTemplate(cluster, pool, now)
         for i in range(pool.count):

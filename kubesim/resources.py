@@ -42,6 +42,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", ("v1",), "events", "Event", True, ("ev",), ()),
     ResourceType("", ("v1",), "resourcequotas", "ResourceQuota", True, ("quota",)),
     ResourceType("", ("v1",), "limitranges", "LimitRange", True, ("limits",), ()),
+    ResourceType("", ("v1",), "secrets", "Secret", True, (), ()),
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
     ResourceType("policy", ("v1",), "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     ResourceType("rbac.authorization.k8s.io", ("v1",), "roles", "Role", True, (), ()),
@@ -82,6 +83,15 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Workload", True, ("wl",)),
     ResourceType("scheduling.x-k8s.io", ("v1alpha1",), "podgroups", "PodGroup", True, ("pg", "pgs")),
+    # Dynamic Resource Allocation (GA in 1.34); kubesim/dra.py validates and allocates.
+    ResourceType("resource.k8s.io", ("v1",), "deviceclasses", "DeviceClass", False, (), ()),
+    ResourceType("resource.k8s.io", ("v1",), "resourceslices", "ResourceSlice", False, (), ()),
+    ResourceType("resource.k8s.io", ("v1",), "resourceclaims", "ResourceClaim", True, (), ("status",)),
+    ResourceType("resource.k8s.io", ("v1",), "resourceclaimtemplates", "ResourceClaimTemplate", True, (), ()),
+    # SIG-Multicluster Cluster Inventory API (a CRD): a kubesim cluster can be a fleet's hub.
+    ResourceType(
+        "multicluster.x-k8s.io", ("v1alpha1",), "clusterprofiles", "ClusterProfile", True, (), ("status",)
+    ),
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}

@@ -146,6 +146,7 @@ SUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {
     "nodes": (*_COMMON_FIELDS, "spec.unschedulable"),
     "namespaces": (*_COMMON_FIELDS, "status.phase"),
     "jobs.batch": (*_COMMON_FIELDS, "status.successful"),
+    "resourceslices.resource.k8s.io": (*_COMMON_FIELDS, "spec.nodeName", "spec.driver"),
 }
 
 

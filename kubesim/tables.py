@@ -234,6 +234,17 @@ def _event_object(obj: Obj, _now: float) -> str:
     return f"{str(io.get('kind', '')).lower()}/{io.get('name', '')}"
 
 
+def _claim_state(obj: Obj, _now: float) -> str:
+    """The real ResourceClaim printer: pending | allocated | allocated,reserved (+ ,deleted)."""
+    status = obj.get("status") or {}
+    parts = ["allocated"] if status.get("allocation") else ["pending"]
+    if status.get("reservedFor"):
+        parts.append("reserved")
+    if _meta(obj).get("deletionTimestamp"):
+        parts.append("deleted")
+    return ",".join(parts)
+
+
 Column = tuple[str, str, int, Cell]  # name, type, priority, cell
 NAME: Column = ("Name", "string", 0, _name)
 AGE: Column = ("Age", "string", 0, _age)
@@ -327,6 +338,14 @@ COLUMNS: dict[str, list[Column]] = {
         ("Reserved in", "string", 0, _path("status", "admission", "clusterQueue")),
         ("Admitted", "string", 0, _condition("Admitted")),
         ("Finished", "string", 0, _condition("Finished")),
+        AGE,
+    ],
+    "resourceclaims.resource.k8s.io": [NAME, ("State", "string", 0, _claim_state), AGE],
+    "resourceslices.resource.k8s.io": [
+        NAME,
+        ("Node", "string", 0, _path("spec", "nodeName", default="<none>")),
+        ("Driver", "string", 0, _path("spec", "driver")),
+        ("Pool", "string", 0, _path("spec", "pool", "name")),
         AGE,
     ],
     "podgroups.scheduling.x-k8s.io": [

@@ -6,11 +6,13 @@ details.causes name the fields, like the real server (`metadata.name: Invalid va
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 import secrets
 from typing import Any
 
+from kubesim import dra
 from kubesim.resources import ResourceType
 from kubesim.store import InvalidError
 
@@ -78,6 +80,7 @@ def _check_pod_spec(spec: Any, path: str, causes: list[tuple[str, str]], restart
     if not isinstance(spec, dict):
         causes.append((path, "Required value"))
         return
+    causes.extend(dra.validate_pod_claims(spec, path))  # spec.resourceClaims and containers' claims
     containers = spec.get("containers")
     if not containers:
         causes.append((f"{path}.containers", "Required value"))
@@ -203,6 +206,8 @@ def _check_spec(rt: ResourceType, obj: Obj, causes: list[tuple[str, str]]) -> No
     elif rt.key == "priorityclasses.scheduling.k8s.io":
         if not isinstance(obj.get("value"), int):
             causes.append(("value", "Required value"))
+    elif rt.group == "resource.k8s.io":
+        causes.extend(dra.validate(rt.kind, obj))
     elif rt.key == "localqueues.kueue.x-k8s.io" and (
         not isinstance(spec, dict) or not spec.get("clusterQueue")
     ):
@@ -273,6 +278,8 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj) -> None:
             new_spec.get("template"), unstarted
         ):
             causes.append(("spec.template", "Invalid value: field is immutable"))
+    elif rt.group == "resource.k8s.io":
+        causes.extend(dra.validate_update(rt.kind, old, new))
     elif rt.key == "pods" and _pod_spec_view(old.get("spec")) != _pod_spec_view(new.get("spec")):
         causes.append(
             (
@@ -396,6 +403,13 @@ def apply_create_defaults(rt: ResourceType, obj: Obj, now_rfc3339: str) -> None:
         )
         _default_pod_spec(spec["template"].setdefault("spec", {}))
         obj["status"] = {}
+    elif key == "secrets":
+        # the real server folds stringData into data (base64) and defaults the type
+        string_data = obj.pop("stringData", None) or {}
+        data = obj.setdefault("data", {})
+        for k, v in string_data.items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+        obj.setdefault("type", "Opaque")
     elif key in ("nodes",):
         obj.setdefault("spec", {})
         obj.setdefault("status", {})

@@ -24,6 +24,7 @@ from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
 from kubesim.controllers.disruption import DisruptionController
+from kubesim.controllers.dra import DraController
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
@@ -54,12 +55,18 @@ class Controllers:
         self.kueue = KueueController(store, clock, self.events)
         self.jobs = JobController(store, clock, self.events)
         self.scheduler = Scheduler(store, clock, cluster, self.accounting, self.events)
+        self.dra = DraController(store, clock, self.events)
+        self.scheduler.dra = self.dra
+        self.dra.on_change.append(self._dra_changed)
         self.topology = TopologyUpdater(store, self.accounting)
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
         self.spot = SpotInterrupter(store, clock, cluster, self.events)
         self.disruption = DisruptionController(store, clock)
         self.quota = QuotaController(store)
+
+    def _dra_changed(self) -> None:
+        self.scheduler.dirty = True
 
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""
@@ -68,6 +75,7 @@ class Controllers:
             or self.gc.dirty
             or self.kueue.dirty
             or self.jobs.dirty
+            or self.dra.dirty
             or self.scheduler.dirty
             or self.topology.dirty
             or self.kubelet.dirty
@@ -100,6 +108,7 @@ class Controllers:
         self.gc.tick()
         self.kueue.tick()
         self.jobs.tick()
+        self.dra.tick()
         self.scheduler.tick()
         self.topology.tick()
         self.kubelet.tick()

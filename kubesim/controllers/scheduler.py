@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting, encode_split, exclusive_requests
+from kubesim.controllers.dra import DraController, DraPlan
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.matching import (
     preferred_score,
@@ -152,6 +153,7 @@ class _Choice:
     node: str
     zone: str | None = None
     split: dict[str, Requests] | None = None
+    dra: DraPlan | None = None  # the pod's claims and the devices to allocate on the node
 
 
 class Scheduler:
@@ -174,6 +176,7 @@ class Scheduler:
         self._views: dict[str, NodeView] = {}
         self._classes: dict[str, int] = {}
         self._default_priority = 0
+        self.dra: DraController | None = None  # DRA plugin (controllers/dra.py), set by Controllers
         self.dirty = True
         for pod in store.list("pods")[0]:
             if self._is_candidate(pod):
@@ -263,6 +266,8 @@ class Scheduler:
             )
         )
         views = self._node_views()
+        if self.dra is not None:
+            self.dra.begin_pass()
         gangs: dict[tuple[str, str], list[Obj]] = {}
         order: list[Obj | tuple[str, str]] = []
         for pod in pods:
@@ -304,6 +309,8 @@ class Scheduler:
                 spec.get("affinity"),
                 spec.get("tolerations"),
                 spec.get("topologySpreadConstraints"),
+                spec.get("resourceClaims"),
+                (pod.get("status") or {}).get("resourceClaimStatuses"),
             )
         )
 
@@ -431,12 +438,24 @@ class Scheduler:
         primary = next((r for r in sorted(requests) if r.startswith("nvidia.com/")), "cpu")
         reasons: Counter[str] = Counter()
         feasible: list[tuple[tuple[int, float, str], NodeView]] = []
+        claims: list[Obj] | None = None
+        plans: dict[str, DraPlan] = {}
+        if self.dra is not None and self.dra.uses_claims(pod):
+            claims, waiting = self.dra.prefilter(pod)
+            if claims is None:
+                return None, waiting
         for view in views:
             used = self._acct.used(view.name)
             extra = overlay.get(view.name)
             if extra:
                 used = {r: used.get(r, 0.0) + extra.get(r, 0.0) for r in set(used) | set(extra)}
             why = fit_reasons(spec, requests, view, used)
+            if not why and claims is not None and self.dra is not None:
+                plan = self.dra.filter(claims, view.name)
+                if isinstance(plan, str):
+                    why = [plan]
+                else:
+                    plans[view.name] = plan
             if why:
                 reasons.update(why)
                 continue
@@ -458,6 +477,9 @@ class Scheduler:
                     continue
                 elif topo.policy not in ("single-numa-node", "restricted"):
                     choice.split = self._spread(view.name, exclusive, zone_overlay)
+            if view.name in plans and self.dra is not None:
+                choice.dra = plans[view.name]
+                self.dra.assume(choice.dra)
             return choice, ""
         return None, unschedulable_message(len(views), reasons)
 
@@ -592,6 +614,8 @@ class Scheduler:
 
     def _bind(self, pod: Obj, choice: _Choice) -> None:
         now = self._clock.now()
+        if choice.dra is not None and self.dra is not None:
+            self.dra.reserve(pod, choice.node, choice.dra)
 
         def fn(obj: Obj) -> None:
             obj.setdefault("spec", {})["nodeName"] = choice.node

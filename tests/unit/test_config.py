@@ -105,7 +105,7 @@ def test_not_yaml_and_empty_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_fleet_config(path)
     path.write_text("clusters: []")
-    with pytest.raises(ConfigError, match="clusters: List should have at least 1 item"):
+    with pytest.raises(ConfigError, match="clusters: at least one cluster, or clusterProfiles"):
         load_fleet_config(path)
 
 
