@@ -7,7 +7,9 @@
   Idempotency-Key returns the job; a cancel interrupted before its delete still removes the Job.
 - The leader killed with two followers running: a follower takes the lease over and every job finishes
   exactly once.
-- /readyz says 503 with the reason while Redis is down (and /healthz stays 200), ready again after.
+- /readyz says 503 with the reason while Redis is down (and /healthz stays 200); Redis back empty: the
+  job records are rebuilt from the clusters (/v1/status says what), retried keys return their jobs.
+- A leader SIGSTOPped past its lease wakes up after a takeover, steps down and writes nothing.
 """
 
 from __future__ import annotations
@@ -274,15 +276,18 @@ def test_a_killed_leader_is_replaced_by_a_follower_and_no_job_is_lost_or_run_twi
         assert len(_jobs_in_clusters(sim, job_id)) == 1, job_id
 
 
-def test_readyz_is_503_with_the_reason_while_redis_is_down(
+def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_kept(
     sim: Simulation, tmp_path: Path, brokers: list[BrokerProcess]
 ) -> None:
     port = redis_process.free_port()
-    server = redis_process.spawn(tmp_path, port, appendonly=True)
+    server = redis_process.spawn(tmp_path, port)  # no persistence: it comes back empty
     try:
-        b = BrokerProcess(_config(sim, tmp_path, server.url, "ready"), tmp_path / "b.log")
+        b = BrokerProcess(_config(sim, tmp_path, server.url, "outage"), tmp_path / "b.log")
         brokers.append(b)
         b.wait_serving()
+        ids = {f"out-{i}": _submit(b.url, f"out-{i}", f"out-{i}", duration=3600) for i in range(3)}
+        for job_id in ids.values():
+            wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} RUNNING")
         redis_process.stop(server.process)
 
         def not_ready() -> dict[str, Any] | None:
@@ -294,13 +299,20 @@ def test_readyz_is_503_with_the_reason_while_redis_is_down(
         assert httpx.get(b.url + "/healthz", timeout=30).status_code == 200  # liveness only
         r = httpx.post(b.url + "/v1/jobs", json={"name": "x", "gpus": 1}, timeout=30)
         assert r.status_code == 503 and r.headers.get("Retry-After")
-        server = redis_process.spawn(tmp_path, port, appendonly=True)
+        server = redis_process.spawn(tmp_path, port)
         wait_for(
             lambda: httpx.get(b.url + "/readyz", timeout=30).status_code == 200,
             timeout=60,
             interval=0.5,
-            what="/readyz ready again",
+            what="/readyz ready again (records rebuilt)",
         )
+        recovery = (b.status() or {}).get("recovery") or {}
+        assert recovery.get("recovered") == 3 and sorted(recovery["recovered_ids"]) == sorted(ids.values())
+        for key, job_id in ids.items():
+            assert _submit(b.url, key, key) == job_id  # a retried key returns the original job
+            wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} followed")
+            assert len(_jobs_in_clusters(sim, job_id)) == 1
+        assert "state store found empty: 3 job record(s) rebuilt" in b.log.read_text()
     finally:
         redis_process.stop(server.process)
 
