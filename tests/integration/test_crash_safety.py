@@ -167,6 +167,7 @@ def test_sigterm_drains_and_exits_0_leaving_no_ray_process(
     b.wait_serving()
     job = _submit(b.url, "before-term", duration=3600)
     wait_for(_state_is(b, job, "RUNNING"), timeout=60, interval=0.5, what="the job RUNNING")
+    assert "gpufed_leader 1.0" in httpx.get(b.url + "/metrics", timeout=30).text
     started = descendants({b.proc.pid})
     assert len(started) >= 2  # Ray's processes (and the reaper)
     b.proc.send_signal(signal.SIGTERM)
@@ -313,6 +314,7 @@ def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_
             wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} followed")
             assert len(_jobs_in_clusters(sim, job_id)) == 1
         assert "state store found empty: 3 job record(s) rebuilt" in b.log.read_text()
+        assert "gpufed_recovered_jobs_total 3.0" in httpx.get(b.url + "/metrics", timeout=30).text
     finally:
         redis_process.stop(server.process)
 
