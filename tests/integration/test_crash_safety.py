@@ -4,7 +4,8 @@
   raylet, GCS, agents, workers) is left; SIGKILL leaves none either (the reaper).
 - SIGKILL at each step of a job's dispatch path (GPUFED_CRASH_AT, broker.faults): after a restart the
   job finishes exactly once (one Job in the member clusters, attempt 1); a retried submit with its
-  Idempotency-Key returns the job; a cancel interrupted before its delete still removes the Job.
+  Idempotency-Key returns the job; a cancel interrupted before its delete still removes the Job; a
+  failover interrupted between its release and its requeue still moves the job, once.
 - The leader killed with two followers running: a follower takes the lease over and every job finishes
   exactly once.
 - /readyz says 503 with the reason while Redis is down (and /healthz stays 200); Redis back empty: the
@@ -48,13 +49,17 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
         yield s
 
 
-def _config(sim: Simulation, tmp_path: Path, redis_url: str, prefix: str) -> Path:
+def _config(
+    sim: Simulation, tmp_path: Path, redis_url: str, prefix: str, lost_after: float | None = None
+) -> Path:
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     path = write_demo_config(tmp_path, kubeconfigs, redis_url, prefix)
     doc = yaml.safe_load(path.read_text())
     doc["settings"].update(
         {"leaseSeconds": LEASE_SECONDS, "drainTimeoutSeconds": DRAIN_TIMEOUT, "sweepIntervalSeconds": 5}
     )
+    if lost_after is not None:
+        doc["settings"]["clusterLostSeconds"] = lost_after
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -140,9 +145,15 @@ def _jobs_in_clusters(sim: Simulation, job_id: str) -> list[str]:
     return found
 
 
-def _submit(url: str, name: str, key: str | None = None, duration: float = 30) -> str:
+def _submit(
+    url: str,
+    name: str,
+    key: str | None = None,
+    duration: float = 30,
+    products: tuple[str, ...] = ("A100-80GB",),
+) -> str:
     headers = {"Idempotency-Key": key} if key else {}
-    body = {"name": name, "gpus": 1, "durationSeconds": duration, "gpuProducts": ["A100-80GB"]}
+    body = {"name": name, "gpus": 1, "durationSeconds": duration, "gpuProducts": list(products)}
     r = httpx.post(url + "/v1/jobs", json=body, headers=headers, timeout=30)
     assert r.status_code in (200, 201), r.text
     job_id: str = r.json()["id"]
@@ -222,6 +233,45 @@ def test_sigkill_at_each_dispatch_step_the_job_still_runs_exactly_once(
     assert second.get(f"/v1/jobs/{again}")["attempt"] == 1
     named = [j for j in second.get("/v1/jobs")["items"] if j["name"] == f"crash-{step}"]
     assert len(named) == 1
+
+
+def test_sigkill_while_failing_over_a_lost_clusters_job_still_moves_it_once(
+    sim: Simulation, redis_url: str, tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    cfg = _config(sim, tmp_path, redis_url, "fo" + os.urandom(4).hex(), lost_after=4)
+    first = BrokerProcess(cfg, tmp_path / "first.log", crash_at="failed-over")
+    brokers.append(first)
+    first.wait_serving()
+    job_id = _submit(first.url, "to-move", duration=60, products=("A100-80GB", "H100-80GB"))
+    wait_for(_state_is(first, job_id, "RUNNING"), timeout=60, interval=0.5, what="the job RUNNING")
+    lost = first.get(f"/v1/jobs/{job_id}")["cluster"]
+    sim.faults(lost).down()
+    try:
+        first.proc.wait(timeout=120)  # killed between the release and the requeue
+        assert first.proc.returncode == -signal.SIGKILL
+        second = BrokerProcess(cfg, tmp_path / "second.log")
+        brokers.append(second)
+        second.wait_serving()
+
+        def moved() -> bool:
+            job = second.get(f"/v1/jobs/{job_id}")
+            return bool(job["state"] == "RUNNING" and job["cluster"] != lost)
+
+        wait_for(moved, timeout=120, interval=0.5, what=f"{job_id} RUNNING outside {lost}")
+    finally:
+        sim.faults(lost).clear()
+    wait_for(_state_is(second, job_id, "SUCCEEDED"), timeout=120, interval=0.5, what=f"{job_id} SUCCEEDED")
+    assert second.get(f"/v1/jobs/{job_id}")["attempt"] == 2
+    # the stale attempt on the lost cluster is deleted once it answers (the fence), the other ran once
+    wait_for(
+        lambda: (
+            [j.split("/")[0] for j in _jobs_in_clusters(sim, job_id)]
+            == [second.get(f"/v1/jobs/{job_id}")["cluster"]]
+        ),
+        timeout=120,
+        interval=1.0,
+        what="only the second attempt's Job left",
+    )
 
 
 def test_sigkill_between_cancel_and_delete_still_removes_the_job(
