@@ -251,3 +251,39 @@ def test_elector_threads_do_not_leak(redis_url: str) -> None:
     wait_for(lambda: e.leader, timeout=10, what="the only replica to lead")
     e.stop()
     assert {t.name for t in threading.enumerate()} <= before
+
+
+def test_a_draining_replica_refuses_writes_with_retry_after_and_says_so(redis_url: str) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from broker import ha
+
+    prefix = "drain" + uuid.uuid4().hex[:6]
+    lease = RedisLease(redis_url, prefix, "replica-d", 5.0)
+    leadership = Leadership(lease, lambda: None, lambda: None)
+    leadership.tick()
+    store = RedisStateStore(redis_url, prefix)
+    drain = ha.Drain()
+    app = FastAPI()
+
+    @app.post("/v1/jobs")
+    def submit() -> dict[str, str]:
+        return {"id": "j1"}
+
+    ha.install(app, drain, leadership, lease.holder_now, store)
+    http = TestClient(app)
+    assert http.post("/v1/jobs").status_code == 200
+    status = http.get("/v1/status").json()
+    assert status["role"] == "leader" and status["leader"] == "replica-d" and status["draining"] is False
+    drain.begin()
+    refused = http.post("/v1/jobs")
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "2"
+    assert refused.json()["error"] == "draining"
+    assert http.get("/v1/status").json()["draining"] is True  # reads are still served
+    with pytest.raises(RuntimeError, match="draining"):
+        drain.readiness()
+    leadership.stop()
+    assert lease.holder_now() is None  # released on the way out
+    lease.close()
+    store.close()
