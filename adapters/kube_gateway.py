@@ -8,8 +8,11 @@ Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
                       404 is success
     read_workload     the Job's status as a WorkloadStatus (active/ready/succeeded/failed, Complete/Failed,
                       spec.suspend); exists=False on 404
-Errors surface as broker.errors: ClusterUnreachable, ClusterForbidden, ClusterRejected. Retries on
-connection errors are tenacity's, jittered and bounded.
+Errors surface as broker.errors: ClusterUnreachable, ClusterForbidden, ClusterRejected (with `cause`).
+Retries are tenacity's, jittered and bounded, and only for transient failures (kube_rest.is_transient: a
+reset connection, 5xx, 429): a timeout or a refusal is not retried, so a hung cluster costs one deadline
+(kube_rest.DEFAULT_TIMEOUT) per call, not three. Creates are retried too: a create that did land answers
+409 AlreadyExists the second time, which is success.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from adapters.kube_rest import ApiStatus, KubeRest
+from adapters.kube_rest import ApiStatus, KubeRest, is_transient
 from broker.errors import ClusterRejected, ClusterUnreachable
 from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
 from broker.model import WorkloadRef, WorkloadStatus
@@ -49,8 +52,8 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
 
 def _retrying() -> Retrying:
     return Retrying(
-        retry=retry_if_exception_type(ClusterUnreachable),
-        wait=wait_random_exponential(multiplier=0.2, max=2.0),
+        retry=retry_if_exception(is_transient),
+        wait=wait_random_exponential(multiplier=0.1, max=1.0),
         stop=stop_after_attempt(3),
         reraise=True,
     )
@@ -209,7 +212,9 @@ class KubeGateway:
         rest = self._rest(cluster)
         path = f"/apis/batch/v1/namespaces/{quote(namespace, safe='')}/jobs"
         try:
-            jobs, _ = rest.list_pages(path, selector=[("labelSelector", JOB_ID_LABEL)])
+            for try_ in _retrying():
+                with try_:
+                    jobs, _ = rest.list_pages(path, selector=[("labelSelector", JOB_ID_LABEL)])
         except ApiStatus as e:
             raise ClusterRejected(cluster, f"list Jobs: {e.code} {e.message}") from e
         refs = []

@@ -4,16 +4,23 @@ Owns the watch protocol and the per-cluster state the broker keeps between event
     Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues,
                     DRA resourceslices and resourceclaims):
                     a paginated list, then a watch from the list's resourceVersion with bookmarks, server
-                    timeoutSeconds and a client read timeout; relist on 410 Gone; tenacity-jittered retries
-                    on connection errors; a missing CRD (404) is "absent", not an error
+                    timeoutSeconds and a client read timeout; relist on 410 Gone; lists retry transient
+                    failures (a reset connection, 5xx, 429) with tenacity's jittered backoff, and a watch
+                    cut by a reset resumes from its last resourceVersion after a short jittered pause
+                    without telling health (one reset is not a fault); a missing CRD (404) is "absent"
     ClusterWatcher  a cluster's current objects, each node's summed active-pod requests kept incrementally,
                     NodeFacts recomputed only for the nodes an event touched and folded into a
                     CapacityIndex (so a ClusterSummary costs O(products), not O(nodes)); after each batch
                     of events on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller
-                    still wants whole snapshots; health is healthy / unreachable on connection errors /
-                    forbidden on 401/403
+                    still wants whole snapshots
     DraState        the gpu.nvidia.com ResourceSlices by node and the devices allocated claims hold; a node
                     with GPU slices gets its GPU facts from them (broker/dra.merge)
+    health          each ClusterWatcher owns a broker.health.HealthMachine fed by its informers' call
+                    outcomes (list/watch requests) and by a liveness probe (GET /version, short deadline,
+                    every probe_interval_s) so that a quiet cluster still proves itself alive; summaries
+                    carry its health, health_reason, health_since, and heartbeat = the last SUCCESSFUL call;
+                    every transition is logged (WARNING when worse, INFO when better) with its cause and
+                    kept in `transitions`
 
 Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node name, interned tuple of its non-zero
 effective requests) and only while it is active; nodes and NodeResourceTopologies are trimmed to the
@@ -36,12 +43,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from adapters.kube_rest import ApiStatus, KubeRest, Obj
+from adapters.kube_rest import ApiStatus, KubeRest, Obj, is_transient
 from broker import capacity, dra
 from broker.capacity_index import CapacityIndex
 from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
+from broker.health import (
+    CONNECTION_RESET,
+    HealthMachine,
+    HealthThresholds,
+    HealthView,
+    Outcome,
+    Transition,
+    http_cause,
+)
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health, QueueHeadroom
 
 log = logging.getLogger(__name__)
@@ -85,12 +101,19 @@ class WatchSettings:
     # minute): keep it well inside the placer's staleness limit (settings.staleAfterSeconds, default 30).
     watch_timeout_s: int = 20
     read_slack_s: float = 15.0
-    list_timeout: tuple[float, float] = (5.0, 60.0)
+    list_timeout: tuple[float, float] = (3.0, 15.0)
     page_size: int = 500
     backoff_base_s: float = 0.25
     backoff_max_s: float = 10.0
     absent_recheck_s: float = 60.0
     list_attempts: int = 3
+    # Consecutive transient failures (reset connections) of one informer that are retried quietly before
+    # health hears of them.
+    quiet_retries: int = 2
+    # The liveness probe: a quiet cluster's watches prove nothing for up to watch_timeout_s, and health
+    # calls a cluster lost after clusterLostSeconds (10) without a successful call.
+    probe_interval_s: float = 2.0
+    probe_timeout: tuple[float, float] = (1.5, 2.0)
 
 
 @dataclass
@@ -100,6 +123,7 @@ class InformerStats:
     events: int = 0
     bookmarks: int = 0
     errors: int = 0
+    quiet_retries: int = 0  # transient failures retried without telling health
 
 
 class Informer:
@@ -120,6 +144,7 @@ class Informer:
         self.settings = settings
         self.stats = InformerStats()
         self.path = resource.paths[0]
+        self._rv = ""  # the resourceVersion the informer is current at ("" = list first)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -138,7 +163,7 @@ class Informer:
         for path in self.resource.paths:
             try:
                 for attempt in Retrying(
-                    retry=retry_if_exception_type(ClusterUnreachable),
+                    retry=retry_if_exception(is_transient),
                     wait=wait_random_exponential(multiplier=self.settings.backoff_base_s, max=2.0),
                     stop=stop_after_attempt(self.settings.list_attempts),
                     reraise=True,
@@ -157,46 +182,60 @@ class Informer:
         raise last
 
     def run(self) -> None:
-        rv = ""
+        self._rv = ""
         failures = 0
+        transient = 0  # consecutive transient failures not (yet) reported to health
         s = self.settings
         while not self.stop.is_set():
+            attempt_started = time.monotonic()
             try:
-                if not rv:
+                if not self._rv:
                     items, rv = self._list()
                     self.stats.lists += 1
                     self.sink.replace(self.resource.name, items, rv)
                     del items  # the whole list (every pod in full) must not live as long as the watch
                     self.sink.report(self.resource.name, SYNCED)
-                rv = self._watch(rv)
-                failures = 0
+                    self._rv = rv
+                self._rv = self._watch(self._rv)
+                failures = transient = 0
             except ApiStatus as e:
                 if e.code == 410:
                     self.stats.relists_410 += 1
-                    rv = ""
+                    self._rv = ""
                     continue
                 if e.code == 404 and self.resource.optional:
                     self.sink.replace(self.resource.name, [], "")
                     self.sink.report(self.resource.name, ABSENT)
-                    rv = ""
+                    self._rv = ""
                     self.stop.wait(s.absent_recheck_s)
                     continue
                 failures += 1
                 self.stats.errors += 1
-                self.sink.report(self.resource.name, UNREACHABLE, str(e))
+                self.sink.report(self.resource.name, UNREACHABLE, str(e), http_cause(e.code, e.reason))
             except ClusterForbidden as e:
                 failures += 1
                 self.stats.errors += 1
-                self.sink.report(self.resource.name, FORBIDDEN, str(e))
+                self.sink.report(self.resource.name, FORBIDDEN, str(e), e.cause)
             except ClusterUnreachable as e:
-                failures += 1
                 self.stats.errors += 1
-                self.sink.report(self.resource.name, UNREACHABLE, str(e))
+                if time.monotonic() - attempt_started > 1.0:
+                    transient = 0  # a stream that ran for a while and then broke: a new incident
+                if is_transient(e) and transient < s.quiet_retries:
+                    # A reset connection (or one 5xx): resume at once from the last resourceVersion,
+                    # after a short jittered pause; health hears only if it keeps happening.
+                    transient += 1
+                    self.stats.quiet_retries += 1
+                    self.stop.wait(random.uniform(0.0, s.backoff_base_s))
+                    continue
+                failures += 1
+                self.sink.report(self.resource.name, UNREACHABLE, str(e), e.cause)
             except Exception as e:  # never let one resource's surprise kill the thread
                 failures += 1
                 self.stats.errors += 1
                 log.exception("cluster %s: %s informer failed", self.rest.cluster, self.resource.name)
-                self.sink.report(self.resource.name, UNREACHABLE, f"{type(e).__name__}: {e}")
+                self.sink.report(
+                    self.resource.name, UNREACHABLE, f"{type(e).__name__}: {e}", type(e).__name__
+                )
             if failures:
                 delay = min(s.backoff_max_s, s.backoff_base_s * 2 ** min(failures, 10))
                 self.stop.wait(delay * random.uniform(0.5, 1.0))
@@ -211,7 +250,7 @@ class Informer:
                 break
             if not connected:
                 connected = True
-                self.sink.report(self.resource.name, SYNCED)
+                self.sink.report(self.resource.name, SYNCED, call=False)
             kind = ev.get("type")
             obj = ev.get("object") or {}
             if kind == "ERROR":
@@ -226,9 +265,14 @@ class Informer:
             elif kind in ("ADDED", "MODIFIED", "DELETED"):
                 self.stats.events += 1
                 self.sink.apply(self.resource.name, kind, obj, new_rv)
-            rv = new_rv
-        self.sink.report(self.resource.name, SYNCED)
+            rv = self._rv = new_rv
+        self.sink.report(self.resource.name, SYNCED, call=False)
         return rv
+
+
+def _is_reset(e: BaseException) -> bool:
+    """A reset connection (the probe retries only that: a 5xx is the cluster's answer, and counts)."""
+    return isinstance(e, ClusterUnreachable) and e.cause == CONNECTION_RESET
 
 
 def _trim_node(node: Obj) -> Obj:
@@ -399,12 +443,16 @@ class ClusterWatcher:
         flush_interval_s: float = 0.05,
         clock: Callable[[], float] = time.time,
         spot: bool = False,
+        health: HealthThresholds | None = None,
+        on_transition: Callable[[Transition], None] | None = None,
     ) -> None:
         """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
         of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
         are called from the watcher's flusher thread; summary(traits) is the cheap read for publishers.
         `spot` says how the cluster is declared (which taints count as tolerated) so the index is built
-        right the first time; a summary asked with other traits re-aggregates once."""
+        right the first time; a summary asked with other traits re-aggregates once. `health` sets the
+        health machine's thresholds (clusterLostSeconds is its lost_seconds); on_transition(t) is called
+        (on the thread that saw it) for every change of shown health, after it is logged."""
         self.cluster = cluster
         self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
         self._on_snapshot = on_snapshot
@@ -430,10 +478,13 @@ class ClusterWatcher:
         self._states: dict[str, str] = {r.name: PENDING for r in resources}
         self._required = {r.name for r in resources if not r.optional}
         self._rv = ""
-        self._heartbeat = 0.0
-        self._last_health: Health | None = None
+        self._heartbeat = 0.0  # the last observation of data (list, event, bookmark): snapshot.observed_at
+        self._machine = HealthMachine(cluster, health or HealthThresholds(), clock())
+        self._on_transition = on_transition
+        self.transitions: list[Transition] = []  # the last 50, oldest first
+        self._unannounced: list[Transition] = []
+        self._last_health: tuple[Health, str] | None = None
         self._pending_since: float | None = None  # arrival of the first event not yet flushed
-        self._problems: dict[str, str] = {}  # resource -> why it is unreachable or forbidden
         # Arrival (epoch s) of the first event of the batch being handed to on_change now: the publisher
         # measures event-to-Redis freshness from it.
         self.batch_first_event_at: float | None = None
@@ -441,6 +492,7 @@ class ClusterWatcher:
         self._informers = [Informer(self.rest, r, self, self._stop, self._settings) for r in resources]
         self.stats.informers = {i.resource.name: i.stats for i in self._informers}
         self._flusher: threading.Thread | None = None
+        self._prober: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -449,6 +501,8 @@ class ClusterWatcher:
             inf.start()
         self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
         self._flusher.start()
+        self._prober = threading.Thread(target=self._probe_loop, name=f"prober-{self.cluster}", daemon=True)
+        self._prober.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads. A watch blocked in a read ends at its read timeout; threads are daemons."""
@@ -519,24 +573,94 @@ class ClusterWatcher:
         with self._lock:
             self._observed(rv)
 
-    def report(self, resource: str, state: str, detail: str = "") -> None:
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None:
+        """An informer's state, and with call=True its call outcome for health: SYNCED / ABSENT (a list
+        answered), UNREACHABLE / FORBIDDEN (a list or watch failed; `cause` as broker.health words it).
+        A watch stream that delivers or ends reports call=False: a hung server may keep old streams
+        going while it answers no new request, so only requests (lists, probes) prove it alive."""
         if self._stop.is_set():
             return  # stopping closes the streams; that is not the cluster's fault
+        now = self._clock()
+        if state in (SYNCED, ABSENT):
+            outcome = Outcome.success(now)
+        else:
+            what = f"list/watch {resource}: {cause}" if cause else detail
+            outcome = Outcome.failure(now, what, auth=state == FORBIDDEN)
         with self._lock:
             before = self._states.get(resource)
             self._states[resource] = state
-            if state in (UNREACHABLE, FORBIDDEN):
-                self._problems[resource] = (
-                    f"list/watch {resource}: {detail}" if detail else f"{resource}: {state}"
-                )
-            else:
-                self._problems.pop(resource, None)
             if state == SYNCED:
-                self._heartbeat = self._clock()
-        if before != state:
-            if state in (UNREACHABLE, FORBIDDEN):
-                log.warning("cluster %s: %s %s: %s", self.cluster, resource, state, detail)
+                self._heartbeat = now
+            if call or not outcome.ok:
+                self._machine.observe(outcome)
+            self._view()
+        if before != state and state in (UNREACHABLE, FORBIDDEN):
+            log.info("cluster %s: %s %s: %s", self.cluster, resource, state, detail)
+        if before != state or self._announce():
             self._wake.set()
+
+    def observe(self, outcome: Outcome) -> None:
+        """A call outcome from outside the informers (the probe; a dispatcher's create, if wired)."""
+        with self._lock:
+            self._machine.observe(outcome)
+            self._view()
+        if self._announce():
+            self._wake.set()
+
+    def _announce(self) -> bool:
+        """Log the transitions seen since the last call and hand them to on_transition (outside the lock).
+        True if there were any."""
+        with self._lock:
+            todo, self._unannounced = self._unannounced, []
+        for t in todo:
+            worse = t.after in (Health.DEGRADED, Health.UNREACHABLE, Health.FORBIDDEN)
+            log.log(logging.WARNING if worse else logging.INFO, "%s", t)
+            if self._on_transition is not None:
+                try:
+                    self._on_transition(t)
+                except Exception:
+                    log.exception("cluster %s: the transition callback failed", self.cluster)
+        return bool(todo)
+
+    def probe_once(self) -> Outcome:
+        """One liveness probe (GET /version, short deadline), fed to the health machine."""
+        timeout = self._settings.probe_timeout
+        start = time.monotonic()
+        try:
+            for attempt in Retrying(  # a reset pooled connection is retried once at once, not reported
+                retry=retry_if_exception(_is_reset),
+                wait=wait_random_exponential(multiplier=0.05, max=0.2),
+                stop=stop_after_attempt(2),
+                reraise=True,
+            ):
+                with attempt:
+                    start = time.monotonic()
+                    self.rest.probe(timeout)
+            outcome = Outcome.success(self._clock(), latency=time.monotonic() - start)
+        except ClusterForbidden as e:
+            outcome = Outcome.failure(self._clock(), e.cause or str(e), auth=True)
+        except ClusterUnreachable as e:
+            outcome = Outcome.failure(self._clock(), e.cause or str(e))
+        except ApiStatus as e:
+            outcome = Outcome.failure(self._clock(), http_cause(e.code, e.reason))
+        except Exception as e:  # a probe must never kill its thread
+            outcome = Outcome.failure(self._clock(), type(e).__name__)
+        if not self._stop.is_set():
+            self.observe(outcome)
+        return outcome
+
+    def _probe_loop(self) -> None:
+        interval = self._settings.probe_interval_s
+        self._stop.wait(random.uniform(0.0, interval))  # spread a shard's probes over the interval
+        while not self._stop.is_set():
+            started = time.monotonic()
+            outcome = self.probe_once()
+            # In doubt, look again sooner: a failed probe is followed by another in a quarter interval,
+            # so a failing cluster gives health enough samples to judge within its window.
+            wait = interval if outcome.ok else interval / 4
+            self._stop.wait(max(0.05, wait - (time.monotonic() - started)))
 
     # ------------------------------------------------------------------ state (under the lock)
 
@@ -625,25 +749,32 @@ class ClusterWatcher:
 
     @property
     def health(self) -> Health:
-        with self._lock:
-            return self._health()
+        return self.health_view().health
 
-    def _health(self) -> Health:
-        states = self._states
-        if FORBIDDEN in states.values():
-            return Health.FORBIDDEN
-        required = [states[r] for r in self._required]
-        if UNREACHABLE in required:
-            return Health.UNREACHABLE
-        if all(st == SYNCED for st in required):
-            return Health.DEGRADED if UNREACHABLE in states.values() else Health.HEALTHY
-        return Health.UNKNOWN
+    def health_view(self) -> HealthView:
+        """(health, reason, since, last_success) now."""
+        with self._lock:
+            view = self._view()
+        self._announce()
+        return view
+
+    def _view(self) -> HealthView:
+        transition = self._machine.evaluate(self._clock())
+        if transition is not None:  # announced (logged, handed on) by _announce outside the lock
+            self.transitions.append(transition)
+            del self.transitions[:-50]
+            self._unannounced.append(transition)
+        view = self._machine.view
+        if view.health == Health.HEALTHY and any(self._states[r] == PENDING for r in self._required):
+            # Alive, but a required informer has not listed yet: its capacity is not known.
+            return HealthView(Health.UNKNOWN, "syncing", view.since, view.last_success)
+        return view
 
     @property
     def last_success(self) -> float:
-        """Epoch seconds of the last successful observation (list, event, bookmark): the heartbeat."""
+        """Epoch seconds of the last successful call (probe, list, watch): the heartbeat."""
         with self._lock:
-            return self._heartbeat
+            return self._machine.last_success
 
     def snapshot(self) -> ClusterSnapshot:
         """The cluster as last observed (NodeFacts recomputed for the nodes touched since the last call)."""
@@ -667,11 +798,10 @@ class ClusterWatcher:
         Equal to capacity.summarize(self.snapshot(), traits, self.health, self.last_success)."""
         with self._lock:
             self._refresh()
-            summary = self._index.summary(traits, self._health(), self._heartbeat, self._queues)
-            if self._problems and summary.health is not Health.HEALTHY:
-                reason = "; ".join(self._problems[r] for r in sorted(self._problems))
-                summary = dataclasses.replace(summary, health_reason=reason)
-            return summary
+            view = self._view()
+            summary = self._index.summary(traits, view.health, view.last_success, self._queues)
+        self._announce()
+        return dataclasses.replace(summary, health_reason=view.reason, health_since=view.since)
 
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
@@ -683,20 +813,23 @@ class ClusterWatcher:
             self._stop.wait(self._flush_interval)  # let a burst of events land in one batch
             self._wake.clear()
             with self._lock:
-                health = self._health()
+                view = self._view()
+                health = view.health
                 ready = all(self._states[r] not in (PENDING,) for r in self._required)
                 if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
                     continue
-                if not self._dirty and not self._queues_dirty and health == self._last_health:
+                key = (health, view.reason)
+                if not self._dirty and not self._queues_dirty and key == self._last_health:
                     continue
                 if self._on_snapshot is not None:
                     snap: ClusterSnapshot | None = self._snapshot()
                 else:
                     self._refresh()  # fold the batch into the index here, off the publisher's path
                     snap = None
-                heartbeat = self._heartbeat
-                self._last_health = health
+                heartbeat = view.last_success
+                self._last_health = key
                 self.batch_first_event_at, self._pending_since = self._pending_since, None
+            self._announce()
             try:
                 if self._on_snapshot is not None and snap is not None:
                     self._on_snapshot(snap, health, heartbeat)

@@ -7,12 +7,22 @@ Owns how the broker talks to a member cluster's API server:
                                    over the raw bytes; no typed-model deserialisation on the hot path)
     raise_for_status               401/403 -> ClusterForbidden; 404/409/410 -> ApiStatus (callers branch on
                                    them); 429/5xx and connection failures -> ClusterUnreachable; other 4xx
-                                   -> ClusterRejected
+                                   -> ClusterRejected. Every ClusterError carries `cause`, the failure as
+                                   broker.health classifies it (describe_failure: "connection refused",
+                                   "certificate verify failed: ...", "timeout after 5 s", "connection
+                                   reset", "credentials rejected (401)", "HTTP 503 ServiceUnavailable")
+    is_transient                   what is worth retrying at once: a reset connection, 5xx, 429 (not a
+                                   timeout, a refusal or a TLS failure: those say the cluster is gone, and
+                                   retrying them only multiplies the deadline)
+Every request has a deadline: DEFAULT_TIMEOUT (connect, read); a hung cluster costs a few seconds a call.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,12 +33,13 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from broker import health
 from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds for plain requests
+DEFAULT_TIMEOUT = (3.0, 5.0)  # (connect, read) seconds for plain requests: a hung cluster costs ~5 s a call
 
 
 class ApiStatus(Exception):
@@ -59,6 +70,70 @@ def connect(kubeconfig: Path | str, context: str | None = None, pool_size: int =
     return client.ApiClient(cfg)
 
 
+def _chain(e: BaseException) -> list[BaseException]:
+    """The exception and everything it wraps (urllib3's reason, causes, contexts, exception args)."""
+    seen: list[BaseException] = []
+    todo: list[BaseException] = [e]
+    while todo and len(seen) < 32:
+        x = todo.pop(0)
+        if any(x is s for s in seen):
+            continue
+        seen.append(x)
+        for nxt in (getattr(x, "reason", None), x.__cause__, x.__context__, *x.args):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    return seen
+
+
+def describe_failure(e: BaseException, timeout: float | tuple[float, float] | None = None) -> str:
+    """A connection-level failure as a person reads it (broker.health's vocabulary), never a bare
+    "MaxRetryError"."""
+    chain = _chain(e)
+    connect_s, read_s = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    for x in chain:  # the OS's own word first (urllib3's NewConnectionError is a ConnectTimeoutError)
+        if isinstance(x, ConnectionRefusedError):
+            return health.CONNECTION_REFUSED
+        if isinstance(x, socket.gaierror | urllib3.exceptions.NameResolutionError):
+            return health.NAME_RESOLUTION
+        if isinstance(x, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(x):
+            detail = getattr(x, "verify_message", "") or ""
+            return f"{health.CERTIFICATE_FAILED}: {detail}" if detail else health.CERTIFICATE_FAILED
+    for x in chain:
+        if isinstance(x, urllib3.exceptions.ReadTimeoutError):
+            return health.timeout_cause(read_s) if read_s else "read timeout"
+        if isinstance(x, TimeoutError | socket.timeout | urllib3.exceptions.ConnectTimeoutError) and not (
+            isinstance(x, urllib3.exceptions.NewConnectionError)
+        ):
+            return health.timeout_cause(connect_s) if connect_s else "connect timeout"
+    for x in chain:
+        if isinstance(x, ssl.SSLError):
+            return f"{health.TLS_FAILED}: {getattr(x, 'reason', None) or x}"
+        if isinstance(
+            x,
+            ConnectionResetError
+            | ConnectionAbortedError
+            | BrokenPipeError
+            | http.client.RemoteDisconnected
+            | http.client.IncompleteRead
+            | urllib3.exceptions.ProtocolError,
+        ):
+            return health.CONNECTION_RESET
+    return type(chain[-1]).__name__ if chain else "unknown error"
+
+
+def is_transient(e: BaseException) -> bool:
+    """Worth retrying at once: a reset connection, 5xx, 429 (a refusal, a timeout, TLS are not)."""
+    if not isinstance(e, ClusterUnreachable):
+        return False
+    cause = e.cause
+    return cause == health.CONNECTION_RESET or cause.startswith(("HTTP 5", "HTTP 429"))
+
+
+def unreachable(cluster: str, what: str, e: BaseException, timeout: Any = None) -> ClusterUnreachable:
+    cause = describe_failure(e, timeout)
+    return ClusterUnreachable(cluster, f"{what}: {cause}", cause=cause)
+
+
 def _status_body(cluster: str, code: int, data: bytes | None) -> tuple[str, str]:
     try:
         body = orjson.loads(data or b"{}")
@@ -76,12 +151,16 @@ def raise_for_status(cluster: str, code: int, data: bytes | None) -> None:
         return
     reason, message = _status_body(cluster, code, data)
     if code in (401, 403):
-        raise ClusterForbidden(cluster, f"{code} {reason or 'Forbidden'}: {message}")
+        raise ClusterForbidden(
+            cluster, f"{code} {reason or 'Forbidden'}: {message}", cause=health.http_cause(code)
+        )
     if code in (404, 409, 410):
         raise ApiStatus(cluster, code, reason, message)
     if code == 429 or code >= 500:
-        raise ClusterUnreachable(cluster, f"{code} {reason}: {message}")
-    raise ClusterRejected(cluster, f"{code} {reason}: {message}")
+        raise ClusterUnreachable(
+            cluster, f"{code} {reason}: {message}", cause=health.http_cause(code, reason)
+        )
+    raise ClusterRejected(cluster, f"{code} {reason}: {message}", cause=health.http_cause(code, reason))
 
 
 class KubeRest:
@@ -121,15 +200,16 @@ class KubeRest:
             body=body,
             auth_settings=["BearerToken"],
         )
+        deadline = timeout or self.timeout
         try:
-            resp = self.api.call_api(*req, _request_timeout=timeout or self.timeout)
+            resp = self.api.call_api(*req, _request_timeout=deadline)
         except ApiException as e:
             raise_for_status(
                 self.cluster, int(e.status or 0), e.body.encode() if isinstance(e.body, str) else None
             )
             raise
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise ClusterUnreachable(self.cluster, f"{method} {path}: {type(e).__name__}") from e
+        except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
+            raise unreachable(self.cluster, f"{method} {path}", e, deadline) from e
         raw: urllib3.BaseHTTPResponse = resp.response
         return raw
 
@@ -145,13 +225,18 @@ class KubeRest:
         resp = self._open(method, path, query, body, timeout)
         try:
             data = resp.data
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise ClusterUnreachable(self.cluster, f"{method} {path}: {type(e).__name__}") from e
+        except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
+            raise unreachable(self.cluster, f"{method} {path}", e, timeout or self.timeout) from e
         finally:
             resp.release_conn()
         raise_for_status(self.cluster, resp.status, data)
         out = orjson.loads(data) if data else {}
         return out if isinstance(out, dict) else {}
+
+    def probe(self, timeout: tuple[float, float] = (1.5, 2.0)) -> None:
+        """A cheap liveness call (GET /version with the broker's credentials, a short deadline): returns on
+        success, raises ClusterUnreachable / ClusterForbidden with the cause otherwise."""
+        self.request("GET", "/version", timeout=timeout)
 
     def list_pages(
         self,
@@ -201,7 +286,7 @@ class KubeRest:
                         yield orjson.loads(line)
             if buf.strip():
                 yield orjson.loads(buf)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise ClusterUnreachable(self.cluster, f"watch {path}: {type(e).__name__}") from e
+        except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
+            raise unreachable(self.cluster, f"watch {path}", e, (self.timeout[0], read_timeout)) from e
         finally:
             resp.release_conn()

@@ -1,38 +1,59 @@
-"""Ray actors that keep every member cluster's summary fresh in Redis.
+"""Ray actors that keep every member cluster's summary fresh in Redis, and keep themselves running.
 
-    PollerSpec    one cluster to watch: name, kubeconfig, context, declared traits (picklable)
-    PollerShard   plain Python: owns many clusters; one ClusterWatcher (list+watch informers) per cluster;
-                  after each batch of events (coalesced: at most one batch per cluster per summary
-                  interval, however many events) the cluster's watcher thread writes its ClusterSummary
-                  from the watcher's incremental CapacityIndex (no snapshot, no O(nodes) summarize per
-                  write), so clusters publish in parallel and one slow write delays only its cluster;
-                  a publisher thread retries failed writes and re-writes each summary at least every
-                  heartbeat interval so freshness is visible; it also writes each cluster's per-node
-                  table (broker.node_detail, for the fleet view's node detail) every 5 s.
-    PollerFleet   starts Ray (ray.init(); RAY_ADDRESS joins an existing cluster), spreads clusters over
-                  `shards` named actors by a stable hash, and stops them; add_cluster(spec) and
-                  remove_cluster(name) change the watched clusters live (ClusterProfile members).
+    PollerSpec      one cluster to watch: name, kubeconfig, context, declared traits (picklable; JSON
+                    through spec_to_json / spec_from_json)
+    HashRing        consistent hashing with virtual nodes: which shard owns a cluster; adding a shard
+                    moves about 1/(n+1) of the clusters, removing a cluster moves none of the others
+    PollerShard     plain Python: owns many clusters; one ClusterWatcher (list+watch informers, a liveness
+                    probe, a health machine) per cluster; after each batch of events the cluster's watcher
+                    thread writes its ClusterSummary (health, health_reason, health_since, heartbeat = the
+                    last SUCCESSFUL call) from the watcher's incremental CapacityIndex; a publisher thread
+                    retries failed writes and re-writes each summary at least every HEARTBEAT_SECONDS,
+                    and each cluster's per-node table (broker.node_detail, the fleet view's node detail)
+                    every NODES_INTERVAL_SECONDS.
+                    assign(specs, generation) adds, removes and re-points clusters without a restart.
+                    As a Ray actor it starts its work in its constructor (autostart), so an actor Ray
+                    restarts after a crash resumes by itself, rebuilding its state from the clusters.
+    PollerSupervisor  a named Ray actor (max_restarts=-1, not detached: it lives as long as the broker
+                    that made it): owns the desired cluster list (kept in Redis so that a restarted
+                    supervisor has it), assigns clusters to shards by the ring, and every second pings each
+                    shard: a shard that comes back from a crash with an old assignment generation is sent
+                    the current one; a shard that is dead for good is made anew.
+    PollerFleet     the broker's handle (the driver side): starts Ray (RAY_ADDRESS joins an existing
+                    cluster; log_to_driver=True so the shards' health transitions reach the broker's
+                    output, prefixed "(PollerShard pid=...)"), creates the shards and the supervisor;
+                    set_clusters(specs) applies a config reload (clusters added, removed, changed);
+                    add_cluster(spec) / remove_cluster(name) (ClusterProfile members) are the same
+                    thing for one cluster.
 
-Actor classes stay plain Python; `ray.remote` is applied in PollerFleet (max_restarts=-1: a crashed
-shard restarts and rebuilds everything from the clusters and Redis). One process per shard, not per
-cluster: each cluster costs threads, not a Python process.
+One process per shard, not per cluster: each cluster costs threads (4 informers, a flusher, a prober),
+not a Python process. Actor classes stay plain Python; `ray.remote` is applied in PollerFleet.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
 import hashlib
 import logging
 import os
+import sys
 import threading
 import time
+import uuid
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
-from broker.model import ClusterSummary, ClusterTraits
+from broker.health import HealthThresholds, Transition
+from broker.model import ClusterSummary, ClusterTraits, Tier
 from broker.node_detail import nodes_table
 
 log = logging.getLogger(__name__)
@@ -40,6 +61,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 # The per-node table of the fleet view (O(nodes) to build and write) is rewritten at most this often.
 NODES_INTERVAL_SECONDS = 5.0
+VIRTUAL_NODES = 64
+SUPERVISE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -50,28 +73,141 @@ class PollerSpec:
     traits: ClusterTraits
 
 
+def spec_to_json(spec: PollerSpec) -> dict[str, Any]:
+    traits = dataclasses.asdict(spec.traits)
+    traits["tier"] = str(spec.traits.tier)
+    return {"name": spec.name, "kubeconfig": spec.kubeconfig, "context": spec.context, "traits": traits}
+
+
+def spec_from_json(raw: dict[str, Any]) -> PollerSpec:
+    traits = dict(raw["traits"])
+    traits["tier"] = Tier(traits["tier"])
+    return PollerSpec(str(raw["name"]), str(raw["kubeconfig"]), raw.get("context"), ClusterTraits(**traits))
+
+
+def _hash(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+class HashRing:
+    """Consistent hashing: each node at `vnodes` points of a 64-bit ring; a key belongs to the first node
+    point at or after its hash. Stable across processes and restarts (blake2b, not Python's hash())."""
+
+    def __init__(self, nodes: Iterable[str], vnodes: int = VIRTUAL_NODES) -> None:
+        self.nodes = sorted(set(nodes))
+        if not self.nodes:
+            raise ValueError("a hash ring needs at least one node")
+        points = sorted((_hash(f"{n}#{i}"), n) for n in self.nodes for i in range(vnodes))
+        self._keys = [p for p, _ in points]
+        self._owners = [n for _, n in points]
+
+    def owner(self, key: str) -> str:
+        i = bisect.bisect_left(self._keys, _hash(key))
+        return self._owners[i % len(self._owners)]
+
+    def assign(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        """Every node with the keys it owns (sorted; nodes that own none map to [])."""
+        out: dict[str, list[str]] = {n: [] for n in self.nodes}
+        for k in keys:
+            out[self.owner(k)].append(k)
+        return {n: sorted(v) for n, v in out.items()}
+
+    def assign_specs(self, specs: Iterable[PollerSpec]) -> dict[str, list[PollerSpec]]:
+        by_name = {s.name: s for s in specs}
+        return {n: [by_name[c] for c in names] for n, names in self.assign(by_name).items()}
+
+
+def desired_key(prefix: str) -> str:
+    return f"{prefix}:pollers:desired"
+
+
+def desired_clusters(store: RedisStateStore, run_id: str) -> tuple[list[PollerSpec], int] | None:
+    """The fleet's cluster list and its generation as this broker run's supervisor last saved it."""
+    raw = store.client.get(desired_key(store.prefix))
+    saved = orjson.loads(raw) if raw else None
+    if not isinstance(saved, dict) or saved.get("run") != run_id:
+        return None  # none yet, or a previous broker's
+    return [spec_from_json(s) for s in saved["specs"]], int(saved["generation"])
+
+
+def shard_name(prefix: str, index: int) -> str:
+    return f"gpufed-poller-{prefix}-{index}"
+
+
 def shard_of(cluster: str, shards: int) -> int:
-    """A stable shard for a cluster name (the same across processes and restarts)."""
-    digest = hashlib.blake2b(cluster.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % shards
+    """The index of the shard that owns a cluster among `shards` shards (the ring over their indexes)."""
+    ring = HashRing([str(i) for i in range(max(1, shards))])
+    return int(ring.owner(cluster))
+
+
+def _reconstructed() -> bool:
+    """In a Ray actor: whether this is a restart of it (after a crash), not its first start."""
+    try:
+        import ray
+
+        with warnings.catch_warnings():  # Ray warns about an API it uses itself inside this property
+            warnings.simplefilter("ignore")
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:
+        return False
+
+
+def _log_to_stderr() -> None:
+    """In a Ray worker: the adapters' INFO and above to stderr, which Ray forwards to the driver."""
+    logger = logging.getLogger("adapters")
+    if any(getattr(h, "gpufed", False) for h in logger.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.gpufed = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 class PollerShard:
     def __init__(
-        self, specs: list[PollerSpec], redis_url: str, prefix: str, summary_interval_seconds: float = 0.2
+        self,
+        specs: list[PollerSpec],
+        redis_url: str,
+        prefix: str,
+        summary_interval_seconds: float = 0.2,
+        *,
+        generation: int = 0,
+        health: HealthThresholds | None = None,
+        autostart: bool = False,
+        worker_logging: bool = False,
+        ring: tuple[str, str, list[str]] | None = None,
     ) -> None:
-        self._specs = {s.name: s for s in specs}
+        """`autostart` starts the work here (a Ray actor: a restarted actor resumes by itself);
+        otherwise start() does. `ring` = (run id, this shard's name, every shard's name): a shard
+        (re)starting reads the fleet's current cluster list from Redis (the supervisor keeps it there)
+        and takes its own part of it, so an actor Ray restarts with its creation arguments does not
+        resume a list that a config reload has replaced."""
+        if worker_logging:
+            _log_to_stderr()
         self._store = RedisStateStore(redis_url, prefix=prefix)
+        if ring is not None:
+            current = desired_clusters(self._store, ring[0])
+            if current is not None and current[1] > generation:
+                specs, generation = HashRing(ring[2]).assign_specs(current[0])[ring[1]], current[1]
+        self._specs = {s.name: s for s in specs}
         self._interval = summary_interval_seconds
+        self._health = health or HealthThresholds()
+        self._generation = generation
         self._watchers: dict[str, ClusterWatcher] = {}
         self._dirty: set[str] = set()
         self._last_write: dict[str, float] = {}
         self._last_nodes: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._publish_locks = {name: threading.Lock() for name in self._specs}
+        self._assign_lock = threading.Lock()
+        self._publish_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._publisher: threading.Thread | None = None
+        self._started_at = time.time()
         self.writes = 0
+        if autostart:
+            self.start()
 
     def _mark(self, cluster: str) -> None:
         with self._lock:
@@ -86,31 +222,124 @@ class PollerShard:
             on_change=functools.partial(self.changed, spec.name),
             flush_interval_s=self._interval,
             spot=spec.traits.spot,
+            health=self._health,
+            on_transition=self._transitioned,
         )
+
+    def _transitioned(self, t: Transition) -> None:
+        """A cluster's health changed: publish at once (the watcher has logged it with its cause)."""
+        self._mark(t.cluster)
 
     def changed(self, name: str) -> None:
         """A batch of events of one cluster was applied (called on its watcher's thread): publish it now;
         on failure leave it to the publisher thread's next pass."""
-        if self._stop.is_set() or name not in self._watchers:
+        if self._stop.is_set():
             return
-        first_event_at = self._watchers[name].batch_first_event_at if name in self._watchers else None
+        with self._lock:
+            watcher = self._watchers.get(name)
+        if watcher is None:
+            return
+        first_event_at = watcher.batch_first_event_at
         try:
             self.publish_cluster(name)
             if first_event_at is not None:
                 lag = max(0.0, time.time() - first_event_at)
                 self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
+        except KeyError:
+            return  # the cluster was just taken away from this shard
         except Exception:
             log.exception("publishing the summary of %s failed; retrying next pass", name)
             self._mark(name)
 
     def start(self) -> list[str]:
-        for name, spec in self._specs.items():
-            watcher = self.make_watcher(spec)
-            watcher.start()
-            self._watchers[name] = watcher
-        self._publisher = threading.Thread(target=self._publish_loop, name="gpufed-publisher", daemon=True)
-        self._publisher.start()
-        return sorted(self._watchers)
+        """Start watching every assigned cluster and publishing (idempotent)."""
+        with self._assign_lock:
+            for name, spec in self._specs.items():
+                if name not in self._watchers:
+                    self._add(spec)
+            if self._publisher is None:
+                self._publisher = threading.Thread(
+                    target=self._publish_loop, name="gpufed-publisher", daemon=True
+                )
+                self._publisher.start()
+            return sorted(self._watchers)
+
+    def _add(self, spec: PollerSpec) -> None:
+        self._publish_locks.setdefault(spec.name, threading.Lock())
+        watcher = self.make_watcher(spec)
+        watcher.start()
+        with self._lock:
+            self._watchers[spec.name] = watcher
+
+    def _remove(self, name: str) -> None:
+        with self._lock:
+            watcher = self._watchers.pop(name, None)
+            self._last_write.pop(name, None)
+            self._last_nodes.pop(name, None)
+            self._dirty.discard(name)
+        if watcher is not None:
+            watcher.stop(timeout=1.0)
+        lock = self._publish_locks.get(name)
+        if lock is not None:
+            with lock:  # a write of this cluster already under way lands before we return, never after
+                pass
+
+    def assign(self, specs: list[PollerSpec], generation: int) -> list[str]:
+        """Own exactly these clusters from now on: start the new ones, stop the ones gone, restart the
+        ones whose kubeconfig or context changed (a traits-only change takes effect at the next write).
+        Returns the clusters owned."""
+        with self._assign_lock:
+            wanted = {s.name: s for s in specs}
+            for name in [n for n in self._watchers if n not in wanted]:
+                self._remove(name)
+            for name, spec in wanted.items():
+                old = self._specs.get(name)
+                if old is not None and (old.kubeconfig, old.context) != (spec.kubeconfig, spec.context):
+                    self._remove(name)  # re-pointed: a new client, new informers
+                with self._lock:
+                    self._specs[name] = spec  # traits take effect at the next write
+                if name not in self._watchers and self._publisher is not None:
+                    self._add(spec)
+            with self._lock:
+                for name in [n for n in self._specs if n not in wanted]:
+                    del self._specs[name]
+                self._generation = generation
+                self._dirty.update(wanted)
+                return sorted(self._watchers)
+
+    def add_cluster(self, spec: PollerSpec) -> bool:
+        """Start watching one more cluster; False when it is watched already (idempotent). The
+        supervisor's set_clusters is the fleet-wide way; this is the one-shard one."""
+        with self._assign_lock:
+            if spec.name in self._watchers:
+                return False
+            with self._lock:
+                self._specs[spec.name] = spec
+            self._add(spec)
+            self._mark(spec.name)
+            return True
+
+    def remove_cluster(self, name: str) -> bool:
+        """Stop watching a cluster; its summary is no longer written. False when it was not watched."""
+        with self._assign_lock:
+            if name not in self._watchers:
+                return False
+            self._remove(name)
+            with self._lock:
+                self._specs.pop(name, None)
+            return True
+
+    def ping(self) -> dict[str, Any]:
+        """Who this shard is now: its process, its assignment generation, its clusters."""
+        with self._lock:
+            clusters = sorted(self._watchers)
+        return {
+            "pid": os.getpid(),
+            "generation": self._generation,
+            "clusters": clusters,
+            "started_at": self._started_at,
+            "restarted": _reconstructed(),
+        }
 
     def publish_once(self) -> int:
         """Write the summary of every dirty (or heartbeat-due) cluster. Returns how many were written."""
@@ -118,21 +347,27 @@ class PollerShard:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             last = dict(self._last_write)
+            last_nodes = dict(self._last_nodes)
+            names = list(self._watchers)
         written = 0
-        for name in list(self._watchers):  # a copy: add_cluster/remove_cluster may run meanwhile
+        for name in names:
             if name not in dirty and now - last.get(name, 0.0) < HEARTBEAT_SECONDS:
                 continue
             try:
                 self.publish_cluster(name)
+            except KeyError:
+                continue  # taken away meanwhile
             except Exception:
                 log.exception("publishing the summary of %s failed; retrying next pass", name)
                 self._mark(name)
                 continue
             written += 1
-        for name in self._watchers:
-            if now - self._last_nodes.get(name, 0.0) >= NODES_INTERVAL_SECONDS:
+        for name in names:
+            if now - last_nodes.get(name, 0.0) >= NODES_INTERVAL_SECONDS:
                 try:
                     self.publish_nodes(name)
+                except KeyError:
+                    continue
                 except Exception:
                     log.exception("publishing the node table of %s failed; retrying next pass", name)
         return written
@@ -140,9 +375,13 @@ class PollerShard:
     def publish_nodes(self, name: str) -> int:
         """Write one cluster's per-node table (the fleet view's `nodes=true`). Returns its rows."""
         now = time.time()
-        table = nodes_table(self._watchers[name].snapshot().nodes, self._specs[name].traits.spot)
+        with self._lock:
+            watcher = self._watchers[name]
+            spot = self._specs[name].traits.spot
+        table = nodes_table(watcher.snapshot().nodes, spot)
         self._store.put_nodes(name, table, now)
-        self._last_nodes[name] = now
+        with self._lock:
+            self._last_nodes[name] = now
         return len(table)
 
     def publish_cluster(self, name: str) -> ClusterSummary:
@@ -151,10 +390,10 @@ class PollerShard:
         One lock per cluster around read-and-write: the watcher thread and the heartbeat publisher may
         both publish a cluster, and without it an older summary could land after a newer one."""
         with self._publish_locks[name]:
-            watcher, spec = self._watchers.get(name), self._specs.get(name)
-            if watcher is None or spec is None:
-                raise KeyError(f"cluster {name} is not watched (removed)")
-            summary = watcher.summary(spec.traits)
+            with self._lock:
+                watcher = self._watchers[name]
+                traits = self._specs[name].traits
+            summary = watcher.summary(traits)
             written = self._store.put_summary(summary)
         with self._lock:
             self._last_write[name] = time.time()
@@ -167,46 +406,195 @@ class PollerShard:
             self._stop.wait(self._interval)
 
     def health(self) -> dict[str, str]:
-        return {name: str(w.health) for name, w in list(self._watchers.items())}
-
-    # ------------------------------------------------------------------ live membership (ClusterProfile)
-
-    def add_cluster(self, spec: PollerSpec) -> bool:
-        """Start watching one more cluster; False when it is watched already (idempotent)."""
-        if spec.name in self._watchers:
-            return False
-        self._specs[spec.name] = spec
-        self._publish_locks.setdefault(spec.name, threading.Lock())
-        watcher = self.make_watcher(spec)
-        watcher.start()
-        self._watchers[spec.name] = watcher
-        self._mark(spec.name)
-        return True
-
-    def remove_cluster(self, name: str) -> bool:
-        """Stop watching a cluster; its summary is no longer written. False when it was not watched."""
-        watcher = self._watchers.pop(name, None)
-        if watcher is None:
-            return False
-        with self._publish_locks[name]:  # an in-flight write of it finishes first
-            self._specs.pop(name, None)
         with self._lock:
-            self._dirty.discard(name)
-            self._last_write.pop(name, None)
-        watcher.stop()
-        return True
+            watchers = dict(self._watchers)
+        return {name: str(w.health) for name, w in watchers.items()}
+
+    def transitions(self) -> list[dict[str, Any]]:
+        """The recent health transitions of this shard's clusters, oldest first."""
+        with self._lock:
+            watchers = list(self._watchers.values())
+        out = [dataclasses.asdict(t) for w in watchers for t in list(w.transitions)]
+        return sorted(out, key=lambda t: float(t["at"]))
 
     def stop(self) -> None:
         self._stop.set()
         if self._publisher is not None:
             self._publisher.join(timeout=5)
-        for w in self._watchers.values():
+        with self._lock:
+            watchers = list(self._watchers.values())
+        for w in watchers:
             w.stop()
         self._store.close()
 
 
+class PollerSupervisor:
+    """Keeps the shards assigned and alive (a Ray actor; see the module docstring)."""
+
+    def __init__(
+        self,
+        specs: list[PollerSpec],
+        shard_names: list[str],
+        redis_url: str,
+        prefix: str,
+        run_id: str,
+        shard_options: dict[str, Any],
+        check_seconds: float = SUPERVISE_SECONDS,
+        worker_logging: bool = False,
+    ) -> None:
+        if worker_logging:
+            _log_to_stderr()
+        self._store = RedisStateStore(redis_url, prefix=prefix)
+        self._key = desired_key(prefix)
+        self._prefix = prefix
+        self._redis_url = redis_url
+        self._shard_names = list(shard_names)
+        self._ring = HashRing(self._shard_names)
+        self._shard_options = shard_options
+        self._check = check_seconds
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.restarts: dict[str, int] = {n: 0 for n in self._shard_names}
+        self._pids: dict[str, int] = {}
+        self.checks = 0
+        self._errors: dict[str, str] = {}  # shard -> the last error checking it (until a check passes)
+        saved = desired_clusters(self._store, run_id)
+        if saved is not None:  # this is a restart: resume
+            self._specs, self._generation = saved
+        else:
+            self._specs = list(specs)
+            self._generation = 1
+        self._run = run_id
+        self._save()
+        self._thread = threading.Thread(target=self._loop, name="gpufed-supervisor", daemon=True)
+        self._thread.start()
+
+    def _save(self) -> None:
+        body = {
+            "run": self._run,
+            "generation": self._generation,
+            "specs": [spec_to_json(s) for s in self._specs],
+        }
+        self._store.client.set(self._key, orjson.dumps(body))
+
+    def _groups(self) -> dict[str, list[PollerSpec]]:
+        return self._ring.assign_specs(self._specs)
+
+    def assignment(self) -> dict[str, list[str]]:
+        with self._lock:
+            return {shard: [s.name for s in group] for shard, group in self._groups().items()}
+
+    def _actor(self, name: str) -> Any:
+        import ray
+
+        return ray.get_actor(name)
+
+    def set_clusters(self, specs: list[PollerSpec]) -> dict[str, list[str]]:
+        """The fleet is now these clusters: reassign every shard (by the ring), forget the summaries of
+        the clusters gone. Returns the assignment."""
+        import ray
+
+        with self._lock:
+            gone = {s.name for s in self._specs} - {s.name for s in specs}
+            self._specs = list(specs)
+            self._generation += 1
+            self._save()
+            groups = self._groups()
+            gen = self._generation
+        refs = [self._actor(shard).assign.remote(group, gen) for shard, group in groups.items()]
+        ray.get(refs, timeout=60)
+        for name in sorted(gone):
+            self._store.delete_summary(name)
+        if gone:
+            log.info("poller supervisor: clusters removed: %s", ", ".join(sorted(gone)))
+        return self.assignment()
+
+    def _ensure(self, shard: str, group: list[PollerSpec], gen: int) -> None:
+        """One supervision check of one shard."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            actor = self._actor(shard)
+        except ValueError:  # no actor of that name: dead for good (killed without restart): make it anew
+            self._create(shard, group, gen)
+            return
+        try:
+            info = ray.get(actor.ping.remote(), timeout=5)
+        except (GetTimeoutError, RayActorError) as e:
+            # Restarting (Ray brings it back), or dead for good (the next pass makes it anew).
+            self._errors[shard] = f"ping: {type(e).__name__}"
+            return
+        pid = int(info["pid"])
+        before = self._pids.get(shard)
+        self._pids[shard] = pid
+        if before != pid and (before is not None or info.get("restarted")):
+            self.restarts[shard] += 1
+            log.warning(
+                "poller shard %s restarted (pid %s -> %d); it resumes its clusters", shard, before, pid
+            )
+        if int(info["generation"]) != gen:
+            log.info(
+                "poller shard %s holds assignment %s, not %d: re-assigning", shard, info["generation"], gen
+            )
+            ray.get(actor.assign.remote(group, gen), timeout=60)
+
+    def _create(self, shard: str, group: list[PollerSpec], gen: int) -> None:
+        import ray
+
+        log.warning("poller shard %s is gone; starting it anew with %d clusters", shard, len(group))
+        self.restarts[shard] += 1
+        opts = dict(self._shard_options)
+        remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
+        remote.options(name=shard, get_if_exists=True).remote(
+            group,
+            self._redis_url,
+            self._prefix,
+            opts["summary_interval_seconds"],
+            generation=gen,
+            health=opts["health"],
+            autostart=True,
+            worker_logging=opts["worker_logging"],
+            ring=(self._run, shard, self._shard_names),
+        )
+
+    def check(self) -> None:
+        """One supervision pass over every shard."""
+        with self._lock:
+            groups = self._groups()
+            gen = self._generation
+        self.checks += 1
+        for shard in self._shard_names:
+            try:
+                self._errors.pop(shard, None)
+                self._ensure(shard, groups.get(shard, []), gen)
+            except Exception as e:
+                if self._errors.get(shard) != repr(e):
+                    log.exception("poller supervisor: checking shard %s failed", shard)
+                self._errors[shard] = repr(e)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._check):
+            self.check()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "generation": self._generation,
+            "pids": dict(self._pids),
+            "restarts": dict(self.restarts),
+            "errors": dict(self._errors),
+            "checks": self.checks,
+            "assignment": self.assignment(),
+        }
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._store.close()
+
+
 class PollerFleet:
-    """The poller shards of one broker, as named Ray actors."""
+    """The poller shards of one broker and their supervisor, as named Ray actors."""
 
     def __init__(
         self,
@@ -215,16 +603,22 @@ class PollerFleet:
         prefix: str,
         shards: int = 1,
         summary_interval_seconds: float = 0.2,
+        health: HealthThresholds | None = None,
     ) -> None:
-        self._specs = specs
+        self._specs = list(specs)
         self._redis_url = redis_url
         self._prefix = prefix
-        self._shards = max(1, min(shards, len(specs) or 1))
+        self._shards = max(1, shards)
         self._interval = summary_interval_seconds
+        self._health = health or HealthThresholds()
+        self._names = [shard_name(prefix, i) for i in range(self._shards)]
         self._actors: list[Any] = []
-        self._by_shard: dict[int, Any] = {}
-        self._remote: Any = None
+        self._supervisor: Any = None
         self._started_ray = False
+
+    @property
+    def shard_names(self) -> list[str]:
+        return list(self._names)
 
     def start(self) -> None:
         import ray
@@ -233,57 +627,99 @@ class PollerFleet:
             ray.init(
                 address=os.environ.get("RAY_ADDRESS"),
                 include_dashboard=False,
-                log_to_driver=False,
+                log_to_driver=True,
                 configure_logging=False,
             )
             self._started_ray = True
+        groups = HashRing(self._names).assign_specs(self._specs)
+        run_id = uuid.uuid4().hex
         remote_shard = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
-        self._remote = remote_shard
-        groups: list[list[PollerSpec]] = [[] for _ in range(self._shards)]
-        for spec in self._specs:
-            groups[shard_of(spec.name, self._shards)].append(spec)
-        for i, group in enumerate(groups):
-            if not group:
-                continue
-            actor = remote_shard.options(name=f"gpufed-poller-{self._prefix}-{i}").remote(
-                group, self._redis_url, self._prefix, self._interval
+        for shard in self._names:
+            actor = remote_shard.options(name=shard).remote(
+                groups[shard],
+                self._redis_url,
+                self._prefix,
+                self._interval,
+                generation=1,
+                health=self._health,
+                autostart=True,
+                worker_logging=True,
+                ring=(run_id, shard, self._names),
             )
             self._actors.append(actor)
-            self._by_shard[i] = actor
-        ray.get([a.start.remote() for a in self._actors], timeout=120)
+        ray.get([a.ping.remote() for a in self._actors], timeout=120)
+        remote_sup = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerSupervisor)
+        self._supervisor = remote_sup.options(name=f"gpufed-pollers-{self._prefix}").remote(
+            self._specs,
+            self._names,
+            self._redis_url,
+            self._prefix,
+            run_id,
+            {"summary_interval_seconds": self._interval, "health": self._health, "worker_logging": True},
+            worker_logging=True,
+        )
+        ray.get(self._supervisor.status.remote(), timeout=60)
+
+    def set_clusters(self, specs: Sequence[PollerSpec]) -> dict[str, list[str]]:
+        """A config reload: the fleet is now exactly these clusters (added ones start, removed ones stop
+        and their summaries are deleted, changed ones are re-pointed), without a restart. Returns
+        {shard: [clusters]}."""
+        import ray
+
+        self._specs = list(specs)
+        assignment: dict[str, list[str]] = ray.get(
+            self._supervisor.set_clusters.remote(list(specs)), timeout=120
+        )
+        return assignment
 
     def add_cluster(self, spec: PollerSpec) -> bool:
-        """Watch one more cluster, on the shard its name hashes to (started if it had no cluster yet).
-        Idempotent. A shard that restarts after a crash rebuilds only the clusters it started with:
-        the caller (the ClusterProfile sync) re-adds the others when it next reconciles."""
-        import ray
-
-        i = shard_of(spec.name, self._shards)
-        actor = self._by_shard.get(i)
-        if actor is None:
-            actor = self._remote.options(name=f"gpufed-poller-{self._prefix}-{i}").remote(
-                [], self._redis_url, self._prefix, self._interval
-            )
-            ray.get(actor.start.remote(), timeout=120)
-            self._by_shard[i] = actor
-            self._actors.append(actor)
-        return bool(ray.get(actor.add_cluster.remote(spec), timeout=120))
+        """Watch one more cluster (set_clusters with it added; a changed spec re-points it). False when
+        it was watched already with the same spec."""
+        current = {s.name: s for s in self._specs}
+        if current.get(spec.name) == spec:
+            return False
+        current[spec.name] = spec
+        self.set_clusters(list(current.values()))
+        return True
 
     def remove_cluster(self, name: str) -> bool:
-        """Stop watching a cluster (its shard keeps running). False when no shard watched it."""
+        """Stop watching a cluster and delete its summary (set_clusters without it). False when it was
+        not watched."""
+        if all(s.name != name for s in self._specs):
+            return False
+        self.set_clusters([s for s in self._specs if s.name != name])
+        return True
+
+    def assignment(self) -> dict[str, list[str]]:
         import ray
 
-        actor = self._by_shard.get(shard_of(name, self._shards))
-        if actor is None:
-            return False
-        return bool(ray.get(actor.remove_cluster.remote(name), timeout=60))
+        out: dict[str, list[str]] = ray.get(self._supervisor.assignment.remote(), timeout=30)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """The supervisor's view: assignment generation, shard pids, restarts, assignment."""
+        import ray
+
+        out: dict[str, Any] = ray.get(self._supervisor.status.remote(), timeout=30)
+        return out
+
+    def shard_pids(self) -> dict[str, int]:
+        """Each shard actor's process id now (from the shard itself)."""
+        import ray
+
+        out: dict[str, int] = {}
+        for name in self._names:
+            actor: Any = ray.get_actor(name)
+            info: dict[str, Any] = ray.get(actor.ping.remote(), timeout=30)
+            out[name] = int(info["pid"])
+        return out
 
     def health(self) -> dict[str, str]:
         import ray
 
         out: dict[str, str] = {}
-        for part in ray.get([a.health.remote() for a in self._actors], timeout=30):
-            out.update(part)
+        for name in self._names:
+            out.update(ray.get(ray.get_actor(name).health.remote(), timeout=30))
         return out
 
     def stop(self) -> None:
@@ -291,12 +727,23 @@ class PollerFleet:
 
         if not ray.is_initialized():
             return
-        for a in self._actors:
+        if self._supervisor is not None:
             try:
-                ray.get(a.stop.remote(), timeout=15)
+                ray.get(self._supervisor.stop.remote(), timeout=15)
             except Exception:
-                log.warning("a poller shard did not stop cleanly; killing it")
-            ray.kill(a, no_restart=True)
+                log.warning("the poller supervisor did not stop cleanly; killing it")
+            ray.kill(self._supervisor, no_restart=True)
+            self._supervisor = None
+        for name in self._names:
+            try:
+                actor = ray.get_actor(name)
+            except ValueError:
+                continue
+            try:
+                ray.get(actor.stop.remote(), timeout=15)
+            except Exception:
+                log.warning("poller shard %s did not stop cleanly; killing it", name)
+            ray.kill(actor, no_restart=True)
         self._actors = []
         if self._started_ray:
             ray.shutdown()

@@ -181,7 +181,8 @@ class Settings(_Strict):
     )  # no ":": the key separator
     stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
-    # A cluster with no successful call for this long is lost: its jobs fail over (docs/reliability.md).
+    # A cluster with no successful call for this long is lost (the pollers' broker.health calls it
+    # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)

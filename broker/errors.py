@@ -58,11 +58,14 @@ class MalformedObject(GpufedError):
 
 
 class ClusterError(GpufedError):
-    """A member cluster did not do what was asked. `cluster` names it."""
+    """A member cluster did not do what was asked. `cluster` names it; `cause` is the failure as health
+    classifies it ("connection refused", "timeout after 5 s", "credentials rejected (401)", "HTTP 503
+    ServiceUnavailable"; see broker.health), empty where nobody classified it."""
 
-    def __init__(self, cluster: str, message: str) -> None:
+    def __init__(self, cluster: str, message: str, cause: str = "") -> None:
         super().__init__(f"cluster {cluster}: {message}")
         self.cluster = cluster
+        self.cause = cause
 
 
 class ClusterUnreachable(ClusterError):

@@ -48,6 +48,7 @@ from broker.config import FleetConfig, load_fleet_config
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError, StoreError
+from broker.health import HealthThresholds
 from broker.leadership import Leadership, take_over
 from broker.model import ClusterSummary, ClusterTraits
 from broker.recovery import StoreRecovery
@@ -107,6 +108,11 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
         PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
         for c in cfg.clusters
     ]
+
+
+def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
+    """The pollers' health machine, with settings.clusterLostSeconds."""
+    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
 
 
 def start_cluster_profiles(
@@ -204,6 +210,7 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         prefix=cfg.settings.redis_prefix,
         shards=cfg.settings.poller_shards,
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
+        health=health_thresholds(cfg),
     )
     loop = ControlLoop(
         leader_service,

@@ -6,6 +6,7 @@ GET    /clusters/<name>/faults       its fault state
 POST   /clusters/<name>/faults       {"down": true} {"hang": true} {"latency": 0.5}
                                      {"error_rate": 0.3, "error_codes": [500, 503, 429], "retry_after": 2}
                                      {"expired_token": true} {"forbidden": true} {"cut_watches": true}
+                                     {"reset_connections": true} (TCP reset of every open connection)
                                      {"clear": true} (any mix; false/0 clears one fault)
 DELETE /clusters/<name>/faults       clear every fault
 GET    /clusters/<name>/users        users bound to tokens: {"users": {name: kubeconfig path}}

@@ -3,7 +3,7 @@
 kubesim serve --fleet kubesim/fleets/demo.yaml --out run/ [--speed 10] [--admin-port 8470]
 kubesim fault onprem-a --down            (--up, --hang/--no-hang, --latency 0.5, --error-rate 0.2,
                                           --expired-token/--valid-token, --forbidden/--allowed,
-                                          --cut-watches, --clear, --spot-interrupt NODE|POOL)
+                                          --cut-watches, --reset-connections, --clear, --spot-interrupt NODE|POOL)
 kubesim clock --speed 60 | --advance 3600
 kubesim status
 """
@@ -135,6 +135,9 @@ def fault(
     expired_token: Annotated[bool | None, typer.Option("--expired-token/--valid-token")] = None,
     forbidden: Annotated[bool | None, typer.Option("--forbidden/--allowed")] = None,
     cut_watches: Annotated[bool, typer.Option("--cut-watches", help="Close every open watch now.")] = False,
+    reset_connections: Annotated[
+        bool, typer.Option("--reset-connections", help="TCP-reset every open connection now.")
+    ] = False,
     clear: Annotated[bool, typer.Option("--clear", help="Clear every fault first.")] = False,
     spot_interrupt: Annotated[
         str | None,
@@ -165,6 +168,8 @@ def fault(
             raise typer.Exit(2) from None
     if cut_watches:
         changes["cut_watches"] = True
+    if reset_connections:
+        changes["reset_connections"] = True
     if clear:
         changes["clear"] = True
     if spot_interrupt:

@@ -3,7 +3,9 @@
 Faults: down (listener closed: connection refused), hang (connections accepted, requests never
 answered), latency (seconds added to every answer), error_rate (that fraction of requests answered with
 one of error_codes, 429/503 with Retry-After), expired_token (every request 401), forbidden (every
-request 403, as if RBAC were revoked), and the one-shot cut_watches (close every open watch stream).
+request 403, as if RBAC were revoked), and the one-shots cut_watches (close every open watch stream) and
+reset_connections (reset every open TCP connection, watches and idle kept-alive ones alike: the client sees
+ECONNRESET on its next read, as after a load balancer or NAT dropping its state).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class FaultState:
         """Apply changes (validated first, so a bad one changes nothing). `clear: true` resets first."""
         new = FaultState() if changes.get("clear") else FaultState(**self.as_dict())
         for key, value in changes.items():
-            if key in ("clear", "cut_watches"):
+            if key in ("clear", "cut_watches", "reset_connections"):
                 continue
             if key in ("down", "hang", "expired_token", "forbidden"):
                 if not isinstance(value, bool):
@@ -80,7 +82,8 @@ class ClusterFaults:
         self._apply = apply
 
     def set(self, **changes: Any) -> dict[str, Any]:
-        """Any mix of the FaultState fields, plus cut_watches=True and clear=True; returns the new state."""
+        """Any mix of the FaultState fields, plus cut_watches=True, reset_connections=True and clear=True;
+        returns the new state."""
         return self._apply(changes)
 
     def down(self, on: bool = True) -> dict[str, Any]:
@@ -108,6 +111,10 @@ class ClusterFaults:
 
     def cut_watches(self) -> dict[str, Any]:
         return self.set(cut_watches=True)
+
+    def reset_connections(self) -> dict[str, Any]:
+        """Reset (TCP RST) every open connection of the cluster now; the listener stays open."""
+        return self.set(reset_connections=True)
 
     def clear(self) -> dict[str, Any]:
         return self.set(clear=True)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,14 @@ class Connection:
         with contextlib.suppress(Exception):
             transport.abort()
 
+    def reset(self) -> None:
+        """Drop the connection with a TCP reset (SO_LINGER 0): the peer's next read fails ECONNRESET."""
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.abort()
+
     async def send(self, resp: Response, keep_alive: bool = True) -> None:
         head = [f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'Unknown')}"]
         head.append(f"Content-Type: {resp.content_type}")
@@ -183,6 +192,13 @@ class HttpServer:
         if server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
+
+    def reset_connections(self) -> int:
+        """Reset every open connection (the listener stays open); returns how many."""
+        conns = list(self.connections)
+        for conn in conns:
+            conn.reset()
+        return len(conns)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")

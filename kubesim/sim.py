@@ -322,13 +322,19 @@ class Simulation:
         was_hanging = api.faults.hang
         api.faults.update(changes)
         cut = api.cut_watches() if changes.get("cut_watches") else 0
+        reset = runtime.server.reset_connections() if changes.get("reset_connections") else 0
         if api.faults.down and runtime.server.listening:
             await runtime.server.close(drop_connections=True)
         elif not api.faults.down and not runtime.server.listening:
             await runtime.server.start()
         if was_hanging and not api.faults.hang:
             api.release_hung()
-        return {**api.faults.as_dict(), "watches": api.watch_count, **({"cut": cut} if cut else {})}
+        return {
+            **api.faults.as_dict(),
+            "watches": api.watch_count,
+            **({"cut": cut} if cut else {}),
+            **({"reset": reset} if reset else {}),
+        }
 
     def describe(self) -> dict[str, Any]:
         """What runs where (written to <out_dir>/kubesim.json and served by the admin endpoint)."""

@@ -20,6 +20,7 @@ from adapters.kube import ClusterWatcher, KubeGateway, WatchSettings
 from adapters.redis_store import RedisStateStore
 from broker import capacity
 from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable
+from broker.health import HealthThresholds
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health
 
 pytestmark = pytest.mark.integration
@@ -87,7 +88,12 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[World]:
                 store.put_summary(capacity.summarize(snap, t, health, heartbeat))
 
             w = ClusterWatcher(
-                name, sim.kubeconfig_path(name), on_snapshot=publish, settings=settings, flush_interval_s=0.02
+                name,
+                sim.kubeconfig_path(name),
+                on_snapshot=publish,
+                settings=settings,
+                flush_interval_s=0.02,
+                health=HealthThresholds(lost_seconds=3.0, recover_seconds=1.0),
             )
             w.start()
             watchers[name] = w
