@@ -4,10 +4,13 @@ connect / KubeRest       adapters.kube_rest       one ApiClient per member clust
 ClusterWatcher           adapters.kube_informer   list + watch nodes, pods, NRT, Kueue ClusterQueues ->
                                                   ClusterSnapshots, with the cluster's health
 KubeGateway              adapters.kube_gateway    broker.ports.ClusterGateway: create/delete/read Jobs
+WatchingGateway          adapters.job_informer    KubeGateway reading Job status from one Job informer per
+                                                  cluster (label-selected on gpufed.io/job-id)
 """
 
 from __future__ import annotations
 
+from adapters.job_informer import WatchingGateway
 from adapters.kube_gateway import KubeGateway, object_path, workload_status
 from adapters.kube_informer import ALL_RESOURCES, ClusterWatcher, Resource, WatchSettings
 from adapters.kube_rest import ApiStatus, KubeRest, connect, raise_for_status
@@ -20,6 +23,7 @@ __all__ = [
     "KubeRest",
     "Resource",
     "WatchSettings",
+    "WatchingGateway",
     "connect",
     "object_path",
     "raise_for_status",

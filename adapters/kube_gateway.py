@@ -8,6 +8,8 @@ Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
                       404 is success
     read_workload     the Job's status as a WorkloadStatus (active/ready/succeeded/failed, Complete/Failed,
                       spec.suspend); exists=False on 404
+    pod_logs          the container log of a job attempt's pods (found by the gpufed.io/job-id and
+                      gpufed.io/attempt labels), streamed in chunks; with follow, until the container exits
 Errors surface as broker.errors: ClusterUnreachable, ClusterForbidden, ClusterRejected (with `cause`).
 Retries are tenacity's, jittered and bounded, and only for transient failures (kube_rest.is_transient: a
 reset connection, 5xx, 429): a timeout or a refusal is not retried, so a hung cluster costs one deadline
@@ -19,16 +21,17 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, is_transient
 from broker.errors import ClusterRejected, ClusterUnreachable
-from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
+from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL, job_id_label_value
 from broker.model import WorkloadRef, WorkloadStatus
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,37 @@ def workload_status(job: Mapping[str, Any], name: str, namespace: str) -> Worklo
         disrupted=_disrupted(conditions.get("Failed")),
         message=message,
     )
+
+
+def workload_ref(job: Mapping[str, Any], namespace: str) -> WorkloadRef | None:
+    """A Job carrying the broker's labels as a WorkloadRef; None when its labels are not in a shape the
+    broker writes (not ours: leave it alone)."""
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        attempt = int(labels.get(ATTEMPT_LABEL, ""))
+    except ValueError:
+        return None
+    if JOB_ID_LABEL not in labels:
+        return None
+    return WorkloadRef(
+        name=str(meta.get("name")),
+        namespace=str(meta.get("namespace") or namespace),
+        job_id=str(labels[JOB_ID_LABEL]),
+        attempt=attempt,
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        created_at=_epoch(meta.get("creationTimestamp")),
+    )
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 timestamp (metadata.creationTimestamp) as epoch seconds; 0.0 when absent or odd."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 class KubeGateway:
@@ -217,32 +251,52 @@ class KubeGateway:
                     jobs, _ = rest.list_pages(path, selector=[("labelSelector", JOB_ID_LABEL)])
         except ApiStatus as e:
             raise ClusterRejected(cluster, f"list Jobs: {e.code} {e.message}") from e
-        refs = []
-        for job in jobs:
-            meta = job.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            try:
-                attempt = int(labels.get(ATTEMPT_LABEL, ""))
-            except ValueError:
-                continue  # not one of ours in a shape we wrote: leave it alone
-            refs.append(
-                WorkloadRef(
-                    name=str(meta.get("name")),
-                    namespace=str(meta.get("namespace") or namespace),
-                    job_id=str(labels[JOB_ID_LABEL]),
-                    attempt=attempt,
-                    annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
-                    created_at=_epoch(meta.get("creationTimestamp")),
-                )
-            )
-        return refs
+        return [ref for ref in (workload_ref(job, namespace) for job in jobs) if ref is not None]
 
+    def job_pods(self, cluster: str, namespace: str, job_id: str, attempt: int) -> list[str]:
+        """Names of the pods of one attempt of a broker job, by completion index then name."""
+        rest = self._rest(cluster)
+        selector = f"{JOB_ID_LABEL}={job_id_label_value(job_id)},{ATTEMPT_LABEL}={attempt}"
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+        try:
+            pods, _ = rest.list_pages(path, selector=[("labelSelector", selector)])
+        except ApiStatus as e:
+            raise ClusterRejected(cluster, f"list pods: {e.code} {e.message}") from e
 
-def _epoch(stamp: object) -> float:
-    """An RFC 3339 timestamp (metadata.creationTimestamp) as epoch seconds; 0.0 when absent or odd."""
-    if not isinstance(stamp, str) or not stamp:
-        return 0.0
-    try:
-        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+        def key(pod: Mapping[str, Any]) -> tuple[int, str]:
+            meta = pod.get("metadata") or {}
+            index = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "")
+            return (int(index) if str(index).isdigit() else 0, str(meta.get("name")))
+
+        return [str(p["metadata"]["name"]) for p in sorted(pods, key=key)]
+
+    def pod_logs(
+        self,
+        cluster: str,
+        namespace: str,
+        pod: str,
+        follow: bool = False,
+        tail_lines: int | None = None,
+        timestamps: bool = False,
+    ) -> Iterator[bytes]:
+        """The pod's container log (GET pods/{name}/log) in chunks as the cluster sends them; with
+        follow, the stream stays open until the container exits or the caller stops reading."""
+        rest = self._rest(cluster)
+        query: list[tuple[str, Any]] = []
+        if follow:
+            query.append(("follow", "true"))
+        if tail_lines is not None:
+            query.append(("tailLines", tail_lines))
+        if timestamps:
+            query.append(("timestamps", "true"))
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
+        try:
+            resp = rest.open_stream(path, query)
+        except ApiStatus as e:
+            raise ClusterRejected(cluster, f"log of pod {pod}: {e.code} {e.message}") from e
+        try:
+            yield from resp.stream(16 * 1024, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as e:  # the cluster closed it: the stream ended
+            log.debug("cluster %s: log stream of %s ended: %s", cluster, pod, e)
+        finally:
+            resp.release_conn()

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
@@ -74,6 +74,7 @@ class Resource:
     name: str
     paths: tuple[str, ...]
     optional: bool = False  # a missing CRD is not an error
+    selector: tuple[tuple[str, str], ...] = ()  # query parameters of list and watch, e.g. a labelSelector
 
 
 NODES = Resource("nodes", ("/api/v1/nodes",))
@@ -116,6 +117,20 @@ class WatchSettings:
     probe_timeout: tuple[float, float] = (1.5, 2.0)
 
 
+class InformerSink(Protocol):
+    """Where an Informer delivers what it lists and watches (ClusterWatcher, adapters.job_informer)."""
+
+    def replace(self, resource: str, items: list[Obj], rv: str) -> None: ...
+
+    def apply(self, resource: str, event_type: str, obj: Obj, rv: str) -> None: ...
+
+    def touch(self, resource: str, rv: str) -> None: ...
+
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None: ...
+
+
 @dataclass
 class InformerStats:
     lists: int = 0
@@ -127,13 +142,13 @@ class InformerStats:
 
 
 class Informer:
-    """List + watch one resource of one cluster into a ClusterWatcher."""
+    """List + watch one resource of one cluster into a sink (a ClusterWatcher, a job cache)."""
 
     def __init__(
         self,
         rest: KubeRest,
         resource: Resource,
-        sink: ClusterWatcher,
+        sink: InformerSink,
         stop: threading.Event,
         settings: WatchSettings,
     ) -> None:
@@ -170,7 +185,10 @@ class Informer:
                 ):
                     with attempt:
                         items, rv = self.rest.list_pages(
-                            path, self.settings.page_size, timeout=self.settings.list_timeout
+                            path,
+                            self.settings.page_size,
+                            timeout=self.settings.list_timeout,
+                            selector=self.resource.selector,
                         )
                 self.path = path
                 return items, rv
@@ -243,7 +261,9 @@ class Informer:
     def _watch(self, rv: str) -> str:
         """One watch request; returns the resourceVersion to resume from. Raises ApiStatus(410) to relist."""
         s = self.settings
-        stream = self.rest.watch(self.path, rv, s.watch_timeout_s, s.watch_timeout_s + s.read_slack_s)
+        stream = self.rest.watch(
+            self.path, rv, s.watch_timeout_s, s.watch_timeout_s + s.read_slack_s, self.resource.selector
+        )
         connected = False
         for ev in stream:
             if self.stop.is_set():

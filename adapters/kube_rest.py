@@ -233,6 +233,18 @@ class KubeRest:
         out = orjson.loads(data) if data else {}
         return out if isinstance(out, dict) else {}
 
+    def open_stream(
+        self, path: str, query: Sequence[tuple[str, Any]] = (), read_timeout: float = 3600.0
+    ) -> urllib3.BaseHTTPResponse:
+        """A GET whose body the caller reads as a stream (pod logs); errors raised before any byte."""
+        resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
+        if resp.status >= 400:
+            try:
+                raise_for_status(self.cluster, resp.status, resp.data)
+            finally:
+                resp.release_conn()
+        return resp
+
     def probe(self, timeout: tuple[float, float] = (1.5, 2.0)) -> None:
         """A cheap liveness call (GET /version with the broker's credentials, a short deadline): returns on
         success, raises ClusterUnreachable / ClusterForbidden with the cause otherwise."""
@@ -261,15 +273,22 @@ class KubeRest:
                 return items, str(meta.get("resourceVersion") or "")
 
     def watch(
-        self, path: str, resource_version: str, timeout_seconds: int, read_timeout: float
+        self,
+        path: str,
+        resource_version: str,
+        timeout_seconds: int,
+        read_timeout: float,
+        selector: Sequence[tuple[str, Any]] = (),
     ) -> Iterator[Obj]:
         """Watch events ({"type", "object"}) from resource_version, with bookmarks, until the server ends
-        the stream (timeoutSeconds) or the connection fails (ClusterUnreachable)."""
-        query = [
+        the stream (timeoutSeconds) or the connection fails (ClusterUnreachable). `selector` as for
+        list_pages (the same selector the list used)."""
+        query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", timeout_seconds),
+            *selector,
         ]
         resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
         try:

@@ -741,6 +741,16 @@ class RedisStateStore:
             raise StoreError(f"redis: events {key}: {e}") from e
         return [(_text(eid), _EVENT.validate_json(fields[b"e"])) for eid, fields in rows]
 
+    def last_event_id(self, job_id: str | None = None) -> str:
+        """The stream id of the newest event (of the job, or fleet-wide), "0-0" when there is none: where
+        a live feed that starts now resumes from, with nothing lost between its reads."""
+        key = self._k("events", job_id) if job_id is not None else self._k("events")
+        try:
+            rows: Any = self._r.xrevrange(key, count=1)
+        except redis.RedisError as e:
+            raise StoreError(f"redis: events {key}: {e}") from e
+        return _text(rows[0][0]) if rows else "0-0"
+
     # ------------------------------------------------------------------ clusters: fences and health events
 
     def fence(self, cluster: str, reason: str) -> bool:

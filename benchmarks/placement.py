@@ -10,7 +10,8 @@ Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [-
     submit   POST /v1/jobs at 32 concurrent clients against a broker API process (Redis store, N
              summaries in Redis so product names are checked against the fleet): submits/s, p50/p99
     burst    1,000 one-GPU jobs queued at once, then the control loop (real kubesim clusters over HTTPS,
-             concurrent dispatch): Jobs/s reaching the member clusters
+             concurrent dispatch, Jobs followed by watch): Jobs/s reaching the member clusters
+    status   member API requests per running job per minute (benchmarks/status_requests.py, watch mode)
 
 Prints one line per figure; docs/benchmarks.md keeps the results with this command.
 """
@@ -366,7 +367,7 @@ def bench_burst(jobs: int = 1000) -> None:
     import multiprocessing as mp
     import threading
 
-    from adapters.kube import KubeGateway
+    from adapters.job_informer import WatchingGateway
     from adapters.kube_rest import KubeRest
     from adapters.system_clock import SystemClock
     from broker import capacity
@@ -383,7 +384,8 @@ def bench_burst(jobs: int = 1000) -> None:
         names = sorted(kubeconfigs)
         store = _store("burst" + uuid.uuid4().hex[:8])
         rests = {n: KubeRest.from_kubeconfig(n, kubeconfigs[n]) for n in names}
-        gateway = KubeGateway(rests)
+        gateway = WatchingGateway(rests, dict.fromkeys(names, "default"))  # as the broker runs it
+        gateway.start()
         clock = SystemClock()
         traits = {n: ClusterTraits(n, tier=Tier.ONPREM) for n in names}
         summaries = {}
@@ -405,8 +407,6 @@ def bench_burst(jobs: int = 1000) -> None:
         service = BrokerService(store, gateway, clock, traits, dispatcher=ConcurrentDispatcher(per_cluster=4))
         for i in range(jobs):
             service.submit(JobRequest(f"burst-{i}", gpus_per_pod=1, duration_seconds=3600))
-        if os.environ.get("BENCH_NO_SYNC"):
-            service.sync_status = lambda: []  # type: ignore[method-assign]
         loop = ControlLoop(service, interval_seconds=0.1, sweep_interval_seconds=3600)
 
         acknowledged: list[float] = []
@@ -448,11 +448,23 @@ def bench_burst(jobs: int = 1000) -> None:
         store.close()
 
 
+def bench_status(_clusters: int) -> None:
+    """Member API requests per running job per minute while the broker follows 200 running jobs."""
+    from benchmarks.status_requests import measure
+
+    for r in measure(jobs=200, clusters=2, seconds=60.0, modes=("watch",)):
+        print(
+            f"status: {r['running']} running jobs followed by watch for {r['seconds']:.0f} s: "
+            f"{r['per_job_per_min']:.3f} member API requests per running job per minute"
+        )
+
+
 BENCHES: dict[str, Callable[[int], None]] = {
     "core": bench_core,
     "reserve": bench_reserve,
     "submit": bench_submit,
     "burst": lambda _clusters: bench_burst(),
+    "status": bench_status,
 }
 
 

@@ -1,10 +1,14 @@
 """The global endpoint: a FastAPI app over BrokerService.
 
-    POST   /v1/jobs              submit (header Idempotency-Key: the same key returns the same job)
+    POST   /v1/jobs              submit a native spec or a plain batch/v1 Job (broker.k8s_job), JSON or
+                                 YAML (Content-Type: application/yaml)
+                                 (header Idempotency-Key: the same key returns the same job)
     GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
     GET    /v1/jobs/{id}         one job, with its placement and the reason for its state
     DELETE /v1/jobs/{id}         cancel
-    GET    /v1/jobs/{id}/events  the job's transitions, oldest first
+    GET    /v1/jobs/{id}/events  the job's transitions, oldest first; ?watch=1 streams them (SSE)
+    GET    /v1/jobs/{id}/logs    the container log from the member cluster (?follow=1&tailLines=N)
+    GET    /v1/events            every job's transitions; ?watch=1 streams them live (SSE)
     POST   /v1/explain           dry run: where a job would go and every cluster's verdict
     GET    /v1/fleet             capacity per cluster and product (whole, MIG, time-sliced, NUMA) beside the
                                  queued demand per product; ?nodes=true adds each cluster's node table
@@ -16,27 +20,31 @@
     GET    /                     the dashboard (static files in broker/dashboard, served under /ui/)
 
 Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message"}]} with 404, 409,
-422 (every bad field named, camelCase as sent), 502 (a member cluster failed), 503 (state store down).
+413 (a body over maxRequestBytes), 422 (every bad field named, camelCase as sent; for a Job, its
+field path), 502 (a member cluster failed), 503 (state store down).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
 
-from broker import telemetry
+from broker import k8s_job, safe_yaml, telemetry
+from broker.api_follow import add_follow_routes
+from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
 from broker.model import JobState
-from broker.ports import Clock
+from broker.ports import Clock, PodLogs
 from broker.schemas import (
-    EventView,
     JobSpec,
     JobView,
     decision_view,
@@ -73,10 +81,70 @@ def _not_ready(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
     return reasons
 
 
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+SUBMISSION_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "a native job spec (JobSpec) or a plain batch/v1 Job, as JSON or YAML",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "object"}},
+        },
+    }
+}
+
+
+async def submission_body(request: Request) -> Any:
+    """The submitted document: JSON, or YAML (Content-Type application/yaml) read by safe_yaml with its
+    alias limit. Size is capped before this by BodyLimit."""
+    raw = await request.body()
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    try:
+        if kind in YAML_TYPES:
+            return safe_yaml.load(raw, "body")
+        return json.loads(raw)
+    except safe_yaml.YamlError as e:
+        raise InvalidRequest("(body)", str(e).removeprefix("body: ")) from None
+    except (ValueError, RecursionError) as e:
+        raise InvalidRequest("(body)", f"not valid JSON: {e}") from None
+
+
+def spec_of(body: object) -> JobSpec:
+    """A submission as a JobSpec: native, or a batch/v1 Job translated (errors name the Job's fields)."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
+    if k8s_job.is_k8s_job(body):
+        assert isinstance(body, Mapping)
+        native = k8s_job.to_native(body)
+        try:
+            return JobSpec.model_validate(native)
+        except ValidationError as e:
+            raise RequestValidationError(
+                [
+                    {
+                        **err,
+                        "loc": (
+                            k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]]),
+                        ),
+                    }
+                    for err in e.errors()
+                ]
+            ) from None
+    try:
+        return JobSpec.model_validate(body)
+    except ValidationError as e:
+        raise RequestValidationError(e.errors()) from None
+
+
 def create_app(
-    service: BrokerService, clock: Clock, readiness: Mapping[str, ReadinessCheck] | None = None
+    service: BrokerService,
+    clock: Clock,
+    readiness: Mapping[str, ReadinessCheck] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    logs: PodLogs | None = None,
 ) -> FastAPI:
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     checks: Mapping[str, ReadinessCheck] = (
         readiness if readiness is not None else {"redis": service.store.ping}
     )
@@ -131,11 +199,12 @@ def create_app(
     def dashboard() -> FileResponse:
         return FileResponse(DASHBOARD / "index.html", media_type="text/html")
 
-    @app.post("/v1/jobs", status_code=201, response_model=None)
+    @app.post("/v1/jobs", status_code=201, response_model=None, openapi_extra=SUBMISSION_OPENAPI)
     async def submit(
-        spec: JobSpec,
+        body: Annotated[Any, Depends(submission_body)],
         idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
     ) -> Response:
+        spec = spec_of(body)
         # On the event loop, not a worker thread: a submit is one Redis round trip (the store's
         # socket timeouts bound it), and the thread hand-off cost more than the call itself.
         record, created = service.submit(spec.to_request(), idempotency_key)
@@ -158,12 +227,11 @@ def create_app(
     def cancel_job(job_id: str) -> dict[str, Any]:
         return JobView.of(service.cancel(job_id)).model_dump(by_alias=True)
 
-    @app.get("/v1/jobs/{job_id}/events")
-    def job_events(job_id: str) -> dict[str, Any]:
-        return {"items": [EventView.of(e).model_dump(by_alias=True) for e in service.events(job_id)]}
+    add_follow_routes(app, service, logs)
 
-    @app.post("/v1/explain")
-    def explain(spec: JobSpec) -> dict[str, Any]:
+    @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
+    def explain(submitted: Annotated[Any, Depends(submission_body)]) -> dict[str, Any]:
+        spec = spec_of(submitted)
         decision, verdicts = service.explain(spec.to_request())
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]

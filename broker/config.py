@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -25,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from broker import safe_yaml
 from broker.errors import ConfigError
 from broker.model import ClusterTraits, Tier
 from broker.placement import PlacementPolicy
@@ -197,6 +197,8 @@ class Settings(_Strict):
     lease_renew_seconds: float | None = Field(default=None, alias="leaseRenewSeconds", gt=0)
     # SIGTERM: how long the broker may take to finish its pass, hand the lease over and stop Ray.
     drain_timeout_seconds: float = Field(default=30.0, alias="drainTimeoutSeconds", gt=0)
+    # Request bodies over this many bytes get 413 before they are parsed (broker.api_limits).
+    max_request_bytes: int = Field(default=1 << 20, alias="maxRequestBytes", ge=1024, le=64 << 20)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
 
     @model_validator(mode="after")
@@ -309,9 +311,9 @@ def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raw = safe_yaml.load(text, str(path))
+    except safe_yaml.YamlError as exc:
+        raise ConfigError(str(exc)) from None
     cfg = parse_fleet_config(raw, str(path), path.parent)
     if check_kubeconfigs:
         for i, c in enumerate(cfg.clusters):
@@ -327,10 +329,10 @@ def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig
 def check_kubeconfig(cluster: ClusterConfig, where: str) -> None:
     """The kubeconfig exists, parses, and has the context (or a current-context)."""
     try:
-        doc = yaml.safe_load(cluster.kubeconfig.read_text())
+        doc = safe_yaml.load(cluster.kubeconfig.read_bytes(), str(cluster.kubeconfig))
     except OSError:
         raise ConfigError(f"{where}: kubeconfig: file not found: {cluster.kubeconfig}") from None
-    except yaml.YAMLError:
+    except safe_yaml.YamlError:
         raise ConfigError(f"{where}: kubeconfig: not valid YAML: {cluster.kubeconfig}") from None
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: kubeconfig: not a kubeconfig document: {cluster.kubeconfig}")

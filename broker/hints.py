@@ -5,7 +5,9 @@ in-cluster scheduler hints: resource names for the cluster's MIG strategy, the G
 preferred node affinity, GPU/spot tolerations, schedulerName for NUMA-aware or gang scheduling,
 Guaranteed QoS for NUMA-aligned jobs, Kueue queue label + suspend, priority, a coscheduling PodGroup,
 and the labels that tie every object to the broker's job; on DRA clusters a ResourceClaimTemplate
-instead of GPU resources (hints_dra.py). Pure: returns plain dicts.
+instead of GPU resources (hints_dra.py). The user's kept pod-template fields (image, command, args,
+env, envFrom, volumes from ConfigMaps/Secrets, volumeMounts) go into the one container. Pure: returns
+plain dicts.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "WorkloadManifests",
     "build_workload",
     "decode_request",
+    "job_id_label_value",
     "product_selector_values",
     "recovery_annotations",
     "workload_name",
@@ -119,6 +122,11 @@ def workload_name(job_id: str, attempt: int) -> str:
     room = MAX_NAME - len("gf-") - len(suffix) - len(digest) - 1
     head = clean[:room].strip("-")
     return f"gf-{head}-{digest}{suffix}" if head else f"gf-{digest}{suffix}"
+
+
+def job_id_label_value(job_id: str) -> str:
+    """The gpufed.io/job-id label value the broker writes for a job id."""
+    return _label_value(job_id)
 
 
 def _label_value(value: str) -> str:
@@ -212,7 +220,7 @@ def build_workload(
         pod_labels[POD_GROUP_LABEL] = name
     if traits.kueue_local_queue:
         job_labels[QUEUE_LABEL] = traits.kueue_local_queue
-    pod_annotations: dict[str, str] = {}
+    pod_annotations: dict[str, str] = dict(job.pod_annotations)
     if job.duration_seconds is not None:
         pod_annotations[DURATION_ANNOTATION] = f"{job.duration_seconds:g}"
 
@@ -226,11 +234,25 @@ def build_workload(
         container["resources"]["claims"] = [{"name": hints_dra.CLAIM_NAME}]
     if job.command:
         container["command"] = list(job.command)
+    if job.args:
+        container["args"] = list(job.args)
+    if job.env:
+        container["env"] = [dict(e) for e in job.env]
+    if job.env_from:
+        container["envFrom"] = [dict(e) for e in job.env_from]
+    if job.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.volume_mounts]
+    if job.working_dir:
+        container["workingDir"] = job.working_dir
+    if job.image_pull_policy:
+        container["imagePullPolicy"] = job.image_pull_policy
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
         "tolerations": _tolerations(traits),
     }
+    if job.volumes:
+        pod_spec["volumes"] = [dict(v) for v in job.volumes]
     if dra is not None:
         pod_spec["resourceClaims"] = [{"name": hints_dra.CLAIM_NAME, "resourceClaimTemplateName": name}]
     # DRA nodes carry no GPU product labels: the claim's selectors pick the product instead

@@ -9,8 +9,9 @@ down by itself (its lease may have been taken); whatever it still tries to write
 fencing token and is refused by the store.
 
 When a replica becomes leader it first takes over what the previous leader left half done
-(take_over): reservations of jobs that are not PLACED (a reserve whose PLACED write never happened) are
-released, and the creates of PLACED jobs are submitted again (a create is idempotent: 409 is success),
+(take_over): reservations of jobs that are not PLACED, ADMITTED or RUNNING at that attempt (a reserve
+whose PLACED write never happened) are released, those of RUNNING jobs are released once their
+cluster's summary counts the pods (as the predecessor would have), and the creates of PLACED jobs are submitted again (a create is idempotent: 409 is success),
 so a leader killed between any two steps costs its successor nothing but one pass.
 """
 
@@ -54,8 +55,13 @@ def take_over(service: BrokerService) -> tuple[int, int]:
     released = 0
     for resv in store.live_reservations(now):
         record = store.get_job(resv.job_id)
-        orphaned = record is None or record.state is not JobState.PLACED or record.attempt != resv.attempt
-        if orphaned and store.release(resv.job_id, resv.attempt):
+        if record is not None and record.attempt == resv.attempt:
+            if record.state is JobState.RUNNING:
+                service.adopt_settling(record)  # released once its cluster's summary counts the pods
+                continue
+            if record.state in (JobState.PLACED, JobState.ADMITTED):
+                continue  # still wanted: the pods are not counted yet
+        if store.release(resv.job_id, resv.attempt):
             released += 1
     resumed = service.resume_dispatch()
     return released, resumed

@@ -1,9 +1,10 @@
 """Composition root: the one broker module that wires adapters into ports.
 
-build_service(cfg)            BrokerService over RedisStateStore + KubeGateway + SystemClock
-running_broker(cfg, host, port)  a context manager: Ray pollers, the leader elector (the control loop runs
-                              while this replica holds the lease), HTTP API, and the ClusterProfile
-                              sync when configured; all stopped on exit
+build_service(cfg)            BrokerService over RedisStateStore + WatchingGateway (a KubeGateway whose Job
+                              status reads come from one Job informer per cluster) + SystemClock
+running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, the leader elector (the
+                              control loop runs while this replica holds the lease), HTTP API, and the
+                              ClusterProfile sync when configured; all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
                               Retry-After for writes, the pass finishes, the lease is released, Ray
                               stops); a reaper process makes sure no process it started outlives it;
@@ -35,7 +36,7 @@ from pydantic import ValidationError
 
 from adapters import nvml
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
-from adapters.kube import KubeGateway
+from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.reaper import Reaper
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 class Broker:
     service: BrokerService
     store: RedisStateStore
-    gateway: KubeGateway
+    gateway: WatchingGateway
     loop: ControlLoop
     pollers: PollerFleet
     leadership: Leadership
@@ -79,12 +80,15 @@ class Broker:
 def build_service(
     cfg: FleetConfig,
     store: RedisStateStore | None = None,
-    gateway: KubeGateway | None = None,
-) -> tuple[BrokerService, RedisStateStore, KubeGateway]:
+    gateway: WatchingGateway | None = None,
+) -> tuple[BrokerService, RedisStateStore, WatchingGateway]:
+    """The service and its adapters, not started: the gateway's Job informers start with start().
+    A given store or gateway is used instead of a new one (the leader's service shares the gateway)."""
     settings = cfg.settings
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
-    gateway = gateway or KubeGateway.from_kubeconfigs(
-        {c.name: (c.kubeconfig, c.context) for c in cfg.clusters}
+    gateway = gateway or WatchingGateway.watching(
+        {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
+        {c.name: c.namespace for c in cfg.clusters},
     )
     policy = settings.placement_policy()
     service = BrokerService(
@@ -110,6 +114,33 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     ]
 
 
+class StartupError(RuntimeError):
+    """The broker cannot start; the message is one line naming the cause."""
+
+
+def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
+    """What would otherwise fail deep inside a start, checked first: Redis answers, the port is free."""
+    url = cfg.settings.redis_url
+    shown = url.split("@")[-1]  # never print a password
+    try:
+        store = RedisStateStore(url, prefix=cfg.settings.redis_prefix)
+    except (ValueError, OSError) as e:
+        raise StartupError(f"redisUrl {shown!r}: {e}") from None
+    try:
+        if not store.ping():
+            raise StartupError(f"redisUrl {shown!r}: Redis does not answer")
+    except StoreError as e:
+        raise StartupError(f"redisUrl {shown!r}: {e}") from None
+    finally:
+        store.close()
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as e:
+        raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
     """The pollers' health machine, with settings.clusterLostSeconds."""
     return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
@@ -119,7 +150,7 @@ def start_cluster_profiles(
     cfg: FleetConfig,
     services: Sequence[BrokerService],
     store: RedisStateStore,
-    gateway: KubeGateway,
+    gateway: WatchingGateway,
     pollers: PollerFleet,
     workdir: Path,
 ) -> ClusterProfileSync | None:
@@ -149,7 +180,8 @@ def start_cluster_profiles(
             namespace=cpc.member_namespace,
             dra=cpc.gpu_allocation == "dra",
         )
-        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None))
+        # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
+        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), cpc.member_namespace)
         pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
         members[member.name] = traits
         for service in services:  # the leader's (its next pass places on it) and the API's
@@ -183,8 +215,15 @@ def start_cluster_profiles(
 
 
 @contextlib.contextmanager
-def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) -> Iterator[Broker]:
-    """Everything a broker process runs, started in order and stopped in reverse order."""
+def running_broker(
+    cfg: FleetConfig,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+) -> Iterator[Broker]:
+    """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
+    and tls_key, the API serves HTTPS."""
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     settings = cfg.settings
@@ -239,6 +278,8 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
     app = create_app(
         service,
         service.clock,
+        max_body_bytes=cfg.settings.max_request_bytes,
+        logs=gateway,
         readiness={
             "redis": store.ping,
             "lease": leadership.readiness,
@@ -247,12 +288,23 @@ def running_broker(cfg: FleetConfig, host: str = "127.0.0.1", port: int = 8080) 
         },
     )
     ha.install(app, drain, leadership, lease.holder_now, store)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            ssl_certfile=str(tls_cert) if tls_cert else None,
+            ssl_keyfile=str(tls_key) if tls_key else None,
+        )
+    )
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
     pollers.start()
     profiles: ClusterProfileSync | None = None
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     try:
+        gateway.start()
         profiles = start_cluster_profiles(cfg, [leader_service, service], store, gateway, pollers, workdir)
         leadership.start()
         thread.start()
@@ -319,21 +371,33 @@ def _await_records(store: RedisStateStore, deadline: float) -> None:
     log.warning("the state store is not initialised yet: submits are refused (503) until the leader does it")
 
 
-def serve(config_path: Path, host: str, port: int) -> None:
-    """`gpufed serve`: run until interrupted."""
+def serve(
+    config_path: Path, host: str, port: int, tls_cert: Path | None = None, tls_key: Path | None = None
+) -> None:
+    """`gpufed serve`: run until interrupted. Startup problems raise StartupError or ConfigError (one
+    line each)."""
     logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
     cfg = with_environment(cfg, os.environ)
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            raise StartupError(f"{flag}: no such file: {path}")
+    if (tls_cert is None) != (tls_key is None):
+        raise StartupError("--tls-cert and --tls-key go together")
+    check_startup(cfg, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    scheme = "https" if tls_cert else "http"
     reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
     try:
-        with running_broker(cfg, host, port) as broker:
+        with running_broker(cfg, host, port, tls_cert, tls_key) as broker:
             # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            log.info("gpufed broker on http://%s:%d with %d member clusters", host, port, len(cfg.clusters))
+            log.info(
+                "gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters)
+            )
             with contextlib.suppress(KeyboardInterrupt):
                 while not stop.wait(0.5):
                     pass

@@ -328,6 +328,15 @@ class JobRequest:
     namespace: str = "default"
     image: str = "busybox:1.36"
     command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    # The kept pod-template fields, as Kubernetes objects (validated at the edge, written by level 2):
+    env: tuple[Mapping[str, Any], ...] = ()  # EnvVar: {name, value} or {name, valueFrom}
+    env_from: tuple[Mapping[str, Any], ...] = ()  # EnvFromSource: {configMapRef} / {secretRef}
+    volumes: tuple[Mapping[str, Any], ...] = ()  # Volume: {name, configMap} / {secret} / {emptyDir}
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()  # VolumeMount: {name, mountPath, ...}
+    working_dir: str | None = None
+    image_pull_policy: str | None = None
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)  # onto the pod template
     gpus_per_pod: int = 0  # whole GPUs per pod
     pods: int = 1  # > 1 is a gang: all pods or none
     gpu_products: tuple[str, ...] = ()  # acceptable catalog products; empty = any

@@ -10,7 +10,7 @@ LeaderLease     the leader lease with its fencing token (broker.leadership runs 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -80,6 +80,26 @@ class ClusterGateway(Protocol):
         ...
 
 
+class PodLogs(Protocol):
+    """The container logs of a job's pods in its member cluster (the gateway implements it)."""
+
+    def job_pods(self, cluster: str, namespace: str, job_id: str, attempt: int) -> list[str]:
+        """Names of the pods of one attempt of a job (gpufed.io/job-id and gpufed.io/attempt labels)."""
+        ...
+
+    def pod_logs(
+        self,
+        cluster: str,
+        namespace: str,
+        pod: str,
+        follow: bool = False,
+        tail_lines: int | None = None,
+        timestamps: bool = False,
+    ) -> Iterator[bytes]:
+        """A pod's container log in chunks; with follow, until the container exits."""
+        ...
+
+
 class StateStore(Protocol):
     def ping(self) -> bool:
         """True when the store answers; raises StoreError (with the cause) when it does not."""
@@ -145,6 +165,16 @@ class StateStore(Protocol):
     def append_event(self, event: JobEvent) -> None: ...
 
     def job_events(self, job_id: str) -> list[JobEvent]: ...
+
+    def read_events(
+        self, job_id: str | None = None, after: str = "0-0", block_ms: int | None = None, count: int = 1000
+    ) -> list[tuple[str, JobEvent]]:
+        """Events after stream id `after`, with their ids; job_id None is the fleet stream; block_ms waits."""
+        ...
+
+    def last_event_id(self, job_id: str | None = None) -> str:
+        """The id of the newest event of the job (or fleet-wide); "0-0" when none."""
+        ...
 
     # --- clusters: fences (failover) and health events
     def fence(self, cluster: str, reason: str) -> bool: ...

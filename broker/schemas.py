@@ -7,7 +7,7 @@ mapping between wire models and broker.model dataclasses. The API module and the
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,6 +23,12 @@ from broker.model import (
 )
 from broker.node_detail import NodeDetail
 from broker.placement import ClusterVerdict
+from broker.pod_template import EnvFromSource, EnvVar, Volume, VolumeMount, dump
+
+# Sane bounds: beyond them a request is a mistake (or an attack), never a job that could run.
+MAX_DURATION_SECONDS = 366 * 24 * 3600.0
+MAX_GPU_MEMORY_GIB = 4096
+_ARG_MAX = 32 * 1024
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 # Kubernetes label syntax: key = [DNS-subdomain prefix "/"] name; name and value <= 63 characters.
@@ -43,7 +49,8 @@ def _label_problem(key: str, value: str) -> str | None:
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Infinity and NaN are refused by name (JSON parsers accept them; a job waiting forever is no answer).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class MigSpec(_Wire):
@@ -67,12 +74,21 @@ class JobSpec(_Wire):
     name: str = Field(pattern=_DNS_LABEL, max_length=40)
     tenant: str = Field(default="default", pattern=_DNS_LABEL)
     namespace: str = Field(default="default", pattern=_DNS_LABEL)
-    image: str = Field(default="busybox:1.36", min_length=1)
-    command: list[str] = Field(default_factory=list)
+    image: str = Field(default="busybox:1.36", min_length=1, max_length=512, pattern=r"^\S+$")
+    command: list[Annotated[str, Field(max_length=_ARG_MAX)]] = Field(default_factory=list, max_length=256)
+    args: list[Annotated[str, Field(max_length=_ARG_MAX)]] = Field(default_factory=list, max_length=1024)
+    env: list[EnvVar] = Field(default_factory=list, max_length=256)
+    env_from: list[EnvFromSource] = Field(default_factory=list, alias="envFrom", max_length=32)
+    volumes: list[Volume] = Field(default_factory=list, max_length=64)
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, alias="volumeMounts", max_length=64)
+    working_dir: str | None = Field(default=None, alias="workingDir", max_length=4096)
+    image_pull_policy: str | None = Field(
+        default=None, alias="imagePullPolicy", pattern=r"^(Always|IfNotPresent|Never)$"
+    )
     gpus: int = Field(default=0, ge=0, le=64, description="whole GPUs per pod")
     pods: int = Field(default=1, ge=1, le=1024)
     gpu_products: list[str] = Field(default_factory=list, alias="gpuProducts")
-    min_gpu_memory_gib: int = Field(default=0, alias="minGpuMemoryGiB", ge=0)
+    min_gpu_memory_gib: int = Field(default=0, alias="minGpuMemoryGiB", ge=0, le=MAX_GPU_MEMORY_GIB)
     mig: MigSpec | None = None
     numa_aligned: bool = Field(default=False, alias="numaAligned")
     cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
@@ -82,11 +98,25 @@ class JobSpec(_Wire):
         default=FailoverPolicy.REQUEUE,
         description="requeue: placed again elsewhere when its cluster is lost or its pods disrupted; never: FAILED",
     )
-    max_price_per_gpu_hour: float | None = Field(default=None, alias="maxPricePerGpuHour", ge=0)
+    max_price_per_gpu_hour: float | None = Field(default=None, alias="maxPricePerGpuHour", ge=0, le=10_000)
     priority_class: str | None = Field(default=None, alias="priorityClass", pattern=_DNS_LABEL)
-    clusters: list[str] = Field(default_factory=list)
-    duration_seconds: float | None = Field(default=None, alias="durationSeconds", gt=0)
-    labels: dict[str, str] = Field(default_factory=dict)
+    clusters: list[str] = Field(default_factory=list, max_length=256)
+    duration_seconds: float | None = Field(
+        default=None, alias="durationSeconds", gt=0, le=MAX_DURATION_SECONDS
+    )
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, alias="podAnnotations", max_length=64
+    )
+
+    @field_validator("pod_annotations")
+    @classmethod
+    def _valid_annotation_keys(cls, annotations: dict[str, str]) -> dict[str, str]:
+        for key in annotations:
+            problem = _label_problem(key, "")
+            if problem:
+                raise ValueError(problem.replace("label", "annotation"))
+        return annotations
 
     @field_validator("labels")
     @classmethod
@@ -106,6 +136,10 @@ class JobSpec(_Wire):
             raise ValueError("a GPU job needs gpus >= 1 or a mig request")
         if self.numa_aligned and self.mig is not None:
             raise ValueError("numaAligned applies to whole GPUs only")
+        volumes = {v.name for v in self.volumes}
+        for i, m in enumerate(self.volume_mounts):
+            if m.name not in volumes:
+                raise ValueError(f"volumeMounts[{i}].name: no volume named {m.name!r}")
         return self
 
     def to_request(self) -> JobRequest:
@@ -116,6 +150,14 @@ class JobSpec(_Wire):
             namespace=self.namespace,
             image=self.image,
             command=tuple(self.command),
+            args=tuple(self.args),
+            env=tuple(dump(e) for e in self.env),
+            env_from=tuple(dump(e) for e in self.env_from),
+            volumes=tuple(dump(v) for v in self.volumes),
+            volume_mounts=tuple(dump(m) for m in self.volume_mounts),
+            working_dir=self.working_dir,
+            image_pull_policy=self.image_pull_policy,
+            pod_annotations=dict(self.pod_annotations),
             gpus_per_pod=self.gpus,
             pods=self.pods,
             gpu_products=tuple(self.gpu_products),
@@ -204,6 +246,10 @@ class JobView(_Wire):
                 "numaAligned": req.numa_aligned,
                 "allowBurst": req.allow_burst,
                 "failover": str(req.failover),
+                "image": req.image,
+                "command": list(req.command),
+                "args": list(req.args),
+                "env": [dict(e) for e in req.env],
             },
         )
 

@@ -115,6 +115,11 @@ class BrokerService:
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
         self._health_seen: dict[str, Health] = {}
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
+        # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the
+        # reservation is released once a newer summary (which counts those pods) is in the store. Written
+        # by the per-cluster sync workers, read by the loop: under its lock.
+        self._settling: dict[tuple[str, int], tuple[str, int]] = {}
+        self._settling_lock = threading.Lock()
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -543,6 +548,7 @@ class BrokerService:
         """Follow every placed job in its member cluster, each cluster on its own worker (one slow cluster
         delays only its own jobs). Returns the jobs that changed state (with the inline dispatcher)."""
         changed: list[JobRecord] = []
+        self._release_settled()
         by_cluster: dict[str, list[JobRecord]] = {}
         skip = self._unavailable_clusters() | self._fenced
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
@@ -585,7 +591,11 @@ class BrokerService:
         if step is None:
             return None
         faults.point("observed")
-        if step.state in (JobState.RUNNING, JobState.QUEUED) or step.state.terminal:
+        if step.state is JobState.RUNNING:
+            self._settle(record)
+        elif step.state is JobState.QUEUED or step.state.terminal:
+            with self._settling_lock:
+                self._settling.pop((record.id, record.attempt), None)
             self.store.release(record.id, record.attempt)
         target = record
         if step.state is JobState.QUEUED:
@@ -594,6 +604,37 @@ class BrokerService:
             return self._transition(target, step.state, step.reason, expected=record.state)
         except Conflict:
             return None  # cancelled meanwhile
+
+    def adopt_settling(self, record: JobRecord) -> None:
+        """A new leader adopts the reservation of a job its predecessor saw RUNNING (the settling list
+        lives in memory): it goes once the cluster's summary is newer, as _settle would have done."""
+        self._settle(record)
+
+    def _settle(self, record: JobRecord) -> None:
+        """The job's pods are all ready: its reservation may go once its cluster's summary counts them.
+        Released at once, a summary published before the pods were seen would show their GPUs free (the
+        Job's status reaches the broker sooner than the pods reach the pollers' summary)."""
+        cluster = record.cluster or ""
+        pair = self.store.cluster_versions([cluster]).get(cluster)
+        if pair is None:
+            self.store.release(record.id, record.attempt)
+            return
+        with self._settling_lock:
+            self._settling[(record.id, record.attempt)] = (cluster, pair[0])
+
+    def _release_settled(self) -> None:
+        """Release the reservations of running jobs whose cluster has published a newer summary."""
+        with self._settling_lock:
+            settling = dict(self._settling)
+        if not settling:
+            return
+        versions = self.store.cluster_versions(sorted({c for c, _ in settling.values()}))
+        for key, (cluster, seen) in settling.items():
+            pair = versions.get(cluster)
+            if pair is None or pair[0] > seen:
+                self.store.release(*key)
+                with self._settling_lock:
+                    self._settling.pop(key, None)
 
     def sweep_orphans(self) -> list[str]:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every

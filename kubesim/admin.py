@@ -9,6 +9,8 @@ POST   /clusters/<name>/faults       {"down": true} {"hang": true} {"latency": 0
                                      {"reset_connections": true} (TCP reset of every open connection)
                                      {"clear": true} (any mix; false/0 clears one fault)
 DELETE /clusters/<name>/faults       clear every fault
+GET    /clusters/<name>/requests     {"requests": [{"verb", "resource", "count"}...], "total": n}: API
+                                     requests served since start, per verb and resource
 GET    /clusters/<name>/users        users bound to tokens: {"users": {name: kubeconfig path}}
 POST   /clusters/<name>/users        {"name": "broker", "groups": ["gpufed"], "token": optional}: bind a token
                                      to a user (RBAC applies); answers the token and a kubeconfig path
@@ -121,6 +123,10 @@ class AdminApi:
                 if method == "DELETE":
                     return _json(await sim.set_faults(name, {"clear": True}))
                 return _error(405, "use GET, POST or DELETE")
+            if len(segs) == 3 and segs[2] == "requests" and method == "GET":
+                counts = sim.api(name).request_counts()
+                rows = [{"verb": v, "resource": r, "count": n} for (v, r), n in sorted(counts.items())]
+                return _json({"requests": rows, "total": sum(counts.values())})
             if len(segs) == 3 and segs[2] == "users":
                 if method == "GET":
                     return _json({"users": {u: str(p) for u, p in sim.users(name).items()}})

@@ -164,6 +164,19 @@ def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def _verb(method: str, name: str | None, watch: bool) -> str:
+    """The Kubernetes verb of a resource request (get, list, watch, create, update, patch, delete,
+    deletecollection)."""
+    if method == "GET":
+        return "watch" if watch else ("list" if name is None else "get")
+    if method == "DELETE":
+        return "deletecollection" if name is None else "delete"
+    return _VERBS.get(method, method.lower())
+
+
 def _sort_key(obj: Obj) -> tuple[str, str]:
     meta = obj["metadata"]
     return meta.get("namespace") or "", meta.get("name") or ""
@@ -461,6 +474,10 @@ class ClusterApi:
         self._watches: dict[str, set[Watch]] = {}
         self._unsubscribe: dict[str, Callable[[], None]] = {}
         self._hung: set[Connection] = set()
+        # Requests served per (verb, resource), as the API server's apiserver_request_total counts them;
+        # read from any thread with request_counts(). Requests refused before routing (auth, faults) are
+        # not counted.
+        self.requests: dict[tuple[str, str], int] = {}
         self.users: dict[str, Identity] = {}  # bearer token -> the user it authenticates (besides admin)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -490,6 +507,15 @@ class ClusterApi:
         for conn in list(self._hung):
             conn.abort()
         self._hung.clear()
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """A copy of the request counters: {(verb, resource): count}; resource is the store key with any
+        subresource after a slash ("jobs.batch", "pods/status")."""
+        return dict(self.requests)  # one C-level copy under the GIL: safe against the loop's writes
+
+    def _count(self, verb: str, rt: ResourceType, sub: str | None) -> None:
+        key = (verb, rt.key if sub is None else f"{rt.key}/{sub}")
+        self.requests[key] = self.requests.get(key, 0) + 1
 
     def add_user(self, user: str, groups: tuple[str, ...] | list[str] = (), token: str | None = None) -> str:
         """Bind a bearer token to a user (and groups); RBAC decides what it may do. Returns the token (a new
@@ -724,6 +750,7 @@ class ClusterApi:
         if name is not None and rt.namespaced and ns is None:
             raise _not_found()
         method = req.method
+        self._count(_verb(method, name, watch_path or req.param("watch") in ("true", "1")), rt, sub)
         if rt.key in CREATE_ONLY:
             if method != "POST" or name is not None:
                 raise ApiError(

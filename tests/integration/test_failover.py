@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 SPEED = 25.0
-LOST_AFTER = 4
+LOST_AFTER = 6
 # A job that runs ~16 s of real time: long enough to be faulted while RUNNING, short enough to finish.
 RUN_SECONDS = 400
 

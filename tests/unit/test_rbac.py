@@ -158,4 +158,4 @@ def test_the_namespace_comes_from_the_cluster_config(tmp_path: Path) -> None:
 def test_bad_names_are_refused_naming_the_field(args: tuple[str, ...], field: str) -> None:
     out = _printed(*args)
     assert out.returncode == 2
-    assert out.stderr.startswith(f"{field}: ")
+    assert out.stderr.startswith(f"gpufed: error: {field}: ")  # every CLI error is one prefixed line

@@ -1,0 +1,273 @@
+"""Follow the broker's Jobs in member clusters by watch, not by a GET per job per pass.
+
+Owns the read side of the broker's Jobs:
+    JobCache          one cluster's namespace: {Job name: (WorkloadStatus, WorkloadRef)} for the batch/v1
+                      Jobs labelled gpufed.io/job-id, fed by an adapters.kube_informer.Informer (paginated
+                      list, watch from its resourceVersion with bookmarks, relist on 410, jittered backoff
+                      on errors); synced once listed and while its watch is healthy
+    JobFollower       one JobCache + Informer thread per member cluster; start / stop
+    WatchingGateway   a KubeGateway whose read_workload and list_workloads answer from the caches
+
+What is served from memory and what still costs a request:
+    read_workload     a Job in a synced cache: from the cache, no request. A Job a synced cache does not
+                      hold: one GET to confirm it is gone (a watch that hangs without closing looks synced
+                      until its read timeout, and "not found" makes the service re-queue the job, so
+                      absence is never taken from memory alone). A cluster whose cache is not synced
+                      (starting, unreachable, forbidden) or another namespace: the GET, as before.
+    list_workloads    a synced cache: from memory; otherwise the LIST, as before.
+So a running job costs no member API request at all; a cluster costs one watch request per
+watch_timeout_s (60 s by default) plus a list at start and after a 410.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.kube_gateway import KubeGateway, object_path, workload_ref, workload_status
+from adapters.kube_informer import (
+    FORBIDDEN,
+    PENDING,
+    SYNCED,
+    UNREACHABLE,
+    Informer,
+    InformerStats,
+    Resource,
+    WatchSettings,
+)
+from adapters.kube_rest import KubeRest, Obj
+from broker.hints import JOB_ID_LABEL
+from broker.model import WorkloadRef, WorkloadStatus
+
+log = logging.getLogger(__name__)
+
+# A Job's status matters at human time scales, and every watch request is one member API request: a
+# watch of 60 s costs a quiet cluster one request a minute. The read timeout (60 + 15 s) bounds how long
+# a connection that hangs without closing goes unnoticed.
+JOB_WATCH = WatchSettings(watch_timeout_s=60, read_slack_s=15.0)
+
+
+def jobs_resource(namespace: str) -> Resource:
+    """The broker's Jobs in one namespace: the label selector is existence of gpufed.io/job-id."""
+    return Resource(
+        "jobs",
+        (object_path("batch/v1", "Job", namespace),),
+        selector=(("labelSelector", JOB_ID_LABEL),),
+    )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    status: WorkloadStatus
+    ref: WorkloadRef | None  # None: labels not in a shape the broker writes
+
+
+class JobCache:
+    """The broker's Jobs of one cluster's namespace, as the watch last said. An InformerSink; every
+    method is thread-safe (the informer thread writes, the control loop reads)."""
+
+    def __init__(self, cluster: str, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Entry] = {}
+        self._state = PENDING
+        self._stopping = False
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def synced(self) -> bool:
+        """Listed, and the watch has not failed since: the cache can answer for the cluster."""
+        return self._state == SYNCED
+
+    def get(self, name: str) -> WorkloadStatus | None:
+        """The Job's status, or None when the cache holds no such Job."""
+        with self._lock:
+            entry = self._jobs.get(name)
+        return entry.status if entry is not None else None
+
+    def refs(self) -> list[WorkloadRef]:
+        with self._lock:
+            return [e.ref for e in self._jobs.values() if e.ref is not None]
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    # ------------------------------------------------------------------ informer sink
+
+    def _entry(self, job: Obj) -> tuple[str, _Entry] | None:
+        name = (job.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            return None  # an unnamed object can't be tracked (the API server never sends one)
+        return name, _Entry(workload_status(job, name, self.namespace), workload_ref(job, self.namespace))
+
+    def replace(self, resource: str, items: list[Obj], rv: str) -> None:
+        entries = dict(e for e in map(self._entry, items) if e is not None)
+        with self._lock:
+            self._jobs = entries
+
+    def apply(self, resource: str, event_type: str, obj: Obj, rv: str) -> None:
+        entry = self._entry(obj)
+        if entry is None:
+            return
+        with self._lock:
+            if event_type == "DELETED":
+                self._jobs.pop(entry[0], None)
+            else:
+                self._jobs[entry[0]] = entry[1]
+
+    def touch(self, resource: str, rv: str) -> None:
+        """A bookmark: nothing changed up to rv."""
+
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None:
+        """The informer's state (SYNCED after a list or while a watch delivers; UNREACHABLE / FORBIDDEN
+        after a failure it did not retry quietly). `cause` and `call` are for health (ClusterWatcher)."""
+        if self._stopping:
+            return  # stopping closes the streams; that is not the cluster's fault
+        before, self._state = self._state, state
+        if before != state and state in (UNREACHABLE, FORBIDDEN):
+            log.warning(
+                "cluster %s: watch of Jobs %s (%s); status reads fall back to GET",
+                self.cluster,
+                state,
+                detail,
+            )
+        elif before != state and state == SYNCED:
+            log.info("cluster %s: Jobs in %s followed by watch", self.cluster, self.namespace)
+
+    def stopping(self) -> None:
+        self._stopping = True
+        self._state = PENDING
+
+
+class JobFollower:
+    """One JobCache and one informer thread per member cluster."""
+
+    def __init__(
+        self,
+        clusters: Mapping[str, KubeRest],
+        namespaces: Mapping[str, str],
+        settings: WatchSettings = JOB_WATCH,
+    ) -> None:
+        """`namespaces` names the clusters to follow and the namespace the broker's Jobs live in there."""
+        self._stop = threading.Event()
+        self._settings = settings
+        self.caches: dict[str, JobCache] = {}
+        self.informers: dict[str, Informer] = {}
+        self._started = False
+        self._lock = threading.Lock()  # add() may come from another thread (the ClusterProfile sync)
+        for cluster, namespace in namespaces.items():
+            self.add(clusters[cluster], namespace)
+
+    def add(self, rest: KubeRest, namespace: str) -> None:
+        """Follow one more cluster (started at once when the others run). Already followed: no change."""
+        cluster = rest.cluster
+        with self._lock:
+            if cluster in self.caches:
+                return
+            cache = JobCache(cluster, namespace)
+            informer = Informer(rest, jobs_resource(namespace), cache, self._stop, self._settings)
+            self.informers[cluster] = informer
+            self.caches[cluster] = cache
+            if self._started and not self._stop.is_set():
+                informer.start()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            for informer in self.informers.values():
+                informer.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the threads, waiting at most `timeout` in all. A watch blocked in a read ends at its next
+        event or bookmark, when its connection closes, or at its read timeout; the threads are daemons
+        and, once stopped, change nothing."""
+        with self._lock:
+            self._stop.set()
+            caches, informers = list(self.caches.values()), list(self.informers.values())
+        for cache in caches:
+            cache.stopping()
+        deadline = time.monotonic() + timeout
+        for informer in informers:
+            informer.join(max(0.0, deadline - time.monotonic()))
+
+    def stats(self, cluster: str) -> InformerStats:
+        return self.informers[cluster].stats
+
+
+class WatchingGateway(KubeGateway):
+    """KubeGateway (create and delete unchanged) whose reads are served by JobFollower caches. A cluster
+    added later with add_cluster(rest, namespace) is followed too; without a namespace its reads are GETs."""
+
+    def __init__(
+        self,
+        clusters: Mapping[str, KubeRest],
+        namespaces: Mapping[str, str],
+        settings: WatchSettings = JOB_WATCH,
+    ) -> None:
+        super().__init__(clusters)
+        self.follower = JobFollower(clusters, namespaces, settings)
+        self.served_from_cache = 0  # read_workload answers that cost no request
+
+    @classmethod
+    def watching(
+        cls,
+        kubeconfigs: Mapping[str, tuple[Path | str, str | None]],
+        namespaces: Mapping[str, str],
+        settings: WatchSettings = JOB_WATCH,
+    ) -> WatchingGateway:
+        """{cluster: (kubeconfig path, context)} and {cluster: namespace} -> a gateway, not yet started."""
+        rests = {name: KubeRest.from_kubeconfig(name, path, ctx) for name, (path, ctx) in kubeconfigs.items()}
+        return cls(rests, namespaces, settings)
+
+    def add_cluster(self, rest: KubeRest, namespace: str | None = None) -> None:
+        super().add_cluster(rest)
+        if namespace is not None:
+            self.follower.add(rest, namespace)
+
+    def start(self) -> None:
+        """Start following every cluster's Jobs (one thread each). Reads fall back to GET until synced."""
+        self.follower.start()
+
+    def close(self) -> None:
+        self.follower.stop()
+        super().close()
+
+    def synced(self, cluster: str) -> bool:
+        cache = self.follower.caches.get(cluster)
+        return cache is not None and cache.synced
+
+    def _cache(self, cluster: str, namespace: str) -> JobCache | None:
+        cache = self.follower.caches.get(cluster)
+        if cache is None or not cache.synced or cache.namespace != namespace:
+            return None
+        return cache
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        cache = self._cache(cluster, namespace)
+        if cache is not None:
+            status = cache.get(name)
+            if status is not None:
+                self.served_from_cache += 1
+                return status
+        # Not synced, or not in the cache: ask the cluster (a Job only just created, or really gone).
+        return super().read_workload(cluster, namespace, name)
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        cache = self._cache(cluster, namespace)
+        if cache is not None:
+            return cache.refs()
+        return super().list_workloads(cluster, namespace)

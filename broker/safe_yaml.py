@@ -1,0 +1,77 @@
+"""YAML read safely: the safe loader, a size limit, and a limit on what aliases expand to.
+
+Owns `load(text, what)`: plain data only (yaml.SafeLoader, no Python objects), refused when the text is
+larger than MAX_BYTES or when the document, with every alias expanded, has more than MAX_NODES nodes (a
+"billion laughs" bomb is a few hundred bytes that expand to 10^9 nodes; PyYAML would build it as shared
+references and the first json.dumps of it would run out of memory). The node graph is counted once per
+distinct node, so the check is as cheap as parsing. Errors are YamlError with a one-line message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+__all__ = ["MAX_BYTES", "MAX_NODES", "YamlError", "load"]
+
+MAX_BYTES = 1 << 20
+MAX_NODES = 100_000
+
+
+class YamlError(ValueError):
+    """YAML that is not read: malformed, too large, or expanding beyond the node limit."""
+
+
+def _expanded_size(root: Node, limit: int) -> int:
+    """Nodes in the document with aliases expanded, counted without expanding (memoised per node)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # on the path from the root: meeting one again is a cycle
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[Node] = []
+        if isinstance(node, SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if children_done or not children:
+            total = 1 + sum(sizes[id(c)] for c in children)
+            sizes[id(node)] = min(total, limit + 1)
+            open_nodes.discard(id(node))
+            continue
+        if any(id(c) in open_nodes or c is node for c in children):
+            raise YamlError("a recursive alias (a node that contains itself)")
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def load(
+    text: str | bytes, what: str = "YAML", max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES
+) -> Any:
+    """One YAML (or JSON) document as plain data, or YamlError naming `what` and the cause."""
+    size = len(text.encode() if isinstance(text, str) else text)
+    if size > max_bytes:
+        raise YamlError(f"{what}: {size} bytes, more than the limit of {max_bytes}")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, max_nodes) > max_nodes:
+            raise YamlError(f"{what}: expands to more than {max_nodes} nodes (aliases); refused")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise YamlError(f"{what}: not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise YamlError(f"{what}: nested too deeply") from None
+    finally:
+        loader.dispose()
