@@ -18,6 +18,7 @@ probe(xml, fmt)               `gpufed probe`
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import shutil
@@ -402,11 +403,27 @@ def serve(
                 while not stop.wait(0.5):
                     pass
             log.info("draining: refusing new work, finishing the pass, handing the lease over")
+            _exit_after(cfg.settings.drain_timeout_seconds, reaper)  # the whole shutdown is bounded
             broker.drain.begin()
             _bounded(broker.leadership.stop, cfg.settings.drain_timeout_seconds)
     finally:
         reaper.close()
     log.info("gpufed broker stopped")
+
+
+def _exit_after(seconds: float, reaper: Reaper) -> None:
+    """A shutdown that outlives the drain timeout (a member cluster or Ray that does not answer) ends
+    anyway: the threads' stacks go to the log, the reaper ends Ray's processes, and the exit code is 0
+    (the lease is released or expires, every step is resumable)."""
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        log.warning("shutdown did not finish within %.0f s; exiting now. Threads:", seconds)
+        faulthandler.dump_traceback(all_threads=True)
+        reaper.close()
+        os._exit(0)
+
+    threading.Thread(target=watchdog, name="gpufed-shutdown-watchdog", daemon=True).start()
 
 
 def _bounded(fn: Callable[[], None], seconds: float) -> None:
