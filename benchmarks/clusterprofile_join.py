@@ -129,7 +129,9 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         joins, placed, leaves = [], [], []
-        with composition.running_broker(load_fleet_config(work / "clusters.yaml"), port=port):
+        with composition.running_broker(  # auth is not the subject here
+            load_fleet_config(work / "clusters.yaml"), port=port, insecure_no_auth=True
+        ):
 
             def in_fleet() -> bool:
                 return any(c["cluster"] == "gpu" for c in httpx.get(f"{url}/v1/fleet").json()["clusters"])

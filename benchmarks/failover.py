@@ -76,7 +76,9 @@ def main() -> None:
         cfg_path.write_text(yaml.safe_dump(doc))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        with composition.running_broker(load_fleet_config(cfg_path), port=port) as broker:
+        with composition.running_broker(  # auth is not the subject here
+            load_fleet_config(cfg_path), port=port, insecure_no_auth=True
+        ) as broker:
             http = httpx.Client(base_url=url, timeout=60)
             wait(
                 lambda: all(c["health"] == "healthy" for c in http.get("/v1/clusters").json()["items"]),

@@ -48,7 +48,17 @@ def wait(pred: Any, timeout: float, what: str, interval: float = 0.05) -> None:
 def _start(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "serve", "--config", str(cfg), "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "broker.cli",
+                "serve",
+                "--config",
+                str(cfg),
+                "--port",
+                str(port),
+                "--insecure-no-auth",
+            ],
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=out,

@@ -4,12 +4,14 @@
                                  YAML (Content-Type: application/yaml)
                                  (header Idempotency-Key: the same key returns the same job)
     GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
-    GET    /v1/jobs/{id}         one job, with its placement and the reason for its state
+    GET    /v1/jobs/{id}         one job, with its placement and the reason for its state; a queued one
+                                 with queuePosition and queueReason (broker.queueing)
     DELETE /v1/jobs/{id}         cancel
     GET    /v1/jobs/{id}/events  the job's transitions, oldest first; ?watch=1 streams them (SSE)
     GET    /v1/jobs/{id}/logs    the container log from the member cluster (?follow=1&tailLines=N)
     GET    /v1/events            every job's transitions; ?watch=1 streams them live (SSE)
-    POST   /v1/explain           dry run: where a job would go and every cluster's verdict
+    POST   /v1/explain           dry run: where a job would go and every cluster's verdict, and where it
+                                 would stand in the queue (position, why, whether a quota holds it)
     GET    /v1/fleet             capacity per cluster and product (whole, MIG, time-sliced, NUMA) beside the
                                  queued demand per product; ?nodes=true adds each cluster's node table
     GET    /v1/clusters          the member clusters as declared, with health
@@ -22,12 +24,20 @@
 Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message"}]} with 404, 409,
 413 (a body over maxRequestBytes), 422 (every bad field named, camelCase as sent; for a Job, its
 field path), 502 (a member cluster failed), 503 (state store down).
+
+Authentication (docs/tenancy.md): every /v1 call carries `Authorization: Bearer <token>`; a token maps to
+a tenant and a role (broker.auth). A user sees and cancels only its own tenant's jobs (another tenant's
+job is 404, as if it did not exist), an admin every job, a viewer reads everything and changes nothing.
+401 and 403 are Kubernetes Status objects ({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+"message", "reason": "Unauthorized" | "Forbidden", "code"}). /healthz, /readyz, /metrics and the dashboard's
+static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) every caller is an admin.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,11 +48,12 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from broker import k8s_job, safe_yaml, telemetry
+from broker import k8s_job, queueing, safe_yaml, telemetry
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
-from broker.model import JobState
+from broker.model import JobRecord, JobState
 from broker.ports import Clock, PodLogs
 from broker.schemas import (
     JobSpec,
@@ -66,6 +77,47 @@ def _error(status: int, kind: str, message: str, fields: list[dict[str, str]] | 
     if fields:
         body["fields"] = fields
     return JSONResponse(status_code=status, content=body)
+
+
+class AuthError(Exception):
+    """401 (no or unknown token) or 403 (the role may not do this), answered as a Kubernetes Status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The authenticated caller of a /v1 request (the app's token table is in app.state.tokens)."""
+    tokens: TokenTable | None = request.app.state.tokens
+    if tokens is None:
+        return ANONYMOUS_ADMIN
+    if not authorization:
+        raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError(401, "the Authorization header must be: Bearer <token>")
+    principal = tokens.authenticate(token.strip())
+    if principal is None:
+        raise AuthError(401, "unknown or revoked token")
+    return principal
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+def status_body(code: int, message: str) -> dict[str, Any]:
+    """A Kubernetes-style Status object (meta/v1 Status) for a refused request."""
+    reason = {401: "Unauthorized", 403: "Forbidden"}.get(code, "Unknown")
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _not_ready(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
@@ -142,9 +194,37 @@ def create_app(
     readiness: Mapping[str, ReadinessCheck] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     logs: PodLogs | None = None,
+    tokens: TokenTable | None = None,
 ) -> FastAPI:
+    """The API. `tokens` None runs without authentication (every caller an admin): the composition root
+    passes None only for an explicit --insecure-no-auth."""
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.state.tokens = tokens
+
+    def visible(principal: Principal, job_id: str) -> JobRecord:
+        """The job, if this caller may see it; another tenant's job does not exist for a user."""
+        record = service.get(job_id)
+        if not principal.may_read(record.request.tenant):
+            raise NotFound(f"job {job_id} not found")
+        return record
+
+    def view(record: JobRecord, slots: Mapping[str, queueing.Slot]) -> dict[str, Any]:
+        body = JobView.of(record).model_dump(by_alias=True)
+        slot = slots.get(record.id)
+        body["queuePosition"] = slot.position if slot is not None else None
+        body["queueReason"] = slot.reason if slot is not None else None
+        return body
+
+    def slots_for(records: list[JobRecord]) -> Mapping[str, queueing.Slot]:
+        queued = [r.id for r in records if r.state is JobState.QUEUED]
+        return service.queue_slots(queued) if queued else {}
+
+    @app.exception_handler(AuthError)
+    async def _auth(_: Request, exc: AuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": 'Bearer realm="gpufed"'} if exc.code == 401 else None
+        return JSONResponse(status_code=exc.code, content=status_body(exc.code, str(exc)), headers=headers)
+
     checks: Mapping[str, ReadinessCheck] = (
         readiness if readiness is not None else {"redis": service.store.ping}
     )
@@ -202,12 +282,23 @@ def create_app(
     @app.post("/v1/jobs", status_code=201, response_model=None, openapi_extra=SUBMISSION_OPENAPI)
     async def submit(
         body: Annotated[Any, Depends(submission_body)],
+        principal: Caller,
         idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
     ) -> Response:
         spec = spec_of(body)
         # On the event loop, not a worker thread: a submit is one Redis round trip (the store's
         # socket timeouts bound it), and the thread hand-off cost more than the call itself.
-        record, created = service.submit(spec.to_request(), idempotency_key)
+        if not principal.can_submit:
+            raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
+        request = spec.to_request()
+        if "tenant" not in spec.model_fields_set or principal.role is not Role.ADMIN:
+            # The tenant is the token's; a user naming another tenant is refused, not silently moved.
+            if "tenant" in spec.model_fields_set and spec.tenant != principal.tenant:
+                raise AuthError(
+                    403, f"{principal.name} submits for tenant {principal.tenant}, not {spec.tenant}"
+                )
+            request = replace(request, tenant=principal.tenant)
+        record, created = service.submit(request, idempotency_key)
         return Response(
             JobView.of(record).model_dump_json(by_alias=True),
             status_code=201 if created else 200,
@@ -215,30 +306,54 @@ def create_app(
         )
 
     @app.get("/v1/jobs")
-    def list_jobs(state: Annotated[list[JobState] | None, Query()] = None) -> dict[str, Any]:
-        records = service.jobs(list(state) if state else None)
-        return {"items": [JobView.of(r).model_dump(by_alias=True) for r in records]}
+    def list_jobs(
+        principal: Caller, state: Annotated[list[JobState] | None, Query()] = None
+    ) -> dict[str, Any]:
+        records = [
+            r for r in service.jobs(list(state) if state else None) if principal.may_read(r.request.tenant)
+        ]
+        slots = slots_for(records)
+        return {"items": [view(r, slots) for r in records]}
 
     @app.get("/v1/jobs/{job_id}")
-    def get_job(job_id: str) -> dict[str, Any]:
-        return JobView.of(service.get(job_id)).model_dump(by_alias=True)
+    def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
+        record = visible(principal, job_id)
+        return view(record, slots_for([record]))
 
     @app.delete("/v1/jobs/{job_id}")
-    def cancel_job(job_id: str) -> dict[str, Any]:
+    def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:
+        record = visible(principal, job_id)
+        if not principal.may_cancel(record.request.tenant):
+            raise AuthError(403, f"{principal.name} is a {principal.role}: it may not cancel jobs")
         return JobView.of(service.cancel(job_id)).model_dump(by_alias=True)
 
-    add_follow_routes(app, service, logs)
+    def tenant_filter(principal: Caller) -> Callable[[str], bool] | None:
+        """What the follow routes (SSE, logs) may show this caller: every tenant for one who reads all."""
+        return None if principal.role is not Role.USER else principal.may_read
+
+    add_follow_routes(app, service, logs, reader=tenant_filter)
 
     @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
-    def explain(submitted: Annotated[Any, Depends(submission_body)]) -> dict[str, Any]:
+    def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:
         spec = spec_of(submitted)
-        decision, verdicts = service.explain(spec.to_request())
+        request = spec.to_request()
+        if "tenant" not in spec.model_fields_set or principal.role is Role.USER:
+            request = replace(request, tenant=principal.tenant)  # the queue as the caller would see it
+        decision, verdicts = service.explain(request)
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]
+        slot = service.explain_queue(request)
+        body["queue"] = {
+            "tenant": request.tenant,
+            "position": slot.position,
+            "reason": slot.reason,
+            "heldByQuota": slot.blocked is not None,
+            "borrowing": list(slot.borrowing),
+        }
         return body
 
     @app.get("/v1/fleet")
-    def fleet(nodes: bool = False) -> dict[str, Any]:
+    def fleet(principal: Caller, nodes: bool = False) -> dict[str, Any]:
         now = clock.now()
         summaries = service.fleet()
         demand = telemetry.queued_demand(service.jobs([JobState.QUEUED]))
@@ -291,7 +406,7 @@ def create_app(
         return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/clusters")
-    def clusters(events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
+    def clusters(principal: Caller, events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
         """Member clusters as declared, with their effective health (cause and since), whether they are
         fenced after a loss, and their latest health events."""
         healths = service.cluster_health()

@@ -13,7 +13,7 @@ JOB is an id or a name (a name several jobs share is refused). Every read comman
 `-o table|json|yaml|wide`. The endpoint and token come from --server/--token, $GPUFED_URL/$GPUFED_TOKEN,
 or the current context of ~/.config/gpufed/config.yaml (broker.cli_client). Exit codes: 0 ok, 1 the
 job failed / nothing fits / the broker refused, 2 usage, 3 broker unreachable, 4 not authenticated or not
-allowed. Errors are one line on stderr. Commands that need adapters (serve, demo, probe) reach them
+allowed (tokens and tenants: docs/tenancy.md). Errors are one line on stderr. Commands that need adapters (serve, demo, probe) reach them
 through broker.main, the composition root.
 """
 
@@ -176,13 +176,19 @@ def serve(
     tls_key: Annotated[
         Path | None, typer.Option("--tls-key", help="the certificate's PEM private key")
     ] = None,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth", help="serve without authentication, every caller an admin (local play only)"
+        ),
+    ] = False,
 ) -> None:
     """Run the broker: the HTTP API, the scheduling loop and the Ray poller actors. $REDIS_URL overrides
     the config's redisUrl."""
     from broker import main as composition
 
     try:
-        composition.serve(config, host, port, tls_cert, tls_key)
+        composition.serve(config, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth)
     except composition.StartupError as e:
         raise CliError(f"cannot start: {e}") from None
 
@@ -266,7 +272,7 @@ def _spec_from_flags(
     priority_class: str | None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"name": name, "gpus": gpus, "pods": pods}
-    if tenant:
+    if tenant:  # else the token's tenant (only an admin may name another)
         spec["tenant"] = tenant
     if product:
         spec["gpuProducts"] = product
@@ -353,7 +359,9 @@ def submit(
     duration_s: Annotated[
         float | None, typer.Option("--duration", help="simulated run time in seconds")
     ] = None,
-    tenant: Annotated[str | None, typer.Option(help="tenant")] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="tenant (default: the token's; only an admin may name another)")
+    ] = None,
     priority_class: Annotated[str | None, typer.Option(help="priority class")] = None,
     idempotency_key: Annotated[
         str | None, typer.Option(help="resubmitting with the same key is harmless")
@@ -734,6 +742,9 @@ def explain(
             )
         else:
             head = str(body["message"])
+        queue = body.get("queue")
+        if queue:  # where it would stand in the global queue, as the token's tenant (docs/tenancy.md)
+            head += f"\nqueue: position {queue['position']} for tenant {queue['tenant']}: {queue['reason']}"
         rows = []
         for v in body["clusters"]:
             verdict = "chosen" if v["chosen"] else ("feasible" if v["feasible"] else v["rejection"]["plugin"])

@@ -10,6 +10,7 @@ Relative kubeconfig paths are resolved against the directory of the config file.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from broker import safe_yaml
+from broker import auth, queueing, safe_yaml
 from broker.errors import ConfigError
 from broker.model import ClusterTraits, Tier
 from broker.placement import PlacementPolicy
@@ -172,6 +173,24 @@ def _snake(camel: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in camel)
 
 
+class TenantConfig(_Strict):
+    """settings.tenants.<name>: fair-share weight and fleet-wide quotas (docs/tenancy.md)."""
+
+    weight: float = Field(default=1.0, gt=0, le=1000)
+    # key -> units: a GPU product ("H100-80GB") or a MIG profile ("mig-1g.10gb")
+    quotas: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("quotas")
+    @classmethod
+    def _quotas_not_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        for key, units in v.items():
+            if units < 0:
+                raise ValueError(f"{key}: a quota must be >= 0, got {units}")
+            if not key or key == queueing.ALL_GPUS:
+                raise ValueError(f"{key!r}: a quota names a GPU product or mig-<profile>")
+        return v
+
+
 class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
@@ -200,6 +219,27 @@ class Settings(_Strict):
     # Request bodies over this many bytes get 413 before they are parsed (broker.api_limits).
     max_request_bytes: int = Field(default=1 << 20, alias="maxRequestBytes", ge=1024, le=64 << 20)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    # The global queue (docs/tenancy.md): priority class name -> value (higher first), and per tenant
+    # its fair-share weight and quotas.
+    priority_classes: dict[str, int] = Field(default_factory=dict, alias="priorityClasses")
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, v: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in v:
+            if not re.match(_DNS_LABEL, name):
+                raise ValueError(f"{name!r}: a tenant name is a DNS label")
+        return v
+
+    def queue_policy(self) -> queueing.QueuePolicy:
+        return queueing.QueuePolicy(
+            priorities=dict(self.priority_classes),
+            tenants={
+                n: queueing.TenantPolicy(weight=t.weight, quotas=dict(t.quotas))
+                for n, t in self.tenants.items()
+            },
+        )
 
     @model_validator(mode="after")
     def _renew_inside_the_lease(self) -> Settings:
@@ -213,6 +253,12 @@ class Settings(_Strict):
     def placement_policy(self) -> PlacementPolicy:
         """Level 1's policy: the plugin registry with settings.placement applied."""
         return self.placement.policy(self.stale_after_seconds)
+
+
+class AuthConfig(_Strict):
+    """auth: who may call the API (docs/tenancy.md). A relative path is resolved against the config file."""
+
+    tokens_file: Path = Field(alias="tokensFile")
 
 
 class ClusterProfilesConfig(_Strict):
@@ -236,6 +282,7 @@ class FleetConfig(_Strict):
     clusters: list[ClusterConfig] = Field(default_factory=list)
     cluster_profiles: ClusterProfilesConfig | None = Field(default=None, alias="clusterProfiles")
     settings: Settings = Field(default_factory=Settings)
+    auth: AuthConfig | None = None
 
     @model_validator(mode="after")
     def _some_members(self) -> FleetConfig:
@@ -289,6 +336,10 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
         path = c.kubeconfig if c.kubeconfig.is_absolute() else (base_dir / c.kubeconfig)
         resolved.append(c.model_copy(update={"kubeconfig": path.resolve()}))
     update: dict[str, Any] = {"clusters": resolved}
+    if cfg.auth is not None:
+        tokens = cfg.auth.tokens_file
+        tokens = tokens if tokens.is_absolute() else base_dir / tokens
+        update["auth"] = cfg.auth.model_copy(update={"tokens_file": tokens.resolve()})
     cp = cfg.cluster_profiles
     if cp is not None:
 
@@ -302,6 +353,31 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
             }
         )
     return cfg.model_copy(update=update)
+
+
+# A tokens file is small; a bigger one is refused before it is parsed.
+MAX_TOKENS_FILE_BYTES = 1 << 20
+
+
+def load_tokens(path: Path) -> auth.TokenTable:
+    """The tokens file (YAML list, or a Kubernetes static token CSV when it ends in .csv), hashed."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_TOKENS_FILE_BYTES:
+            raise ConfigError(f"auth.tokensFile: {path}: larger than {MAX_TOKENS_FILE_BYTES} bytes")
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"auth.tokensFile: {path}: cannot read: {exc.strerror}") from None
+    try:
+        if path.suffix == ".csv":
+            return auth.parse_static_token_csv(text, f"auth.tokensFile {path}")
+        try:
+            raw = safe_yaml.load(text, str(path))
+        except safe_yaml.YamlError as exc:
+            raise ConfigError(f"auth.tokensFile: {path}: not valid YAML: {exc}") from None
+        return auth.parse_tokens(raw, f"auth.tokensFile {path}")
+    except auth.TokensError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
 import sys
 import time
@@ -134,8 +135,40 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+# The demo's callers (tokens.yaml beside its clusters.yaml): name -> (tenant, role). Tokens are random
+# per workdir and kept in that file; read_demo_tokens(workdir) gives them back.
+DEMO_PRINCIPALS: dict[str, tuple[str, str]] = {
+    "admin": ("default", "admin"),
+    "viewer": ("default", "viewer"),
+    "research": ("research", "user"),
+    "nlp": ("nlp", "user"),
+    "serving": ("serving", "user"),
+}
+TOKENS_FILE = "tokens.yaml"
+
+
+def write_demo_tokens(workdir: Path) -> Path:
+    """tokens.yaml for the demo (kept when it exists, so a restarted demo keeps its tokens)."""
+    path = workdir / TOKENS_FILE
+    if not path.exists():
+        entries = [
+            {"name": name, "tenant": tenant, "role": role, "token": secrets.token_urlsafe(24)}
+            for name, (tenant, role) in DEMO_PRINCIPALS.items()
+        ]
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(entries, sort_keys=False))
+    return path
+
+
+def read_demo_tokens(workdir: Path) -> dict[str, str]:
+    """The demo's plain tokens by caller name (admin, viewer, research, nlp, serving)."""
+    entries = yaml.safe_load((workdir / TOKENS_FILE).read_text())
+    return {str(e["name"]): str(e["token"]) for e in entries}
+
+
 def write_demo_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: str, prefix: str) -> Path:
-    """clusters.yaml for the demo: the example's clusters pointed at the simulation's kubeconfigs."""
+    """clusters.yaml for the demo: the example's clusters pointed at the simulation's kubeconfigs, with
+    auth on (tokens.yaml in the same directory, see write_demo_tokens)."""
     example = Path(__file__).resolve().parent.parent / "clusters.example.yaml"
     doc = yaml.safe_load(example.read_text()) if example.exists() else None
     if not doc:
@@ -143,6 +176,7 @@ def write_demo_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: st
     for c in doc["clusters"]:
         c["kubeconfig"] = str(kubeconfigs[c["name"]].resolve())
     doc["settings"] = {**doc.get("settings", {}), "redisUrl": redis_url, "redisPrefix": prefix}
+    doc["auth"] = {"tokensFile": str(write_demo_tokens(workdir).resolve())}
     path = workdir / "clusters.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -190,10 +224,15 @@ def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240
             config_path = write_demo_config(workdir, kubeconfigs, redis_url, prefix)
             cfg = load_fleet_config(config_path)
             port = _free_port()
+            tokens = read_demo_tokens(workdir)
             with composition.running_broker(cfg, host="127.0.0.1", port=port) as broker:
                 base = f"http://127.0.0.1:{port}"
-                console.print(f"broker API on {base} (try: GPUFED_URL={base} gpufed fleet)")
-                with httpx.Client(base_url=base, timeout=30) as http:
+                console.print(
+                    f"broker API on {base}, tokens in {workdir / TOKENS_FILE} "
+                    f"(try: GPUFED_URL={base} GPUFED_TOKEN={tokens['admin']} gpufed fleet)"
+                )
+                admin = {"Authorization": f"Bearer {tokens['admin']}"}
+                with httpx.Client(base_url=base, timeout=30, headers=admin) as http:
                     fresh = _wait(
                         lambda: len(http.get("/v1/fleet").json()["clusters"]) == len(cfg.clusters), timeout=60
                     )
@@ -204,8 +243,13 @@ def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240
                     console.rule("submitting jobs")
                     ids: list[str] = []
                     for spec in DEMO_JOBS:
-                        r = http.post(
-                            "/v1/jobs", json=spec, headers={"Idempotency-Key": f"{prefix}-{spec['name']}"}
+                        r = http.post(  # as the tenant's own user: the token says the tenant
+                            "/v1/jobs",
+                            json=spec,
+                            headers={
+                                "Idempotency-Key": f"{prefix}-{spec['name']}",
+                                "Authorization": f"Bearer {tokens[spec['tenant']]}",
+                            },
                         )
                         r.raise_for_status()
                         ids.append(r.json()["id"])

@@ -8,7 +8,9 @@ running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, 
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
                               Retry-After for writes, the pass finishes, the lease is released, Ray
                               stops); a reaper process makes sure no process it started outlives it;
-                              REDIS_URL overrides the config file's settings.redisUrl
+                              REDIS_URL overrides the config file's settings.redisUrl,
+                              GPUFED_TOKENS_FILE its auth.tokensFile. Both refuse to start without a
+                              tokens file unless insecure_no_auth (`gpufed serve --insecure-no-auth`).
 
 Two services share the process: the API's (plain store; submits refused while the store is rebuilt)
 and the leader's (its store sends the lease's fencing token with every control-loop write).
@@ -46,7 +48,8 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import clusterprofile, ha, telemetry
 from broker.api import create_app
-from broker.config import FleetConfig, load_fleet_config
+from broker.auth import TokenTable
+from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError, StoreError
@@ -102,6 +105,7 @@ def build_service(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
             federation=settings.redis_prefix,
+            queue=settings.queue_policy(),
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )
@@ -140,6 +144,21 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
             sock.bind((host, port))
     except OSError as e:
         raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def token_table(cfg: FleetConfig, insecure_no_auth: bool) -> TokenTable | None:
+    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error."""
+    if cfg.auth is not None:
+        if insecure_no_auth:
+            raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
+        return load_tokens(cfg.auth.tokens_file)
+    if insecure_no_auth:
+        log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
+        return None
+    raise ConfigError(
+        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
+        "or pass --insecure-no-auth for local play"
+    )
 
 
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
@@ -222,9 +241,12 @@ def running_broker(
     port: int = 8080,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
+    insecure_no_auth: bool = False,
 ) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
-    and tls_key, the API serves HTTPS."""
+    and tls_key, the API serves HTTPS. Refuses to start without auth.tokensFile unless
+    `insecure_no_auth`."""
+    tokens = token_table(cfg, insecure_no_auth)
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     settings = cfg.settings
@@ -233,11 +255,11 @@ def running_broker(
     )
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     lease = RedisLease(settings.redis_url, settings.redis_prefix, holder, settings.lease_seconds)
-    tokens: list[Leadership] = []  # the elector, once built: the leader store's token source
+    electors: list[Leadership] = []  # the elector, once built: the leader store's token source
     leader_store = RedisStateStore(
         settings.redis_url,
         prefix=settings.redis_prefix,
-        fencing_token=lambda: tokens[0].current_token() if tokens else None,
+        fencing_token=lambda: electors[0].current_token() if electors else None,
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
     recovery = StoreRecovery(
@@ -274,13 +296,14 @@ def running_broker(
     leadership = Leadership(
         lease, on_elected=elected, on_deposed=loop.stop, renew_seconds=settings.lease_renew_seconds
     )
-    tokens.append(leadership)
+    electors.append(leadership)
     drain = ha.Drain()
     app = create_app(
         service,
         service.clock,
         max_body_bytes=cfg.settings.max_request_bytes,
         logs=gateway,
+        tokens=tokens,
         readiness={
             "redis": store.ping,
             "lease": leadership.readiness,
@@ -373,7 +396,12 @@ def _await_records(store: RedisStateStore, deadline: float) -> None:
 
 
 def serve(
-    config_path: Path, host: str, port: int, tls_cert: Path | None = None, tls_key: Path | None = None
+    config_path: Path,
+    host: str,
+    port: int,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    insecure_no_auth: bool = False,
 ) -> None:
     """`gpufed serve`: run until interrupted. Startup problems raise StartupError or ConfigError (one
     line each)."""
@@ -390,10 +418,14 @@ def serve(
     check_startup(cfg, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
+    if tokens_file:
+        cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
+    token_table(cfg, insecure_no_auth)  # refuse before anything starts
     scheme = "https" if tls_cert else "http"
     reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
     try:
-        with running_broker(cfg, host, port, tls_cert, tls_key) as broker:
+        with running_broker(cfg, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth) as broker:
             # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             log.info(

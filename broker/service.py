@@ -6,7 +6,9 @@ after a crash at any point without losing or duplicating a job:
 
 - schedule_once: one pass of Kueue's cycle. The FleetCache is refreshed incrementally (only clusters
   whose summary version or reservation ledger moved are read), the QUEUED jobs are taken in queue order
-  and placed one after another by a BatchPlacer over the cache's placeable view; each placement is
+  (broker.queueing: priority, fair share across tenants, age; a job a quota holds back keeps the rule
+  as its reason and is not placed) and placed one after another by a BatchPlacer over the cache's
+  placeable view; each placement is
   reserved by compare-and-set at exactly the state it was decided on (a cluster that moved is read again
   and the job decided again), assumed into the cache and the placer, recorded PLACED with the workload
   name derived from job id + attempt, and handed to the Dispatcher, which creates the Job in the member
@@ -28,10 +30,10 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from broker import catalog, failover, faults, hints, lifecycle, placement, telemetry
+from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
 from broker.batch_placement import BatchPlacer
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
@@ -66,6 +68,8 @@ _RESERVE_ATTEMPTS = 3
 # A job that could not fit is looked at again when the cache changed, or after this long regardless
 # (reservations expire without any write).
 _NOFIT_RECHECK_SECONDS = 5.0
+# The queue view (positions and why) is computed again at most this often.
+_QUEUE_VIEW_TTL_SECONDS = 1.0
 # The product names the fleet shows, for submit's validation: read again at most this often.
 _KNOWN_PRODUCTS_TTL_SECONDS = 5.0
 
@@ -80,6 +84,13 @@ class ServiceSettings:
     priorities: Mapping[str, int] | None = None  # priority class name -> value
     cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
     federation: str | None = None  # the store prefix, written on every Job (broker.recovery adopts by it)
+    queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
+
+    def queue_policy(self) -> queueing.QueuePolicy:
+        """The global queue's policy (`queue`, else just `priorities`)."""
+        if self.queue is not None:
+            return self.queue
+        return queueing.QueuePolicy(priorities=dict(self.priorities or {}))
 
 
 class BrokerService:
@@ -120,6 +131,7 @@ class BrokerService:
         # by the per-cluster sync workers, read by the loop: under its lock.
         self._settling: dict[tuple[str, int], tuple[str, int]] = {}
         self._settling_lock = threading.Lock()
+        self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -129,6 +141,14 @@ class BrokerService:
         if unknown:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
         request = self._canonical_products(request)
+        known = self.settings.queue_policy().priorities
+        if request.priority_class is not None and known and request.priority_class not in known:
+            raise InvalidRequest(
+                "priorityClass",
+                f"unknown priority class {request.priority_class!r}; known: {', '.join(sorted(known))}",
+            )
+        if idempotency_key is not None:  # scoped per tenant: another tenant's key is another job
+            idempotency_key = f"{request.tenant}/{idempotency_key}"
         now = self.clock.now()
         job_id = self._new_id()
         with telemetry.job_span("gpufed.job.submit", None, **{"gpufed.job_id": job_id}) as span:
@@ -233,6 +253,16 @@ class BrokerService:
         summaries = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
         return placement.explain_and_decide(request, summaries, self.traits, self.policy, now)
 
+    def explain_queue(self, request: JobRequest) -> queueing.Slot:
+        """Dry run of the queue: where the job would stand if submitted now, and whether a quota would
+        hold it back. Changes nothing."""
+        now = self.clock.now()
+        # "~" sorts after every job id: the probe stands behind the jobs submitted at the same instant
+        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        return next(s for s in self._queue_plan([*queued, probe], offered) if s.record is probe)
+
     # ------------------------------------------------------------------ the control loop's steps
 
     def set_traits(self, traits: Mapping[str, ClusterTraits], at_once: bool = False) -> None:
@@ -256,10 +286,7 @@ class BrokerService:
         self._apply_pending_traits()
         # list_jobs reads the index, then each record: a record may have moved on in between (another
         # placer placed it), and deciding it again would re-reserve it at a newer attempt.
-        queued = lifecycle.queue_order(
-            (r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED),
-            dict(self.settings.priorities or {}),
-        )
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
         waiting = {r.id for r in queued}
         self._parked = {j: fp for j, fp in self._parked.items() if j in waiting}
         self._no_fit = {j: g for j, g in self._no_fit.items() if j in waiting}
@@ -274,7 +301,11 @@ class BrokerService:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
         placer = BatchPlacer(offered, self.traits, self.policy, now)
         changed: list[JobRecord] = []
-        for record in queued:
+        for slot in self._queue_plan(queued, offered):  # priority, fair share, age; quotas (queueing)
+            record = slot.record
+            if slot.blocked is not None:
+                changed.extend(self._hold(record, slot.blocked, now))
+                continue
             if now < record.not_before:
                 continue  # backing off after a failed dispatch
             if self._parked.get(record.id) == fleet:
@@ -288,7 +319,7 @@ class BrokerService:
                 continue  # nothing changed since it did not fit
             try:
                 with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
-                    step = self._schedule_job(record, placer, now)
+                    step = self._schedule_job(record, placer, now, slot.products)
             except StoreError:
                 raise  # the store is down: nothing else can progress either
             except Exception:
@@ -300,16 +331,61 @@ class BrokerService:
                 changed.append(step)
         return changed
 
-    def _schedule_job(self, record: JobRecord, placer: BatchPlacer, now: float) -> JobRecord | None:
-        """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None."""
+    def _queue_plan(self, queued: list[JobRecord], offered: list[ClusterSummary]) -> list[queueing.Slot]:
+        """The queue's order and quota verdicts for this pass, over the jobs holding GPUs now."""
+        policy = self.settings.queue_policy()
+        tenants = {r.request.tenant for r in queued}
+        # What tenants hold matters only to share between several, or to quotas: one tenant without
+        # quotas is ordered by priority and age, and the placed jobs need not be read.
+        needs_usage = len(tenants) > 1 or any(policy.has_quotas(t) for t in tenants)
+        active = (
+            self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
+            if needs_usage
+            else []
+        )
+        capacity, free = queueing.fleet_capacity(offered)
+        return queueing.plan(queued, active, policy, capacity, free)
+
+    def queue_slots(self, including: Iterable[str] = ()) -> dict[str, queueing.Slot]:
+        """Every queued job's place in the queue (for the job view), by job id; computed at most once a
+        second however many readers poll (the dashboard, `gpufed get`), unless a job in `including`
+        is not in the last view (submitted since)."""
+        now = self.clock.now()
+        if (
+            self._slots is not None
+            and 0 <= now - self._slots[0] < _QUEUE_VIEW_TTL_SECONDS
+            and all(i in self._slots[1] for i in including)
+        ):
+            return self._slots[1]
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        slots = {slot.record.id: slot for slot in self._queue_plan(queued, offered)}
+        self._slots = (now, slots)
+        return slots
+
+    def _hold(self, record: JobRecord, why: str, now: float) -> list[JobRecord]:
+        """A job the queue holds back (a quota): its reason says which rule, saved when it changed."""
+        if record.reason == why:
+            return []
+        try:
+            return [self._save(replace(record, reason=why, updated_at=now))]
+        except Conflict:
+            return []  # another placer moved it meanwhile
+
+    def _schedule_job(
+        self, record: JobRecord, placer: BatchPlacer, now: float, products: tuple[str, ...] | None = None
+    ) -> JobRecord | None:
+        """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None.
+        `products`, when given, narrows the products it may use in this pass (the queue's quotas)."""
         self.evaluations += 1
+        request = record.request if products is None else replace(record.request, gpu_products=products)
         for _ in range(_RESERVE_ATTEMPTS):
             recorder = telemetry.PhaseRecorder()
             started = time.perf_counter()
-            decision = placer.place(record.request)
+            decision = placer.place(request)
             outcome = "unplaceable" if isinstance(decision, NoFit) else "placed"
             telemetry.placement_latency.labels(outcome).observe(time.perf_counter() - started)
-            recorder.record_verdicts(placer.verdicts(record.request))
+            recorder.record_verdicts(placer.verdicts(request))
             if isinstance(decision, NoFit):
                 return self._not_placed(record, decision, now, recorder)
             reservation, result = self._reserve(record, decision, now)

@@ -3,17 +3,22 @@
 Fixtures here:
     redis_server   a private `redis-server` (from PATH) on a free port for this test session, no persistence
     redis_url      its URL, redis://127.0.0.1:<port>/0
+    admin_tokens   (a helper) a tokens file with one admin, for a broker started from a test's own config
 
 Other engineers add their fixtures below their own section header.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from adapters import redis_process
 from adapters.redis_process import RedisProcess, private_redis
@@ -71,3 +76,49 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+# --------------------------------------------------------------------------- auth (tenancy)
+
+
+def admin_tokens(directory: Path) -> tuple[Path, dict[str, str]]:
+    """A tokens file (docs/tenancy.md) with one admin of the tenant "default" in `directory`, and the
+    header that sends its token: for tests that start a broker from their own config (auth is on)."""
+    token = secrets.token_urlsafe(24)
+    path = directory / "tokens.yaml"
+    path.write_text(
+        yaml.safe_dump([{"name": "test-admin", "tenant": "default", "role": "admin", "token": token}])
+    )
+    return path, {"Authorization": f"Bearer {token}"}
+
+
+# --------------------------------------------------------------------------- kubesim's own log (issue 7)
+
+
+class _KubesimErrors(logging.Handler):
+    """Every ERROR (or traceback) kubesim's server code logs while the suite runs in this process."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(
+            f"{record.name}: {record.getMessage()}" + (" (with traceback)" if record.exc_info else "")
+        )
+
+
+_KUBESIM_ERRORS = _KubesimErrors()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    logging.getLogger("kubesim").addHandler(_KUBESIM_ERRORS)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite fails when any kubesim server, serving any test, logged an error or a traceback: a
+    simulated cluster that crashes on what real clients send would hide broker bugs."""
+    logging.getLogger("kubesim").removeHandler(_KUBESIM_ERRORS)
+    if _KUBESIM_ERRORS.records:
+        print("\nkubesim logged errors during the test session:", *_KUBESIM_ERRORS.records[:20], sep="\n  ")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

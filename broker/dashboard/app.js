@@ -209,14 +209,18 @@ function asks(j) {
 function renderQueue(jobs) {
   const body = $("#queue-table tbody");
   body.replaceChildren();
-  const queued = jobs.filter((j) => j.state === "QUEUED");
+  // in the global queue's order (priority, fair share, age: docs/tenancy.md)
+  const queued = jobs.filter((j) => j.state === "QUEUED")
+    .sort((a, b) => (a.queuePosition ?? Infinity) - (b.queuePosition ?? Infinity));
   for (const j of queued) {
+    const why = j.queueReason && j.queueReason !== j.reason ? el("span", { class: "meta" }, " · " + j.queueReason) : "";
     body.append(el("tr", {},
+      el("td", {}, j.queuePosition == null ? "-" : String(j.queuePosition)),
       el("th", { scope: "row" }, el("a", { href: "#job-" + j.id, onclick: (e) => { e.preventDefault(); select(j.id); } }, j.name), el("span", { class: "meta" }, " " + j.id)),
       el("td", {}, j.tenant), el("td", {}, asks(j)), el("td", {}, since(j.createdAt)),
-      el("td", { class: "reason" }, j.reason)));
+      el("td", { class: "reason" }, j.reason, why)));
   }
-  if (!queued.length) body.append(el("tr", {}, el("td", { colspan: 5 }, "Nothing is waiting.")));
+  if (!queued.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "Nothing is waiting.")));
 }
 
 function renderJobs(jobs) {

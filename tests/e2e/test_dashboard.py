@@ -19,7 +19,7 @@ from playwright.sync_api import Page, Request, expect, sync_playwright
 
 from broker import main as composition
 from broker.config import load_fleet_config
-from broker.demo import write_demo_config
+from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
@@ -27,6 +27,8 @@ from tests.conftest import free_port, wait_for
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
+# The demo config runs with auth on: the admin token of its tokens.yaml, set by the broker fixture.
+AUTH: dict[str, str] = {}
 
 
 def chromium_path() -> str:
@@ -43,11 +45,12 @@ def broker_url(redis_url: str, ray_session: None, tmp_path_factory: pytest.TempP
         workdir = tmp_path_factory.mktemp("broker")
         kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
         cfg = load_fleet_config(write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-dashboard"))
+        AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
         port = free_port()
         with composition.running_broker(cfg, port=port):
             url = f"http://127.0.0.1:{port}"
             wait_for(
-                lambda: len(httpx.get(f"{url}/v1/fleet").json()["clusters"]) == 3,
+                lambda: len(httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]) == 3,
                 timeout=60,
                 what="a summary of every cluster in Redis",
             )
@@ -80,12 +83,17 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     running = httpx.post(
         f"{broker_url}/v1/jobs",
         json={"name": "train-h100", "gpus": 8, "gpuProducts": ["H100-80GB"], "durationSeconds": 600},
+        headers=AUTH,
     ).json()
     waiting = httpx.post(
-        f"{broker_url}/v1/jobs", json={"name": "too-big", "gpus": 16, "gpuProducts": ["H100-80GB"]}
+        f"{broker_url}/v1/jobs",
+        json={"name": "too-big", "gpus": 16, "gpuProducts": ["H100-80GB"]},
+        headers=AUTH,
     ).json()
     wait_for(
-        lambda: httpx.get(f"{broker_url}/v1/jobs/{waiting['id']}").json()["reason"].startswith("0/"),
+        lambda: (
+            httpx.get(f"{broker_url}/v1/jobs/{waiting['id']}", headers=AUTH).json()["reason"].startswith("0/")
+        ),
         timeout=30,
         what="the big job's no-fit reason",
     )
@@ -95,11 +103,12 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     page.goto(broker_url + "/")
 
     # a token typed in is kept and sent as a Bearer token from then on
-    page.get_by_label("API token").fill("dashboard-test-token")
+    token = AUTH["Authorization"].removeprefix("Bearer ")
+    page.get_by_label("API token").fill(token)
     with page.expect_request(lambda r: r.url.endswith("/v1/clusters")) as req_info:
         page.get_by_role("button", name="Use token").click()
     req: Request = req_info.value
-    assert req.headers.get("authorization") == "Bearer dashboard-test-token"
+    assert req.headers.get("authorization") == f"Bearer {token}"
 
     # fleet: one card per cluster, whole-GPU products and the MIG profiles
     for cluster in ("onprem-a", "onprem-b", "cloud-burst"):
@@ -117,6 +126,7 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     # the queue says why the big job waits
     row = page.locator("#queue-table tbody tr", has_text="too-big")
     expect(row).to_contain_text("0/3 clusters are available")
+    expect(row).to_contain_text("first in the queue")  # its place in the global queue (docs/tenancy.md)
 
     # per-node detail on request: the heatmap and the table, with why a node offers nothing
     page.get_by_label("Show every GPU node").check()
@@ -135,4 +145,4 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     expect(page.locator("#timeline-meta")).to_contain_text("trace id")
     _shot(page, tmp_path, "timeline")
 
-    assert all(h.get("authorization") == "Bearer dashboard-test-token" for h in sent[-3:])
+    assert all(h.get("authorization") == f"Bearer {token}" for h in sent[-3:])

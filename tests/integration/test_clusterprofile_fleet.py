@@ -27,11 +27,13 @@ from broker import main as composition
 from broker.config import load_fleet_config
 from kubesim.fleet import parse_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import admin_tokens, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+# The broker runs with auth on: the admin header of its tokens file, set by the broker fixture.
+AUTH: dict[str, str] = {}
 KUBECTL = REPO / "tools" / "bin" / "kubectl"
 PLUGIN = REPO / "tests" / "fixtures" / "exec_token_plugin.py"
 NS = "fleet-system"
@@ -117,6 +119,9 @@ def broker_url(
         },
         "settings": {"redisUrl": redis_url, "redisPrefix": "gpufed-cp"},
     }
+    tokens, header = admin_tokens(workdir)  # auth is on (docs/tenancy.md)
+    doc["auth"] = {"tokensFile": str(tokens)}
+    AUTH.update(header)
     path = workdir / "clusters.yaml"
     path.write_text(yaml.safe_dump(doc))
     port = free_port()
@@ -186,11 +191,11 @@ def _add_profile(
 
 
 def _fleet(url: str) -> dict[str, dict[str, Any]]:
-    return {c["cluster"]: c for c in httpx.get(f"{url}/v1/fleet").json()["clusters"]}
+    return {c["cluster"]: c for c in httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]}
 
 
 def _job(url: str, job_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}").json()
+    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}", headers=AUTH).json()
     return body
 
 
@@ -210,6 +215,7 @@ def test_profiles_join_publish_and_drain(
     job_id = httpx.post(
         f"{broker_url}/v1/jobs",
         json={"name": "cp-h100", "gpus": 8, "gpuProducts": ["H100-80GB"], "durationSeconds": 100000},
+        headers=AUTH,
     ).json()["id"]
     assert _fleet(broker_url) == {}
     assert _job(broker_url, job_id)["state"] == "QUEUED"
@@ -246,7 +252,9 @@ def test_profiles_join_publish_and_drain(
     hub.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "gpu-east")
     wait_for(lambda: "gpu-east" not in _fleet(broker_url), timeout=30, what="gpu-east to leave the fleet")
     second = httpx.post(
-        f"{broker_url}/v1/jobs", json={"name": "cp-after", "gpus": 1, "gpuProducts": ["H100-80GB"]}
+        f"{broker_url}/v1/jobs",
+        json={"name": "cp-after", "gpus": 1, "gpuProducts": ["H100-80GB"]},
+        headers=AUTH,
     ).json()["id"]
     queued = wait_for(
         lambda: "clusters are available" in (j := _job(broker_url, second))["reason"] and j,
@@ -255,7 +263,7 @@ def test_profiles_join_publish_and_drain(
     )
     assert isinstance(queued, dict) and queued["state"] == "QUEUED"
     assert _job(broker_url, job_id)["state"] == "RUNNING"
-    assert httpx.delete(f"{broker_url}/v1/jobs/{job_id}").status_code == 200
+    assert httpx.delete(f"{broker_url}/v1/jobs/{job_id}", headers=AUTH).status_code == 200
     east = config.new_client_from_config(  # type: ignore[no-untyped-call]
         str(sim.kubeconfig_path("gpu-east")), persist_config=False
     )
@@ -280,6 +288,7 @@ def test_profiles_join_publish_and_drain(
     a100 = httpx.post(
         f"{broker_url}/v1/jobs",
         json={"name": "cp-a100", "gpus": 2, "gpuProducts": ["A100-80GB"], "durationSeconds": 30},
+        headers=AUTH,
     ).json()["id"]
     done = wait_for(
         lambda: (j := _job(broker_url, a100))["state"] == "SUCCEEDED" and j, timeout=60, what="the A100 job"

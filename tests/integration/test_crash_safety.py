@@ -75,7 +75,17 @@ class BrokerProcess:
             env["GPUFED_CRASH_AT"] = crash_at
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli", "serve", "--config", str(cfg), "--port", str(self.port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "broker.cli",
+                    "serve",
+                    "--config",
+                    str(cfg),
+                    "--port",
+                    str(self.port),
+                    "--insecure-no-auth",
+                ],
                 cwd=REPO,
                 env=env,
                 stdout=out,

@@ -23,11 +23,13 @@ from broker import main as composition
 from broker.config import load_fleet_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import admin_tokens, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+# The broker runs with auth on: the admin header of its tokens file, set by the broker fixture.
+AUTH: dict[str, str] = {}
 KUBECTL = REPO / "tools" / "bin" / "kubectl"
 Kubectl = Callable[..., str]
 
@@ -78,6 +80,9 @@ def broker_url(
         ],
         "settings": {"redisUrl": redis_url, "redisPrefix": "gpufed-dra"},
     }
+    tokens, header = admin_tokens(workdir)  # auth is on (docs/tenancy.md)
+    doc["auth"] = {"tokensFile": str(tokens)}
+    AUTH.update(header)
     path = workdir / "clusters.yaml"
     path.write_text(yaml.safe_dump(doc))
     port = free_port()
@@ -88,7 +93,7 @@ def broker_url(
 
 
 def _fleet(url: str) -> dict[str, dict[str, Any]]:
-    return {c["cluster"]: c for c in httpx.get(f"{url}/v1/fleet").json()["clusters"]}
+    return {c["cluster"]: c for c in httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]}
 
 
 def _product(url: str, cluster: str, product: str) -> dict[str, Any] | None:
@@ -102,13 +107,13 @@ def _mig(url: str, cluster: str, product: str, profile: str) -> dict[str, Any] |
 
 
 def _submit(url: str, spec: dict[str, Any]) -> str:
-    r = httpx.post(f"{url}/v1/jobs", json=spec)
+    r = httpx.post(f"{url}/v1/jobs", json=spec, headers=AUTH)
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
 
 
 def _state(url: str, job_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}").json()
+    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}", headers=AUTH).json()
     return body
 
 
@@ -196,7 +201,7 @@ def test_jobs_on_the_dra_cluster_run_with_claims_allocated(broker_url: str, kube
 
     # cancelling frees the devices: the claims go with the pods, the template with the Job
     for job_id in (whole, part, plugin):
-        assert httpx.delete(f"{broker_url}/v1/jobs/{job_id}").status_code == 200
+        assert httpx.delete(f"{broker_url}/v1/jobs/{job_id}", headers=AUTH).status_code == 200
     wait_for(
         lambda: "No resources found" in _kubectl_all(kubectl, "resourceclaims"),
         timeout=60,

@@ -21,7 +21,7 @@ from kubernetes import client, config
 
 from broker import main as composition
 from broker.config import load_fleet_config
-from broker.demo import write_demo_config
+from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
@@ -29,6 +29,8 @@ from tests.conftest import free_port, wait_for
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+# The demo config runs with auth on: the admin token of its tokens.yaml, set by the broker fixture.
+AUTH: dict[str, str] = {}
 SPEED = 25.0
 LOST_AFTER = 6
 # A job that runs ~16 s of real time: long enough to be faulted while RUNNING, short enough to finish.
@@ -49,6 +51,7 @@ def url(
     workdir = tmp_path_factory.mktemp("broker")
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     path = write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-failover")
+    AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
     doc = yaml.safe_load(path.read_text())
     doc["settings"].update({"clusterLostSeconds": LOST_AFTER, "sweepIntervalSeconds": 5})
     path.write_text(yaml.safe_dump(doc))
@@ -69,18 +72,22 @@ def clear_faults(sim: Simulation, url: str) -> Iterator[None]:
 
 def _all_healthy(url: str) -> bool:
     try:
-        items = httpx.get(f"{url}/v1/clusters", timeout=10).json()["items"]
+        items = httpx.get(f"{url}/v1/clusters", timeout=10, headers=AUTH).json()["items"]
     except httpx.HTTPError:
         return False
     return all(c["health"] == "healthy" for c in items)
 
 
 def _fenced(url: str) -> list[str]:
-    return [c["name"] for c in httpx.get(f"{url}/v1/clusters", timeout=10).json()["items"] if c["fenced"]]
+    return [
+        c["name"]
+        for c in httpx.get(f"{url}/v1/clusters", timeout=10, headers=AUTH).json()["items"]
+        if c["fenced"]
+    ]
 
 
 def _job(url: str, job_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}", timeout=10).json()
+    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}", timeout=10, headers=AUTH).json()
     return body
 
 
@@ -91,7 +98,7 @@ def _submit(url: str, name: str, **extra: Any) -> str:
         "gpuProducts": ["A100-80GB", "H100-80GB"],
         "durationSeconds": RUN_SECONDS,
     }
-    r = httpx.post(f"{url}/v1/jobs", json={**body, **extra}, timeout=10)
+    r = httpx.post(f"{url}/v1/jobs", json={**body, **extra}, timeout=10, headers=AUTH)
     assert r.status_code == 201, r.text
     job_id: str = r.json()["id"]
     return job_id
@@ -158,9 +165,9 @@ def test_a_lost_cluster_s_running_job_runs_elsewhere_and_its_stale_attempt_is_fe
         what=f"{job_id} RUNNING in another cluster after {lost} went {fault}",
     )
     assert moved["attempt"] == 2
-    events = httpx.get(f"{url}/v1/jobs/{job_id}/events", timeout=10).json()["items"]
+    events = httpx.get(f"{url}/v1/jobs/{job_id}/events", timeout=10, headers=AUTH).json()["items"]
     assert any(f"cluster {lost} lost" in e["reason"] for e in events), events
-    health = {c["name"]: c for c in httpx.get(f"{url}/v1/clusters", timeout=10).json()["items"]}
+    health = {c["name"]: c for c in httpx.get(f"{url}/v1/clusters", timeout=10, headers=AUTH).json()["items"]}
     assert health[lost]["health"] in ("unreachable", "forbidden")
     assert health[lost]["fenced"]
 
@@ -195,7 +202,7 @@ def test_a_node_lost_under_a_running_pod_requeues_the_job(sim: Simulation, url: 
     wait_for(
         lambda: _job(url, job_id)["attempt"] == 2, timeout=60, what=f"{job_id} requeued after {node} was lost"
     )
-    events = httpx.get(f"{url}/v1/jobs/{job_id}/events", timeout=10).json()["items"]
+    events = httpx.get(f"{url}/v1/jobs/{job_id}/events", timeout=10, headers=AUTH).json()["items"]
     assert any("disrupted on" in e["reason"] for e in events), events
     _finishes_once(sim, url, job_id, attempt=2)
 

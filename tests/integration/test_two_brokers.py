@@ -21,7 +21,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from broker.demo import write_demo_config
+from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
@@ -29,6 +29,8 @@ from tests.conftest import free_port, wait_for
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+# The demo config runs with auth on: the admin token of its tokens.yaml, set by the test.
+AUTH: dict[str, str] = {}
 JOBS = 96
 
 
@@ -100,6 +102,7 @@ def test_two_brokers_on_one_redis_never_over_commit_a_member_cluster(
 ) -> None:
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     cfg = write_demo_config(tmp_path, kubeconfigs, redis_url, "two-brokers")
+    AUTH["Authorization"] = "Bearer " + read_demo_tokens(tmp_path)["admin"]
     ports = [free_port(), free_port()]
     brokers = [_start_broker(cfg, p, tmp_path / f"broker-{i}.log") for i, p in enumerate(ports)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
@@ -116,19 +119,21 @@ def test_two_brokers_on_one_redis_never_over_commit_a_member_cluster(
                 "durationSeconds": 40,
                 "gpuProducts": ["A100-80GB", "H100-80GB"],
             }
-            r = httpx.post(f"{urls[i % 2]}/v1/jobs", json=body, timeout=30)
+            r = httpx.post(f"{urls[i % 2]}/v1/jobs", json=body, timeout=30, headers=AUTH)
             assert r.status_code == 201, r.text
             ids.append(r.json()["id"])
 
         def finished() -> bool:
-            states = [httpx.get(f"{urls[0]}/v1/jobs/{i}", timeout=30).json()["state"] for i in ids]
+            states = [
+                httpx.get(f"{urls[0]}/v1/jobs/{i}", timeout=30, headers=AUTH).json()["state"] for i in ids
+            ]
             return all(s == "SUCCEEDED" for s in states)
 
         wait_for(finished, timeout=300, interval=1.0, what=f"all {JOBS} jobs to succeed")
         placements = {
             i: [
                 e
-                for e in httpx.get(f"{urls[1]}/v1/jobs/{i}/events", timeout=30).json()["items"]
+                for e in httpx.get(f"{urls[1]}/v1/jobs/{i}/events", timeout=30, headers=AUTH).json()["items"]
                 if e["state"] == "PLACED"
             ]
             for i in ids
@@ -149,7 +154,7 @@ def test_two_brokers_on_one_redis_never_over_commit_a_member_cluster(
 def _sees_the_fleet(url: str) -> Callable[[], bool]:
     def check() -> bool:
         try:
-            return len(httpx.get(f"{url}/v1/fleet", timeout=5).json()["clusters"]) == 3
+            return len(httpx.get(f"{url}/v1/fleet", timeout=5, headers=AUTH).json()["clusters"]) == 3
         except httpx.HTTPError:
             return False
 

@@ -7,6 +7,7 @@ broker creates is read back with the official kubernetes client, as an operator 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker import main as composition
 from broker.config import load_fleet_config
-from broker.demo import write_demo_config
+from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
@@ -28,6 +29,8 @@ from tests.k8s_fields import labels_of, present
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+# The demo config runs with auth on: the admin token of its tokens.yaml, set by the broker fixture.
+AUTH: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +47,12 @@ def broker_url(
     workdir = tmp_path_factory.mktemp("broker")
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     cfg = load_fleet_config(write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-skeleton"))
+    AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
     port = free_port()
     with composition.running_broker(cfg, port=port):
         url = f"http://127.0.0.1:{port}"
         wait_for(
-            lambda: len(httpx.get(f"{url}/v1/fleet").json()["clusters"]) == 3,
+            lambda: len(httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]) == 3,
             timeout=60,
             what="a summary of every cluster in Redis",
         )
@@ -63,7 +67,7 @@ def _batch_api(sim: Simulation, cluster: str) -> client.BatchV1Api:
 
 
 def _job(url: str, job_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}").json()
+    body: dict[str, Any] = httpx.get(f"{url}/v1/jobs/{job_id}", headers=AUTH).json()
     return body
 
 
@@ -71,7 +75,7 @@ def test_a_submitted_job_runs_in_the_chosen_cluster_with_its_hints_and_succeeds(
     sim: Simulation, broker_url: str
 ) -> None:
     spec = {"name": "skeleton-h100", "gpus": 8, "gpuProducts": ["H100-80GB"], "durationSeconds": 60}
-    r = httpx.post(f"{broker_url}/v1/jobs", json=spec)
+    r = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=AUTH)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
 
@@ -104,12 +108,14 @@ def test_a_submitted_job_runs_in_the_chosen_cluster_with_its_hints_and_succeeds(
     )
     assert isinstance(done, dict)
     assert done["state"] == "SUCCEEDED", done["reason"]
-    states = [e["state"] for e in httpx.get(f"{broker_url}/v1/jobs/{job_id}/events").json()["items"]]
+    states = [
+        e["state"] for e in httpx.get(f"{broker_url}/v1/jobs/{job_id}/events", headers=AUTH).json()["items"]
+    ]
     assert states[0] == "QUEUED" and states[-1] == "SUCCEEDED" and "PLACED" in states
 
 
 def test_a_job_that_fits_nowhere_stays_queued_with_a_readable_reason(broker_url: str) -> None:
-    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "too-big", "gpus": 16})
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "too-big", "gpus": 16}, headers=AUTH)
     assert r.status_code == 201
     job_id = r.json()["id"]
     job = wait_for(
@@ -124,7 +130,7 @@ def test_a_job_that_fits_nowhere_stays_queued_with_a_readable_reason(broker_url:
 
 
 def test_bad_submission_is_refused_with_the_field_named(broker_url: str) -> None:
-    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "Bad Name!", "gpus": -1})
+    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "Bad Name!", "gpus": -1}, headers=AUTH)
     assert r.status_code == 422
     fields = {f["field"] for f in r.json()["fields"]}
     assert {"name", "gpus"} <= fields
@@ -133,15 +139,15 @@ def test_bad_submission_is_refused_with_the_field_named(broker_url: str) -> None
 def test_same_idempotency_key_returns_the_same_job(broker_url: str) -> None:
     spec = {"name": "idem", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 30}
     headers = {"Idempotency-Key": "skeleton-idem-1"}
-    first = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=headers)
-    second = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=headers)
+    first = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers={**headers, **AUTH})
+    second = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers={**headers, **AUTH})
     assert first.status_code == 201 and second.status_code == 200
     assert first.json()["id"] == second.json()["id"]
 
 
 def test_cancel_deletes_the_workload_from_its_cluster(sim: Simulation, broker_url: str) -> None:
     spec = {"name": "to-cancel", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 100000}
-    job_id = httpx.post(f"{broker_url}/v1/jobs", json=spec).json()["id"]
+    job_id = httpx.post(f"{broker_url}/v1/jobs", json=spec, headers=AUTH).json()["id"]
     placed = wait_for(
         lambda: (j := _job(broker_url, job_id))["state"] in ("ADMITTED", "RUNNING") and j,
         timeout=30,
@@ -152,20 +158,22 @@ def test_cancel_deletes_the_workload_from_its_cluster(sim: Simulation, broker_ur
     selector = f"gpufed.io/job-id={job_id}"
     assert len(batch.list_namespaced_job("default", label_selector=selector).items) == 1
 
-    r = httpx.delete(f"{broker_url}/v1/jobs/{job_id}")
+    r = httpx.delete(f"{broker_url}/v1/jobs/{job_id}", headers=AUTH)
     assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
     wait_for(
         lambda: not batch.list_namespaced_job("default", label_selector=selector).items,
         timeout=30,
         what="the Job to be deleted from the member cluster",
     )
-    again = httpx.delete(f"{broker_url}/v1/jobs/{job_id}")
+    again = httpx.delete(f"{broker_url}/v1/jobs/{job_id}", headers=AUTH)
     assert again.status_code == 409
 
 
 def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -> None:
     r = httpx.post(
-        f"{broker_url}/v1/explain", json={"name": "what-if", "gpus": 4, "gpuProducts": ["H200-141GB"]}
+        f"{broker_url}/v1/explain",
+        json={"name": "what-if", "gpus": 4, "gpuProducts": ["H200-141GB"]},
+        headers=AUTH,
     )
     assert r.status_code == 200, r.text
     body = r.json()
@@ -182,9 +190,10 @@ def test_explain_shows_every_clusters_verdict_without_placing(broker_url: str) -
     with_burst = httpx.post(
         f"{broker_url}/v1/explain",
         json={"name": "what-if", "gpus": 4, "gpuProducts": ["H200-141GB"], "allowBurst": True},
+        headers=AUTH,
     ).json()
     assert with_burst["placed"] is True and with_burst["placement"]["cluster"] == "cloud-burst"
-    names = [j["name"] for j in httpx.get(f"{broker_url}/v1/jobs").json()["items"]]
+    names = [j["name"] for j in httpx.get(f"{broker_url}/v1/jobs", headers=AUTH).json()["items"]]
     assert "what-if" not in names
 
 
@@ -193,7 +202,7 @@ def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
     want = 'gpufed_gpus_allocatable{cluster="onprem-b",product="H100-80GB"} 24'
 
     def page_with_h100() -> str | None:
-        page = httpx.get(f"{broker_url}/metrics").text
+        page = httpx.get(f"{broker_url}/metrics", headers=AUTH).text
         return page if want in page else None
 
     text = wait_for(
@@ -212,11 +221,12 @@ def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
     r = httpx.post(
         f"{broker_url}/v1/jobs",
         json={"name": "metrics-probe", "gpus": 1, "gpuProducts": ["A100-80GB"], "durationSeconds": 5},
+        headers=AUTH,
     )
     assert r.status_code == 201, r.text
 
     def lag_family() -> Any:  # a prometheus_client Metric
-        page = httpx.get(f"{broker_url}/metrics").text
+        page = httpx.get(f"{broker_url}/metrics", headers=AUTH).text
         fam = {f.name: f for f in text_string_to_metric_families(page)}["gpufed_event_to_redis_seconds"]
         return fam if fam.samples else None
 
@@ -232,15 +242,20 @@ def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
 
 
 def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> None:
-    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "typo", "gpus": 1, "gpuProducts": ["H100"]})
+    r = httpx.post(
+        f"{broker_url}/v1/jobs", json={"name": "typo", "gpus": 1, "gpuProducts": ["H100"]}, headers=AUTH
+    )
     assert r.status_code == 422
     assert r.json()["fields"][0]["field"] == "gpuProducts[0]"
     assert "H100-80GB" in r.json()["message"]  # the known names are listed
-    r = httpx.post(f"{broker_url}/v1/jobs", json={"name": "bad-mig", "mig": {"profile": "5g.50gb"}})
+    r = httpx.post(
+        f"{broker_url}/v1/jobs", json={"name": "bad-mig", "mig": {"profile": "5g.50gb"}}, headers=AUTH
+    )
     assert r.status_code == 422 and r.json()["fields"][0]["field"] == "mig.profile"
     r = httpx.post(
         f"{broker_url}/v1/jobs",
         json={"name": "lower", "gpus": 1, "gpuProducts": ["a100-80gb"], "durationSeconds": 10},
+        headers=AUTH,
     )
     assert r.status_code == 201
     job_id = r.json()["id"]
@@ -250,7 +265,9 @@ def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> No
 
 def test_fleet_node_detail_says_what_each_node_offers_and_why_not(broker_url: str) -> None:
     def tables() -> dict[str, Any] | None:
-        body: dict[str, Any] = httpx.get(f"{broker_url}/v1/fleet", params={"nodes": "true"}).json()
+        body: dict[str, Any] = httpx.get(
+            f"{broker_url}/v1/fleet", params={"nodes": "true"}, headers=AUTH
+        ).json()
         detail = {c["cluster"]: c["nodeDetail"] for c in body["clusters"]}
         return detail if all(d is not None for d in detail.values()) else None
 
@@ -266,7 +283,7 @@ def test_fleet_node_detail_says_what_each_node_offers_and_why_not(broker_url: st
     assert all(n["offersNothing"] is None or n["offersNothing"].startswith("all ") for n in b)
 
     # without nodes=true the summary carries no node table; the fleet-wide demand is beside the capacity
-    plain = httpx.get(f"{broker_url}/v1/fleet").json()
+    plain = httpx.get(f"{broker_url}/v1/fleet", headers=AUTH).json()
     assert all("nodeDetail" not in c for c in plain["clusters"])
     products = {p["product"]: p for p in plain["products"]}
     assert products["H100-80GB"]["allocatable"] == 24 and "queued" in products["H100-80GB"]
@@ -274,6 +291,7 @@ def test_fleet_node_detail_says_what_each_node_offers_and_why_not(broker_url: st
 
     cli = subprocess.run(
         [str(REPO / ".venv" / "bin" / "gpufed"), "fleet", "--nodes", "--server", broker_url],
+        env={**os.environ, "GPUFED_TOKEN": AUTH["Authorization"].removeprefix("Bearer ")},  # the CLI's token
         capture_output=True,
         text=True,
         timeout=60,
