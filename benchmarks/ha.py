@@ -96,6 +96,7 @@ def failover(kills: int, lease: float) -> None:
         kubeconfigs = {n: sim.kubeconfig_path(n) for n in sim.cluster_names()}
         cfg = write_demo_config(Path(tmp), kubeconfigs, redis.url, "hafail")
         doc = yaml.safe_load(cfg.read_text())
+        doc.pop("auth", None)  # the brokers run --insecure-no-auth
         doc["settings"]["leaseSeconds"] = lease
         cfg.write_text(yaml.safe_dump(doc))
         ports = [redis_process.free_port(), redis_process.free_port()]

@@ -55,6 +55,7 @@ def _config(
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     path = write_demo_config(tmp_path, kubeconfigs, redis_url, prefix)
     doc = yaml.safe_load(path.read_text())
+    doc.pop("auth", None)  # these brokers run --insecure-no-auth: the tests are about crashes, not tokens
     doc["settings"].update(
         {"leaseSeconds": LEASE_SECONDS, "drainTimeoutSeconds": DRAIN_TIMEOUT, "sweepIntervalSeconds": 5}
     )
