@@ -19,6 +19,7 @@ reset connection, 5xx, 429): a timeout or a refusal is not retried, so a hung cl
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -116,7 +117,19 @@ def workload_ref(job: Mapping[str, Any], namespace: str) -> WorkloadRef | None:
         namespace=str(meta.get("namespace") or namespace),
         job_id=str(labels[JOB_ID_LABEL]),
         attempt=attempt,
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        created_at=_epoch(meta.get("creationTimestamp")),
     )
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 timestamp (metadata.creationTimestamp) as epoch seconds; 0.0 when absent or odd."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 class KubeGateway:

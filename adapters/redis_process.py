@@ -45,30 +45,49 @@ def answers(port: int) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def private_redis(workdir: Path | None = None, timeout_s: float = 10.0) -> Iterator[RedisProcess]:
-    """A redis-server from PATH on a free 127.0.0.1 port for the duration of the block."""
+def spawn(directory: Path, port: int, appendonly: bool = False, timeout_s: float = 10.0) -> RedisProcess:
+    """Start a redis-server on `port` with its files in `directory` and wait until it answers.
+
+    appendonly=True is the recommended production setting (docs/reliability.md): AOF with an fsync
+    every second, so a restart loses nothing written more than a second before it."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise RedisServerUnavailable("redis-server is not on PATH (apt-get install redis-server)")
+    args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    args += ["--appendonly", "yes", "--appendfsync", "everysec"] if appendonly else ["--appendonly", "no"]
+    proc = subprocess.Popen(
+        [*args, "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + timeout_s
+    while not answers(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            raise RedisServerUnavailable(f"redis-server did not answer on 127.0.0.1:{port}")
+        time.sleep(0.02)
+    return RedisProcess(port=port, url=f"redis://127.0.0.1:{port}/0", process=proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (Redis flushes its AOF on the way out), SIGKILL if it does not exit within 5 s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def private_redis(
+    workdir: Path | None = None, timeout_s: float = 10.0, appendonly: bool = False
+) -> Iterator[RedisProcess]:
+    """A redis-server from PATH on a free 127.0.0.1 port for the duration of the block."""
     with contextlib.ExitStack() as stack:
         directory = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        port = free_port()
-        args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        proc = subprocess.Popen(
-            [*args, "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        server = spawn(directory, free_port(), appendonly, timeout_s)
         try:
-            deadline = time.monotonic() + timeout_s
-            while not answers(port):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RedisServerUnavailable(f"redis-server did not answer on 127.0.0.1:{port}")
-                time.sleep(0.02)
-            yield RedisProcess(port=port, url=f"redis://127.0.0.1:{port}/0", process=proc)
+            yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            stop(server.process)

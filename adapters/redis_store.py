@@ -20,6 +20,11 @@ Owns every Redis key the broker writes. All keys start with the prefix (default 
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
     P:fenced                 hash  cluster -> why it is fenced (lost; offered again once its stale attempts are swept)
     P:cluster-events:<c>     stream  ClusterEvents of one cluster (health changes, fences), capped
+    P:leader                 str   "<holder>|<token>" of the leader lease, with a TTL (adapters.redis_lease)
+    P:leader-token           str   the fencing token: INCR'd by every new lease holder
+    P:run-id                 str   marker written once the store holds the federation's records; its
+                                   absence means Redis came back empty (broker.recovery rebuilds)
+    P:recovery               str   JSON report of the last rebuild after a Redis loss
 
 Atomicity: put_summary, reserve, release, create_job and save_job are Lua scripts. reserve is a
 compare-and-set: it succeeds only while the cluster's summary version and reservation ledger are the ones
@@ -30,19 +35,26 @@ it lives, and release only removes the caller's own. create_job never creates tw
 idempotency key and writes the job and its "submitted" event in one round trip; save_job never loses a
 state transition. Dataclasses are (de)serialised with pydantic TypeAdapters; they round-trip exactly.
 Redis failures surface as broker.errors.StoreError; lost races as broker.errors.Conflict.
+
+Fencing: a store made with `fencing_token` (the leader's control loop) sends its lease token with every
+save_job, reserve, fence and unfence; the script refuses (broker.errors.Fenced, nothing written) unless
+the token is still the current one in P:leader-token, so a paused ex-leader cannot write. A store made
+with `require_marker` (a production broker) refuses create_job while P:run-id is absent (Redis came
+back empty and the records are not rebuilt yet: broker.errors.Recovering), so a retried idempotency key
+can never create a second job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from pydantic import TypeAdapter
 
 from broker import reservations
-from broker.errors import Conflict, StoreError
+from broker.errors import Conflict, Fenced, Recovering, StoreError
 from broker.model import (
     ClusterEvent,
     ClusterSummary,
@@ -68,6 +80,15 @@ _CLUSTER_EVENT = TypeAdapter(ClusterEvent)
 _CLUSTER_STREAM_MAXLEN = 1000
 _NODES = TypeAdapter(tuple[NodeDetail, ...])
 
+# The fencing check every control-loop write starts with: `tok` is the writer's lease token ('' = an
+# unfenced writer, e.g. the API), `key` P:leader-token. True when the write must be refused.
+_STALE_TOKEN = """
+local function stale_token(key, tok)
+  if tok == '' then return false end
+  return redis.call('GET', key) ~= tok
+end
+"""
+
 # KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
 _PUT_SUMMARY = """
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
@@ -76,12 +97,15 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return v
 """
 
-# KEYS: summary:<cluster>, resv:<cluster>, resv-where. ARGV: job_id, cluster, attempt, owner, now,
-# expected version, expected ledger, json, resv-key prefix, summary-key prefix.
+# KEYS: summary:<cluster>, resv:<cluster>, resv-where, leader-token. ARGV: job_id, cluster, attempt,
+# owner, now, expected version, expected ledger, json, resv-key prefix, summary-key prefix, token.
 # Returns {status, version, ledger}: status 1 reserved, 0 the cluster changed since the placer read it
 # (version/ledger are the current ones), -1 the job's reservation is held by another placer or a newer
-# attempt, -2 the cluster has no summary.
-_RESERVE = """
+# attempt, -2 the cluster has no summary, -3 the writer's lease token is stale.
+_RESERVE = (
+    _STALE_TOKEN
+    + """
+if stale_token(KEYS[4], ARGV[11]) then return {-3, '0', '0'} end
 local job, cluster = ARGV[1], ARGV[2]
 local attempt, now = tonumber(ARGV[3]), tonumber(ARGV[5])
 local cur = redis.call('HMGET', KEYS[1], 'version', 'ledger')
@@ -107,6 +131,7 @@ redis.call('HSET', KEYS[3], job, cluster)
 ledger = redis.call('HINCRBY', KEYS[1], 'ledger', 1)
 return {1, version, tostring(ledger)}
 """
+)
 
 # KEYS: resv-where. ARGV: job_id, attempt ('' = any), owner ('' = any), resv-key prefix, summary prefix.
 # Removes the job's reservation if it matches; returns 1 when one was removed.
@@ -156,11 +181,13 @@ end
 """
 
 # KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events. ARGV: id, json, state, idem key present ('1'/'0'), job-key prefix, event json, stream maxlen.
-# Returns {'created', json} or {'existing', json} or {'exists', ''}.
+# events, run-id marker. ARGV: id, json, state, idem key present ('1'/'0'), job-key prefix, event json,
+# stream maxlen, marker required ('1'/'0').
+# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''}.
 _CREATE_JOB = (
     _APPEND_EVENT
     + """
+if ARGV[8] == '1' and redis.call('EXISTS', KEYS[7]) == 0 then return {'recovering', ''} end
 if ARGV[4] == '1' then
   local existing = redis.call('GET', KEYS[4])
   if existing then
@@ -178,12 +205,14 @@ return {'created', ARGV[2]}
 """
 )
 
-# KEYS: job, jobs, state-set prefix, events:<id>, events. ARGV: id, json, new state, expected state
-# ('' = unconditional), event json ('' = none), stream maxlen.
-# Returns {'ok', ''} or {'conflict', current state or ''}.
+# KEYS: job, jobs, state-set prefix, events:<id>, events, leader-token. ARGV: id, json, new state,
+# expected state ('' = unconditional), event json ('' = none), stream maxlen, token ('' = unfenced).
+# Returns {'ok', ''} or {'conflict', current state or ''} or {'fenced', current token or ''}.
 _SAVE_JOB = (
     _APPEND_EVENT
+    + _STALE_TOKEN
     + """
+if stale_token(KEYS[6], ARGV[7]) then return {'fenced', redis.call('GET', KEYS[6]) or ''} end
 local cur = redis.call('HGET', KEYS[1], 'state')
 if ARGV[4] ~= '' and cur ~= ARGV[4] then
   return {'conflict', cur or ''}
@@ -196,6 +225,33 @@ redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
 append_event(KEYS[4], KEYS[5], ARGV[5], ARGV[6])
 return {'ok', ''}
+"""
+)
+
+# KEYS: fenced, leader-token. ARGV: cluster, reason ('' = unfence), token. Returns 1 when changed,
+# 0 when not, -1 when the token is stale.
+_FENCE = (
+    _STALE_TOKEN
+    + """
+if stale_token(KEYS[2], ARGV[3]) then return -1 end
+if ARGV[2] == '' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+"""
+)
+
+# KEYS: job, jobs, state-set prefix, idem (or ''), events:<id>, events. ARGV: id, json, state, idem key
+# present, event json, stream maxlen. A record rebuilt from a member cluster: written only if the job is
+# unknown; its idempotency key is set only if unset. Returns 1 when written.
+_RESTORE_JOB = (
+    _APPEND_EVENT
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
+if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1], 'NX') end
+append_event(KEYS[5], KEYS[6], ARGV[5], ARGV[6])
+return 1
 """
 )
 
@@ -213,12 +269,21 @@ _RESERVE_STATUS = {
     -1: ReserveResult.HELD,
     -2: ReserveResult.NO_CLUSTER,
 }
+_FENCED_CODE = -3
 
 
 class RedisStateStore:
     """broker.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
-    def __init__(self, redis_url: str, prefix: str = "gpufed") -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        prefix: str = "gpufed",
+        fencing_token: Callable[[], int | None] | None = None,
+        require_marker: bool = False,
+    ) -> None:
+        """`fencing_token`: the leader lease's current token (None while not held), sent with every
+        control-loop write; `require_marker`: refuse submits while the store is being rebuilt."""
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
         # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
@@ -229,6 +294,10 @@ class RedisStateStore:
             socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
         )
         self._p = prefix
+        self._token = fencing_token
+        self._require_marker = require_marker
+        self._fence = self._r.register_script(_FENCE)
+        self._restore_job = self._r.register_script(_RESTORE_JOB)
         self._put_summary = self._r.register_script(_PUT_SUMMARY)
         self._reserve = self._r.register_script(_RESERVE)
         self._release = self._r.register_script(_RELEASE)
@@ -252,6 +321,14 @@ class RedisStateStore:
 
     def close(self) -> None:
         self._r.close()
+
+    def _token_arg(self) -> str:
+        """The writer's fencing token as a script argument: '' for an unfenced store; a fenced store
+        without a lease sends '0', which no current token matches (it must not write at all)."""
+        if self._token is None:
+            return ""
+        token = self._token()
+        return "0" if token is None else str(token)
 
     def ping(self) -> bool:
         try:
@@ -368,7 +445,12 @@ class RedisStateStore:
         c = reservation.cluster
         try:
             code, cur_version, cur_ledger = self._reserve(
-                keys=[self._k("summary", c), self._k("resv", c), self._k("resv-where")],
+                keys=[
+                    self._k("summary", c),
+                    self._k("resv", c),
+                    self._k("resv-where"),
+                    self._k("leader-token"),
+                ],
                 args=[
                     reservation.job_id,
                     c,
@@ -380,10 +462,13 @@ class RedisStateStore:
                     _RESERVATION.dump_json(reservation),
                     self._k("resv", ""),
                     self._k("summary", ""),
+                    self._token_arg(),
                 ],
             )
         except redis.RedisError as e:
             raise StoreError(f"redis: reserve {reservation.job_id} on {c}: {e}") from e
+        if int(code) == _FENCED_CODE:
+            raise Fenced(f"reserve {reservation.job_id}: this broker's leader lease is no longer current")
         return ReserveResult(_RESERVE_STATUS[int(code)], int(cur_version), int(cur_ledger))
 
     def release(self, job_id: str, attempt: int | None = None, owner: str | None = None) -> bool:
@@ -457,6 +542,7 @@ class RedisStateStore:
                     self._k("idem", idem) if idem else self._k("idem", ""),
                     self._k("events", record.id),
                     self._k("events"),
+                    self._k("run-id"),
                 ],
                 args=[
                     record.id,
@@ -466,10 +552,16 @@ class RedisStateStore:
                     self._k("job", ""),
                     _EVENT.dump_json(event) if event is not None else "",
                     _FLEET_STREAM_MAXLEN,
+                    "1" if self._require_marker else "0",
                 ],
             )
         except redis.RedisError as e:
             raise StoreError(f"redis: create_job {record.id}: {e}") from e
+        if status == b"recovering":
+            raise Recovering(
+                "the state store came back empty; job records are being rebuilt from the member "
+                "clusters: retry in a few seconds"
+            )
         if status == b"exists":
             raise Conflict(f"job {record.id} already exists")
         return _JOB.validate_json(raw)
@@ -494,6 +586,7 @@ class RedisStateStore:
                     self._k("jobs", "state", ""),
                     self._k("events", record.id),
                     self._k("events"),
+                    self._k("leader-token"),
                 ],
                 args=[
                     record.id,
@@ -502,10 +595,16 @@ class RedisStateStore:
                     expected_state.value if expected_state is not None else "",
                     _EVENT.dump_json(event) if event is not None else "",
                     _FLEET_STREAM_MAXLEN,
+                    self._token_arg(),
                 ],
             )
         except redis.RedisError as e:
             raise StoreError(f"redis: save_job {record.id}: {e}") from e
+        if status == b"fenced":
+            raise Fenced(
+                f"job {record.id}: not written, this broker's leader lease is no longer current "
+                f"(current token {_text(current) or 'none'})"
+            )
         if status == b"conflict":
             now_state = _text(current) or "absent"
             raise Conflict(
@@ -531,6 +630,79 @@ class RedisStateStore:
             raise StoreError(f"redis: list_jobs: {e}") from e
         jobs = [_JOB.validate_json(raw) for raw in rows if raw is not None]
         return sorted(jobs, key=lambda j: (j.created_at, j.id))
+
+    def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool:
+        """Write a record rebuilt from a member cluster (broker.recovery) unless the job is known; its
+        idempotency key is set unless it names a job already. Returns whether it was written."""
+        return self.restore_jobs([(record, event)])[0]
+
+    def restore_jobs(self, items: Sequence[tuple[JobRecord, JobEvent | None]]) -> list[bool]:
+        """restore_job for many records in one round trip (each one atomic)."""
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for record, event in items:
+                idem = record.idempotency_key
+                self._restore_job(
+                    keys=[
+                        self._k("job", record.id),
+                        self._k("jobs"),
+                        self._k("jobs", "state", ""),
+                        self._k("idem", idem) if idem else self._k("idem", ""),
+                        self._k("events", record.id),
+                        self._k("events"),
+                    ],
+                    args=[
+                        record.id,
+                        _JOB.dump_json(record),
+                        record.state.value,
+                        "1" if idem else "0",
+                        _EVENT.dump_json(event) if event is not None else "",
+                        _FLEET_STREAM_MAXLEN,
+                    ],
+                    client=pipe,
+                )
+            written = pipe.execute()
+        except redis.RedisError as e:
+            raise StoreError(f"redis: restore_jobs ({len(items)}): {e}") from e
+        return [int(w) == 1 for w in written]
+
+    def job_ids(self, state: JobState) -> set[str]:
+        """The ids of the jobs in one state (the index only, no records)."""
+        try:
+            return {_text(i) for i in self._r.smembers(self._k("jobs", "state", state.value))}
+        except redis.RedisError as e:
+            raise StoreError(f"redis: job_ids {state.value}: {e}") from e
+
+    # ------------------------------------------------------------------ the run marker (Redis loss)
+
+    def run_marker(self) -> str | None:
+        """The store's run id, or None when Redis holds no federation state (new, or came back empty)."""
+        try:
+            raw = self._r.get(self._k("run-id"))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: run_marker: {e}") from e
+        return None if raw is None else _text(raw)
+
+    def set_run_marker(self, run_id: str, report: str | None = None) -> str:
+        """Write the run id unless one is set (returns the one in force), with the rebuild's report."""
+        try:
+            pipe = self._r.pipeline(transaction=True)
+            if report is not None:
+                pipe.set(self._k("recovery"), report)
+            pipe.set(self._k("run-id"), run_id, nx=True)
+            pipe.get(self._k("run-id"))
+            current = pipe.execute()[-1]
+        except redis.RedisError as e:
+            raise StoreError(f"redis: set_run_marker: {e}") from e
+        return _text(current)
+
+    def recovery_report(self) -> str | None:
+        """The JSON report of the last rebuild after a Redis loss, if any."""
+        try:
+            raw = self._r.get(self._k("recovery"))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: recovery_report: {e}") from e
+        return None if raw is None else _text(raw)
 
     # ------------------------------------------------------------------ events
 
@@ -584,16 +756,26 @@ class RedisStateStore:
     def fence(self, cluster: str, reason: str) -> bool:
         """Mark a lost cluster: no placement there until its stale attempts are swept. Returns whether it
         was newly fenced."""
-        try:
-            return bool(self._r.hsetnx(self._k("fenced"), cluster, reason))
-        except redis.RedisError as e:
-            raise StoreError(f"redis: fence {cluster}: {e}") from e
+        if not reason:
+            raise ValueError("reason: a fence needs a reason")
+        return self._set_fence(cluster, reason)
 
     def unfence(self, cluster: str) -> bool:
+        return self._set_fence(cluster, "")
+
+    def _set_fence(self, cluster: str, reason: str) -> bool:
         try:
-            return bool(self._r.hdel(self._k("fenced"), cluster))
+            code = int(
+                self._fence(
+                    keys=[self._k("fenced"), self._k("leader-token")],
+                    args=[cluster, reason, self._token_arg()],
+                )
+            )
         except redis.RedisError as e:
-            raise StoreError(f"redis: unfence {cluster}: {e}") from e
+            raise StoreError(f"redis: fence {cluster}: {e}") from e
+        if code < 0:
+            raise Fenced(f"fence {cluster}: this broker's leader lease is no longer current")
+        return code == 1
 
     def fenced(self) -> dict[str, str]:
         try:

@@ -257,7 +257,9 @@ def create_app(
 
     @app.exception_handler(StoreError)
     async def _store(_: Request, exc: StoreError) -> JSONResponse:
-        return _error(503, "store", str(exc))
+        response = _error(503, "store", str(exc))
+        response.headers["Retry-After"] = "2"  # Redis back, or the records rebuilt (errors.Recovering)
+        return response
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:

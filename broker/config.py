@@ -209,6 +209,13 @@ class Settings(_Strict):
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
     # Job creates in flight at once on one member cluster (creates on different clusters run in parallel).
     dispatch_per_cluster: int = Field(default=4, alias="dispatchPerCluster", ge=1, le=64)
+    # Leader lease (docs/reliability.md): only its holder runs the control loop; renewed every third of it,
+    # so a killed leader is replaced within leaseSeconds.
+    lease_seconds: float = Field(default=10.0, alias="leaseSeconds", gt=0, le=300)
+    # How often the leader renews (default leaseSeconds / 3); must leave room inside the lease.
+    lease_renew_seconds: float | None = Field(default=None, alias="leaseRenewSeconds", gt=0)
+    # SIGTERM: how long the broker may take to finish its pass, hand the lease over and stop Ray.
+    drain_timeout_seconds: float = Field(default=30.0, alias="drainTimeoutSeconds", gt=0)
     # Request bodies over this many bytes get 413 before they are parsed (broker.api_limits).
     max_request_bytes: int = Field(default=1 << 20, alias="maxRequestBytes", ge=1024, le=64 << 20)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
@@ -233,6 +240,15 @@ class Settings(_Strict):
                 for n, t in self.tenants.items()
             },
         )
+
+    @model_validator(mode="after")
+    def _renew_inside_the_lease(self) -> Settings:
+        if self.lease_renew_seconds is not None and self.lease_renew_seconds >= 0.9 * self.lease_seconds:
+            raise ValueError(
+                f"leaseRenewSeconds: {self.lease_renew_seconds:g} must be under 0.9 x leaseSeconds "
+                f"({0.9 * self.lease_seconds:g}): the lease would expire between renewals"
+            )
+        return self
 
     def placement_policy(self) -> PlacementPolicy:
         """Level 1's policy: the plugin registry with settings.placement applied."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from broker.service import BrokerService
 
@@ -21,9 +21,16 @@ log = logging.getLogger(__name__)
 
 class ControlLoop:
     def __init__(
-        self, service: BrokerService, interval_seconds: float = 0.5, sweep_interval_seconds: float = 30.0
+        self,
+        service: BrokerService,
+        interval_seconds: float = 0.5,
+        sweep_interval_seconds: float = 30.0,
+        first_steps: Sequence[tuple[str, Callable[[], object]]] = (),
     ) -> None:
+        """`first_steps` run at the start of every pass, before the service's (e.g. the store check of
+        broker.recovery)."""
         self._service = service
+        self._first_steps = tuple(first_steps)
         self._interval = interval_seconds
         self._sweep_interval = sweep_interval_seconds
         self._next_sweep = 0.0
@@ -45,6 +52,8 @@ class ControlLoop:
 
     def run_once(self) -> None:
         s = self._service
+        for name, fn in self._first_steps:
+            self._step(name, fn)
         self._step("observe_clusters", s.observe_clusters)
         self._step("sync_status", s.sync_status)
         self._step("schedule_once", s.schedule_once)
@@ -60,6 +69,8 @@ class ControlLoop:
 
     def start(self) -> None:
         if self._thread is None:
+            self._stop.clear()  # a replica elected again after losing the lease starts it again
+            self._next_sweep = 0.0  # a new leader sweeps in its first pass (a cancel's left-over Job)
             self._thread = threading.Thread(target=self._run, name="gpufed-control-loop", daemon=True)
             self._thread.start()
 

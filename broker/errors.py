@@ -5,12 +5,14 @@ GpufedError                     base of everything gpufed raises on purpose
 ├── InvalidRequest              a bad job submission; `field` names the offending field
 ├── NotFound                    no such job / cluster
 ├── Conflict                    a state change that lost a race (stale version, already terminal)
+│   └── Fenced                  a write by a control loop whose leader lease (fencing token) is stale
 ├── MalformedObject             a Kubernetes object the broker cannot read (reported, skipped)
 ├── ClusterError                a member cluster did not do what was asked
 │   ├── ClusterUnreachable      connection refused, timeout, TLS failure
 │   ├── ClusterForbidden        401/403: expired or insufficient credentials
 │   └── ClusterRejected         4xx other than auth: the cluster refused the object
 └── StoreError                  the state store (Redis) failed
+    └── Recovering              the store came back empty and the records are being rebuilt: retry
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class NotFound(GpufedError):
 
 class Conflict(GpufedError):
     """A state change that lost a race or is not allowed from the current state."""
+
+
+class Fenced(Conflict):
+    """A control-loop write refused: a newer leader holds the lease (its fencing token is newer)."""
 
 
 class MalformedObject(GpufedError):
@@ -76,3 +82,8 @@ class ClusterRejected(ClusterError):
 
 class StoreError(GpufedError):
     """The state store failed."""
+
+
+class Recovering(StoreError):
+    """The state store lost its data and the job records are being rebuilt from the member clusters;
+    a submit now could run a retried job twice, so it is refused until the rebuild is done."""

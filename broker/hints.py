@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from broker import catalog, hints_dra
 from broker.model import ClusterTraits, JobRequest, Placement
@@ -23,14 +26,18 @@ from broker.vocabulary import (
     ATTEMPT_LABEL,
     CLUSTER_ANNOTATION,
     DURATION_ANNOTATION,
+    FEDERATION_ANNOTATION,
     GPU,
     GPU_TAINT_KEY,
     HOSTNAME_LABEL,
+    IDEMPOTENCY_ANNOTATION,
     JOB_ID_LABEL,
     L_PRODUCT,
     POD_GROUP_LABEL,
     QUEUE_LABEL,
+    REQUEST_ANNOTATION,
     SPOT_TAINT_KEYS,
+    SUBMITTED_AT_ANNOTATION,
 )
 
 __all__ = [
@@ -41,8 +48,10 @@ __all__ = [
     "QUEUE_LABEL",
     "WorkloadManifests",
     "build_workload",
+    "decode_request",
     "job_id_label_value",
     "product_selector_values",
+    "recovery_annotations",
     "workload_name",
 ]
 
@@ -51,6 +60,32 @@ CONTAINER_NAME = "main"
 # Indexed pods get the hostname "<job>-<index>", which must stay a DNS label (<= 63): keep room for it.
 MAX_NAME = 52
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]")
+_REQUEST = TypeAdapter(JobRequest)
+
+
+def recovery_annotations(
+    request: JobRequest, submitted_at: float, idempotency_key: str | None, federation: str | None
+) -> dict[str, str]:
+    """The annotations that let a broker rebuild the job's record from its Job alone (after a Redis
+    loss): the submitted request as JSON, when it was accepted, its idempotency key, and which broker
+    (store prefix) owns it, so a broker never adopts another federation's Jobs."""
+    out = {
+        REQUEST_ANNOTATION: _REQUEST.dump_json(request, exclude_defaults=True).decode(),
+        SUBMITTED_AT_ANNOTATION: repr(float(submitted_at)),
+    }
+    if idempotency_key:
+        out[IDEMPOTENCY_ANNOTATION] = idempotency_key
+    if federation:
+        out[FEDERATION_ANNOTATION] = federation
+    return out
+
+
+def decode_request(text: str) -> JobRequest:
+    """The JobRequest of a REQUEST_ANNOTATION (ValueError naming the annotation when it is not one)."""
+    try:
+        return _REQUEST.validate_json(text)
+    except ValueError as exc:
+        raise ValueError(f"annotation {REQUEST_ANNOTATION}: not a job request: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -166,9 +201,15 @@ def _scheduler_name(job: JobRequest, traits: ClusterTraits) -> str | None:
 
 
 def build_workload(
-    job_id: str, attempt: int, job: JobRequest, placement: Placement, traits: ClusterTraits
+    job_id: str,
+    attempt: int,
+    job: JobRequest,
+    placement: Placement,
+    traits: ClusterTraits,
+    annotations: Mapping[str, str] | None = None,
 ) -> WorkloadManifests:
-    """The Job for one attempt of a job in the placement's cluster, with its level-2 hints."""
+    """The Job for one attempt of a job in the placement's cluster, with its level-2 hints; `annotations`
+    (recovery_annotations) are added to the Job's metadata."""
     name = workload_name(job_id, attempt)
     namespace = traits.namespace  # the broker's namespace in that cluster (where its LocalQueue lives)
     ids = {JOB_ID_LABEL: _label_value(job_id), ATTEMPT_LABEL: str(attempt)}
@@ -255,7 +296,7 @@ def build_workload(
             "name": name,
             "namespace": namespace,
             "labels": job_labels,
-            "annotations": {CLUSTER_ANNOTATION: placement.cluster},
+            "annotations": {**(annotations or {}), CLUSTER_ANNOTATION: placement.cluster},
         },
         "spec": spec,
     }

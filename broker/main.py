@@ -2,18 +2,25 @@
 
 build_service(cfg)            BrokerService over RedisStateStore + WatchingGateway (a KubeGateway whose Job
                               status reads come from one Job informer per cluster) + SystemClock
-running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, control loop, HTTP API, and
-                              the ClusterProfile sync when configured; all stopped on exit
-serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM; REDIS_URL overrides the
-                              config file's settings.redisUrl, GPUFED_TOKENS_FILE its auth.tokensFile. Both
-                              refuse to start without a tokens file unless insecure_no_auth
-                              (`gpufed serve --insecure-no-auth`).
+running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, the leader elector (the
+                              control loop runs while this replica holds the lease), HTTP API, and the
+                              ClusterProfile sync when configured; all stopped on exit
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
+                              Retry-After for writes, the pass finishes, the lease is released, Ray
+                              stops); a reaper process makes sure no process it started outlives it;
+                              REDIS_URL overrides the config file's settings.redisUrl,
+                              GPUFED_TOKENS_FILE its auth.tokensFile. Both refuse to start without a
+                              tokens file unless insecure_no_auth (`gpufed serve --insecure-no-auth`).
+
+Two services share the process: the API's (plain store; submits refused while the store is rebuilt)
+and the leader's (its store sends the lease's fencing token with every control-loop write).
 probe(xml, fmt)               `gpufed probe`
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import shutil
@@ -22,20 +29,24 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from adapters import nvml
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.reaper import Reaper
+from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import clusterprofile, telemetry
+from broker import clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
 from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
@@ -43,7 +54,9 @@ from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError, StoreError
 from broker.health import HealthThresholds
+from broker.leadership import Leadership, take_over
 from broker.model import ClusterSummary, ClusterTraits
+from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -56,6 +69,9 @@ class Broker:
     gateway: WatchingGateway
     loop: ControlLoop
     pollers: PollerFleet
+    leadership: Leadership
+    drain: ha.Drain
+    leader_service: BrokerService
     profiles: ClusterProfileSync | None = None
 
     def store_cleanup(self) -> int:
@@ -65,11 +81,16 @@ class Broker:
         return int(client.delete(*keys)) if keys else 0
 
 
-def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, WatchingGateway]:
-    """The service and its adapters, not started: the gateway's Job informers start with start()."""
+def build_service(
+    cfg: FleetConfig,
+    store: RedisStateStore | None = None,
+    gateway: WatchingGateway | None = None,
+) -> tuple[BrokerService, RedisStateStore, WatchingGateway]:
+    """The service and its adapters, not started: the gateway's Job informers start with start().
+    A given store or gateway is used instead of a new one (the leader's service shares the gateway)."""
     settings = cfg.settings
-    store = RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
-    gateway = WatchingGateway.watching(
+    store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
+    gateway = gateway or WatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
         {c.name: c.namespace for c in cfg.clusters},
     )
@@ -83,6 +104,7 @@ def build_service(cfg: FleetConfig) -> tuple[BrokerService, RedisStateStore, Wat
         ServiceSettings(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
+            federation=settings.redis_prefix,
             queue=settings.queue_policy(),
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
@@ -146,7 +168,7 @@ def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
 
 def start_cluster_profiles(
     cfg: FleetConfig,
-    service: BrokerService,
+    services: Sequence[BrokerService],
     store: RedisStateStore,
     gateway: WatchingGateway,
     pollers: PollerFleet,
@@ -159,7 +181,7 @@ def start_cluster_profiles(
     if cpc is None:
         return None
     static = {c.name for c in cfg.clusters}
-    members = dict(service.traits)  # the sync thread's view; the service takes copies (set_traits)
+    members = dict(services[0].traits)  # the sync thread's view; the services take copies (set_traits)
     providers = load_provider_file(cpc.provider_file)
     hub = ClusterProfileHub(
         KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
@@ -182,13 +204,15 @@ def start_cluster_profiles(
         gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), cpc.member_namespace)
         pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
         members[member.name] = traits
-        service.set_traits(members)  # the control loop's next pass places on it
+        for service in services:  # the leader's (its next pass places on it) and the API's
+            service.set_traits(members, at_once=service is not services[0])
 
     def on_remove(name: str) -> None:
         if name in static:
             return
         members.pop(name, None)
-        service.set_traits(members)  # no new placement lands there from the next pass on
+        for service in services:  # no new placement lands there from the next pass on
+            service.set_traits(members, at_once=service is not services[0])
         pollers.remove_cluster(name)
         store.delete_summary(name)
 
@@ -225,7 +249,22 @@ def running_broker(
     tokens = token_table(cfg, insecure_no_auth)
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
-    service, store, gateway = build_service(cfg)
+    settings = cfg.settings
+    service, store, gateway = build_service(
+        cfg, store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True)
+    )
+    holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    lease = RedisLease(settings.redis_url, settings.redis_prefix, holder, settings.lease_seconds)
+    electors: list[Leadership] = []  # the elector, once built: the leader store's token source
+    leader_store = RedisStateStore(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        fencing_token=lambda: electors[0].current_token() if electors else None,
+    )
+    leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
+    recovery = StoreRecovery(
+        leader_store, gateway, leader_service.clock, lambda: leader_service.traits, settings.redis_prefix
+    )
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
@@ -235,16 +274,47 @@ def running_broker(
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
         health=health_thresholds(cfg),
     )
-    loop = ControlLoop(service, cfg.settings.schedule_interval_seconds, cfg.settings.sweep_interval_seconds)
+    loop = ControlLoop(
+        leader_service,
+        settings.schedule_interval_seconds,
+        settings.sweep_interval_seconds,
+        first_steps=[("recover_store", recovery.check)],
+    )
+
+    def elected() -> None:
+        try:
+            released, resumed = take_over(leader_service)
+            if released or resumed:
+                log.info(
+                    "took over: %d stale reservation(s) released, %d create(s) resumed", released, resumed
+                )
+        except StoreError as exc:  # the loop runs anyway: reservations expire, a lost Job is requeued
+            log.warning("taking over the previous leader's half-done steps failed: %s", exc)
+        finally:
+            loop.start()
+
+    leadership = Leadership(
+        lease, on_elected=elected, on_deposed=loop.stop, renew_seconds=settings.lease_renew_seconds
+    )
+    electors.append(leadership)
+    drain = ha.Drain()
+    app = create_app(
+        service,
+        service.clock,
+        max_body_bytes=cfg.settings.max_request_bytes,
+        logs=gateway,
+        tokens=tokens,
+        readiness={
+            "redis": store.ping,
+            "lease": leadership.readiness,
+            "records": lambda: _records_ready(store),
+            "draining": drain.readiness,
+        },
+    )
+    ha.install(app, drain, leadership, lease.holder_now, store)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(
-                service,
-                service.clock,
-                max_body_bytes=cfg.settings.max_request_bytes,
-                logs=gateway,
-                tokens=tokens,
-            ),
+            app,
             host=host,
             port=port,
             log_level="warning",
@@ -259,28 +329,70 @@ def running_broker(
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     try:
         gateway.start()
-        profiles = start_cluster_profiles(cfg, service, store, gateway, pollers, workdir)
-        loop.start()
+        profiles = start_cluster_profiles(cfg, [leader_service, service], store, gateway, pollers, workdir)
+        leadership.start()
         thread.start()
         deadline = time.monotonic() + 10
         while not server.started and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         if not server.started:
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
-        yield Broker(service, store, gateway, loop, pollers, profiles)
+        _await_records(store, deadline=time.monotonic() + 30)
+        yield Broker(service, store, gateway, loop, pollers, leadership, drain, leader_service, profiles)
     finally:
+        drain.begin()
+        leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
+        loop.stop()
         server.should_exit = True
         if thread.ident is not None:  # started
             thread.join(timeout=10)
         if profiles is not None:
             profiles.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-        loop.stop()
+        leader_service.dispatcher.close()
         service.dispatcher.close()
         pollers.stop()
         gateway.close()
+        lease.close()
+        leader_store.close()
         store.close()
         telemetry.shutdown_tracing()
+
+
+def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
+    """The settings the Helm chart passes as environment variables, over the config file's: REDIS_URL
+    (with its password), GPUFED_LEASE_SECONDS and GPUFED_LEASE_RENEW_SECONDS. (GPUFED_LEADER_ELECTION
+    needs nothing: every broker elects; a single replica is always the leader.)"""
+    raw: dict[str, object] = cfg.settings.model_dump(by_alias=True)
+    for var, key in (
+        ("REDIS_URL", "redisUrl"),
+        ("GPUFED_LEASE_SECONDS", "leaseSeconds"),
+        ("GPUFED_LEASE_RENEW_SECONDS", "leaseRenewSeconds"),
+    ):
+        if env.get(var):
+            raw[key] = env[var]
+    try:
+        settings = type(cfg.settings).model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"settings from the environment: {exc}") from exc
+    return cfg.model_copy(update={"settings": settings})
+
+
+def _records_ready(store: RedisStateStore) -> bool:
+    """Readiness: the store holds the federation's records (not being rebuilt after a Redis loss)."""
+    if store.run_marker() is None:
+        raise RuntimeError("the state store is empty: the leader is rebuilding the job records")
+    return True
+
+
+def _await_records(store: RedisStateStore, deadline: float) -> None:
+    """Wait (bounded) until the leader has initialised or rebuilt the store, so submits are taken."""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(StoreError):
+            if store.run_marker() is not None:
+                return
+        time.sleep(0.05)
+    log.warning("the state store is not initialised yet: submits are refused (503) until the leader does it")
 
 
 def serve(
@@ -297,9 +409,7 @@ def serve(
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
     cfg = load_fleet_config(config_path)
-    redis_url = os.environ.get("REDIS_URL")  # the Helm chart passes the URL with its password here
-    if redis_url:
-        cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(update={"redis_url": redis_url})})
+    cfg = with_environment(cfg, os.environ)
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path is not None and not path.is_file():
             raise StartupError(f"{flag}: no such file: {path}")
@@ -313,10 +423,48 @@ def serve(
         cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
     token_table(cfg, insecure_no_auth)  # refuse before anything starts
     scheme = "https" if tls_cert else "http"
-    with running_broker(cfg, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth):
-        log.info("gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters))
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
+    reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
+    try:
+        with running_broker(cfg, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth) as broker:
+            # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            log.info(
+                "gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters)
+            )
+            with contextlib.suppress(KeyboardInterrupt):
+                while not stop.wait(0.5):
+                    pass
+            log.info("draining: refusing new work, finishing the pass, handing the lease over")
+            _exit_after(cfg.settings.drain_timeout_seconds, reaper)  # the whole shutdown is bounded
+            broker.drain.begin()
+            _bounded(broker.leadership.stop, cfg.settings.drain_timeout_seconds)
+    finally:
+        reaper.close()
+    log.info("gpufed broker stopped")
+
+
+def _exit_after(seconds: float, reaper: Reaper) -> None:
+    """A shutdown that outlives the drain timeout (a member cluster or Ray that does not answer) ends
+    anyway: the threads' stacks go to the log, the reaper ends Ray's processes, and the exit code is 0
+    (the lease is released or expires, every step is resumable)."""
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        log.warning("shutdown did not finish within %.0f s; exiting now. Threads:", seconds)
+        faulthandler.dump_traceback(all_threads=True)
+        reaper.close()
+        os._exit(0)
+
+    threading.Thread(target=watchdog, name="gpufed-shutdown-watchdog", daemon=True).start()
+
+
+def _bounded(fn: Callable[[], None], seconds: float) -> None:
+    """Run fn on a thread for at most `seconds` (a drain must not outlive its timeout)."""
+    worker = threading.Thread(target=fn, name="gpufed-drain", daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    if worker.is_alive():
+        log.warning("the drain did not finish within %.0f s; stopping anyway", seconds)
 
 
 def probe(nvidia_smi_xml: Path | None, fmt: str) -> str:

@@ -502,6 +502,9 @@ class WorkloadRef:
     namespace: str
     job_id: str
     attempt: int
+    # The Job's annotations (the recovery ones: request, idempotency key, submitted-at, federation).
+    annotations: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    created_at: float = 0.0  # metadata.creationTimestamp as epoch seconds (0 when unknown)
 
 
 @dataclass(frozen=True)

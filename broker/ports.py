@@ -4,6 +4,8 @@ Clock           now() in epoch seconds; the only time source the service sees
 ClusterGateway  create / delete / read the broker's Jobs in a member cluster
 StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
                 production)
+LeaderLease     the leader lease with its fencing token (broker.leadership runs the control loop in the
+                holder only)
 """
 
 from __future__ import annotations
@@ -184,3 +186,33 @@ class StateStore(Protocol):
     def append_cluster_event(self, event: ClusterEvent) -> None: ...
 
     def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]: ...
+
+
+class LeaderLease(Protocol):
+    holder: str
+    lease_seconds: float
+
+    def acquire_or_renew(self) -> int | None:
+        """Take or keep the lease: the fencing token while held, None while another replica holds it;
+        raises StoreError when the store does not answer."""
+        ...
+
+    def release(self) -> bool:
+        """Give the lease up if still held (shutdown). Returns whether it was."""
+        ...
+
+
+class RecoveryStore(Protocol):
+    """What broker.recovery needs of the store beyond StateStore: the run marker and restores."""
+
+    def run_marker(self) -> str | None: ...
+
+    def set_run_marker(self, run_id: str, report: str | None = None) -> str: ...
+
+    def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool: ...
+
+    def restore_jobs(self, items: Sequence[tuple[JobRecord, JobEvent | None]]) -> list[bool]: ...
+
+    def job_ids(self, state: JobState) -> set[str]: ...
+
+    def recovery_report(self) -> str | None: ...

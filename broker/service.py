@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from broker import catalog, failover, hints, lifecycle, placement, queueing, telemetry
+from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
 from broker.batch_placement import BatchPlacer
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
@@ -83,6 +83,7 @@ class ServiceSettings:
     reservation_ttl_seconds: float = 120.0
     priorities: Mapping[str, int] | None = None  # priority class name -> value
     cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
+    federation: str | None = None  # the store prefix, written on every Job (broker.recovery adopts by it)
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
 
     def queue_policy(self) -> queueing.QueuePolicy:
@@ -162,6 +163,7 @@ class BrokerService:
                 trace_parent=telemetry.traceparent_of(span),
             )
             stored = self.store.create_job(record, self._event_of(record, "submitted"))
+        faults.point("submitted")
         return stored, stored.id == record.id
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
@@ -220,6 +222,7 @@ class BrokerService:
                 raise Conflict(f"job {job_id} is already {record.state}")
             try:
                 cancelled = self._transition(record, JobState.CANCELLED, "cancelled by user", record.state)
+                faults.point("cancelled")
                 break
             except Conflict:
                 record = self.get(job_id)  # it moved on meanwhile: judge the state it is in now
@@ -262,11 +265,14 @@ class BrokerService:
 
     # ------------------------------------------------------------------ the control loop's steps
 
-    def set_traits(self, traits: Mapping[str, ClusterTraits]) -> None:
+    def set_traits(self, traits: Mapping[str, ClusterTraits], at_once: bool = False) -> None:
         """The member clusters changed while running (ClusterProfiles join and leave): the next
-        scheduling pass places on exactly these. Safe from another thread: the pass applies it."""
+        scheduling pass places on exactly these. Safe from another thread: the pass applies it.
+        at_once: apply now (a service that runs no pass: the API's beside the leader's)."""
         with self._pending_lock:
             self._pending_traits = dict(traits)
+        if at_once:
+            self._apply_pending_traits()
 
     def _apply_pending_traits(self) -> None:
         with self._pending_lock:
@@ -384,6 +390,7 @@ class BrokerService:
                 return self._not_placed(record, decision, now, recorder)
             reservation, result = self._reserve(record, decision, now)
             if result.ok:
+                faults.point("reserved")
                 recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
                 self.cache.assume(reservation, result.ledger)
                 self._assume_into(placer, decision.cluster, now)
@@ -460,8 +467,20 @@ class BrokerService:
         except Conflict:
             self.store.release(record.id, attempt, self.placer_id)
             return None  # cancelled meanwhile, or another replica took it
+        faults.point("placed")
         self.dispatcher.submit(where.cluster, lambda: self._create(placed, where))
         return placed
+
+    def resume_dispatch(self) -> int:
+        """Submit the create of every PLACED job again (a new leader resumes its predecessor's creates;
+        a create is idempotent). Returns how many were submitted."""
+        count = 0
+        for record in self.store.list_jobs([JobState.PLACED]):
+            if record.state is JobState.PLACED and record.cluster in self.traits and record.placement:
+                where = record.placement
+                self.dispatcher.submit(where.cluster, functools.partial(self._create, record, where))
+                count += 1
+        return count
 
     def _create(self, placed: JobRecord, where: Placement) -> None:
         """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
@@ -472,7 +491,16 @@ class BrokerService:
         try:
             if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
                 raise ClusterRejected(where.cluster, "no longer a member cluster")
-            manifests = hints.build_workload(placed.id, attempt, placed.request, where, traits)
+            manifests = hints.build_workload(
+                placed.id,
+                attempt,
+                placed.request,
+                where,
+                traits,
+                hints.recovery_annotations(
+                    placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
+                ),
+            )
             with (
                 telemetry.job_context(placed.trace_parent),
                 telemetry.job_span(
@@ -481,6 +509,7 @@ class BrokerService:
                 telemetry.dispatch_latency.labels(where.cluster).time(),
             ):
                 self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+            faults.point("created")
         except ClusterError as exc:
             with telemetry.job_context(placed.trace_parent):
                 log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
@@ -571,6 +600,7 @@ class BrokerService:
         """Apply the job's failover policy (lifecycle.failover) to a job whose cluster is lost."""
         step = lifecycle.failover(record, why)
         self.store.release(record.id, record.attempt)
+        faults.point("failed-over")
         # The attempt in the lost cluster is forgotten either way: the sweep deletes it when it answers.
         target = replace(record, placement=None, workload_name=None)
         if step.state is JobState.QUEUED:
@@ -636,6 +666,7 @@ class BrokerService:
         step = lifecycle.observe(record, status, self.clock.now())
         if step is None:
             return None
+        faults.point("observed")
         if step.state is JobState.RUNNING:
             self._settle(record)
         elif step.state is JobState.QUEUED or step.state.terminal:
@@ -649,6 +680,11 @@ class BrokerService:
             return self._transition(target, step.state, step.reason, expected=record.state)
         except Conflict:
             return None  # cancelled meanwhile
+
+    def adopt_settling(self, record: JobRecord) -> None:
+        """A new leader adopts the reservation of a job its predecessor saw RUNNING (the settling list
+        lives in memory): it goes once the cluster's summary is newer, as _settle would have done."""
+        self._settle(record)
 
     def _settle(self, record: JobRecord) -> None:
         """The job's pods are all ready: its reservation may go once its cluster's summary counts them.

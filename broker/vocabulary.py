@@ -73,6 +73,11 @@ CLUSTER_ANNOTATION = "gpufed.io/cluster"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 DURATION_ANNOTATION = "sim.gpufed.io/duration-seconds"
+# What the broker needs to rebuild a job's record from its Job after a Redis loss (broker.recovery).
+REQUEST_ANNOTATION = "gpufed.io/request"  # the submitted JobRequest as compact JSON
+IDEMPOTENCY_ANNOTATION = "gpufed.io/idempotency-key"
+SUBMITTED_AT_ANNOTATION = "gpufed.io/submitted-at"  # epoch seconds the job was accepted
+FEDERATION_ANNOTATION = "gpufed.io/federation"  # the store prefix of the broker that owns the Job
 
 _ME_PROFILE = "+me"
 _ME_RESOURCE = ".me"

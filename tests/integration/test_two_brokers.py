@@ -1,7 +1,8 @@
 """Two broker processes on one Redis and the demo fleet in kubesim: neither over-commits the other.
 
-Both serve the API and both run the control loop (leader election is the crash-safety work's). Jobs are
-submitted to both; a sampler watches the member clusters the whole time, as an operator would with
+Both serve the API; the holder of the leader lease runs the control loop (broker/leadership.py), and
+the reservation compare-and-set would keep even two loops from over-committing. Jobs are submitted to
+both; a sampler watches the member clusters the whole time, as an operator would with
 kubectl: no pod may ever be Pending for lack of GPUs, and no Kueue Workload may wait for quota the broker
 should have known was taken. Every job must then finish exactly once.
 """
