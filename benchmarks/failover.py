@@ -126,12 +126,21 @@ def main() -> None:
                 time.sleep(0.5)
             detected = []
             attempts_over = 0
+            requeue_reasons: dict[str, int] = {}
             for i in ids:
                 events = http.get(f"/v1/jobs/{i}/events").json()["items"]
                 lost_at = [e["at"] for e in events if f"cluster {lost} lost" in e["reason"]]
                 if lost_at:
                     detected.append(min(lost_at) - t0)
                 attempts_over += max(0, http.get(f"/v1/jobs/{i}").json()["attempt"] - 2)
+                for e in events:
+                    if (
+                        e["state"] == "QUEUED"
+                        and f"cluster {lost} lost" not in e["reason"]
+                        and e["attempt"] >= 2
+                    ):
+                        why = e["reason"].split(":")[0]
+                        requeue_reasons[why] = requeue_reasons.get(why, 0) + 1
             sim.faults(lost).clear()
             wait(
                 lambda: not any(c["fenced"] for c in http.get("/v1/clusters").json()["items"]),
@@ -139,6 +148,15 @@ def main() -> None:
                 "the fence lifted",
             )
             leftovers = len(broker.gateway.list_workloads(lost, "default"))
+            # two live attempts of one job anywhere, once the fence is lifted (must be 0)
+            live: dict[str, int] = {}
+            for n in names:
+                jobs = broker.gateway.list_workloads(n, "default")
+                for ref in jobs:
+                    status = broker.gateway.read_workload(n, "default", ref.name)
+                    if not (status.complete or status.failed_terminal):
+                        live[ref.job_id] = live.get(ref.job_id, 0) + 1
+            doubled = sum(1 for v in live.values() if v > 1)
             print(
                 f"failover: {args.clusters} clusters, {args.jobs} running jobs on {lost}, clusterLostSeconds "
                 f"{args.lost_after:g}\n"
@@ -147,7 +165,9 @@ def main() -> None:
                 f"  moved (fault -> RUNNING elsewhere): p50 {pct(list(moved.values()), 0.5):.1f} s, "
                 f"p99 {pct(list(moved.values()), 0.99):.1f} s, all {max(moved.values(), default=float('nan')):.1f} s "
                 f"({len(moved)} of {args.jobs})\n"
-                f"  duplicates: {attempts_over} attempts beyond the second; {leftovers} Jobs left on {lost} after its fence"
+                f"  duplicates: {doubled} jobs with two live attempts after the fence; {leftovers} Jobs left on "
+                f"{lost} after its fence\n"
+                f"  re-placed beyond the second attempt: {attempts_over} ({requeue_reasons or 'none'})"
             )
 
 
