@@ -70,7 +70,8 @@ class BrokerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The config names the Redis; `gpufed serve` lets REDIS_URL override it, and make test exports one.
+        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"PYTHONUNBUFFERED": "1"}
         env.pop("GPUFED_CRASH_AT", None)
         if crash_at:
             env["GPUFED_CRASH_AT"] = crash_at

@@ -42,7 +42,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 
 
 def _start_broker(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The config names the Redis; `gpufed serve` lets REDIS_URL override it, and make test exports one.
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"PYTHONUNBUFFERED": "1"}
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "broker.cli", "serve", "--config", str(cfg), "--port", str(port)],
