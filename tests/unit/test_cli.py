@@ -229,7 +229,8 @@ def test_shell_completion_is_offered() -> None:
         text=True,
         timeout=60,
         check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("_GPUFED")},
+        # a bash user's environment (make runs recipes with SHELL=/bin/sh, which typer would detect)
+        env={k: v for k, v in os.environ.items() if not k.startswith("_GPUFED")} | {"SHELL": "/bin/bash"},
     )
     assert done.returncode == 0, done.stderr
     assert "_gpufed_completion" in done.stdout
