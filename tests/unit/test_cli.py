@@ -221,19 +221,37 @@ def test_serve_startup_errors_are_one_line_naming_the_cause(
 
 
 def test_shell_completion_is_offered() -> None:
-    # as a user's shell asks for it: a process of its own (click's completion reads the environment of
-    # the process it runs in, which in-process runs after other tests do not control)
-    done = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "--show-completion", "bash"],
+    # as bash asks for it, through the installed entry point in a process of its own: the environment
+    # variables click's completion reads, never shell detection (which sees make's /bin/sh under CI)
+    gpufed_bin = Path(sys.executable).with_name("gpufed")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("_GPUFED")}
+    script = subprocess.run(
+        [str(gpufed_bin)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        # a bash user's environment (make runs recipes with SHELL=/bin/sh, which typer would detect)
-        env={k: v for k, v in os.environ.items() if not k.startswith("_GPUFED")} | {"SHELL": "/bin/bash"},
+        env=base | {"_GPUFED_COMPLETE": "source_bash"},
     )
-    assert done.returncode == 0, done.stderr
-    assert "_gpufed_completion" in done.stdout
+    assert script.returncode == 0, script.stderr
+    assert "_gpufed_completion" in script.stdout
+
+    words = subprocess.run(
+        [str(gpufed_bin)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=base
+        | {
+            "_GPUFED_COMPLETE": "complete_bash",
+            "_TYPER_COMPLETE_ARGS": "gpufed jo",
+            "COMP_WORDS": "gpufed jo",
+            "COMP_CWORD": "1",
+        },
+    )
+    assert words.returncode == 0, words.stderr
+    assert "jobs" in words.stdout.split()
 
 
 def test_a_token_before_the_command_is_sent_too(
