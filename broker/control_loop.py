@@ -2,7 +2,8 @@
 
 Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
 sync_status (follow placed jobs, each cluster on its own worker), schedule_once (place the queue) and,
-when due, sweep_orphans. Owns the cadence and the isolation of the steps (Ray Serve's control loop
+when due, sweep_orphans. A pass comes every interval, or sooner when a failing cluster's loss deadline
+falls before that (observe_clusters then fails its jobs over at once). Owns the cadence and the isolation of the steps (Ray Serve's control loop
 shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
 broken sync never stops scheduling. Stopping is prompt: the loop waits on an Event, not on sleep.
 """
@@ -65,7 +66,15 @@ class ControlLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.run_once()
-            self._stop.wait(self._interval)
+            self._stop.wait(self._pause())
+
+    def _pause(self) -> float:
+        """Until the next pass: the interval, or less when a failing cluster becomes lost sooner (its jobs
+        are moved at that moment, not up to an interval later)."""
+        until_loss = self._service.seconds_until_a_loss()
+        if until_loss is None:
+            return self._interval
+        return min(self._interval, until_loss + 0.01)
 
     def start(self) -> None:
         if self._thread is None:

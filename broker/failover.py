@@ -10,7 +10,11 @@ and when a cluster that came back may take work again (fencing).
                                                 FAILED by the job's policy) and the cluster is fenced.
                                                 A cluster that is only *silent* (no summary written: our
                                                 poller may be restarting) is not placed on, but its jobs
-                                                are moved only after SILENT_LOSS_FACTOR x `lost_after`
+                                                are moved only after SILENT_LOSS_FACTOR x `lost_after`;
+                                                one whose poller reported failing calls (degraded or
+                                                unreachable, with a cause) is lost at heartbeat + `lost_after`
+    loss_deadline(summary)                      that instant, for a failing cluster: the control loop
+                                                wakes for it
     may_unfence(health)                         a fenced cluster is healthy again: after its stale
                                                 attempts are swept it is offered to placement again
 
@@ -26,9 +30,12 @@ from dataclasses import dataclass
 
 from broker.model import ClusterSummary, Health
 
-__all__ = ["ClusterHealth", "effective_health", "is_lost", "may_unfence"]
+__all__ = ["ClusterHealth", "effective_health", "is_lost", "loss_deadline", "may_unfence"]
 
 _LOST = (Health.UNREACHABLE, Health.FORBIDDEN)
+# What a poller reports of a cluster whose calls fail: with no success for `lost_after` it is lost as it
+# stands (the poller's own UNREACHABLE verdict would come only at its next evaluation and publish).
+_FAILING = (Health.UNREACHABLE, Health.DEGRADED)
 # A restarted poller shard reports again within seconds: silence alone moves jobs only after this many
 # times clusterLostSeconds (the cluster itself may be fine).
 SILENT_LOSS_FACTOR = 3.0
@@ -55,7 +62,10 @@ def effective_health(
         return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
     silent = now - summary.heartbeat
     if summary.heartbeat > 0 and silent > lost_after and summary.health is not Health.FORBIDDEN:
-        why = summary.health_reason if summary.health is Health.UNREACHABLE and summary.health_reason else ""
+        why = summary.health_reason if summary.health in _FAILING and summary.health_reason else ""
+        if why and summary.health is Health.DEGRADED:
+            # the poller saw calls fail and no success since: lost now, not at its next verdict
+            why = f"{why}; no successful call for {lost_after:g} s"
         reason = why or f"no successful call for {silent:.0f} s (the cluster is silent or its poller is down)"
         return ClusterHealth(
             cluster, Health.UNREACHABLE, reason, summary.heartbeat + lost_after, silent=not why
@@ -64,6 +74,20 @@ def effective_health(
         return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
     since = summary.health_since or summary.heartbeat
     return ClusterHealth(cluster, summary.health, summary.health_reason, since)
+
+
+def loss_deadline(summary: ClusterSummary | None, lost_after: float) -> float | None:
+    """When a cluster whose poller reports failing calls becomes lost if no call succeeds meanwhile
+    (epoch seconds), or None (healthy, unknown, or silent: silence has its own, longer, rule). The
+    control loop wakes for it, so detection is not rounded up to its next pass."""
+    if (
+        summary is None
+        or summary.heartbeat <= 0
+        or summary.health not in _FAILING
+        or not summary.health_reason
+    ):
+        return None
+    return summary.heartbeat + lost_after
 
 
 def is_lost(h: ClusterHealth, now: float, lost_after: float) -> bool:

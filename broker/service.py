@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
@@ -126,6 +126,7 @@ class BrokerService:
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
         self._health_seen: dict[str, Health] = {}
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
+        self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster
         # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the
         # reservation is released once a newer summary (which counts those pods) is in the store. Written
         # by the per-cluster sync workers, read by the loop: under its lock.
@@ -137,6 +138,28 @@ class BrokerService:
 
     def submit(self, request: JobRequest, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
         """Accept a job into the global queue. Returns (record, created); a seen key returns the first job."""
+        record, event = self.prepare_submit(request, idempotency_key)
+        return self.accepted(record, self.store.create_job(record, event))
+
+    def submit_many(
+        self, prepared: Sequence[tuple[JobRecord, JobEvent]]
+    ) -> list[tuple[JobRecord, bool] | StoreError | Conflict]:
+        """Store many prepared submits in one round trip (the API's group commit). Per submit, in order:
+        (record, created) as submit returns it, or the error it met (the others are stored anyway)."""
+        out: list[tuple[JobRecord, bool] | StoreError | Conflict] = []
+        for (record, _), stored in zip(prepared, self.store.create_jobs(prepared), strict=True):
+            out.append(stored if isinstance(stored, Exception) else self.accepted(record, stored))
+        return out
+
+    def accepted(self, record: JobRecord, stored: JobRecord) -> tuple[JobRecord, bool]:
+        """(the stored job, whether it is new): a seen idempotency key stored nothing and names the first."""
+        faults.point("submitted")
+        return stored, stored.id == record.id
+
+    def prepare_submit(
+        self, request: JobRequest, idempotency_key: str | None = None
+    ) -> tuple[JobRecord, JobEvent]:
+        """Check a submit and make its record and first event (no write): InvalidRequest names the field."""
         unknown = [c for c in request.clusters if c not in self.traits]
         if unknown:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
@@ -162,9 +185,7 @@ class BrokerService:
                 idempotency_key=idempotency_key,
                 trace_parent=telemetry.traceparent_of(span),
             )
-            stored = self.store.create_job(record, self._event_of(record, "submitted"))
-        faults.point("submitted")
-        return stored, stored.id == record.id
+        return record, self._event_of(record, "submitted")
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:
         """Catalog names in their canonical spelling; a product neither in the catalog nor seen in any
@@ -542,21 +563,40 @@ class BrokerService:
 
     def cluster_health(self) -> dict[str, ClusterHealth]:
         """Every declared cluster's effective health now (the poller's verdict, overruled by freshness)."""
+        return self._cluster_health({s.cluster: s for s in self.store.observed_summaries()})
+
+    def _cluster_health(self, summaries: dict[str, ClusterSummary]) -> dict[str, ClusterHealth]:
         now = self.clock.now()
-        summaries = {s.cluster: s for s in self.store.observed_summaries()}
         return {
             c: failover.effective_health(c, summaries.get(c), now, self.settings.cluster_lost_seconds)
             for c in sorted(self.traits)
         }
 
+    def seconds_until_a_loss(self) -> float | None:
+        """Seconds until the earliest moment a cluster seen failing in the last observe_clusters becomes
+        lost (no success meanwhile), or None: the control loop wakes then, not at its next pass."""
+        if self._next_loss_at is None:
+            return None
+        return max(0.0, self._next_loss_at - self.clock.now())
+
     def observe_clusters(self) -> list[JobRecord]:
         """The failover step: note health changes, fail over the jobs of lost clusters (and fence them),
         and start the sweep of fenced clusters that answer again. Returns the jobs moved."""
         now = self.clock.now()
-        healths = self.cluster_health()
+        summaries = {s.cluster: s for s in self.store.observed_summaries()}
+        healths = self._cluster_health(summaries)
         for h in healths.values():
             self._note_health(h)
         fenced = self.store.fenced()
+        deadlines = [
+            d
+            for c in self.traits
+            if c not in fenced
+            and (d := failover.loss_deadline(summaries.get(c), self.settings.cluster_lost_seconds))
+            is not None
+            and d > now
+        ]
+        self._next_loss_at = min(deadlines, default=None)
         lost = {
             c: h for c, h in healths.items() if failover.is_lost(h, now, self.settings.cluster_lost_seconds)
         }

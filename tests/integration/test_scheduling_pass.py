@@ -216,3 +216,32 @@ def test_four_concurrent_placers_never_over_commit(
         assert slices <= mig_free[c]
     created = [name for p in placers for name in p.gateway.created]  # type: ignore[attr-defined]
     assert len(created) == len(set(created)) == len(placed)  # each placed job created once, by one placer
+
+
+def test_a_cluster_seen_failing_is_lost_at_its_deadline_and_the_loop_is_told_when(
+    store: RedisStateStore,
+) -> None:
+    clock = ManualClock()
+    store.put_summary(cluster("a", 8))
+    store.put_summary(cluster("b", 8))
+    svc = service(store, clock, ["a", "b"])
+    job, _ = svc.submit(JobRequest("train", gpus_per_pod=8, clusters=("a",)))
+    svc.schedule_once()
+    assert svc.get(job.id).cluster == "a"
+
+    # the poller saw a's calls fail from NOW on (its last success): lost at NOW + 10 s, not later
+    failing = replace(
+        cluster("a", 8),
+        health=Health.DEGRADED,
+        health_reason="4 of 6 calls failed (last: connection refused)",
+    )
+    store.put_summary(failing)
+    clock.t = NOW + 6
+    assert svc.observe_clusters() == []
+    assert svc.seconds_until_a_loss() == pytest.approx(4.0)
+
+    clock.t = NOW + 10.01
+    moved = svc.observe_clusters()
+    assert [r.id for r in moved] == [job.id]
+    assert "cluster a lost" in svc.get(job.id).reason and "connection refused" in svc.get(job.id).reason
+    assert svc.seconds_until_a_loss() is None  # fenced now: nothing more to wake for

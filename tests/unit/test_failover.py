@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.failover import effective_health, is_lost, may_unfence
+from broker.failover import effective_health, is_lost, loss_deadline, may_unfence
 from broker.lifecycle import failover, observe
 from broker.model import (
     ClusterSummary,
@@ -36,6 +36,20 @@ def summary(health: Health, heartbeat: float, reason: str = "", since: float = 0
             Health.UNREACHABLE,
             True,
             "refused",
+        ),
+        # the poller saw calls fail and none succeed since: lost at heartbeat + lost_after, before its
+        # own UNREACHABLE verdict is published
+        (
+            summary(Health.DEGRADED, NOW - 9, "3 of 4 calls failed: connection refused", NOW - 8),
+            Health.DEGRADED,
+            False,
+            "refused",
+        ),
+        (
+            summary(Health.DEGRADED, NOW - 10.5, "3 of 4 calls failed: connection refused", NOW - 8),
+            Health.UNREACHABLE,
+            True,
+            "connection refused; no successful call for 10 s",
         ),
         # silence (no summary written) reads unreachable, but moves jobs only after 3 x lost_after
         (summary(Health.HEALTHY, NOW - 15), Health.UNREACHABLE, False, "no successful call for 15 s"),
@@ -128,3 +142,19 @@ def test_observe_fails_over_disrupted_and_vanished_jobs(
 ) -> None:
     step = observe(record(policy), status, now=1_000.0)
     assert step is not None and step.state is state
+
+
+@pytest.mark.parametrize(
+    ("s", "deadline"),
+    [
+        (None, None),
+        (summary(Health.HEALTHY, NOW - 1), None),
+        (summary(Health.DEGRADED, NOW - 2, "connection refused", NOW - 1), NOW - 2 + LOST_AFTER),
+        (summary(Health.UNREACHABLE, NOW - 12, "connection refused", NOW - 2), NOW - 12 + LOST_AFTER),
+        # silence and rejected credentials have rules of their own
+        (summary(Health.HEALTHY, NOW - 15), None),
+        (summary(Health.FORBIDDEN, NOW - 1, "credentials rejected (401)", NOW - 5), None),
+    ],
+)
+def test_the_loss_deadline_of_a_failing_cluster(s: ClusterSummary | None, deadline: float | None) -> None:
+    assert loss_deadline(s, LOST_AFTER) == deadline
