@@ -532,31 +532,62 @@ class RedisStateStore:
     def create_job(self, record: JobRecord, event: JobEvent | None = None) -> JobRecord:
         """Store a new job (and its first event) in one round trip; a seen idempotency key returns the
         job it named instead, writing nothing."""
-        idem = record.idempotency_key
         try:
-            status, raw = self._create_job(
-                keys=[
-                    self._k("job", record.id),
-                    self._k("jobs"),
-                    self._k("jobs", "state", ""),
-                    self._k("idem", idem) if idem else self._k("idem", ""),
-                    self._k("events", record.id),
-                    self._k("events"),
-                    self._k("run-id"),
-                ],
-                args=[
-                    record.id,
-                    _JOB.dump_json(record),
-                    record.state.value,
-                    "1" if idem else "0",
-                    self._k("job", ""),
-                    _EVENT.dump_json(event) if event is not None else "",
-                    _FLEET_STREAM_MAXLEN,
-                    "1" if self._require_marker else "0",
-                ],
-            )
+            status, raw = self._create_job(*self._create_job_call(record, event))
         except redis.RedisError as e:
             raise StoreError(f"redis: create_job {record.id}: {e}") from e
+        return self._created(record, status, raw)
+
+    def create_jobs(
+        self, jobs: Sequence[tuple[JobRecord, JobEvent | None]]
+    ) -> list[JobRecord | StoreError | Conflict]:
+        """create_job for many jobs in one pipelined round trip (the API's group commit of concurrent
+        submits). One answer per job, in order: the stored record, or the error that job met."""
+        if not jobs:
+            return []
+        try:
+            pipe = self._r.pipeline(transaction=False)
+            for record, event in jobs:
+                keys, args = self._create_job_call(record, event)
+                self._create_job(keys, args, client=pipe)
+            answers = pipe.execute(raise_on_error=False)
+        except redis.RedisError as e:
+            return [StoreError(f"redis: create_jobs ({len(jobs)} jobs): {e}") for _ in jobs]
+        out: list[JobRecord | StoreError | Conflict] = []
+        for (record, _), answer in zip(jobs, answers, strict=True):
+            if isinstance(answer, Exception):
+                out.append(StoreError(f"redis: create_job {record.id}: {answer}"))
+                continue
+            try:
+                out.append(self._created(record, answer[0], answer[1]))
+            except (StoreError, Conflict) as e:
+                out.append(e)
+        return out
+
+    def _create_job_call(self, record: JobRecord, event: JobEvent | None) -> tuple[list[str], list[Any]]:
+        idem = record.idempotency_key
+        keys = [
+            self._k("job", record.id),
+            self._k("jobs"),
+            self._k("jobs", "state", ""),
+            self._k("idem", idem) if idem else self._k("idem", ""),
+            self._k("events", record.id),
+            self._k("events"),
+            self._k("run-id"),
+        ]
+        args: list[Any] = [
+            record.id,
+            _JOB.dump_json(record),
+            record.state.value,
+            "1" if idem else "0",
+            self._k("job", ""),
+            _EVENT.dump_json(event) if event is not None else "",
+            _FLEET_STREAM_MAXLEN,
+            "1" if self._require_marker else "0",
+        ]
+        return keys, args
+
+    def _created(self, record: JobRecord, status: bytes, raw: bytes) -> JobRecord:
         if status == b"recovering":
             raise Recovering(
                 "the state store came back empty; job records are being rebuilt from the member "

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.http_load import encode_request, run_load
 from broker import reservations
 from broker.batch_placement import BatchPlacer
 from broker.model import (
@@ -258,33 +259,6 @@ class _NoClusters:
     delete_workload = read_workload = list_workloads = create_workload
 
 
-async def _load(url: str, clients: int, total: int) -> tuple[float, list[float], int]:
-    import httpx
-
-    body = {"name": "bench", "gpus": 1, "gpuProducts": ["H100-80GB"], "durationSeconds": 60}
-    latencies: list[float] = []
-    errors = 0
-    counter = iter(range(total))
-
-    async def worker(http: httpx.AsyncClient) -> None:
-        nonlocal errors
-        for _ in counter:
-            t0 = time.perf_counter()
-            r = await http.post("/v1/jobs", json=body)
-            latencies.append(time.perf_counter() - t0)
-            if r.status_code != 201:
-                errors += 1
-
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as http:
-        for _ in range(200):  # warm up
-            await http.post("/v1/jobs", json=body)
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(http) for _ in range(clients)))
-        elapsed = time.perf_counter() - start
-    return total / elapsed, latencies, errors
-
-
 def bench_submit(clusters: int, clients: int = 32, total: int = 6000) -> None:
     from tests.conftest import free_port  # a free local port, as the tests pick them
 
@@ -310,7 +284,10 @@ def bench_submit(clusters: int, clients: int = 32, total: int = 6000) -> None:
     try:
         _wait_http(f"http://127.0.0.1:{port}/healthz")
         cpu_before = _cpu_seconds(server.pid)
-        rate, latencies, errors = asyncio.run(_load(f"http://127.0.0.1:{port}", clients, total))
+        body = {"name": "bench", "gpus": 1, "gpuProducts": ["H100-80GB"], "durationSeconds": 60}
+        request = encode_request("POST", "/v1/jobs", f"127.0.0.1:{port}", body, {})
+        result = asyncio.run(run_load("127.0.0.1", port, request, clients=clients, total=total, expect=201))
+        rate, latencies, errors = result.rate, result.latencies, result.errors
         cpu_ms = (_cpu_seconds(server.pid) - cpu_before) * 1000 / (total + 200)
         print(
             f"POST /v1/jobs, {clients} clients, {clusters} clusters in Redis: {rate:,.0f} submits/s, "

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from broker.errors import Conflict, StoreError
 from broker.model import (
     ClusterEvent,
     ClusterSummary,
@@ -148,6 +149,12 @@ class StateStore(Protocol):
     def create_job(self, record: JobRecord, event: JobEvent | None = None) -> JobRecord:
         """Store a new job and its first event; with an idempotency key already seen, returns the
         existing job instead."""
+        ...
+
+    def create_jobs(
+        self, jobs: Sequence[tuple[JobRecord, JobEvent | None]]
+    ) -> list[JobRecord | StoreError | Conflict]:
+        """create_job for many jobs in one round trip: per job, in order, its record or its error."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord | None: ...

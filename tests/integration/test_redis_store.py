@@ -290,6 +290,27 @@ def test_creating_an_existing_job_id_without_a_key_is_a_conflict(store: RedisSta
         store.create_job(job("job-1"))
 
 
+def test_a_batch_of_submits_is_stored_in_one_call_each_with_its_own_answer(store: RedisStateStore) -> None:
+    store.create_job(job("job-0"))
+    answers = store.create_jobs(
+        [
+            (job("job-1"), None),
+            (job("job-0"), None),  # an id already taken: a Conflict for this one only
+            (job("job-2", key="nightly"), None),
+            (job("job-3", key="nightly"), None),  # the same key later in the same batch: the first job
+        ]
+    )
+
+    assert [a.id if isinstance(a, JobRecord) else type(a) for a in answers] == [
+        "job-1",
+        Conflict,
+        "job-2",
+        "job-2",
+    ]
+    assert sorted(j.id for j in store.list_jobs()) == ["job-0", "job-1", "job-2"]
+    assert store.get_job("job-1") == job("job-1")
+
+
 def test_save_job_with_a_stale_expected_state_raises_conflict(store: RedisStateStore) -> None:
     record = store.create_job(job("job-1"))
     placed = store.save_job(replace(record, state=JobState.PLACED), expected_state=JobState.QUEUED)
