@@ -217,10 +217,14 @@ local cur = redis.call('HGET', KEYS[1], 'state')
 if ARGV[4] ~= '' and cur ~= ARGV[4] then
   return {'conflict', cur or ''}
 end
+if ARGV[8] ~= '' then
+  local att = redis.call('HGET', KEYS[1], 'attempt')
+  if att and att ~= ARGV[8] then return {'conflict', (cur or '') .. ' at attempt ' .. att} end
+end
 if cur and cur ~= ARGV[3] then
   redis.call('SREM', KEYS[3] .. cur, ARGV[1])
 end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
+redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3], 'attempt', ARGV[9])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
 append_event(KEYS[4], KEYS[5], ARGV[5], ARGV[6])
@@ -605,10 +609,15 @@ class RedisStateStore:
         return None if raw is None else _JOB.validate_json(raw)
 
     def save_job(
-        self, record: JobRecord, expected_state: JobState | None = None, event: JobEvent | None = None
+        self,
+        record: JobRecord,
+        expected_state: JobState | None = None,
+        event: JobEvent | None = None,
+        expected_attempt: int | None = None,
     ) -> JobRecord:
         """Write the record (and the event of the transition, in the same round trip); with
-        expected_state, only if the stored state is still that (else Conflict, nothing written)."""
+        expected_state (and expected_attempt), only if the stored state (and attempt) are still those
+        (else Conflict, nothing written)."""
         try:
             status, current = self._save_job(
                 keys=[
@@ -627,6 +636,8 @@ class RedisStateStore:
                     _EVENT.dump_json(event) if event is not None else "",
                     _FLEET_STREAM_MAXLEN,
                     self._token_arg(),
+                    str(expected_attempt) if expected_attempt is not None else "",
+                    str(record.attempt),
                 ],
             )
         except redis.RedisError as e:

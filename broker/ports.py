@@ -160,10 +160,14 @@ class StateStore(Protocol):
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
     def save_job(
-        self, record: JobRecord, expected_state: JobState | None = None, event: JobEvent | None = None
+        self,
+        record: JobRecord,
+        expected_state: JobState | None = None,
+        event: JobEvent | None = None,
+        expected_attempt: int | None = None,
     ) -> JobRecord:
-        """Write the record (and its event, atomically); with expected_state, only if the stored state
-        is still that (else Conflict)."""
+        """Write the record (and its event, atomically); with expected_state (and expected_attempt),
+        only if the stored state (and attempt) are still those (else Conflict)."""
         ...
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...

@@ -646,9 +646,11 @@ class BrokerService:
         if step.state is JobState.QUEUED:
             target = replace(target, cluster=None)
         try:
-            return self._transition(target, step.state, step.reason, expected=record.state)
+            return self._transition(
+                target, step.state, step.reason, expected=record.state, expected_attempt=record.attempt
+            )
         except Conflict:
-            return None  # it moved on meanwhile (finished, cancelled)
+            return None  # it moved on meanwhile (finished, cancelled, placed again)
 
     def _sweep_and_unfence(self, cluster: str) -> None:
         """Fencing: delete the stale attempts in a cluster that came back, and only then offer it again."""
@@ -717,9 +719,13 @@ class BrokerService:
         if step.state is JobState.QUEUED:
             target = replace(record, cluster=None, placement=None, workload_name=None)
         try:
-            return self._transition(target, step.state, step.reason, expected=record.state)
+            # the state AND the attempt read: a read that hung on a cluster while the job moved on to a
+            # new attempt (now in the same state elsewhere) must not write the old attempt back
+            return self._transition(
+                target, step.state, step.reason, expected=record.state, expected_attempt=record.attempt
+            )
         except Conflict:
-            return None  # cancelled meanwhile
+            return None  # cancelled or moved on meanwhile
 
     def adopt_settling(self, record: JobRecord) -> None:
         """A new leader adopts the reservation of a job its predecessor saw RUNNING (the settling list
@@ -817,14 +823,19 @@ class BrokerService:
         return {c for c, h in self.cluster_health().items() if failover.lost_health(h)}
 
     def _transition(
-        self, record: JobRecord, state: JobState, reason: str, expected: JobState | None = None
+        self,
+        record: JobRecord,
+        state: JobState,
+        reason: str,
+        expected: JobState | None = None,
+        expected_attempt: int | None = None,
     ) -> JobRecord:
         now = self.clock.now()
         changed = replace(record, state=state, reason=reason, updated_at=now)
         with telemetry.job_span(
             "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
         ):
-            saved = self.store.save_job(changed, expected, self._event_of(changed, reason))
+            saved = self.store.save_job(changed, expected, self._event_of(changed, reason), expected_attempt)
             telemetry.transitions.labels(str(state)).inc()
         return saved
 

@@ -64,12 +64,16 @@ class HookedStore(RedisStateStore):
     before_save: tuple[JobState, Callable[[], Any]] | None = None
 
     def save_job(
-        self, record: JobRecord, expected_state: JobState | None = None, event: JobEvent | None = None
+        self,
+        record: JobRecord,
+        expected_state: JobState | None = None,
+        event: JobEvent | None = None,
+        expected_attempt: int | None = None,
     ) -> JobRecord:
         if self.before_save is not None and record.state is self.before_save[0]:
             hook, self.before_save = self.before_save[1], None
             hook()
-        return super().save_job(record, expected_state, event)
+        return super().save_job(record, expected_state, event, expected_attempt)
 
 
 @pytest.fixture
@@ -172,6 +176,29 @@ def test_a_cancel_does_not_overwrite_a_job_that_finished_meanwhile(
     with pytest.raises(Exception, match="SUCCEEDED"):
         service.cancel(job.id)
     assert service.get(job.id).state is JobState.SUCCEEDED
+
+
+def test_a_status_read_that_returns_after_the_job_moved_on_does_not_write_the_old_attempt_back(
+    world: tuple[BrokerService, HookedStore, HookedGateway], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of attempt 1 that hung on its cluster returns after the job was failed over and placed
+    again (attempt 2, in the same state): what it saw of attempt 1 must not overwrite attempt 2."""
+    service, store, gateway = world
+    job = _submit(service)
+    service.schedule_once()
+    first = service.get(job.id)
+    assert (first.state, first.attempt) == (JobState.PLACED, 1)
+    second = replace(first, attempt=2, workload_name=f"{first.workload_name}-a2")
+
+    def slow_read(cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        store.save_job(second, expected_state=JobState.PLACED)  # meanwhile: failed over, placed again
+        # what attempt 1's Job said: it completed (a write of SUCCEEDED over attempt 2, which runs on)
+        return WorkloadStatus(name=name, namespace=namespace, exists=True, succeeded=1, complete=True)
+
+    monkeypatch.setattr(gateway, "read_workload", slow_read)
+    service.sync_status()
+
+    assert service.get(job.id) == second
 
 
 def test_a_summary_left_in_redis_by_a_cluster_no_longer_declared_is_never_chosen(
