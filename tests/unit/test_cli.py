@@ -220,35 +220,32 @@ def test_serve_startup_errors_are_one_line_naming_the_cause(
     assert code == 2 and "cannot read" in err and len(err.strip().splitlines()) == 1
 
 
-def test_shell_completion_is_offered() -> None:
-    # as bash asks for it, through the installed entry point in a process of its own: the environment
-    # variables click's completion reads, never shell detection (which sees make's /bin/sh under CI)
-    gpufed_bin = Path(sys.executable).with_name("gpufed")
+def _completion(variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The installed entry point, asked as bash asks it: in a process of its own, through the variables
+    click's completion reads (never shell detection, which sees make's /bin/sh under CI)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("_GPUFED")}
-    script = subprocess.run(
-        [str(gpufed_bin)],
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("gpufed"))],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        env=base | {"_GPUFED_COMPLETE": "source_bash"},
+        env=base | variables,
     )
+
+
+def test_shell_completion_is_offered() -> None:
+    script = _completion({"_GPUFED_COMPLETE": "source_bash"})
     assert script.returncode == 0, script.stderr
     assert "_gpufed_completion" in script.stdout
 
-    words = subprocess.run(
-        [str(gpufed_bin)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=base
-        | {
+    words = _completion(
+        {
             "_GPUFED_COMPLETE": "complete_bash",
             "_TYPER_COMPLETE_ARGS": "gpufed jo",
             "COMP_WORDS": "gpufed jo",
             "COMP_CWORD": "1",
-        },
+        }
     )
     assert words.returncode == 0, words.stderr
     assert "jobs" in words.stdout.split()
