@@ -139,7 +139,8 @@ def main() -> None:
                         and f"cluster {lost} lost" not in e["reason"]
                         and e["attempt"] >= 2
                     ):
-                        why = e["reason"].split(":")[0]
+                        phase = "after the fault" if e["at"] >= t0 else "set-up"
+                        why = f"{phase}: " + e["reason"].split(":")[0]
                         requeue_reasons[why] = requeue_reasons.get(why, 0) + 1
             sim.faults(lost).clear()
             wait(

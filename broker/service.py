@@ -607,7 +607,9 @@ class BrokerService:
                 if gone is None:
                     continue
                 try:
-                    step = self._fail_over(record, f"cluster {gone.cluster} lost: {gone.text}")
+                    # every job's event carries the instant the cluster was found lost, not the moment
+                    # its own write came round in this pass
+                    step = self._fail_over(record, f"cluster {gone.cluster} lost: {gone.text}", at=now)
                 except StoreError:
                     raise
                 except Exception:
@@ -636,8 +638,9 @@ class BrokerService:
         log.log(level, "cluster %s: %s -> %s", h.cluster, previous, h.text)
         self.store.append_cluster_event(ClusterEvent(h.cluster, self.clock.now(), h.health, h.reason))
 
-    def _fail_over(self, record: JobRecord, why: str) -> JobRecord | None:
-        """Apply the job's failover policy (lifecycle.failover) to a job whose cluster is lost."""
+    def _fail_over(self, record: JobRecord, why: str, at: float) -> JobRecord | None:
+        """Apply the job's failover policy (lifecycle.failover) to a job whose cluster was found lost at
+        `at` (the time its event carries)."""
         step = lifecycle.failover(record, why)
         self.store.release(record.id, record.attempt)
         faults.point("failed-over")
@@ -647,7 +650,12 @@ class BrokerService:
             target = replace(target, cluster=None)
         try:
             return self._transition(
-                target, step.state, step.reason, expected=record.state, expected_attempt=record.attempt
+                target,
+                step.state,
+                step.reason,
+                expected=record.state,
+                expected_attempt=record.attempt,
+                at=at,
             )
         except Conflict:
             return None  # it moved on meanwhile (finished, cancelled, placed again)
@@ -829,8 +837,9 @@ class BrokerService:
         reason: str,
         expected: JobState | None = None,
         expected_attempt: int | None = None,
+        at: float | None = None,
     ) -> JobRecord:
-        now = self.clock.now()
+        now = self.clock.now() if at is None else at
         changed = replace(record, state=state, reason=reason, updated_at=now)
         with telemetry.job_span(
             "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
