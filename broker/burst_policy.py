@@ -141,7 +141,7 @@ def decide(
             cost=cost,
             budget_left=budget_left,
         )
-    left = "no budget set" if budget_left is None else f"${budget_left:.2f} left"
+    left = " (no budget set)" if budget_left is None else f" of ${budget_left:.2f} left"
     how = []
     if offer.ready_in_seconds > 0:
         how.append(f"after {_minutes(offer.ready_in_seconds)} scale-up")
@@ -150,7 +150,7 @@ def decide(
     extra = f" ({', '.join(how)})" if how else ""
     return BurstDecision(
         Verdict.BURST,
-        f"burst: predicted on-prem wait {over}; est. cost ${cost:.2f} of {left} on {offer.cluster}{extra}",
+        f"burst: predicted on-prem wait {over}; est. cost ${cost:.2f}{left} on {offer.cluster}{extra}",
         cluster=offer.cluster,
         wait_seconds=total,
         max_wait_seconds=max_wait_seconds,

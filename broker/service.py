@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
 from broker.batch_placement import BatchPlacer
+from broker.burst_gate import BurstGate
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
 from broker.failover import ClusterHealth
@@ -105,6 +106,7 @@ class BrokerService:
         new_id: Callable[[], str] = new_job_id,
         dispatcher: Dispatcher | None = None,
         placer_id: str | None = None,
+        burst: BurstGate | None = None,
     ) -> None:
         self.store = store
         self.gateway = gateway
@@ -132,6 +134,8 @@ class BrokerService:
         self._settling: dict[tuple[str, int], tuple[str, int]] = {}
         self._settling_lock = threading.Lock()
         self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
+        # Wait-or-burst and spend (docs/burst.md); None: a job that allows burst bursts when nothing fits.
+        self.burst = burst
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -230,6 +234,8 @@ class BrokerService:
             raise Conflict(f"job {job_id} kept changing state; cancel again")
         self.store.release(job_id)
         if record.cluster and record.workload_name and record.state is not JobState.QUEUED:
+            if self.burst is not None:
+                self.burst.job_ended(record, JobState.CANCELLED, cancelled.updated_at, self.traits)
             self._delete_workload(record.cluster, record.workload_name, cancelled)
         return cancelled
 
@@ -301,7 +307,10 @@ class BrokerService:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
         placer = BatchPlacer(offered, self.traits, self.policy, now)
         changed: list[JobRecord] = []
-        for slot in self._queue_plan(queued, offered):  # priority, fair share, age; quotas (queueing)
+        slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
+        if self.burst is not None:
+            self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered)
+        for slot in slots:
             record = slot.record
             if slot.blocked is not None:
                 changed.extend(self._hold(record, slot.blocked, now))
@@ -388,6 +397,11 @@ class BrokerService:
             recorder.record_verdicts(placer.verdicts(request))
             if isinstance(decision, NoFit):
                 return self._not_placed(record, decision, now, recorder)
+            if decision.burst and self.burst is not None:
+                gated = self._wait_or_burst(record, request, decision, placer, now)
+                if not isinstance(gated, Placement):
+                    return gated  # it waits for on-prem (its reason says why)
+                decision = gated
             reservation, result = self._reserve(record, decision, now)
             if result.ok:
                 faults.point("reserved")
@@ -405,6 +419,33 @@ class BrokerService:
             self.cache.refresh_cluster(decision.cluster)  # it moved since it was read: decide again
             self._assume_into(placer, decision.cluster, now)
         return None
+
+    def _placed_jobs(self) -> list[JobRecord]:
+        return self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
+
+    def _wait_or_burst(
+        self, record: JobRecord, request: JobRequest, decision: Placement, placer: BatchPlacer, now: float
+    ) -> Placement | JobRecord | None:
+        """Nothing on-prem fits now and placement chose a cloud cluster: the burst gate decides whether
+        the job goes there (the Placement, on the cloud cluster it chose) or waits for on-prem (the job
+        as saved with the decision as its reason, or None). A change of verdict is one event."""
+        assert self.burst is not None
+        answer = self.burst.decide(record, placer.verdicts(request), self.traits)
+        d = answer.decision
+        if answer.changed:
+            self._event(replace(record, updated_at=now), d.reason)
+        if d.burst:
+            if d.cluster is None or d.cluster == decision.cluster:
+                return decision
+            there = placer.place(replace(request, clusters=(d.cluster,)))
+            return there if isinstance(there, Placement) else decision
+        self._no_fit[record.id] = (self.cache.generation, now)
+        if record.reason == d.reason:
+            return None
+        try:
+            return self._save(replace(record, reason=d.reason, updated_at=now))
+        except Conflict:
+            return None  # another placer moved it meanwhile
 
     def _assume_into(self, placer: BatchPlacer, cluster: str, now: float) -> None:
         fresh = self.cache.placeable(cluster, now)
@@ -667,6 +708,8 @@ class BrokerService:
         if step is None:
             return None
         faults.point("observed")
+        if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
+            self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
         if step.state is JobState.RUNNING:
             self._settle(record)
         elif step.state is JobState.QUEUED or step.state.terminal:

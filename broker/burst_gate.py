@@ -1,0 +1,192 @@
+"""The burst gate: the service's wait-or-burst step and spend accounting, over the BurstLedger port.
+
+Owns gathering the numbers the pure core decides on, and remembering what it must (docs/burst.md):
+
+- `begin_pass` takes the scheduling pass's queue order, the fleet summaries and (lazily) the placed
+  jobs; `predictions()` replays them once per pass (broker.wait_prediction) over the run times the
+  ledger holds.
+- `decide` is asked by the service when placement would send a job that allows bursting to a cloud
+  cluster (nothing on-prem fits now). It builds the cloud offers from the placement verdicts (price and
+  spot from the cluster's traits, the reclaim rate from settings.burst.pools), the tenant's budget left
+  (broker.spend over the ledger's runs and the tenant's cloud jobs still running) and the job's last
+  verdict (hysteresis), and returns broker.burst_policy.decide's answer; `changed` says whether the
+  verdict differs from the last one, so the job's events get one line per change, not one per pass.
+- `job_ended` is told when a placed job's attempt ends (finished, failed, or disrupted back to the
+  queue): a successful run's time becomes a sample of its shape key, and a run on a priced cluster
+  becomes a spend Run (price x GPUs x run time; run time from when the broker saw the pods running to
+  when it saw the Job end). Counted once per attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from broker import burst_policy, telemetry
+from broker.burst_config import BurstSettings
+from broker.burst_policy import BurstDecision, CloudOffer, Verdict
+from broker.model import ClusterSummary, ClusterTraits, JobRecord, JobState, Tier
+from broker.placement import ClusterVerdict
+from broker.ports import BurstLedger
+from broker.spend import Period, Run, TenantSpend, period_start, spend_by_tenant
+from broker.wait_prediction import Prediction, RunTimeModel, predict_queue, shape_key
+
+__all__ = ["BurstGate", "GateAnswer"]
+
+
+@dataclass(frozen=True)
+class GateAnswer:
+    decision: BurstDecision
+    changed: bool  # the verdict differs from the job's last one (or it is the first)
+    prediction: Prediction | None
+
+
+class BurstGate:
+    def __init__(self, ledger: BurstLedger, settings: BurstSettings | None = None) -> None:
+        self.ledger = ledger
+        self.settings = settings or BurstSettings()
+        self._now = 0.0
+        self._queue: Sequence[JobRecord] = ()
+        self._active_of: Callable[[], list[JobRecord]] = list
+        self._active: list[JobRecord] | None = None
+        self._summaries: Sequence[ClusterSummary] = ()
+        self._model: RunTimeModel | None = None
+        self._predictions: dict[str, Prediction] | None = None
+
+    # ------------------------------------------------------------------ one pass
+
+    def begin_pass(
+        self,
+        now: float,
+        queue: Sequence[JobRecord],
+        active: Callable[[], list[JobRecord]],
+        summaries: Sequence[ClusterSummary],
+    ) -> None:
+        """What this pass knows; nothing is read until a decision or a prediction needs it."""
+        self._now, self._queue, self._active_of, self._summaries = now, queue, active, summaries
+        self._active = None
+        self._model = None
+        self._predictions = None
+
+    def model(self) -> RunTimeModel:
+        if self._model is None:
+            self._model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        return self._model
+
+    def active(self) -> list[JobRecord]:
+        if self._active is None:
+            self._active = self._active_of()
+        return self._active
+
+    def predictions(self) -> dict[str, Prediction]:
+        if self._predictions is None:
+            self._predictions = predict_queue(
+                self._queue, self.active(), self._summaries, self.model(), self._now
+            )
+        return self._predictions
+
+    def spend(self, traits: Mapping[str, ClusterTraits]) -> dict[str, TenantSpend]:
+        """Each tenant's spend this period, with its cloud jobs still running as committed cost."""
+        model = self.model()
+        committed: dict[str, float] = {}
+        for r in self.active():
+            where = r.placement
+            if where is None or r.cluster is None:
+                continue
+            price = _price(traits, r.cluster, where.product)
+            if price <= 0:
+                continue
+            run = model.expected(r.request, where.product).seconds
+            committed[r.request.tenant] = (
+                committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
+            )
+        budgets = self.settings.budgets()
+        periods = {Period.MONTH} | {b.period for b in budgets.values()}
+        since = min(period_start(self._now, p) for p in periods)
+        return spend_by_tenant(self.ledger.runs(since), budgets, self._now, committed)
+
+    def decide(
+        self, record: JobRecord, verdicts: Iterable[ClusterVerdict], traits: Mapping[str, ClusterTraits]
+    ) -> GateAnswer:
+        req = record.request
+        offers = []
+        for v in verdicts:
+            if v.tier is not Tier.CLOUD or not v.feasible or v.option is None:
+                continue
+            t = traits.get(v.cluster)
+            pool = self.settings.pools.get(v.cluster)
+            offers.append(
+                CloudOffer(
+                    cluster=v.cluster,
+                    product=v.option.product,
+                    price_per_gpu_hour=_price(traits, v.cluster, v.option.product),
+                    spot=t is not None and t.spot,
+                    interruptions_per_hour=pool.interruptions_per_hour if pool else 0.0,
+                )
+            )
+        prediction = self.predictions().get(record.id)
+        model = self.model()
+        product = offers[0].product if offers else (prediction.product if prediction else "")
+        run = model.expected(req, product or "")
+        spend = self.spend(traits)
+        tenant = spend.get(req.tenant)
+        previous_raw = self.ledger.verdict(record.id)
+        previous = Verdict(previous_raw) if previous_raw in (Verdict.WAIT, Verdict.BURST) else None
+        decision = burst_policy.decide(
+            allow_burst=req.allow_burst,
+            gpus=max(1, req.total_gpus),
+            waited_seconds=max(0.0, self._now - record.created_at),
+            predicted_wait_seconds=None if prediction is None else prediction.wait_seconds,
+            max_wait_seconds=self.settings.max_wait(req.tenant, req.max_wait_seconds),
+            run_seconds=run.seconds,
+            offers=offers,
+            budget_left=None if tenant is None else tenant.left,
+            previous=previous,
+        )
+        changed = decision.verdict is not previous
+        if changed:
+            self.ledger.set_verdict(record.id, str(decision.verdict))
+            telemetry.burst_decisions.labels(str(decision.verdict)).inc()
+        return GateAnswer(decision, changed, prediction)
+
+    # ------------------------------------------------------------------ a run ended
+
+    def job_ended(
+        self, record: JobRecord, state: JobState, now: float, traits: Mapping[str, ClusterTraits]
+    ) -> Run | None:
+        """Account the attempt that just ended (`record` as it was before: placed, with its start)."""
+        self.ledger.forget(record.id)
+        where = record.placement
+        if where is None or record.cluster is None:
+            return None
+        if record.state is JobState.PLACED and not state.terminal:
+            return None  # its create failed: it never ran
+        started = record.updated_at  # when it was seen ADMITTED/RUNNING (or placed, if it ended first)
+        seconds = max(0.0, now - started)
+        if state is JobState.SUCCEEDED and not where.mig_profile:
+            self.ledger.add_run_time(shape_key(record.request, where.product), seconds)
+        price = _price(traits, record.cluster, where.product)
+        if price <= 0:
+            return None
+        t = traits.get(record.cluster)
+        run = Run(
+            job_id=record.id,
+            attempt=record.attempt,
+            tenant=record.request.tenant,
+            cluster=record.cluster,
+            product=where.product,
+            gpus=max(1, where.total_units),
+            price_per_gpu_hour=price,
+            started_at=started,
+            ended_at=now,
+            spot=t is not None and t.spot,
+        )
+        if self.ledger.add_run(run):
+            telemetry.cloud_spend.labels(run.tenant, run.cluster).inc(run.cost)
+            telemetry.cloud_gpu_seconds.labels(run.tenant, run.cluster).inc(run.gpus * run.seconds)
+        return run
+
+
+def _price(traits: Mapping[str, ClusterTraits], cluster: str, product: str) -> float:
+    t = traits.get(cluster)
+    return 0.0 if t is None else float(t.price_per_gpu_hour.get(product, 0.0))
