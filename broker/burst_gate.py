@@ -85,11 +85,33 @@ class BurstGate:
             )
         return self._predictions
 
+    def predict(
+        self,
+        now: float,
+        queue: Sequence[JobRecord],
+        active: list[JobRecord],
+        summaries: Sequence[ClusterSummary],
+    ) -> dict[str, Prediction]:
+        """Predictions outside a pass (the job view, explain), from the run times the ledger holds now."""
+        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        return predict_queue(queue, active, summaries, model, now)
+
+    def spend_now(
+        self, now: float, active: list[JobRecord], traits: Mapping[str, ClusterTraits]
+    ) -> dict[str, TenantSpend]:
+        """Spend outside a pass (GET /v1/spend)."""
+        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        return self._spend(now, active, model, traits)
+
     def spend(self, traits: Mapping[str, ClusterTraits]) -> dict[str, TenantSpend]:
         """Each tenant's spend this period, with its cloud jobs still running as committed cost."""
-        model = self.model()
+        return self._spend(self._now, self.active(), self.model(), traits)
+
+    def _spend(
+        self, now: float, active: list[JobRecord], model: RunTimeModel, traits: Mapping[str, ClusterTraits]
+    ) -> dict[str, TenantSpend]:
         committed: dict[str, float] = {}
-        for r in self.active():
+        for r in active:
             where = r.placement
             if where is None or r.cluster is None:
                 continue
@@ -102,8 +124,8 @@ class BurstGate:
             )
         budgets = self.settings.budgets()
         periods = {Period.MONTH} | {b.period for b in budgets.values()}
-        since = min(period_start(self._now, p) for p in periods)
-        return spend_by_tenant(self.ledger.runs(since), budgets, self._now, committed)
+        since = min(period_start(now, p) for p in periods)
+        return spend_by_tenant(self.ledger.runs(since), budgets, now, committed)
 
     def decide(
         self, record: JobRecord, verdicts: Iterable[ClusterVerdict], traits: Mapping[str, ClusterTraits]

@@ -54,6 +54,8 @@ from broker.model import (
     Reservation,
 )
 from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
+from broker.spend import TenantSpend
+from broker.wait_prediction import Prediction
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,7 @@ class BrokerService:
         self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
         # Wait-or-burst and spend (docs/burst.md); None: a job that allows burst bursts when nothing fits.
         self.burst = burst
+        self._predicted: tuple[dict[str, queueing.Slot], dict[str, Prediction]] | None = None
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -268,6 +271,38 @@ class BrokerService:
         queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
         offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
         return next(s for s in self._queue_plan([*queued, probe], offered) if s.record is probe)
+
+    def explain_wait(self, request: JobRequest) -> Prediction | None:
+        """Dry run of the wait prediction: when the job would start on-prem if submitted now, where and
+        why (docs/burst.md); None without a burst gate or for a job the prediction does not model."""
+        if self.burst is None:
+            return None
+        now = self.clock.now()
+        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        order = [s.record for s in self._queue_plan([*queued, probe], offered)]
+        return self.burst.predict(now, order, self._placed_jobs(), offered).get(probe.id)
+
+    def spend(self) -> dict[str, TenantSpend]:
+        """Each tenant's cloud spend this period (docs/burst.md); empty without a burst gate."""
+        if self.burst is None:
+            return {}
+        return self.burst.spend_now(self.clock.now(), self._placed_jobs(), self.traits)
+
+    def queue_predictions(self, including: Iterable[str] = ()) -> dict[str, Prediction]:
+        """Every queued job's predicted on-prem start (for the job view), by job id; at most once a second."""
+        if self.burst is None:
+            return {}
+        slots = self.queue_slots(including)
+        if self._predicted is not None and self._predicted[0] is slots:
+            return self._predicted[1]
+        now = self.clock.now()
+        order = [s.record for s in sorted(slots.values(), key=lambda s: s.position)]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        predicted = self.burst.predict(now, order, self._placed_jobs(), offered)
+        self._predicted = (slots, predicted)
+        return predicted
 
     # ------------------------------------------------------------------ the control loop's steps
 

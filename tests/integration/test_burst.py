@@ -7,17 +7,23 @@ not the subject, so the gateway records the Jobs it is asked to create and repor
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
+from broker.api import create_app
 from broker.burst_config import BurstSettings, TenantBurst
 from broker.burst_gate import BurstGate
+from broker.config import load_tokens
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
@@ -205,3 +211,67 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     assert svc.burst.spend(TRAITS)["ml"].spent == pytest.approx(17.0)
     # its run time is now a sample of its shape: the next job of that shape is predicted from it
     assert svc.burst.ledger.run_times() == {"ml/H100-80GB/8x1": [1800.0]}
+
+
+# --------------------------------------------------------------------------- through the API
+
+
+def call(app: Any, token: str, method: str, path: str, **kw: Any) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gpufed") as client:
+            return await client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
+
+    return asyncio.run(go())
+
+
+def test_get_explain_and_spend_show_the_prediction_and_each_tenants_own_spend(
+    store: RedisStateStore, tmp_path: Path
+) -> None:
+    clock, gw = ManualClock(), Gateway()
+    settings = BurstSettings(max_wait_seconds=600, tenants={"ml": TenantBurst(budget=Budget(200.0))})
+    svc = service(store, settings, clock, gw)
+    fill_on_prem(svc, store, run_seconds=300)
+    tokens = tmp_path / "tokens.yaml"
+    entries = [
+        {"name": "alice", "tenant": "ml", "role": "user", "token": "alice-token-0123456789"},
+        {"name": "bob", "tenant": "cv", "role": "user", "token": "bob-token-0123456789ab"},
+    ]
+    tokens.write_text(yaml.safe_dump(entries))
+    app = create_app(svc, clock, tokens=load_tokens(tokens))
+    alice, bob = "alice-token-0123456789", "bob-token-0123456789ab"
+
+    r = call(app, alice, "POST", "/v1/jobs", json={"name": "wait-me", "gpus": 8, "allowBurst": True})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    body = call(app, alice, "GET", f"/v1/jobs/{job_id}").json()
+    assert body["predictedWaitSeconds"] == 300
+    assert body["predictedWait"].startswith("predicted on-prem start in 5 min on op (H100-80GB)")
+    assert body["request"]["maxWaitSeconds"] is None
+
+    explained = call(app, alice, "POST", "/v1/explain", json={"name": "probe", "gpus": 8}).json()
+    # behind `wait-me` (1 h by default: no runs of its shape yet), after `first` (5 min)
+    assert explained["predictedWaitSeconds"] == 300 + 3600
+    assert "after 1 job ahead" in explained["predictedWait"]
+
+    assert (
+        call(app, alice, "POST", "/v1/jobs", json={"name": "x", "gpus": 1, "maxWaitSeconds": -1}).status_code
+        == 422
+    )
+
+    spend = call(app, alice, "GET", "/v1/spend").json()["items"]
+    assert spend == [
+        {
+            "tenant": "ml",
+            "periodStart": spend[0]["periodStart"],
+            "period": "month",
+            "spent": 0.0,
+            "gpuHours": 0.0,
+            "runs": 0,
+            "committed": 0.0,
+            "budget": 200.0,
+            "left": 200.0,
+            "overBudget": False,
+        }
+    ]
+    assert call(app, bob, "GET", "/v1/spend").json()["items"] == []  # another tenant's spend is not shown
