@@ -118,7 +118,9 @@ class BurstGate:
             price = _price(traits, r.cluster, where.product)
             if price <= 0:
                 continue
-            run = model.expected(r.request, where.product).seconds
+            # what it is expected to cost in all, and never less than what it has run up so far
+            ran = max(0.0, now - r.updated_at) if r.state is JobState.RUNNING else 0.0
+            run = max(model.expected(r.request, where.product).seconds, ran)
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
             )

@@ -57,6 +57,7 @@ class BurstDecision:
     verdict: Verdict
     reason: str
     cluster: str | None = None  # the cloud cluster, when bursting
+    product: str | None = None  # the GPU product of the offer taken
     wait_seconds: float | None = None  # total predicted wait on-prem (waited + still to wait); None: never
     max_wait_seconds: float = 0.0
     cost: float | None = None  # expected cost of the offer chosen (or the cheapest, when over budget)
@@ -129,8 +130,11 @@ def decide(
             max_wait_seconds=max_wait_seconds,
             budget_left=budget_left,
         )
-    priced = sorted((expected_cost(o, gpus, run_seconds), o.cluster, o) for o in sooner)
-    cost, _, offer = priced[0]
+    priced = sorted(
+        ((expected_cost(o, gpus, run_seconds), o.cluster, o.product, i) for i, o in enumerate(sooner)),
+    )
+    cost, _, _, index = priced[0]
+    offer = sooner[index]
     if budget_left is not None and cost > budget_left:
         return BurstDecision(
             Verdict.WAIT,
@@ -152,6 +156,7 @@ def decide(
         Verdict.BURST,
         f"burst: predicted on-prem wait {over}; est. cost ${cost:.2f}{left} on {offer.cluster}{extra}",
         cluster=offer.cluster,
+        product=offer.product,
         wait_seconds=total,
         max_wait_seconds=max_wait_seconds,
         cost=cost,
