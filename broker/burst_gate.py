@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from broker import burst_policy, telemetry
+from broker import burst_policy, scaleup, telemetry
 from broker.burst_config import BurstSettings
 from broker.burst_policy import BurstDecision, CloudOffer, Verdict
 from broker.model import ClusterSummary, ClusterTraits, JobRecord, JobState, Tier
@@ -52,6 +52,31 @@ class BurstGate:
         self._summaries: Sequence[ClusterSummary] = ()
         self._model: RunTimeModel | None = None
         self._predictions: dict[str, Prediction] | None = None
+
+    # ------------------------------------------------------------------ scale-up headroom
+
+    def grow(self, summary: ClusterSummary) -> ClusterSummary:
+        """The summary with its pool's scale-up headroom (broker.scaleup), for the placer's cache."""
+        pool = self.settings.pools.get(summary.cluster)
+        if pool is None or pool.product is None or pool.max_nodes <= 0:
+            return summary
+        return scaleup.grow(summary, pool.product, pool.gpus_per_node, pool.max_nodes)
+
+    def provisioning_delay(self, cluster: str) -> float:
+        pool = self.settings.pools.get(cluster)
+        return pool.provisioning_delay_seconds if pool is not None else 0.0
+
+    def _ready_in(self, verdict: ClusterVerdict, request: JobRecord, summary: ClusterSummary | None) -> float:
+        """0 when the job fits the cluster's nodes now; the pool's delay when it needs nodes added."""
+        pool = self.settings.pools.get(verdict.cluster)
+        option = verdict.option
+        if pool is None or option is None or option.capacity is None or summary is None:
+            return 0.0
+        added = summary.autoscale_headroom.get(option.product, 0)
+        req = request.request
+        if scaleup.needs_scale_up(option.capacity, added, pool.gpus_per_node, option.units_per_pod, req.pods):
+            return pool.provisioning_delay_seconds
+        return 0.0
 
     # ------------------------------------------------------------------ one pass
 
@@ -130,8 +155,13 @@ class BurstGate:
         return spend_by_tenant(self.ledger.runs(since), budgets, now, committed)
 
     def decide(
-        self, record: JobRecord, verdicts: Iterable[ClusterVerdict], traits: Mapping[str, ClusterTraits]
+        self,
+        record: JobRecord,
+        verdicts: Iterable[ClusterVerdict],
+        traits: Mapping[str, ClusterTraits],
+        placeable: Callable[[str], ClusterSummary | None] | None = None,
     ) -> GateAnswer:
+        """`placeable` gives the cluster as the placer saw it (with its scale-up headroom)."""
         req = record.request
         offers = []
         for v in verdicts:
@@ -144,6 +174,7 @@ class BurstGate:
                     cluster=v.cluster,
                     product=v.option.product,
                     price_per_gpu_hour=_price(traits, v.cluster, v.option.product),
+                    ready_in_seconds=self._ready_in(v, record, placeable(v.cluster) if placeable else None),
                     spot=t is not None and t.spot,
                     interruptions_per_hour=pool.interruptions_per_hour if pool else 0.0,
                 )

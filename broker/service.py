@@ -120,7 +120,8 @@ class BrokerService:
         self.dispatcher: Dispatcher = dispatcher or InlineDispatcher()
         # Owns the reservations this service makes: no other placer's reserve or release touches them.
         self.placer_id = placer_id or "p" + uuid.uuid4().hex[:12]
-        self.cache = FleetCache(store, self.traits)
+        # A cloud pool's scale-up headroom counts as capacity (docs/burst.md) when a burst gate knows it.
+        self.cache = FleetCache(store, self.traits, grow=burst.grow if burst is not None else None)
         self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
         self._pending_lock = threading.Lock()
         self._parked: dict[str, str] = {}  # job id -> fleet fingerprint it can never fit
@@ -465,7 +466,9 @@ class BrokerService:
         the job goes there (the Placement, on the cloud cluster it chose) or waits for on-prem (the job
         as saved with the decision as its reason, or None). A change of verdict is one event."""
         assert self.burst is not None
-        answer = self.burst.decide(record, placer.verdicts(request), self.traits)
+        answer = self.burst.decide(
+            record, placer.verdicts(request), self.traits, lambda c: self.cache.placeable(c, now)
+        )
         d = answer.decision
         if answer.changed:
             self._event(replace(record, updated_at=now), d.reason)
@@ -514,7 +517,10 @@ class BrokerService:
             resource_name=where.resource_name or "none",
             units=max(1, where.total_units),
             created_at=now,
-            expires_at=now + self.settings.reservation_ttl_seconds,
+            # a placement into a pool's scale-up headroom is held while its node is provisioned, too
+            expires_at=now
+            + self.settings.reservation_ttl_seconds
+            + (self.burst.provisioning_delay(where.cluster) if self.burst is not None else 0.0),
             pods=max(1, where.pods),
             owner=self.placer_id,
         )

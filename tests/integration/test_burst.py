@@ -21,7 +21,7 @@ import yaml
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
 from broker.api import create_app
-from broker.burst_config import BurstSettings, TenantBurst
+from broker.burst_config import BurstSettings, PoolSettings, TenantBurst
 from broker.burst_gate import BurstGate
 from broker.config import load_tokens
 from broker.model import (
@@ -105,10 +105,14 @@ def store(redis_url: str) -> Iterator[RedisStateStore]:
 
 
 def service(
-    store: RedisStateStore, settings: BurstSettings, clock: ManualClock, gateway: Gateway
+    store: RedisStateStore,
+    settings: BurstSettings,
+    clock: ManualClock,
+    gateway: Gateway,
+    traits: Mapping[str, ClusterTraits] = TRAITS,
 ) -> BrokerService:
     gate = BurstGate(RedisBurstLedger(store.client, store.prefix), settings)
-    return BrokerService(store, gateway, clock, TRAITS, burst=gate)
+    return BrokerService(store, gateway, clock, traits, burst=gate)
 
 
 def job(name: str, **kw: Any) -> JobRequest:
@@ -211,6 +215,39 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     assert svc.burst.spend(TRAITS)["ml"].spent == pytest.approx(17.0)
     # its run time is now a sample of its shape: the next job of that shape is predicted from it
     assert svc.burst.ledger.run_times() == {"ml/H100-80GB/8x1": [1800.0]}
+
+
+def test_a_pool_at_zero_nodes_takes_one_burst_per_node_it_can_add(store: RedisStateStore) -> None:
+    clock, gw = ManualClock(), Gateway()
+    traits = {
+        "op": ClusterTraits("op"),
+        "pool": ClusterTraits("pool", tier=Tier.CLOUD, price_per_gpu_hour={"L4": 0.85}),
+    }
+    pools = {"pool": PoolSettings(provisioning_delay_seconds=120, max_nodes=1, gpus_per_node=8, product="L4")}
+    svc = service(store, BurstSettings(pools=pools), clock, gw, traits)
+    store.put_summary(h100("op", 8))
+    store.put_summary(ClusterSummary("pool", tier=Tier.CLOUD, health=Health.HEALTHY, heartbeat=NOW))
+    svc.submit(job("first", duration_seconds=3600))
+    svc.schedule_once()
+    store.put_summary(h100("op", 0))
+    one, _ = svc.submit(job("one", allow_burst=True, duration_seconds=1800))
+    clock.t = NOW + 1
+    two, _ = svc.submit(job("two", allow_burst=True, duration_seconds=1800))
+    svc.schedule_once()
+
+    placed = svc.get(one.id)
+    assert (placed.state, placed.cluster) == (JobState.PLACED, "pool")
+    assert placed.placement is not None and placed.placement.product == "L4"
+    # 8 x $0.85 x (30 min + 2 min booting) = $3.63
+    assert any(
+        r.endswith("est. cost $3.63 (no budget set) on pool (after 2 min scale-up)")
+        for r in reasons(svc, one.id)
+    ), reasons(svc, one.id)
+    # the one node the pool may add is promised to `one`: `two` is not placed on it as well
+    assert svc.get(two.id).state is JobState.QUEUED
+    # and `one` keeps its GPUs while its node boots (reservation TTL + provisioning delay)
+    held = store.cluster_states(["pool"])["pool"].reservations
+    assert [(r.job_id, r.expires_at - r.created_at) for r in held] == [(one.id, 120.0 + 120.0)]
 
 
 # --------------------------------------------------------------------------- through the API
