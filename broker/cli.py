@@ -795,6 +795,8 @@ def explain(
         queue = body.get("queue")
         if queue:  # where it would stand in the global queue, as the token's tenant (docs/tenancy.md)
             head += f"\nqueue: position {queue['position']} for tenant {queue['tenant']}: {queue['reason']}"
+        if body.get("predictedWait"):  # when it would start on-prem (docs/burst.md)
+            head += f"\n{body['predictedWait']}"
         rows = []
         for v in body["clusters"]:
             verdict = "chosen" if v["chosen"] else ("feasible" if v["feasible"] else v["rejection"]["plugin"])

@@ -217,6 +217,40 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     assert svc.burst.ledger.run_times() == {"ml/H100-80GB/8x1": [1800.0]}
 
 
+def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisStateStore) -> None:
+    clock, gw = ManualClock(), Gateway()
+    svc = service(store, BurstSettings(), clock, gw)
+    fill_on_prem(svc, store, run_seconds=3600)
+    burst, _ = svc.submit(job("burst", allow_burst=True))
+    svc.schedule_once()
+    name = svc.get(burst.id).workload_name
+    assert name is not None
+    gw.status[name] = WorkloadStatus(name=name, namespace="default", exists=True, active=1, ready=1)
+    clock.t = NOW + 10
+    store.put_summary(h100("cloud", 0, Tier.CLOUD, at=clock.t))
+    svc.sync_status()
+    reclaimed = WorkloadStatus(
+        name=name,
+        namespace="default",
+        exists=True,
+        failed=1,
+        failed_terminal=True,
+        disrupted=True,
+        message="DisruptionTarget: DeletionByPodGC",
+    )
+    gw.status[name] = reclaimed
+    clock.t = NOW + 10 + 900
+    store.put_summary(h100("cloud", 8, Tier.CLOUD, at=clock.t))
+    svc.sync_status()
+
+    back = svc.get(burst.id)
+    assert (back.state, back.attempt) == (JobState.QUEUED, 1)  # the failover policy's requeue
+    assert svc.burst is not None
+    (run,) = svc.burst.ledger.runs(0)
+    assert (run.attempt, run.seconds, run.cost) == (1, 900.0, pytest.approx(PRICE * 8 * 0.25))
+    assert svc.burst.ledger.run_times() == {}  # an interrupted run says nothing about the shape's run time
+
+
 def test_a_pool_at_zero_nodes_takes_one_burst_per_node_it_can_add(store: RedisStateStore) -> None:
     clock, gw = ManualClock(), Gateway()
     traits = {

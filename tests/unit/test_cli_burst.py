@@ -53,9 +53,29 @@ JOB = {
 }
 
 
+EXPLAIN = {
+    "placed": False,
+    "message": "0/3 clusters are available: 3 no node with 8 free H100-80GB.",
+    "clusters": [],
+    "queue": {
+        "tenant": "ml",
+        "position": 4,
+        "reason": "behind 3 jobs",
+        "heldByQuota": False,
+        "borrowing": [],
+    },
+    "predictedWait": "predicted on-prem start in 42 min on onprem-b (H100-80GB), after 3 jobs ahead",
+}
+
+
 class _Canned(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.path = "POST " + self.path
+        self.do_GET()
+
     def do_GET(self) -> None:
-        body = {"/v1/spend": SPEND, "/v1/jobs/j1": JOB}.get(self.path)
+        body = {"/v1/spend": SPEND, "/v1/jobs/j1": JOB, "POST /v1/explain": EXPLAIN}.get(self.path)
         data = json.dumps(body).encode()
         self.send_response(200 if body is not None else 404)
         self.send_header("Content-Type", "application/json")
@@ -106,3 +126,13 @@ def test_get_shows_the_predicted_on_prem_start(url: str, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "#2 in queue; wait: ..." in out
     assert out.rstrip().endswith("predicted on-prem start in 42 min on onprem-b (H100-80GB)")
+
+
+def test_explain_shows_where_and_when_it_would_start_on_prem(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.run(["explain", "--gpus", "8", "--server", url, "--token", "t" * 20]) == 1  # nothing fits now
+    out = capsys.readouterr().out
+    assert (
+        "queue: position 4 for tenant ml: behind 3 jobs\npredicted on-prem start in 42 min on onprem-b" in out
+    )
