@@ -247,7 +247,8 @@ def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisS
     assert (back.state, back.attempt) == (JobState.QUEUED, 1)  # the failover policy's requeue
     assert svc.burst is not None
     (run,) = svc.burst.ledger.runs(0)
-    assert (run.attempt, run.seconds, run.cost) == (1, 900.0, pytest.approx(PRICE * 8 * 0.25))
+    assert (run.attempt, run.seconds) == (1, 900.0)
+    assert run.cost == pytest.approx(PRICE * 8 * 0.25)
     assert svc.burst.ledger.run_times() == {}  # an interrupted run says nothing about the shape's run time
 
 
