@@ -396,7 +396,7 @@ class Sim:
             node = j.node or j.waiting_for
             if node is not None and node.price > 0:
                 ran = now - j.started_at if j.started_at is not None else 0.0
-                run = max(model.expected(j.request, node.product).seconds, ran)
+                run = ran + model.remaining(j.request, node.product, ran)
                 out[j.arrival.tenant] += node.price * j.arrival.gpus * run / 3600
         return out
 

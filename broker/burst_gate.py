@@ -143,9 +143,9 @@ class BurstGate:
             price = _price(traits, r.cluster, where.product)
             if price <= 0:
                 continue
-            # what it is expected to cost in all, and never less than what it has run up so far
+            # what it has run up so far and is expected to run still (a long run is likely a long one)
             ran = max(0.0, now - r.updated_at) if r.state is JobState.RUNNING else 0.0
-            run = max(model.expected(r.request, where.product).seconds, ran)
+            run = ran + model.remaining(r.request, where.product, ran)
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
             )

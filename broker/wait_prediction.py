@@ -10,8 +10,10 @@ Pure (no I/O, no clock: `now` and every observation are arguments). Owns two thi
 
 2. Predicted start. `predict_queue` replays the queue ahead over the on-prem pools, one pool per
    (cluster, GPU product), counting whole GPUs:
-     - a pool has its free GPUs now, and releases the GPUs of each running job at its expected end
-       (start + expected run time; a job past its expected end is given 10% of it more);
+     - a pool has its free GPUs now, and releases the GPUs of each running job when it is expected to
+       end: now + the median of its shape's observed runs that lasted longer than it has run so far,
+       less what it has run (`RunTimeModel.remaining`: run times are heavy-tailed, so a job that has
+       run long is likely a long one); past every observed run, 10% of its expectation more;
      - jobs are taken in queue order; each starts in the pool where it can start first (a pool
        starts its jobs in order, no backfilling: the prediction errs late, not early), and its
        GPUs come back at start + its expected run time.
@@ -93,6 +95,21 @@ class RunTimeModel:
         return Estimate(
             self.default_seconds, f"default {self.default_seconds:g} s (no runs of this shape yet)"
         )
+
+    def remaining(self, request: JobRequest, product: str, elapsed: float) -> float:
+        """Expected time left of a job that has run `elapsed` seconds: among the observed runs of its
+        shape that ran longer than that, the median, less what it has run (run times are heavy-tailed:
+        a job that has run long is likely a long one). Without such runs: its expectation less what it
+        has run, and at least OVERRUN_FRACTION of its expectation."""
+        for key in (shape_key(request, product), shape_key(request, product, ANY_TENANT)):
+            seen = self.samples.get(key, ())
+            if len(seen) >= MIN_SAMPLES:
+                longer = [s for s in seen if s > elapsed]
+                if longer:
+                    return median(longer) - elapsed
+                break
+        expected = self.expected(request, product).seconds
+        return max(expected - elapsed, OVERRUN_FRACTION * expected)
 
 
 @dataclass(frozen=True)
@@ -203,11 +220,8 @@ def predict_queue(
         pool = by_key.get(f"{r.cluster}/{where.product}")
         if pool is None:
             continue
-        expected = model.expected(r.request, where.product).seconds
         began = starts.get(r.id, r.updated_at if r.state is JobState.RUNNING else now)
-        end = began + expected
-        if end <= now:
-            end = now + OVERRUN_FRACTION * expected
+        end = now + model.remaining(r.request, where.product, max(0.0, now - began))
         heapq.heappush(pool.releases, (end, where.total_units))
     out: dict[str, Prediction] = {}
     placed_ahead = 0

@@ -98,3 +98,18 @@ def test_cloud_is_not_an_on_prem_pool_and_too_big_never_starts() -> None:
     )
     assert got["big"].start_at is None
     assert "never" in got["big"].explain
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "left"),
+    [
+        (0, 1200),  # the median of all its shape's runs
+        (700, 1300),  # it outlived the short ones: the median of the runs longer than 700 s, less 700
+        (5000, 3000),  # past the long ones too: the median of the one longer run, less 5000
+        (9000, 120),  # longer than every run seen: 10% of the median more
+    ],
+)
+def test_a_running_jobs_time_left_grows_with_what_it_has_run(elapsed: float, left: float) -> None:
+    model = RunTimeModel({"ml/H100-80GB/8x1": [300, 500, 600, 1800, 2000, 8000]})
+    req = JobRequest(name="r", tenant="ml", gpus_per_pod=8)
+    assert model.remaining(req, H100, elapsed) == pytest.approx(left)
