@@ -19,6 +19,7 @@ Owns gathering the numbers the pure core decides on, and remembering what it mus
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ class BurstGate:
         self._summaries: Sequence[ClusterSummary] = ()
         self._model: RunTimeModel | None = None
         self._predictions: dict[str, Prediction] | None = None
+        self._pass_spend: dict[str, TenantSpend] | None = None  # this pass's, with its bursts committed
 
     # ------------------------------------------------------------------ scale-up headroom
 
@@ -92,6 +94,7 @@ class BurstGate:
         self._active = None
         self._model = None
         self._predictions = None
+        self._pass_spend = None
 
     def model(self) -> RunTimeModel:
         if self._model is None:
@@ -183,7 +186,9 @@ class BurstGate:
         model = self.model()
         product = offers[0].product if offers else (prediction.product if prediction else "")
         run = model.expected(req, product or "")
-        spend = self.spend(traits)
+        if self._pass_spend is None:
+            self._pass_spend = self.spend(traits)
+        spend = self._pass_spend
         tenant = spend.get(req.tenant)
         previous_raw = self.ledger.verdict(record.id)
         previous = Verdict(previous_raw) if previous_raw in (Verdict.WAIT, Verdict.BURST) else None
@@ -199,6 +204,9 @@ class BurstGate:
             previous=previous,
         )
         changed = decision.verdict is not previous
+        if decision.burst and decision.cost is not None and tenant is not None:
+            # the next decision of this pass sees this burst's expected cost as committed
+            spend[req.tenant] = dataclasses.replace(tenant, committed=tenant.committed + decision.cost)
         if changed:
             self.ledger.set_verdict(record.id, str(decision.verdict))
             telemetry.burst_decisions.labels(str(decision.verdict)).inc()

@@ -187,6 +187,22 @@ def test_a_tenant_over_budget_gets_no_burst_and_is_told_why(store: RedisStateSto
     )
 
 
+def test_bursts_in_one_pass_share_the_budget(store: RedisStateStore) -> None:
+    clock, gw = ManualClock(), Gateway()
+    settings = BurstSettings(tenants={"ml": TenantBurst(budget=Budget(20.0, Period.MONTH))})
+    svc = service(store, settings, clock, gw)
+    fill_on_prem(svc, store, run_seconds=3600)
+    store.put_summary(h100("cloud", 16, Tier.CLOUD, total=16))  # room for both
+    one, _ = svc.submit(job("one", allow_burst=True, duration_seconds=1440))
+    clock.t = NOW + 1
+    two, _ = svc.submit(job("two", allow_burst=True, duration_seconds=1440))
+    svc.schedule_once()
+    assert svc.get(one.id).cluster == "cloud"  # $13.60 of $20.00
+    held = svc.get(two.id)
+    assert held.state is JobState.QUEUED
+    assert held.reason.endswith("but over budget: est. cost $13.60 > $6.40 left")
+
+
 def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisStateStore) -> None:
     clock, gw = ManualClock(), Gateway()
     svc = service(store, BurstSettings(), clock, gw)
