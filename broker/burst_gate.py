@@ -202,6 +202,9 @@ class BurstGate:
             offers=offers,
             budget_left=None if tenant is None else tenant.left,
             previous=previous,
+            unpredicted="on-prem wait not predicted (MIG jobs are not modelled)"
+            if req.wants_mig
+            else "no on-prem start (no on-prem cluster can hold it)",
         )
         changed = decision.verdict is not previous
         if decision.burst and decision.cost is not None and tenant is not None:

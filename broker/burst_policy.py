@@ -96,8 +96,10 @@ def decide(
     budget_left: float | None,
     previous: Verdict | None = None,
     already_burst: bool = False,
+    unpredicted: str = "no on-prem start (no on-prem cluster can hold it)",
 ) -> BurstDecision:
-    """Wait or burst, with the numbers (see the module docstring for the rules)."""
+    """Wait or burst, with the numbers (see the module docstring for the rules). `unpredicted` says
+    why there is no predicted wait, when there is none (the job waits on-prem unboundedly)."""
     if already_burst:
         return BurstDecision(Verdict.BURST, "burst earlier: a job on a cloud cluster is not pulled back")
     if not allow_burst:
@@ -105,11 +107,12 @@ def decide(
     total = None if predicted_wait_seconds is None else max(0.0, waited_seconds) + predicted_wait_seconds
     threshold = max_wait_seconds * (1 - HYSTERESIS) if previous is Verdict.BURST else max_wait_seconds
     limit = _minutes(max_wait_seconds)
-    said = "never (no on-prem cluster can hold it)" if total is None else _minutes(total)
-    over = f"{said} > {limit}"
+    said = "" if total is None else _minutes(total)
+    over = unpredicted if total is None else f"predicted on-prem wait {said} > {limit}"
     if total is not None and total <= max_wait_seconds:  # kept bursting by the hysteresis band
         over = (
-            f"{said} > {_minutes(threshold)} (hysteresis: burst kept down to {1 - HYSTERESIS:.0%} of {limit})"
+            f"predicted on-prem wait {said} > {_minutes(threshold)} "
+            f"(hysteresis: burst kept down to {1 - HYSTERESIS:.0%} of {limit})"
         )
     if total is not None and total <= threshold:
         note = " (hysteresis: burst below the max wait)" if previous is Verdict.BURST else ""
@@ -125,7 +128,7 @@ def decide(
     if not sooner:
         return BurstDecision(
             Verdict.WAIT,
-            f"wait: predicted on-prem wait {over}, but no cloud cluster can start it sooner",
+            f"wait: {over}, but no cloud cluster can start it sooner",
             wait_seconds=total,
             max_wait_seconds=max_wait_seconds,
             budget_left=budget_left,
@@ -138,8 +141,7 @@ def decide(
     if budget_left is not None and cost > budget_left:
         return BurstDecision(
             Verdict.WAIT,
-            f"wait: predicted on-prem wait {over}, but over budget: "
-            f"est. cost ${cost:.2f} > ${max(0.0, budget_left):.2f} left",
+            f"wait: {over}, but over budget: est. cost ${cost:.2f} > ${max(0.0, budget_left):.2f} left",
             wait_seconds=total,
             max_wait_seconds=max_wait_seconds,
             cost=cost,
@@ -154,7 +156,7 @@ def decide(
     extra = f" ({', '.join(how)})" if how else ""
     return BurstDecision(
         Verdict.BURST,
-        f"burst: predicted on-prem wait {over}; est. cost ${cost:.2f}{left} on {offer.cluster}{extra}",
+        f"burst: {over}; est. cost ${cost:.2f}{left} on {offer.cluster}{extra}",
         cluster=offer.cluster,
         product=offer.product,
         wait_seconds=total,

@@ -111,3 +111,10 @@ def test_burst_reason_names_scale_up_and_spot() -> None:
     assert d.reason.endswith("on cloud-b (after 10 min scale-up)")
     d = decide(**{**BASE, "offers": [SPOT]})
     assert d.reason.endswith("on cloud-spot (spot)")
+
+
+def test_a_job_without_a_prediction_says_why() -> None:
+    d = decide(**{**BASE, "predicted_wait_seconds": None})
+    assert d.reason.startswith("burst: no on-prem start (no on-prem cluster can hold it); est. cost $13.60")
+    d = decide(**{**BASE, "predicted_wait_seconds": None, "unpredicted": "on-prem wait not predicted (MIG)"})
+    assert d.reason.startswith("burst: on-prem wait not predicted (MIG); est. cost $13.60")
