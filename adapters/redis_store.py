@@ -1,6 +1,7 @@
 """StateStore on Redis: cluster summaries, reservations, jobs, idempotency keys and event streams.
 
-Owns every Redis key the broker writes. All keys start with the prefix (default "gpufed"), written P:
+Owns every Redis key the broker writes but the burst ledger's (P:burst:*, P:spend:*; adapters/redis_burst.py).
+All keys start with the prefix (default "gpufed"), written P:
 
     P:summary:<cluster>      hash  json = ClusterSummary (JSON), version = int bumped on every write,
                                    ledger = int bumped on every change of the cluster's reservations

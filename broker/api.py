@@ -5,7 +5,8 @@
                                  (header Idempotency-Key: the same key returns the same job)
     GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
     GET    /v1/jobs/{id}         one job, with its placement and the reason for its state; a queued one
-                                 with queuePosition and queueReason (broker.queueing)
+                                 with queuePosition and queueReason (broker.queueing), and its
+                                 predicted on-prem start (predictedStart, predictedWait; docs/burst.md)
     DELETE /v1/jobs/{id}         cancel
     GET    /v1/jobs/{id}/events  the job's transitions, oldest first; ?watch=1 streams them (SSE)
     GET    /v1/jobs/{id}/logs    the container log from the member cluster (?follow=1&tailLines=N)
@@ -15,6 +16,7 @@
     GET    /v1/fleet             capacity per cluster and product (whole, MIG, time-sliced, NUMA) beside the
                                  queued demand per product; ?nodes=true adds each cluster's node table
     GET    /v1/clusters          the member clusters as declared, with health
+    GET    /v1/spend             each tenant's cloud spend and budget this period (broker.api_burst)
     GET    /metrics              Prometheus text (broker.telemetry): counters, histograms, fleet gauges
     GET    /healthz              liveness only: the process serves HTTP
     GET    /readyz               readiness: 503 with the reason per check (Redis answers; more checks,
@@ -49,6 +51,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from broker import k8s_job, queueing, safe_yaml, telemetry
+from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
@@ -341,7 +344,10 @@ def create_app(
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
         record = visible(principal, job_id)
-        return view(record, slots_for([record]))
+        body = view(record, slots_for([record]))
+        if record.state is JobState.QUEUED:  # when it would start on-prem (docs/burst.md)
+            body.update(prediction_view(service.queue_predictions([record.id]).get(record.id)))
+        return body
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:
@@ -366,6 +372,7 @@ def create_app(
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]
         slot = service.explain_queue(request)
+        body.update(prediction_view(service.explain_wait(request)))
         body["queue"] = {
             "tenant": request.tenant,
             "position": slot.position,
@@ -427,6 +434,10 @@ def create_app(
             # Redis is down: still serve this process's counters, with gpufed_store_up 0
             sample = telemetry.FleetSample(summaries=(), now=clock.now(), store_up=False)
         return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/spend")
+    def spend(principal: Caller) -> dict[str, Any]:
+        return spend_view(service, principal)
 
     @app.get("/v1/clusters")
     def clusters(principal: Caller, events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:

@@ -479,7 +479,14 @@ def get(
         body = api.resolve_job(job)
     finally:
         api.close()
-    _emit(body, output, lambda wide: _job_rows([body], wide))
+
+    def table(wide: bool) -> str:
+        rows = _job_rows([body], wide)
+        if body.get("predictedWait"):  # a queued job's predicted on-prem start (docs/burst.md)
+            rows += f"\n{body['predictedWait']}"
+        return rows
+
+    _emit(body, output, table)
 
 
 def _event_line(e: dict[str, Any], with_job: bool, wide: bool = False) -> list[str]:
@@ -667,6 +674,49 @@ def fleet(
 
 
 @app.command()
+def spend(
+    output: OutputOpt = Output.TABLE,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Cloud spend per tenant this period: finished runs, running jobs' expected cost, budget left."""
+    api = _api(server, token, context)
+    try:
+        body = api.call("GET", "/v1/spend")
+    finally:
+        api.close()
+
+    def money(v: float | None) -> str:
+        return "-" if v is None else f"${v:,.2f}"
+
+    def table(wide: bool) -> str:
+        headers = ["TENANT", "PERIOD", "SPENT", "RUNNING", "BUDGET", "LEFT"]
+        if wide:
+            headers[3:3] = ["GPU-HOURS", "RUNS"]
+        rows = []
+        for t in body["items"]:
+            left = money(t["left"]) + (" (over budget: no new burst)" if t["overBudget"] else "")
+            row = [
+                t["tenant"],
+                t["period"],
+                money(t["spent"]),
+                money(t["committed"]),
+                money(t["budget"]),
+                left,
+            ]
+            if wide:
+                row[3:3] = [f"{t['gpuHours']:.2f}", str(t["runs"])]
+            rows.append(row)
+        return _table(headers, rows)
+
+    if not body["items"] and output in (Output.TABLE, Output.WIDE):
+        _out("No spend.")
+        return
+    _emit(body, output, table)
+
+
+@app.command()
 def clusters(
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
@@ -745,6 +795,8 @@ def explain(
         queue = body.get("queue")
         if queue:  # where it would stand in the global queue, as the token's tenant (docs/tenancy.md)
             head += f"\nqueue: position {queue['position']} for tenant {queue['tenant']}: {queue['reason']}"
+        if body.get("predictedWait"):  # when it would start on-prem (docs/burst.md)
+            head += f"\n{body['predictedWait']}"
         rows = []
         for v in body["clusters"]:
             verdict = "chosen" if v["chosen"] else ("feasible" if v["feasible"] else v["rejection"]["plugin"])

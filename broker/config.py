@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from broker import auth, queueing, safe_yaml
+from broker.burst_config import BurstConfig
 from broker.errors import ConfigError
 from broker.model import ClusterTraits, Tier
 from broker.placement import PlacementPolicy
@@ -223,6 +224,8 @@ class Settings(_Strict):
     # its fair-share weight and quotas.
     priority_classes: dict[str, int] = Field(default_factory=dict, alias="priorityClasses")
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    # Wait-or-burst, tenant budgets and cloud pools (docs/burst.md).
+    burst: BurstConfig = Field(default_factory=BurstConfig)
 
     @field_validator("tenants")
     @classmethod

@@ -11,7 +11,7 @@ structure (for parking never-fit jobs). Service layer: talks to the StateStore p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from broker import reservations
@@ -30,8 +30,16 @@ class _Entry:
 
 
 class FleetCache:
-    def __init__(self, store: StateStore, clusters: Iterable[str]) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        clusters: Iterable[str],
+        grow: Callable[[ClusterSummary], ClusterSummary] | None = None,
+    ) -> None:
+        """`grow`: what a cluster could add before it is placed on (broker.scaleup: a cloud pool's
+        scale-up headroom), applied to the observed summary before the reservations are deducted."""
         self._store = store
+        self._grow = grow
         self._clusters: tuple[str, ...] = tuple(sorted(set(clusters)))
         self._entries: dict[str, _Entry] = {}
         self.generation = 0
@@ -93,13 +101,15 @@ class FleetCache:
         return entry.state if entry is not None else None
 
     def placeable(self, cluster: str, now: float) -> ClusterSummary | None:
-        """The cluster as the placer must see it at `now`: observed minus live reservations."""
+        """The cluster as the placer must see it at `now`: observed (plus scale-up headroom) minus live
+        reservations."""
         entry = self._entries.get(cluster)
         if entry is None:
             return None
         if entry.placeable is None or now >= entry.placeable_until:
             held = reservations.live(entry.state.reservations, cluster, now)
-            entry.placeable = reservations.deduct(entry.state.summary, held, now)
+            observed = entry.state.summary if self._grow is None else self._grow(entry.state.summary)
+            entry.placeable = reservations.deduct(observed, held, now)
             entry.placeable_until = min((r.expires_at for r in held), default=float("inf"))
         return entry.placeable
 

@@ -33,6 +33,7 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
     "gpufed.io/gpu-products": ("gpuProducts", "list"),
     "gpufed.io/clusters": ("clusters", "list"),
     "gpufed.io/allow-burst": ("allowBurst", "bool"),
+    "gpufed.io/max-wait-seconds": ("maxWaitSeconds", "float"),
     "gpufed.io/numa-aligned": ("numaAligned", "bool"),
     "gpufed.io/min-gpu-memory-gib": ("minGpuMemoryGiB", "int"),
     "gpufed.io/max-price-per-gpu-hour": ("maxPricePerGpuHour", "float"),

@@ -43,12 +43,14 @@ from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.reaper import Reaper
+from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
+from broker.burst_gate import BurstGate
 from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
@@ -108,6 +110,7 @@ def build_service(
             queue=settings.queue_policy(),
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
+        burst=BurstGate(RedisBurstLedger(store.client, store.prefix), settings.burst.settings()),
     )
     return service, store, gateway
 

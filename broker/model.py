@@ -348,6 +348,9 @@ class JobRequest:
     cpu_millis_per_pod: int = 1000
     memory_mib_per_pod: int = 1024
     allow_burst: bool = False
+    max_wait_seconds: float | None = (
+        None  # burst once the predicted on-prem wait is over this (docs/burst.md)
+    )
     max_price_per_gpu_hour: float | None = None
     priority_class: str | None = None
     clusters: tuple[str, ...] = ()  # restrict to these clusters; empty = any

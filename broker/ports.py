@@ -6,6 +6,7 @@ StateStore      summaries, per-node tables, reservations, jobs, events and idemp
                 production)
 LeaderLease     the leader lease with its fencing token (broker.leadership runs the control loop in the
                 holder only)
+BurstLedger     observed run times by shape, cloud runs for spend, each job's last wait-or-burst verdict
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from broker.model import (
     WorkloadStatus,
 )
 from broker.node_detail import NodeDetail
+from broker.spend import Run
 
 
 @dataclass(frozen=True)
@@ -227,3 +229,26 @@ class RecoveryStore(Protocol):
     def job_ids(self, state: JobState) -> set[str]: ...
 
     def recovery_report(self) -> str | None: ...
+
+
+class BurstLedger(Protocol):
+    """What the burst gate keeps (docs/burst.md): run times per shape key (newest first, bounded),
+    the runs that cost money (one per job attempt, counted once), and each queued job's last verdict."""
+
+    def run_times(self) -> dict[str, list[float]]: ...
+
+    def add_run_time(self, key: str, seconds: float) -> None: ...
+
+    def add_run(self, run: Run) -> bool:
+        """Count one attempt's run; False when that attempt was already counted."""
+        ...
+
+    def runs(self, since: float) -> list[Run]:
+        """The runs that ended at or after `since`."""
+        ...
+
+    def verdict(self, job_id: str) -> str | None: ...
+
+    def set_verdict(self, job_id: str, verdict: str) -> None: ...
+
+    def forget(self, job_id: str) -> None: ...

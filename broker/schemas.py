@@ -94,6 +94,13 @@ class JobSpec(_Wire):
     cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
     memory_gib: float = Field(default=1.0, alias="memoryGiB", gt=0, le=8192)
     allow_burst: bool = Field(default=False, alias="allowBurst")
+    max_wait_seconds: float | None = Field(
+        default=None,
+        alias="maxWaitSeconds",
+        ge=0,
+        le=30 * 86400,
+        description="with allowBurst: go to a cloud cluster once the predicted on-prem wait is over this",
+    )
     failover: FailoverPolicy = Field(
         default=FailoverPolicy.REQUEUE,
         description="requeue: placed again elsewhere when its cluster is lost or its pods disrupted; never: FAILED",
@@ -169,6 +176,7 @@ class JobSpec(_Wire):
             cpu_millis_per_pod=int(self.cpu * 1000),
             memory_mib_per_pod=int(self.memory_gib * 1024),
             allow_burst=self.allow_burst,
+            max_wait_seconds=self.max_wait_seconds,
             failover=self.failover,
             max_price_per_gpu_hour=self.max_price_per_gpu_hour,
             priority_class=self.priority_class,
@@ -245,6 +253,7 @@ class JobView(_Wire):
                 "migNeedGB": req.mig_need.memory_gb if req.mig_need else None,
                 "numaAligned": req.numa_aligned,
                 "allowBurst": req.allow_burst,
+                "maxWaitSeconds": req.max_wait_seconds,
                 "failover": str(req.failover),
                 "image": req.image,
                 "command": list(req.command),

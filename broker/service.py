@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
 from broker.batch_placement import BatchPlacer
+from broker.burst_gate import BurstGate
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
 from broker.failover import ClusterHealth
@@ -53,6 +54,8 @@ from broker.model import (
     Reservation,
 )
 from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
+from broker.spend import TenantSpend
+from broker.wait_prediction import Prediction
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ class BrokerService:
         new_id: Callable[[], str] = new_job_id,
         dispatcher: Dispatcher | None = None,
         placer_id: str | None = None,
+        burst: BurstGate | None = None,
     ) -> None:
         self.store = store
         self.gateway = gateway
@@ -116,7 +120,8 @@ class BrokerService:
         self.dispatcher: Dispatcher = dispatcher or InlineDispatcher()
         # Owns the reservations this service makes: no other placer's reserve or release touches them.
         self.placer_id = placer_id or "p" + uuid.uuid4().hex[:12]
-        self.cache = FleetCache(store, self.traits)
+        # A cloud pool's scale-up headroom counts as capacity (docs/burst.md) when a burst gate knows it.
+        self.cache = FleetCache(store, self.traits, grow=burst.grow if burst is not None else None)
         self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
         self._pending_lock = threading.Lock()
         self._parked: dict[str, str] = {}  # job id -> fleet fingerprint it can never fit
@@ -133,6 +138,9 @@ class BrokerService:
         self._settling: dict[tuple[str, int], tuple[str, int]] = {}
         self._settling_lock = threading.Lock()
         self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
+        # Wait-or-burst and spend (docs/burst.md); None: a job that allows burst bursts when nothing fits.
+        self.burst = burst
+        self._predicted: tuple[dict[str, queueing.Slot], dict[str, Prediction]] | None = None
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -251,6 +259,8 @@ class BrokerService:
             raise Conflict(f"job {job_id} kept changing state; cancel again")
         self.store.release(job_id)
         if record.cluster and record.workload_name and record.state is not JobState.QUEUED:
+            if self.burst is not None:
+                self.burst.job_ended(record, JobState.CANCELLED, cancelled.updated_at, self.traits)
             self._delete_workload(record.cluster, record.workload_name, cancelled)
         return cancelled
 
@@ -283,6 +293,38 @@ class BrokerService:
         queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
         offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
         return next(s for s in self._queue_plan([*queued, probe], offered) if s.record is probe)
+
+    def explain_wait(self, request: JobRequest) -> Prediction | None:
+        """Dry run of the wait prediction: when the job would start on-prem if submitted now, where and
+        why (docs/burst.md); None without a burst gate or for a job the prediction does not model."""
+        if self.burst is None:
+            return None
+        now = self.clock.now()
+        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
+        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        order = [s.record for s in self._queue_plan([*queued, probe], offered)]
+        return self.burst.predict(now, order, self._placed_jobs(), offered).get(probe.id)
+
+    def spend(self) -> dict[str, TenantSpend]:
+        """Each tenant's cloud spend this period (docs/burst.md); empty without a burst gate."""
+        if self.burst is None:
+            return {}
+        return self.burst.spend_now(self.clock.now(), self._placed_jobs(), self.traits)
+
+    def queue_predictions(self, including: Iterable[str] = ()) -> dict[str, Prediction]:
+        """Every queued job's predicted on-prem start (for the job view), by job id; at most once a second."""
+        if self.burst is None:
+            return {}
+        slots = self.queue_slots(including)
+        if self._predicted is not None and self._predicted[0] is slots:
+            return self._predicted[1]
+        now = self.clock.now()
+        order = [s.record for s in sorted(slots.values(), key=lambda s: s.position)]
+        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
+        predicted = self.burst.predict(now, order, self._placed_jobs(), offered)
+        self._predicted = (slots, predicted)
+        return predicted
 
     # ------------------------------------------------------------------ the control loop's steps
 
@@ -322,7 +364,10 @@ class BrokerService:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
         placer = BatchPlacer(offered, self.traits, self.policy, now)
         changed: list[JobRecord] = []
-        for slot in self._queue_plan(queued, offered):  # priority, fair share, age; quotas (queueing)
+        slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
+        if self.burst is not None:
+            self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered)
+        for slot in slots:
             record = slot.record
             if slot.blocked is not None:
                 changed.extend(self._hold(record, slot.blocked, now))
@@ -409,6 +454,11 @@ class BrokerService:
             recorder.record_verdicts(placer.verdicts(request))
             if isinstance(decision, NoFit):
                 return self._not_placed(record, decision, now, recorder)
+            if decision.burst and self.burst is not None:
+                gated = self._wait_or_burst(record, request, decision, placer, now)
+                if not isinstance(gated, Placement):
+                    return gated  # it waits for on-prem (its reason says why)
+                decision = gated
             reservation, result = self._reserve(record, decision, now)
             if result.ok:
                 faults.point("reserved")
@@ -426,6 +476,35 @@ class BrokerService:
             self.cache.refresh_cluster(decision.cluster)  # it moved since it was read: decide again
             self._assume_into(placer, decision.cluster, now)
         return None
+
+    def _placed_jobs(self) -> list[JobRecord]:
+        return self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
+
+    def _wait_or_burst(
+        self, record: JobRecord, request: JobRequest, decision: Placement, placer: BatchPlacer, now: float
+    ) -> Placement | JobRecord | None:
+        """Nothing on-prem fits now and placement chose a cloud cluster: the burst gate decides whether
+        the job goes there (the Placement, on the cloud cluster it chose) or waits for on-prem (the job
+        as saved with the decision as its reason, or None). A change of verdict is one event."""
+        assert self.burst is not None
+        answer = self.burst.decide(
+            record, placer.verdicts(request), self.traits, lambda c: self.cache.placeable(c, now)
+        )
+        d = answer.decision
+        if answer.changed:
+            self._event(replace(record, updated_at=now), d.reason)
+        if d.burst:
+            if d.cluster is None or d.cluster == decision.cluster:
+                return decision
+            there = placer.place(replace(request, clusters=(d.cluster,)))
+            return there if isinstance(there, Placement) else decision
+        self._no_fit[record.id] = (self.cache.generation, now)
+        if record.reason == d.reason:
+            return None
+        try:
+            return self._save(replace(record, reason=d.reason, updated_at=now))
+        except Conflict:
+            return None  # another placer moved it meanwhile
 
     def _assume_into(self, placer: BatchPlacer, cluster: str, now: float) -> None:
         fresh = self.cache.placeable(cluster, now)
@@ -459,7 +538,10 @@ class BrokerService:
             resource_name=where.resource_name or "none",
             units=max(1, where.total_units),
             created_at=now,
-            expires_at=now + self.settings.reservation_ttl_seconds,
+            # a placement into a pool's scale-up headroom is held while its node is provisioned, too
+            expires_at=now
+            + self.settings.reservation_ttl_seconds
+            + (self.burst.provisioning_delay(where.cluster) if self.burst is not None else 0.0),
             pods=max(1, where.pods),
             owner=self.placer_id,
         )
@@ -717,6 +799,8 @@ class BrokerService:
         if step is None:
             return None
         faults.point("observed")
+        if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
+            self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
         if step.state is JobState.RUNNING:
             self._settle(record)
         elif step.state is JobState.QUEUED or step.state.terminal:

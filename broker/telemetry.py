@@ -87,6 +87,24 @@ dispatch_failures = Counter(
     ["cluster"],
     registry=REGISTRY,
 )
+burst_decisions = Counter(
+    "gpufed_burst_decisions",
+    "Wait-or-burst decisions of jobs that allow bursting, counted when a job's verdict changes",
+    ["verdict"],  # wait | burst
+    registry=REGISTRY,
+)
+cloud_spend = Counter(
+    "gpufed_cloud_spend_dollars",
+    "What runs on priced (cloud) clusters cost: price per GPU-hour x GPUs x run time, per finished attempt",
+    ["tenant", "cluster"],
+    registry=REGISTRY,
+)
+cloud_gpu_seconds = Counter(
+    "gpufed_cloud_gpu_seconds",
+    "GPU-seconds run on priced (cloud) clusters, per finished attempt",
+    ["tenant", "cluster"],
+    registry=REGISTRY,
+)
 placement_latency = Histogram(
     "gpufed_placement_latency_seconds",
     "Time to decide one job's placement (level 1 over every cluster summary)",

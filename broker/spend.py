@@ -1,0 +1,141 @@
+"""Spend and budgets: what each tenant's cloud runs cost, and what is left of its budget (docs/burst.md).
+
+Pure (no I/O, no clock). Owns:
+
+- `Run`: one finished (or interrupted) attempt on a priced cluster, with its run time as the broker saw
+  it in the member cluster (pods running -> the Job ended) and the price per GPU-hour it ran at.
+  cost = price x GPUs x run seconds / 3600, exactly.
+- Budget periods: "day", "week" (from Monday 00:00 UTC) and "month" (from the 1st, 00:00 UTC),
+  computed from epoch seconds with civil-calendar arithmetic (no datetime in the core).
+- `budget_left`: the budget less the period's settled spend, less what the tenant's cloud jobs still
+  running are expected to cost in all (so many bursts at once cannot overshoot the budget together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["Budget", "Period", "Run", "TenantSpend", "budget_left", "period_start", "spend_by_tenant"]
+
+DAY = 86400.0
+
+
+class Period(StrEnum):
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+
+
+@dataclass(frozen=True)
+class Budget:
+    amount: float  # in the currency of the prices (the docs say $)
+    period: Period = Period.MONTH
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attempt's run on a priced cluster."""
+
+    job_id: str
+    attempt: int
+    tenant: str
+    cluster: str
+    product: str
+    gpus: int
+    price_per_gpu_hour: float
+    started_at: float
+    ended_at: float
+    spot: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.ended_at - self.started_at)
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.seconds / 3600
+
+    @property
+    def cost(self) -> float:
+        return self.price_per_gpu_hour * self.gpu_hours
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of a count of days since 1970-01-01 (proleptic Gregorian)."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (1 if month <= 2 else 0), month, day
+
+
+def period_start(now: float, period: Period) -> float:
+    """Epoch seconds at which the period holding `now` began (UTC)."""
+    days = int(now // DAY)
+    if period is Period.DAY:
+        return days * DAY
+    if period is Period.WEEK:
+        return (days - (days + 3) % 7) * DAY  # 1970-01-01 was a Thursday
+    _, _, day = _civil(days)
+    return (days - (day - 1)) * DAY
+
+
+@dataclass(frozen=True)
+class TenantSpend:
+    tenant: str
+    spent: float  # settled runs that ended in this period
+    gpu_hours: float
+    runs: int
+    committed: float  # expected cost of its cloud jobs still running
+    budget: Budget | None
+    period_start: float
+
+    @property
+    def left(self) -> float | None:
+        if self.budget is None:
+            return None
+        return self.budget.amount - self.spent - self.committed
+
+    @property
+    def over(self) -> bool:
+        left = self.left
+        return left is not None and left <= 0
+
+
+def spend_by_tenant(
+    runs: Iterable[Run],
+    budgets: Mapping[str, Budget],
+    now: float,
+    committed: Mapping[str, float] | None = None,
+    default_period: Period = Period.MONTH,
+) -> dict[str, TenantSpend]:
+    """Each tenant's spend in its current period (its budget's, else `default_period`)."""
+    runs = list(runs)
+    committed = committed or {}
+    tenants = {r.tenant for r in runs} | set(budgets) | set(committed)
+    out: dict[str, TenantSpend] = {}
+    for t in sorted(tenants):
+        budget = budgets.get(t)
+        since = period_start(now, budget.period if budget else default_period)
+        mine = [r for r in runs if r.tenant == t and r.ended_at >= since]
+        out[t] = TenantSpend(
+            tenant=t,
+            spent=sum(r.cost for r in mine),
+            gpu_hours=sum(r.gpu_hours for r in mine),
+            runs=len(mine),
+            committed=committed.get(t, 0.0),
+            budget=budget,
+            period_start=since,
+        )
+    return out
+
+
+def budget_left(spend: Mapping[str, TenantSpend], tenant: str) -> float | None:
+    s = spend.get(tenant)
+    return None if s is None else s.left

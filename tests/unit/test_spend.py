@@ -1,0 +1,51 @@
+"""Spend and budgets (broker.spend): cost = price x GPUs x run time, periods, what is left."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.spend import Budget, Period, Run, budget_left, period_start, spend_by_tenant
+
+# 2027-01-15 (a Friday) 12:00 UTC
+NOW = 1_800_000_000.0 - (1_800_000_000.0 % 86400) + 43200
+
+
+def run(tenant: str, gpus: int, price: float, seconds: float, ended: float = NOW) -> Run:
+    return Run("j", 1, tenant, "cloud-a", "H100-80GB", gpus, price, ended - seconds, ended)
+
+
+def test_spend_equals_price_times_gpus_times_run_time() -> None:
+    r = run("ml", 8, 4.25, 5400)
+    assert r.gpu_hours == 12
+    assert r.cost == pytest.approx(51.0)
+
+
+@pytest.mark.parametrize(
+    ("now", "period", "start"),
+    [
+        (86400 * 3 + 5, Period.DAY, 86400 * 3),
+        (86400 * 3 + 5, Period.WEEK, 86400 * 4 - 7 * 86400),  # 1970-01-04 (Sun) -> Mon 1969-12-29
+        (86400 * 4 + 5, Period.WEEK, 86400 * 4),  # 1970-01-05 was a Monday
+        (86400 * 40, Period.MONTH, 86400 * 31),  # 1970-02-10 -> 1970-02-01
+        (1_709_251_200.0 - 1, Period.MONTH, 1_706_745_600.0),  # 2024-02-29 23:59:59 -> 2024-02-01
+        (1_709_251_200.0, Period.MONTH, 1_709_251_200.0),  # 2024-03-01 00:00 is a period start
+    ],
+)
+def test_period_start(now: float, period: Period, start: float) -> None:
+    assert period_start(now, period) == start
+
+
+def test_budget_left_counts_period_spend_and_running_commitments() -> None:
+    runs = [run("ml", 8, 4.0, 3600), run("ml", 8, 4.0, 3600, ended=NOW - 2 * 86400), run("cv", 1, 2.0, 1800)]
+    spend = spend_by_tenant(runs, {"ml": Budget(200.0, Period.DAY)}, NOW, committed={"ml": 100.0})
+    assert spend["ml"].spent == pytest.approx(32.0)  # the run two days ago is in an earlier period
+    assert budget_left(spend, "ml") == pytest.approx(68.0)
+    assert not spend["ml"].over
+    assert budget_left(spend, "cv") is None  # no budget: not limited
+    assert spend["cv"].spent == pytest.approx(1.0)
+
+
+def test_over_budget() -> None:
+    spend = spend_by_tenant([run("ml", 8, 10.0, 3600)], {"ml": Budget(50.0)}, NOW)
+    assert spend["ml"].over
+    assert spend["ml"].left == pytest.approx(-30.0)

@@ -1,0 +1,115 @@
+"""Predicted on-prem wait (broker.wait_prediction): run-time estimates and the queue replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.model import (
+    ClusterSummary,
+    JobRecord,
+    JobRequest,
+    JobState,
+    Placement,
+    ProductCapacity,
+    Tier,
+)
+from broker.wait_prediction import MIN_SAMPLES, RunTimeModel, median, predict_queue, shape_key
+
+NOW = 1_800_000_000.0
+H100 = "H100-80GB"
+
+
+def pool(cluster: str, allocatable: int, free: int, tier: Tier = Tier.ONPREM) -> ClusterSummary:
+    cap = ProductCapacity(H100, 81920, allocatable, allocatable, allocatable - free, free, (0, free))
+    return ClusterSummary(cluster, tier=tier, products=(cap,))
+
+
+def queued(job_id: str, gpus: int, tenant: str = "ml", duration: float | None = None) -> JobRecord:
+    req = JobRequest(name=job_id, tenant=tenant, gpus_per_pod=gpus, duration_seconds=duration)
+    return JobRecord(id=job_id, request=req, created_at=NOW)
+
+
+def running(job_id: str, cluster: str, gpus: int, started: float, duration: float) -> JobRecord:
+    req = JobRequest(name=job_id, gpus_per_pod=gpus, duration_seconds=duration)
+    where = Placement(cluster, H100, "nvidia.com/gpu", gpus, 1, 0)
+    return JobRecord(
+        id=job_id, request=req, state=JobState.RUNNING, cluster=cluster, placement=where, updated_at=started
+    )
+
+
+@pytest.mark.parametrize(
+    ("samples", "duration", "seconds", "basis"),
+    [
+        ({"ml/H100-80GB/8x1": [600, 660, 7200_00]}, None, 660, "median of 3 runs of ml/H100-80GB/8x1"),
+        ({"ml/H100-80GB/8x1": [600, 660]}, 900, 900, "the job's durationSeconds"),
+        ({"*/H100-80GB/8x1": [100, 200, 300, 400]}, None, 250, "median of 4 runs of */H100-80GB/8x1"),
+        ({}, None, 3600, "default 3600 s (no runs of this shape yet)"),
+    ],
+    ids=["own-median-ignores-outlier", "too-few-samples-declared", "any-tenant", "default"],
+)
+def test_expected_run_time(
+    samples: dict[str, list[float]], duration: float | None, seconds: float, basis: str
+) -> None:
+    est = RunTimeModel(samples).expected(
+        JobRequest(name="j", tenant="ml", gpus_per_pod=8, duration_seconds=duration), H100
+    )
+    assert (est.seconds, est.basis) == (seconds, basis)
+    assert MIN_SAMPLES == 3
+
+
+def test_median_and_shape_key() -> None:
+    assert median([5, 1, 3]) == 3
+    assert median([4, 1, 3, 2]) == 2.5
+    assert shape_key(JobRequest(name="j", tenant="t", gpus_per_pod=2, pods=4), H100) == "t/H100-80GB/2x4"
+
+
+def test_fits_now_waits_zero() -> None:
+    p = predict_queue([queued("a", 4)], [], [pool("op", 8, 4)], RunTimeModel(), NOW)["a"]
+    assert (p.cluster, p.wait_seconds, p.ahead) == ("op", 0.0, 0)
+
+
+def test_waits_for_running_job_to_end() -> None:
+    busy = running("r", "op", 8, started=NOW - 600, duration=1800)
+    p = predict_queue([queued("a", 8)], [busy], [pool("op", 8, 0)], RunTimeModel(), NOW)["a"]
+    assert p.wait_seconds == 1200
+    assert "20 min on op" in p.explain
+
+
+def test_queue_ahead_runs_first_and_pools_share_it() -> None:
+    # Two pools of 8, both full until +600 (op-a) and +1200 (op-b); two 8-GPU jobs ahead of ours.
+    fleet = [pool("op-a", 8, 0), pool("op-b", 8, 0)]
+    active = [running("r1", "op-a", 8, NOW - 600, 1200), running("r2", "op-b", 8, NOW, 1200)]
+    order = [queued("q1", 8, duration=3000), queued("q2", 8, duration=3000), queued("me", 8)]
+    got = predict_queue(order, active, fleet, RunTimeModel(), NOW)
+    assert (got["q1"].cluster, got["q1"].wait_seconds) == ("op-a", 600)
+    assert (got["q2"].cluster, got["q2"].wait_seconds) == ("op-b", 1200)
+    assert (got["me"].cluster, got["me"].wait_seconds, got["me"].ahead) == ("op-a", 3600, 2)
+
+
+def test_overrunning_job_gets_a_tenth_more() -> None:
+    late = running("r", "op", 8, started=NOW - 5000, duration=1000)
+    p = predict_queue([queued("a", 8)], [late], [pool("op", 8, 0)], RunTimeModel(), NOW)["a"]
+    assert p.wait_seconds == pytest.approx(100)
+
+
+def test_cloud_is_not_an_on_prem_pool_and_too_big_never_starts() -> None:
+    got = predict_queue(
+        [queued("big", 16)], [], [pool("op", 8, 8), pool("cloud", 64, 64, Tier.CLOUD)], RunTimeModel(), NOW
+    )
+    assert got["big"].start_at is None
+    assert "never" in got["big"].explain
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "left"),
+    [
+        (0, 1200),  # the median of all its shape's runs
+        (700, 1300),  # it outlived the short ones: the median of the runs longer than 700 s, less 700
+        (5000, 3000),  # past the long ones too: the median of the one longer run, less 5000
+        (9000, 120),  # longer than every run seen: 10% of the median more
+    ],
+)
+def test_a_running_jobs_time_left_grows_with_what_it_has_run(elapsed: float, left: float) -> None:
+    model = RunTimeModel({"ml/H100-80GB/8x1": [300, 500, 600, 1800, 2000, 8000]})
+    req = JobRequest(name="r", tenant="ml", gpus_per_pod=8)
+    assert model.remaining(req, H100, elapsed) == pytest.approx(left)
