@@ -27,7 +27,7 @@ from pydantic import (
 
 from broker import auth, queueing, safe_yaml
 from broker.errors import ConfigError
-from broker.model import ClusterTraits, Tier
+from broker.model import TENANT_PLACEHOLDER, ClusterTraits, Tier
 from broker.placement import PlacementPolicy
 from broker.plugins import registry
 
@@ -40,6 +40,23 @@ class _Strict(BaseModel):
 
 class KueueConfig(_Strict):
     local_queue: str = Field(alias="localQueue", min_length=1)
+    # The ClusterQueue a LocalQueue the broker creates in a tenant namespace points at (default: the
+    # LocalQueue's name).
+    cluster_queue: str | None = Field(default=None, alias="clusterQueue", min_length=1)
+
+
+def _check_tenant_namespace(pattern: str | None) -> str | None:
+    """A namespace pattern names the tenant once and makes a DNS label of any tenant name."""
+    if pattern is None:
+        return None
+    if pattern.count(TENANT_PLACEHOLDER) != 1:
+        raise ValueError(f"{pattern!r}: a tenant namespace pattern holds {TENANT_PLACEHOLDER} exactly once")
+    if not re.match(_DNS_LABEL, pattern.replace(TENANT_PLACEHOLDER, "t")) or len(pattern) > 40:
+        raise ValueError(
+            f"{pattern!r}: with the tenant in place it must be a DNS label (a-z, 0-9, '-'); "
+            "keep it under 40 characters so a 23-character tenant still fits in 63"
+        )
+    return pattern
 
 
 class SchedulersConfig(_Strict):
@@ -64,6 +81,14 @@ class ClusterConfig(_Strict):
     # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
     # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
     gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    # Tenant namespaces (docs/tenancy.md): unset here, settings.tenantNamespace / createNamespaces apply.
+    tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
+    create_namespaces: bool | None = Field(default=None, alias="createNamespaces")
+
+    @field_validator("tenant_namespace")
+    @classmethod
+    def _tenant_namespace(cls, v: str | None) -> str | None:
+        return _check_tenant_namespace(v)
 
     @field_validator("price_per_gpu_hour")
     @classmethod
@@ -86,6 +111,9 @@ class ClusterConfig(_Strict):
             spot=self.spot,
             namespace=self.namespace,
             dra=self.gpu_allocation == "dra",
+            tenant_namespace=self.tenant_namespace,
+            create_namespaces=bool(self.create_namespaces),
+            kueue_cluster_queue=(self.kueue.cluster_queue or self.kueue.local_queue) if self.kueue else None,
         )
 
 
@@ -223,6 +251,16 @@ class Settings(_Strict):
     # its fair-share weight and quotas.
     priority_classes: dict[str, int] = Field(default_factory=dict, alias="priorityClasses")
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    # Tenancy in the member clusters (docs/tenancy.md): each tenant's jobs run in this namespace of every
+    # cluster ("gpufed-{tenant}"; a cluster's own tenantNamespace overrides it); unset: the cluster's
+    # `namespace` for everyone. With createNamespaces the broker creates a missing one on first use.
+    tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
+    create_namespaces: bool = Field(default=False, alias="createNamespaces")
+
+    @field_validator("tenant_namespace")
+    @classmethod
+    def _tenant_namespace(cls, v: str | None) -> str | None:
+        return _check_tenant_namespace(v)
 
     @field_validator("tenants")
     @classmethod
@@ -334,7 +372,17 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
             raise ConfigError(f"{where}: name: duplicate cluster name")
         seen.add(c.name)
         path = c.kubeconfig if c.kubeconfig.is_absolute() else (base_dir / c.kubeconfig)
-        resolved.append(c.model_copy(update={"kubeconfig": path.resolve()}))
+        resolved.append(
+            c.model_copy(
+                update={
+                    "kubeconfig": path.resolve(),
+                    "tenant_namespace": c.tenant_namespace or cfg.settings.tenant_namespace,
+                    "create_namespaces": (
+                        cfg.settings.create_namespaces if c.create_namespaces is None else c.create_namespaces
+                    ),
+                }
+            )
+        )
     update: dict[str, Any] = {"clusters": resolved}
     if cfg.auth is not None:
         tokens = cfg.auth.tokens_file

@@ -132,6 +132,7 @@ class BrokerService:
         self._settling: dict[tuple[str, int], tuple[str, int]] = {}
         self._settling_lock = threading.Lock()
         self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
+        self._tenants_seen: set[str] = set()  # tenants of jobs seen queued or placed (the sweep's namespaces)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -235,7 +236,7 @@ class BrokerService:
 
     def _delete_workload(self, cluster: str, name: str, record: JobRecord) -> None:
         """Remove a Job the broker no longer wants; a failure is logged and recorded, never raised."""
-        namespace = self.traits[cluster].namespace if cluster in self.traits else "default"
+        namespace = self._namespace(cluster, record.request.tenant)
         try:
             self.gateway.delete_workload(cluster, namespace, name)
         except ClusterError as exc:
@@ -287,6 +288,7 @@ class BrokerService:
         # list_jobs reads the index, then each record: a record may have moved on in between (another
         # placer placed it), and deciding it again would re-reserve it at a newer attempt.
         queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        self._tenants_seen.update(r.request.tenant for r in queued)
         waiting = {r.id for r in queued}
         self._parked = {j: fp for j, fp in self._parked.items() if j in waiting}
         self._no_fit = {j: g for j, g in self._no_fit.items() if j in waiting}
@@ -628,6 +630,7 @@ class BrokerService:
         by_cluster: dict[str, list[JobRecord]] = {}
         skip = self._unavailable_clusters() | self._fenced
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+            self._tenants_seen.add(record.request.tenant)
             if record.cluster and record.cluster not in skip:
                 by_cluster.setdefault(record.cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
@@ -657,7 +660,7 @@ class BrokerService:
     def _sync_job(self, record: JobRecord) -> JobRecord | None:
         if not record.cluster or not record.workload_name:
             return None
-        namespace = self.traits[record.cluster].namespace if record.cluster in self.traits else "default"
+        namespace = self._namespace(record.cluster, record.request.tenant)
         try:
             status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
         except ClusterError as exc:
@@ -736,7 +739,11 @@ class BrokerService:
         deleted: list[str] = []
         traits = self.traits[cluster]
         try:
-            refs = self.gateway.list_workloads(cluster, traits.namespace)  # before the records
+            refs = [  # before the records; every namespace a tenant's Jobs may be in
+                ref
+                for namespace in traits.namespaces_for(self._tenants_known())
+                for ref in self.gateway.list_workloads(cluster, namespace)
+            ]
         except ClusterError as exc:
             if raise_errors:
                 raise
@@ -770,6 +777,16 @@ class BrokerService:
         return deleted
 
     # ------------------------------------------------------------------ helpers
+
+    def _namespace(self, cluster: str, tenant: str) -> str:
+        """The namespace a tenant's Jobs are in on a cluster (its tenant namespace, docs/tenancy.md)."""
+        traits = self.traits.get(cluster)
+        return traits.namespace_for(tenant) if traits is not None else "default"
+
+    def _tenants_known(self) -> set[str]:
+        """The tenants whose namespaces the sweep lists: configured ones and those seen in the queue or
+        running since this service started."""
+        return set(self.settings.queue_policy().tenants) | self._tenants_seen
 
     def _unavailable_clusters(self) -> set[str]:
         """Clusters whose pollers report them unreachable or forbidden, or that went silent: calls to
