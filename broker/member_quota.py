@@ -15,6 +15,7 @@ Owns, purely (no I/O):
                          requests.<r>, limits.<r>, bare cpu/memory, pods, count/pods, count/jobs.batch)
     quota_refusal        the first quota of the namespace that cannot take that usage, as a person reads
                          it: "quota gpufed-ml: nvidia.com/gpu 14/16, job needs 4"
+    charge               a placement assumed into a summary's namespace quota (until the cluster counts it)
 
 The broker's pod has one container, so per-Pod and per-Container figures coincide. Quota scopes
 (scopeSelector, PriorityClass scopes) are not modelled: every quota is taken to cover every pod.
@@ -23,14 +24,16 @@ The broker's pod has one container, so per-Pod and per-Container figures coincid
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from broker.model import JobRequest, LimitRangeItem, MemberNamespace, QuotaStatus
+from broker.model import ClusterSummary, JobRequest, LimitRangeItem, MemberNamespace, QuotaStatus
 from broker.quantity import QuantityError, parse_quantity, to_int, to_millis
 
 __all__ = [
     "Resources",
     "apply_limit_ranges",
+    "charge",
     "container_resources",
     "effective_pod",
     "limit_range_refusal",
@@ -295,3 +298,16 @@ def quota_refusal(
                 f"job needs {_show(res, need)}"
             )
     return None
+
+
+def charge(summary: ClusterSummary, namespace: str, usage: Mapping[str, int]) -> ClusterSummary:
+    """The summary with `usage` added to what the namespace's quotas have used: a placement assumed into
+    the snapshot (like a reservation) until the member cluster's quota status counts its pods."""
+    found = summary.namespace(namespace)
+    if found is None or not found.quotas:
+        return summary
+    quotas = tuple(
+        replace(q, used={k: q.used.get(k, 0) + usage.get(k, 0) for k in q.hard}) for q in found.quotas
+    )
+    namespaces = tuple(replace(n, quotas=quotas) if n.name == namespace else n for n in summary.namespaces)
+    return replace(summary, namespaces=namespaces)

@@ -33,7 +33,17 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
+from broker import (
+    catalog,
+    failover,
+    faults,
+    hints,
+    lifecycle,
+    member_quota,
+    placement,
+    queueing,
+    telemetry,
+)
 from broker.batch_placement import BatchPlacer
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
@@ -132,6 +142,8 @@ class BrokerService:
         self._settling: dict[tuple[str, int], tuple[str, int]] = {}
         self._settling_lock = threading.Lock()
         self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
+        # job id -> (cluster, tenant namespace, quota usage) of placements not yet counted by the cluster
+        self._quota_charges: dict[str, tuple[str, str, Mapping[str, int]]] = {}
         self._tenants_seen: set[str] = set()  # tenants of jobs seen queued or placed (the sweep's namespaces)
 
     # ------------------------------------------------------------------ submit / read / cancel
@@ -279,6 +291,9 @@ class BrokerService:
         with self._pending_lock:
             pending, self._pending_traits = self._pending_traits, None
         if pending is not None:
+            if pending != self.traits:  # verdicts read traits too (namespaces, Kueue): decide afresh
+                self._parked.clear()
+                self._no_fit.clear()
             self.traits = pending
             self.cache.set_clusters(pending)
 
@@ -297,7 +312,7 @@ class BrokerService:
         now = self.clock.now()
         self.cache.refresh()
         fleet = self.cache.fingerprint()
-        offered = [s for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        offered = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
         for s in offered:
             if s.heartbeat:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
@@ -395,6 +410,7 @@ class BrokerService:
                 faults.point("reserved")
                 recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
                 self.cache.assume(reservation, result.ledger)
+                self._charge_quota(record, decision)
                 self._assume_into(placer, decision.cluster, now)
                 placed = self._commit(record, decision, now)
                 if placed is not None:
@@ -411,7 +427,39 @@ class BrokerService:
     def _assume_into(self, placer: BatchPlacer, cluster: str, now: float) -> None:
         fresh = self.cache.placeable(cluster, now)
         if fresh is not None:
-            placer.update(fresh)
+            placer.update(self._charged(fresh))
+
+    def _charge_quota(self, record: JobRecord, where: Placement) -> None:
+        """Assume a placement into its tenant namespace's quota (the namespace-quota filter reads it)
+        while its reservation lives: the member cluster's quota status counts the pods only once they
+        exist, and a second job must not be placed on the same room meanwhile."""
+        summary = self.cache.placeable(where.cluster, self.clock.now())
+        traits = self.traits.get(where.cluster)
+        if summary is None or traits is None:
+            return
+        namespace = traits.namespace_for(record.request.tenant)
+        found = summary.namespace(namespace)
+        if found is None or not found.quotas:
+            return
+        requests, limits = member_quota.effective_pod(
+            record.request, where.resource_name, where.units_per_pod, found, traits.dra
+        )
+        usage = member_quota.quota_usage(requests, limits, where.pods)
+        self._quota_charges[record.id] = (where.cluster, namespace, usage)
+
+    def _charged(self, summary: ClusterSummary) -> ClusterSummary:
+        """The summary with the quota charges of its live reservations; a charge whose reservation is
+        gone (the pods are counted by the cluster now, or the placement failed) is dropped."""
+        state = self.cache.state(summary.cluster)
+        live = {r.job_id for r in state.reservations} if state is not None else set()
+        for job_id, (cluster, namespace, usage) in list(self._quota_charges.items()):
+            if cluster != summary.cluster:
+                continue
+            if job_id not in live:
+                del self._quota_charges[job_id]
+                continue
+            summary = member_quota.charge(summary, namespace, usage)
+        return summary
 
     def _not_placed(
         self, record: JobRecord, decision: NoFit, now: float, recorder: telemetry.PhaseRecorder
