@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from broker import auth, queueing, safe_yaml
+from broker import auth, preemption, queueing, safe_yaml
 from broker.errors import ConfigError
 from broker.model import TENANT_PLACEHOLDER, ClusterTraits, Tier
 from broker.placement import PlacementPolicy
@@ -219,6 +219,24 @@ class TenantConfig(_Strict):
         return v
 
 
+class PreemptionConfig(_Strict):
+    """settings.preemption: jobs of these priority classes that fit nowhere may evict lower-priority
+    running jobs (docs/tenancy.md), at most so many per tenant and fleet-wide per window."""
+
+    priority_classes: list[str] = Field(default_factory=list, alias="priorityClasses")
+    max_per_tenant: int = Field(default=4, alias="maxPerTenant", ge=0, le=10_000)
+    max_global: int = Field(default=10, alias="maxGlobal", ge=0, le=100_000)
+    window_seconds: float = Field(default=600.0, alias="windowSeconds", gt=0, le=86_400)
+
+    def policy(self) -> preemption.PreemptionPolicy:
+        return preemption.PreemptionPolicy(
+            classes=frozenset(self.priority_classes),
+            max_per_tenant=self.max_per_tenant,
+            max_global=self.max_global,
+            window_seconds=self.window_seconds,
+        )
+
+
 class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
@@ -256,6 +274,7 @@ class Settings(_Strict):
     # `namespace` for everyone. With createNamespaces the broker creates a missing one on first use.
     tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
     create_namespaces: bool = Field(default=False, alias="createNamespaces")
+    preemption: PreemptionConfig | None = None
 
     @field_validator("tenant_namespace")
     @classmethod
@@ -278,6 +297,17 @@ class Settings(_Strict):
                 for n, t in self.tenants.items()
             },
         )
+
+    @model_validator(mode="after")
+    def _preempting_classes_are_declared(self) -> Settings:
+        if self.preemption is not None:
+            for i, name in enumerate(self.preemption.priority_classes):
+                if name not in self.priority_classes:
+                    raise ValueError(
+                        f"preemption.priorityClasses[{i}]: {name!r} is not in priorityClasses "
+                        f"(declared: {', '.join(sorted(self.priority_classes)) or 'none'})"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _renew_inside_the_lease(self) -> Settings:

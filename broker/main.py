@@ -106,6 +106,7 @@ def build_service(
             cluster_lost_seconds=settings.cluster_lost_seconds,
             federation=settings.redis_prefix,
             queue=settings.queue_policy(),
+            preemption=settings.preemption.policy() if settings.preemption else None,
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
     )

@@ -41,6 +41,7 @@ from broker import (
     lifecycle,
     member_quota,
     placement,
+    preemption,
     queueing,
     telemetry,
 )
@@ -63,6 +64,7 @@ from broker.model import (
     Reservation,
 )
 from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
+from broker.vocabulary import GPU
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ _RESERVE_ATTEMPTS = 3
 # A job that could not fit is looked at again when the cache changed, or after this long regardless
 # (reservations expire without any write).
 _NOFIT_RECHECK_SECONDS = 5.0
+# A preemptor does not preempt again this soon: its victims' pods are on their way out.
+_PREEMPT_SETTLE_SECONDS = 30.0
 # The queue view (positions and why) is computed again at most this often.
 _QUEUE_VIEW_TTL_SECONDS = 1.0
 # The product names the fleet shows, for submit's validation: read again at most this often.
@@ -95,6 +99,8 @@ class ServiceSettings:
     cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
     federation: str | None = None  # the store prefix, written on every Job (broker.recovery adopts by it)
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
+    # who may preempt lower priorities, and the storm limits (broker.preemption); None: nobody preempts
+    preemption: preemption.PreemptionPolicy | None = None
 
     def queue_policy(self) -> queueing.QueuePolicy:
         """The global queue's policy (`queue`, else just `priorities`)."""
@@ -144,6 +150,8 @@ class BrokerService:
         self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
         # job id -> (cluster, tenant namespace, quota usage) of placements not yet counted by the cluster
         self._quota_charges: dict[str, tuple[str, str, Mapping[str, int]]] = {}
+        self._preempted_for: dict[str, float] = {}  # preemptor job id -> when its victims were evicted
+        self._preemptions: list[tuple[float, str, int]] = []  # (when, tenant, victims): the storm limits
         self._tenants_seen: set[str] = set()  # tenants of jobs seen queued or placed (the sweep's namespaces)
 
     # ------------------------------------------------------------------ submit / read / cancel
@@ -468,14 +476,83 @@ class BrokerService:
             self._parked[record.id] = self.cache.fingerprint()
         else:
             self._no_fit[record.id] = (self.cache.generation, now)
-        if record.reason != decision.message:
+        held = self._maybe_preempt(record, decision, now)  # a storm limit's words join the diagnosis
+        decision_message = decision.message if held is None else f"{decision.message} {held}"
+        if record.reason != decision_message:
             if not record.reason.startswith("0/"):  # it just became unplaceable, not a retry
                 telemetry.unplaceable.inc()
-            recorder.emit(record.trace_parent, "unplaceable", **{"gpufed.reason": decision.message})
+            recorder.emit(record.trace_parent, "unplaceable", **{"gpufed.reason": decision_message})
             try:
-                return self._save(replace(record, reason=decision.message, updated_at=now))
+                return self._save(replace(record, reason=decision_message, updated_at=now))
             except Conflict:
                 return None  # another placer moved it meanwhile
+        return None
+
+    def _maybe_preempt(self, record: JobRecord, decision: NoFit, now: float) -> str | None:
+        """A job of a preempting priority class that fits nowhere evicts the cheapest lower-priority
+        running jobs of one cluster (broker.preemption); the victims go back to the queue under their
+        failover policy and the job is placed by the next passes, first by its priority. Returns the
+        storm limit's words when a limit holds the preemption back, else None."""
+        policy = self.settings.preemption
+        if policy is None or decision.never_fits or not policy.may_preempt(record.request):
+            return None
+        since = self._preempted_for.get(record.id)
+        if since is not None and now - since < _PREEMPT_SETTLE_SECONDS:
+            return None  # its victims are still on their way out
+        queue = self.settings.queue_policy()
+        priority = queue.priority(record.request)
+        running = [r for r in self.store.list_jobs([JobState.RUNNING]) if r.state is JobState.RUNNING]
+        victims = [
+            preemption.Victim(
+                r.id,
+                r.request.tenant,
+                r.cluster,
+                r.placement.product,
+                r.placement.total_units,
+                queue.priority(r.request),
+                r.updated_at,
+            )
+            for r in running
+            if r.cluster and r.placement is not None and r.placement.resource_name == GPU
+        ]
+        summaries = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        capacity, _ = queueing.fleet_capacity(summaries)
+        held: dict[str, int] = {}
+        for v in victims:
+            held[v.tenant] = held.get(v.tenant, 0) + v.gpus
+        present = set(held) | {record.request.tenant}
+        shares = preemption.fair_shares(held, {t: queue.weight(t) for t in present}, capacity.get("*", 0))
+        over = frozenset(t for t, (share, fair) in shares.items() if share > fair)
+        choice = preemption.choose(record.request, priority, summaries, victims, over, now)
+        if isinstance(choice, str):
+            return None
+        refused = preemption.storm_refusal(
+            record.request.tenant, len(choice.victims), self._preemptions, policy, now
+        )
+        if refused is not None:
+            return refused
+        self._preemptions = [p for p in self._preemptions if now - p[0] < policy.window_seconds]
+        self._preemptions.append((now, record.request.tenant, len(choice.victims)))
+        self._preempted_for[record.id] = now
+        why = (
+            f"preempted by {record.id} (priority {priority}) to free {choice.freed} {choice.product} "
+            f"on {choice.cluster}"
+        )
+        by_id = {r.id: r for r in running}
+        for v in choice.victims:
+            victim = by_id[v.job_id]
+            name = victim.workload_name
+            if self._fail_over(victim, why) is not None and name:
+                self.dispatcher.submit(
+                    choice.cluster, functools.partial(self._delete_workload, choice.cluster, name, victim)
+                )
+        self._event(
+            record,
+            f"preempting {len(choice.victims)} job(s) on {choice.cluster} to free {choice.freed} "
+            f"{choice.product} ({choice.gpu_hours_lost:.1f} GPU-hours lost): "
+            + ", ".join(v.job_id for v in choice.victims),
+        )
+        log.info("%s preempted %s on %s", record.id, [v.job_id for v in choice.victims], choice.cluster)
         return None
 
     def _reserve(self, record: JobRecord, where: Placement, now: float) -> tuple[Reservation, ReserveResult]:
