@@ -22,7 +22,7 @@ from adapters.kube_gateway import KubeGateway
 from adapters.kube_informer import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import member_quota
+from broker import member_quota, schemas
 from broker.model import ClusterTraits, JobRequest, JobState
 from broker.service import BrokerService
 from kubesim.fleet import synthetic_fleet
@@ -179,6 +179,8 @@ def test_a_tenant_at_its_namespace_quota_runs_on_another_cluster_with_limitrange
         placed.request, where.resource_name, where.units_per_pod, summary.namespace(NS)
     )
     assert limits["cpu"] == 2000 and requests["cpu"] == 1000  # its own request kept, no defaultRequest
+    shown = {n["name"]: n for n in schemas.summary_view(summary, summary.heartbeat)["namespaces"]}
+    assert shown[NS]["limits"][0]["default"] == {"cpu": 2000}  # as GET /v1/fleet shows it
 
 
 def test_a_job_the_quota_would_refuse_is_never_created(sim: Simulation, broker: Broker) -> None:
