@@ -3,10 +3,12 @@ the Namespace and LocalQueue created on first use, and the RBAC `gpufed rbac` pr
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from broker import member_quota
 from broker.config import parse_fleet_config
@@ -148,3 +150,37 @@ def test_the_effective_pod_of_a_namespace_without_limits_is_level_2s_container()
     assert member_quota.effective_pod(job, "nvidia.com/gpu", 2, None) == member_quota.container_resources(
         job, "nvidia.com/gpu", 2
     )
+
+
+def test_gpufed_rbac_prints_a_role_per_tenant_namespace_from_the_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "clusters.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": "east", "kubeconfig": "east.kubeconfig"}],
+                "settings": {"tenantNamespace": "gpufed-{tenant}", "tenants": {"ml": {}, "cv": {}}},
+            }
+        )
+    )
+    gpufed = REPO / ".venv" / "bin" / "gpufed"
+    out = subprocess.run(
+        [str(gpufed), "rbac", "--cluster", "east", "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    roles = [d["metadata"]["namespace"] for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Role"]
+    assert sorted(roles) == ["default", "gpufed-cv", "gpufed-ml"]
+    named = subprocess.run(
+        [str(gpufed), "rbac", "--cluster", "east", "-c", str(cfg), "--tenant", "vision"],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=60,
+    )
+    roles = [
+        d["metadata"]["namespace"] for d in yaml.safe_load_all(named.stdout) if d and d["kind"] == "Role"
+    ]
+    assert roles == ["default", "gpufed-vision"]
