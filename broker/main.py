@@ -200,6 +200,8 @@ def start_cluster_profiles(
             labels=dict(member.labels),
             namespace=cpc.member_namespace,
             dra=cpc.gpu_allocation == "dra",
+            tenant_namespace=cfg.settings.tenant_namespace,  # the fleet's tenancy (docs/tenancy.md)
+            create_namespaces=cfg.settings.create_namespaces,
         )
         # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
         gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), cpc.member_namespace)
