@@ -530,7 +530,9 @@ class BrokerService:
             record.request.tenant, len(choice.victims), self._preemptions, policy, now
         )
         if refused is not None:
+            telemetry.preemptions_held.inc()
             return refused
+        telemetry.preemptions.labels(choice.cluster).inc(len(choice.victims))
         self._preemptions = [p for p in self._preemptions if now - p[0] < policy.window_seconds]
         self._preemptions.append((now, record.request.tenant, len(choice.victims)))
         self._preempted_for[record.id] = now

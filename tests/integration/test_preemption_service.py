@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.redis_store import RedisStateStore
-from broker import queueing
+from broker import queueing, telemetry
 from broker.hints import workload_name
 from broker.model import (
     ClusterSummary,
@@ -118,6 +118,13 @@ def test_a_production_job_preempts_the_cheapest_victim_which_requeues_and_the_st
     store.put_summary(h100(0))  # the cluster now counts both jobs' pods
     clock.t += HOUR
 
+    def metric(name: str, **labels: str) -> float:
+        return telemetry.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    evicted, held_back = (
+        metric("gpufed_preemptions_total", cluster="onprem-b"),
+        metric("gpufed_preemptions_held_total"),
+    )
     urgent = service.submit(JobRequest("urgent", tenant="ml", gpus_per_pod=8, priority_class="production"))[0]
     service.schedule_once()
     victim = service.get(young)
@@ -144,6 +151,9 @@ def test_a_production_job_preempts_the_cheapest_victim_which_requeues_and_the_st
         "preemption held back: tenant ml preempted 1 job(s) in the last 600 s (limit 1), this needs 1 more"
         in (held.reason)
     )
+
+    assert metric("gpufed_preemptions_total", cluster="onprem-b") == evicted + 1
+    assert metric("gpufed_preemptions_held_total") >= held_back + 1
 
     # the victim's GPUs come free: the urgent job goes first (its priority), the victim waits its turn
     store.put_summary(h100(8))
