@@ -787,7 +787,7 @@ def rbac(
 
     ns = namespace
     tenant_namespaces: list[str] = []
-    create = False
+    create = follow_all = False
     if config is not None:
         try:
             cfg = load_fleet_config(config, check_kubeconfigs=False)
@@ -802,6 +802,7 @@ def rbac(
         ns = ns or traits.namespace
         tenant_namespaces = [traits.namespace_for(t) for t in (tenant or cfg.settings.tenants)]
         create = traits.create_namespaces
+        follow_all = traits.tenant_namespace is not None
     elif tenant:
         raise CliError("--tenant: needs --config (the tenant namespace pattern is there)", EXIT_USAGE)
     try:
@@ -812,6 +813,7 @@ def rbac(
             service_account_namespace,
             tenant_namespaces=tenant_namespaces,
             create_namespaces=create,
+            follow_all_namespaces=follow_all,
         )
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None

@@ -92,7 +92,8 @@ def build_service(
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = gateway or WatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
-        {c.name: c.namespace for c in cfg.clusters},
+        # tenant namespaces (docs/tenancy.md): the broker's Jobs followed in every namespace
+        {c.name: "" if c.tenant_namespace else c.namespace for c in cfg.clusters},
     )
     policy = settings.placement_policy()
     service = BrokerService(
@@ -204,7 +205,8 @@ def start_cluster_profiles(
             create_namespaces=cfg.settings.create_namespaces,
         )
         # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
-        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), cpc.member_namespace)
+        followed = "" if cfg.settings.tenant_namespace else cpc.member_namespace  # "": every namespace
+        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), followed)
         pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
         members[member.name] = traits
         for service in services:  # the leader's (its next pass places on it) and the API's

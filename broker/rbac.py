@@ -14,7 +14,8 @@ that `gpufed rbac --cluster NAME` prints for an operator to apply in that member
                         nodes; pods in every namespace (a node's allocated GPUs are the requests of all
                         pods bound to it, whoever runs them); noderesourcetopologies; Kueue clusterqueues and
                         localqueues; resource.k8s.io resourceslices and resourceclaims (DRA GPUs);
-                        namespaces, resourcequotas and limitranges (tenant namespaces' quotas and limits)
+                        namespaces, resourcequotas and limitranges (tenant namespaces' quotas and limits);
+                        with a tenant namespace pattern, batch jobs too (the broker's Jobs, one watch)
     Role + RoleBinding  the same, in each existing tenant namespace (`tenant_namespaces`)
     ClusterRole + ClusterRoleBinding `<sa>-tenant-jobs`, only with `create_namespaces`: create namespaces
                         and Kueue localqueues, and the job rules in every namespace (tenant namespaces
@@ -30,7 +31,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CLUSTER_RULES", "CREATE_NAMESPACE_RULES", "NAMESPACE_RULES", "member_rbac"]
+__all__ = ["CLUSTER_RULES", "CREATE_NAMESPACE_RULES", "FOLLOW_JOBS_RULES", "NAMESPACE_RULES", "member_rbac"]
 
 Obj = dict[str, Any]
 
@@ -58,6 +59,9 @@ CLUSTER_RULES: tuple[Obj, ...] = (
     {"apiGroups": [""], "resources": ["namespaces", "resourcequotas", "limitranges"], "verbs": READ},
 )
 
+# Tenant namespaces: the broker's Jobs are followed by one watch over every namespace.
+FOLLOW_JOBS_RULES: tuple[Obj, ...] = ({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ},)
+
 # createNamespaces: the broker creates a tenant's namespace and LocalQueue on first use, and runs Jobs in
 # namespaces that do not exist yet, so the job rules are granted cluster-wide (a ClusterRole bound by a
 # ClusterRoleBinding) instead of a Role per namespace.
@@ -82,12 +86,15 @@ def member_rbac(
     service_account_namespace: str = "gpufed-system",
     tenant_namespaces: Sequence[str] = (),
     create_namespaces: bool = False,
+    follow_all_namespaces: bool = False,
 ) -> list[Obj]:
     """The manifests, in apply order. Bad names raise ValueError naming the field.
 
     `tenant_namespaces` (existing namespaces of tenants, docs/tenancy.md) get the same Role and
     RoleBinding as `namespace`. With `create_namespaces` the job rules and the right to create
-    namespaces and LocalQueues are one more ClusterRole, bound cluster-wide."""
+    namespaces and LocalQueues are one more ClusterRole, bound cluster-wide. With
+    `follow_all_namespaces` (a tenant namespace pattern) the observer also lists and watches Jobs in
+    every namespace: the broker follows its Jobs by one cluster-wide watch."""
     _check("cluster", cluster, _DNS_SUBDOMAIN, "cluster name (DNS subdomain)")
     _check("namespace", namespace, _DNS_LABEL, "namespace (DNS label)")
     _check("serviceAccount", service_account, _DNS_SUBDOMAIN, "ServiceAccount name")
@@ -147,7 +154,9 @@ def member_rbac(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": meta(cluster_role),
-            "rules": [dict(r) for r in CLUSTER_RULES],
+            "rules": [
+                dict(r) for r in (*CLUSTER_RULES, *(FOLLOW_JOBS_RULES if follow_all_namespaces else ()))
+            ],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from adapters.kube_gateway import KubeGateway
+from adapters.job_informer import WatchingGateway
 from adapters.kube_informer import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
@@ -76,7 +76,11 @@ class Broker:
         }
         for w in self.watchers.values():
             w.start()
-        self.gateway = KubeGateway.from_kubeconfigs({c: (sim.kubeconfig_path(c), None) for c in CLUSTERS})
+        # the broker's Jobs followed by one watch over every namespace (tenant namespaces)
+        self.gateway = WatchingGateway.watching(
+            {c: (sim.kubeconfig_path(c), None) for c in CLUSTERS}, dict.fromkeys(CLUSTERS, "")
+        )
+        self.gateway.start()
         self.service = BrokerService(self.store, self.gateway, SystemClock(), TRAITS)
 
     def publish(self) -> None:
@@ -106,7 +110,17 @@ def kubectl(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Kubect
     run("sim-000", "create", "quota", "gpu", "-n", NS, "--hard=requests.nvidia.com/gpu=6")
     # something of the tenant's already holds 4 of its 6 GPUs there
     overrides = '{"spec": {"containers": [{"name": "held", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}'
-    run("sim-000", "run", "held", "-n", NS, "--image=busybox", "--restart=Never", f"--overrides={overrides}")
+    run(  # running for the whole module (kubesim's kubelet ends a pod after its simulated duration)
+        "sim-000",
+        "run",
+        "held",
+        "-n",
+        NS,
+        "--image=busybox",
+        "--restart=Never",
+        "--annotations=sim.gpufed.io/duration-seconds=10000000",
+        f"--overrides={overrides}",
+    )
     run("sim-001", "apply", "-f", "-", stdin=LIMITS)
     return run
 
@@ -169,6 +183,12 @@ def test_a_tenant_at_its_namespace_quota_runs_on_another_cluster_with_limitrange
     )
     admitted = pod.spec.containers[0].resources  # type: ignore[attr-defined]
     assert admitted.limits["cpu"] == "2"  # LimitRanger's default, set by the member cluster
+    wait_for(
+        lambda: broker.gateway.synced("sim-001"), timeout=30, what="the Jobs of every namespace followed"
+    )
+    before = broker.gateway.served_from_cache
+    broker.service.sync_status()
+    assert broker.gateway.served_from_cache > before  # the tenant namespace's Job read from the watch
 
     # the broker's view of the pod's requests and limits has the same default
     summary = broker.store.get_summary("sim-001")

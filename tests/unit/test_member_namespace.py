@@ -184,3 +184,13 @@ def test_gpufed_rbac_prints_a_role_per_tenant_namespace_from_the_config(tmp_path
         d["metadata"]["namespace"] for d in yaml.safe_load_all(named.stdout) if d and d["kind"] == "Role"
     ]
     assert roles == ["default", "gpufed-vision"]
+
+
+def test_rbac_lets_the_broker_follow_its_jobs_in_every_namespace_only_with_a_pattern() -> None:
+    def observer(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return next(d for d in docs if d["kind"] == "ClusterRole")["rules"]  # type: ignore[no-any-return]
+
+    assert not _allows(observer(member_rbac("east")), "batch", "jobs", "watch")
+    rules = observer(member_rbac("east", follow_all_namespaces=True))
+    assert _allows(rules, "batch", "jobs", "watch") and _allows(rules, "batch", "jobs", "list")
+    assert not _allows(rules, "batch", "jobs", "create")
