@@ -268,7 +268,12 @@ def running_broker(
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
     recovery = StoreRecovery(
-        leader_store, gateway, leader_service.clock, lambda: leader_service.traits, settings.redis_prefix
+        leader_store,
+        gateway,
+        leader_service.clock,
+        lambda: leader_service.traits,
+        settings.redis_prefix,
+        tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
     )
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(

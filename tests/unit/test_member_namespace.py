@@ -14,8 +14,9 @@ from broker import member_quota
 from broker.config import parse_fleet_config
 from broker.errors import ConfigError
 from broker.hints import build_workload
-from broker.model import ClusterTraits, JobRequest, Placement
+from broker.model import ClusterTraits, JobRequest, Placement, WorkloadRef
 from broker.rbac import member_rbac
+from broker.recovery import StoreRecovery
 
 REPO = Path(__file__).resolve().parents[2]
 PLACED = Placement("east", "H100-80GB", "nvidia.com/gpu", 2, 1, 80)
@@ -194,3 +195,23 @@ def test_rbac_lets_the_broker_follow_its_jobs_in_every_namespace_only_with_a_pat
     rules = observer(member_rbac("east", follow_all_namespaces=True))
     assert _allows(rules, "batch", "jobs", "watch") and _allows(rules, "batch", "jobs", "list")
     assert not _allows(rules, "batch", "jobs", "create")
+
+
+class _ListingGateway:
+    """Answers list_workloads with one Job per namespace and remembers which namespaces were listed."""
+
+    def __init__(self) -> None:
+        self.listed: list[str] = []
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        self.listed.append(namespace)
+        return [WorkloadRef(f"gf-{namespace}-1", namespace, f"j-{namespace}", 1)]
+
+
+def test_rebuilding_job_records_lists_every_tenant_namespace() -> None:
+    gateway = _ListingGateway()
+    traits = ClusterTraits("east", tenant_namespace="gpufed-{tenant}")
+    recovery = StoreRecovery(None, gateway, None, {"east": traits}, "gpufed", tenants=["ml", "cv"])  # type: ignore[arg-type]
+    refs = recovery._list_all("east", traits)
+    assert gateway.listed == ["default", "gpufed-cv", "gpufed-ml"]
+    assert refs is not None and {r.namespace for r in refs} == {"default", "gpufed-cv", "gpufed-ml"}
