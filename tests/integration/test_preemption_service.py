@@ -65,7 +65,7 @@ class RunningGateway:
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
         with self._lock:
             up = name in self.live
-        return WorkloadStatus(name=name, namespace=namespace, exists=up, active=1, ready=1)
+        return WorkloadStatus(name=name, namespace=namespace, exists=up, active=8, ready=8)  # all pods
 
     def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         return []
@@ -161,3 +161,28 @@ def test_a_production_job_preempts_the_cheapest_victim_which_requeues_and_the_st
     service.schedule_once()
     assert service.get(urgent.id).state is JobState.PLACED
     assert service.get(young).state is JobState.QUEUED
+
+
+def test_a_victim_whose_failover_policy_is_never_fails_with_the_reason(store: RedisStateStore) -> None:
+    clock, gateway = ManualClock(), RunningGateway()
+    settings = ServiceSettings(
+        queue=queueing.QueuePolicy(priorities={"production": 100000, "batch": 0}),
+        preemption=PreemptionPolicy(frozenset({"production"})),
+    )
+    service = BrokerService(store, gateway, clock, {"onprem-b": ClusterTraits("onprem-b")}, settings=settings)
+    store.put_summary(h100(16))
+    request = JobRequest(
+        "fill", tenant="cv", gpus_per_pod=8, pods=2, priority_class="batch", failover=FailoverPolicy.NEVER
+    )
+    fill = service.submit(request)[0].id
+    service.schedule_once()
+    service.sync_status()
+    store.put_summary(h100(0))
+    clock.t += 60
+    urgent = service.submit(JobRequest("urgent", tenant="ml", gpus_per_pod=8, priority_class="production"))[0]
+    service.schedule_once()
+    victim = service.get(fill)
+    assert victim.state is JobState.FAILED
+    assert victim.reason == (
+        f"preempted by {urgent.id} (priority 100000) to free 16 H100-80GB on onprem-b (failover: never)"
+    )
