@@ -1,7 +1,8 @@
 """Follow the broker's Jobs in member clusters by watch, not by a GET per job per pass.
 
 Owns the read side of the broker's Jobs:
-    JobCache          one cluster's namespace: {Job name: (WorkloadStatus, WorkloadRef)} for the batch/v1
+    JobCache          one cluster's namespace (or all of them, where tenants have namespaces of their own):
+                      {Job name: (WorkloadStatus, WorkloadRef)} for the batch/v1
                       Jobs labelled gpufed.io/job-id, fed by an adapters.kube_informer.Informer (paginated
                       list, watch from its resourceVersion with bookmarks, relist on 410, jittered backoff
                       on errors); synced once listed and while its watch is healthy
@@ -51,13 +52,14 @@ log = logging.getLogger(__name__)
 JOB_WATCH = WatchSettings(watch_timeout_s=60, read_slack_s=15.0)
 
 
+ALL_NAMESPACES = ""  # a JobCache of every namespace (tenant namespaces, docs/tenancy.md)
+
+
 def jobs_resource(namespace: str) -> Resource:
-    """The broker's Jobs in one namespace: the label selector is existence of gpufed.io/job-id."""
-    return Resource(
-        "jobs",
-        (object_path("batch/v1", "Job", namespace),),
-        selector=(("labelSelector", JOB_ID_LABEL),),
-    )
+    """The broker's Jobs in one namespace (or in all, ALL_NAMESPACES): the label selector is existence of
+    gpufed.io/job-id."""
+    path = "/apis/batch/v1/jobs" if namespace == ALL_NAMESPACES else object_path("batch/v1", "Job", namespace)
+    return Resource("jobs", (path,), selector=(("labelSelector", JOB_ID_LABEL),))
 
 
 @dataclass(frozen=True)
@@ -89,15 +91,25 @@ class JobCache:
         """Listed, and the watch has not failed since: the cache can answer for the cluster."""
         return self._state == SYNCED
 
-    def get(self, name: str) -> WorkloadStatus | None:
-        """The Job's status, or None when the cache holds no such Job."""
+    def covers(self, namespace: str) -> bool:
+        return self.namespace in (ALL_NAMESPACES, namespace)
+
+    def get(self, name: str, namespace: str | None = None) -> WorkloadStatus | None:
+        """The Job's status (in `namespace`, when given), or None when the cache holds no such Job.
+        Names are unique in a cluster (job id and attempt), so a cache of all namespaces keys by name."""
         with self._lock:
             entry = self._jobs.get(name)
-        return entry.status if entry is not None else None
+        if entry is None or (namespace is not None and entry.status.namespace != namespace):
+            return None
+        return entry.status
 
-    def refs(self) -> list[WorkloadRef]:
+    def refs(self, namespace: str | None = None) -> list[WorkloadRef]:
         with self._lock:
-            return [e.ref for e in self._jobs.values() if e.ref is not None]
+            return [
+                e.ref
+                for e in self._jobs.values()
+                if e.ref is not None and (namespace is None or e.ref.namespace == namespace)
+            ]
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -108,7 +120,8 @@ class JobCache:
         name = (job.get("metadata") or {}).get("name")
         if not isinstance(name, str) or not name:
             return None  # an unnamed object can't be tracked (the API server never sends one)
-        return name, _Entry(workload_status(job, name, self.namespace), workload_ref(job, self.namespace))
+        namespace = self.namespace or str((job.get("metadata") or {}).get("namespace") or "")
+        return name, _Entry(workload_status(job, name, namespace), workload_ref(job, namespace))
 
     def replace(self, resource: str, items: list[Obj], rv: str) -> None:
         entries = dict(e for e in map(self._entry, items) if e is not None)
@@ -252,14 +265,14 @@ class WatchingGateway(KubeGateway):
 
     def _cache(self, cluster: str, namespace: str) -> JobCache | None:
         cache = self.follower.caches.get(cluster)
-        if cache is None or not cache.synced or cache.namespace != namespace:
+        if cache is None or not cache.synced or not cache.covers(namespace):
             return None
         return cache
 
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
         cache = self._cache(cluster, namespace)
         if cache is not None:
-            status = cache.get(name)
+            status = cache.get(name, namespace)
             if status is not None:
                 self.served_from_cache += 1
                 return status
@@ -269,5 +282,5 @@ class WatchingGateway(KubeGateway):
     def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         cache = self._cache(cluster, namespace)
         if cache is not None:
-            return cache.refs()
+            return cache.refs(namespace)
         return super().list_workloads(cluster, namespace)

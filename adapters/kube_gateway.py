@@ -1,8 +1,9 @@
 """The ClusterGateway on Kubernetes: create, delete and read the broker's Jobs in member clusters.
 
 Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
-    create_workload   companions first (e.g. a scheduling.x-k8s.io PodGroup), then the batch/v1 Job;
-                      409 AlreadyExists is success, so a retried create is harmless
+    create_workload   companions first (the tenant's Namespace and LocalQueue when the broker may create
+                      them, asked for once per process; a scheduling.x-k8s.io PodGroup), then the
+                      batch/v1 Job; 409 AlreadyExists is success, so a retried create is harmless
     delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup
                       and ResourceClaimTemplate (DRA);
                       404 is success
@@ -51,6 +52,14 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     path = f"{base}/namespaces/{quote(namespace, safe='')}/{plural}"
     return path if name is None else f"{path}/{quote(name, safe='')}"
+
+
+_ENSURED_KINDS = ("Namespace", "LocalQueue")
+
+
+def _ensured_key(cluster: str, obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (cluster, str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name")))
 
 
 def _retrying() -> Retrying:
@@ -137,6 +146,10 @@ class KubeGateway:
 
     def __init__(self, clusters: Mapping[str, KubeRest]) -> None:
         self._clusters = dict(clusters)
+        # (cluster, kind, namespace, name) of the tenant Namespaces and LocalQueues created or found:
+        # they are sent with every Job, but asked for once per broker process (forgotten when a Job
+        # create finds its namespace gone).
+        self._ensured: set[tuple[str, str, str, str]] = set()
 
     @classmethod
     def from_kubeconfigs(cls, kubeconfigs: Mapping[str, tuple[Path | str, str | None]]) -> KubeGateway:
@@ -163,7 +176,10 @@ class KubeGateway:
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not (isinstance(api_version, str) and isinstance(kind, str) and meta.get("name")):
             raise ClusterRejected(rest.cluster, "manifest: apiVersion, kind and metadata.name are required")
-        path = object_path(api_version, kind, str(meta.get("namespace") or "default"))
+        if kind == "Namespace":  # cluster-scoped
+            path = "/api/v1/namespaces"
+        else:
+            path = object_path(api_version, kind, str(meta.get("namespace") or "default"))
         try:
             for attempt in _retrying():
                 with attempt:
@@ -180,8 +196,21 @@ class KubeGateway:
     ) -> None:
         rest = self._rest(cluster)
         for obj in companions:
-            self._create(rest, obj)
-        self._create(rest, job)
+            if obj.get("kind") in _ENSURED_KINDS:
+                key = _ensured_key(cluster, obj)
+                if key in self._ensured:
+                    continue
+                self._create(rest, obj)
+                self._ensured.add(key)
+            else:
+                self._create(rest, obj)
+        try:
+            self._create(rest, job)
+        except ClusterRejected as exc:
+            if isinstance(exc.__cause__, ApiStatus) and exc.__cause__.code == 404:
+                # the namespace went away since it was created: create it again next time
+                self._ensured = {k for k in self._ensured if k[0] != cluster}
+            raise
         templates = [c for c in companions if c.get("kind") == "ResourceClaimTemplate"]
         if templates:
             self._own_by_job(rest, job, templates)

@@ -2,7 +2,8 @@
 
 Owns the watch protocol and the per-cluster state the broker keeps between events:
     Informer        one resource of one cluster (nodes, pods, noderesourcetopologies, Kueue clusterqueues,
-                    DRA resourceslices and resourceclaims):
+                    DRA resourceslices and resourceclaims; namespaces, resourcequotas and limitranges for
+                    the tenant namespaces' quotas and limits, summary.namespaces):
                     a paginated list, then a watch from the list's resourceVersion with bookmarks, server
                     timeoutSeconds and a client read timeout; relist on 410 Gone; lists retry transient
                     failures (a reset connection, 5xx, 429) with tenacity's jittered backoff, and a watch
@@ -35,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import re
 import sys
 import threading
 import time
@@ -46,7 +48,7 @@ from typing import Any, Protocol
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, Obj, is_transient
-from broker import capacity, dra
+from broker import capacity, dra, member_quota
 from broker.capacity_index import CapacityIndex
 from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
 from broker.health import (
@@ -58,7 +60,15 @@ from broker.health import (
     Transition,
     http_cause,
 )
-from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health, QueueHeadroom
+from broker.model import (
+    TENANT_PLACEHOLDER,
+    ClusterSnapshot,
+    ClusterSummary,
+    ClusterTraits,
+    Health,
+    MemberNamespace,
+    QueueHeadroom,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +100,20 @@ CLUSTER_QUEUES = Resource(
 # DRA (resource.k8s.io/v1): GPUs published by the NVIDIA DRA driver, and the claims that hold them.
 RESOURCE_SLICES = Resource("resourceslices", ("/apis/resource.k8s.io/v1/resourceslices",), optional=True)
 RESOURCE_CLAIMS = Resource("resourceclaims", ("/apis/resource.k8s.io/v1/resourceclaims",), optional=True)
-ALL_RESOURCES = (NODES, PODS, NODE_TOPOLOGIES, CLUSTER_QUEUES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+# Tenancy (docs/tenancy.md): which namespaces exist, and their quotas and limits (broker.member_quota).
+NAMESPACES = Resource("namespaces", ("/api/v1/namespaces",), optional=True)
+RESOURCE_QUOTAS = Resource("resourcequotas", ("/api/v1/resourcequotas",), optional=True)
+LIMIT_RANGES = Resource("limitranges", ("/api/v1/limitranges",), optional=True)
+TENANCY_RESOURCES = (NAMESPACES, RESOURCE_QUOTAS, LIMIT_RANGES)
+ALL_RESOURCES = (
+    NODES,
+    PODS,
+    NODE_TOPOLOGIES,
+    CLUSTER_QUEUES,
+    RESOURCE_SLICES,
+    RESOURCE_CLAIMS,
+    *TENANCY_RESOURCES,
+)
 
 
 @dataclass(frozen=True)
@@ -288,6 +311,21 @@ class Informer:
             rv = self._rv = new_rv
         self.sink.report(self.resource.name, SYNCED, call=False)
         return rv
+
+
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name')}"
+
+
+def tenant_namespace_matcher(traits: ClusterTraits) -> Callable[[str], bool]:
+    """Whether a namespace is one of the cluster's tenant namespaces (or its own `namespace`)."""
+    pattern = traits.tenant_namespace
+    if pattern is None:
+        return lambda name: name == traits.namespace
+    head, _, tail = pattern.partition(TENANT_PLACEHOLDER)
+    regex = re.compile(re.escape(head) + r"[a-z0-9]([-a-z0-9]*[a-z0-9])?" + re.escape(tail))
+    return lambda name: name == traits.namespace or regex.fullmatch(name) is not None
 
 
 def _is_reset(e: BaseException) -> bool:
@@ -490,6 +528,10 @@ class ClusterWatcher:
         self._nrts: dict[str, Obj] = {}
         self._cqs: dict[str, Obj] = {}
         self._dra = DraState()
+        # namespaces, resourcequotas, limitranges: "namespace/name" -> object (tenancy)
+        self._tenancy: dict[str, dict[str, Obj]] = {r.name: {} for r in TENANCY_RESOURCES}
+        self._tenancy_dirty = False
+        self._tenancy_cache: tuple[str | None, str, tuple[MemberNamespace, ...]] | None = None
         self._index = CapacityIndex(cluster, spot=spot)
         self._bad: dict[str, str] = {}
         self._queues: tuple[QueueHeadroom, ...] = ()
@@ -557,6 +599,9 @@ class ClusterWatcher:
                 self._queues_dirty = True
             elif resource in ("resourceslices", "resourceclaims"):
                 self._dirty.update(self._dra.replace(resource, items))
+            elif resource in self._tenancy:
+                self._tenancy[resource] = {_key(o): o for o in items}
+                self._tenancy_changed()
             self._observed(rv)
         self._wake.set()
 
@@ -582,6 +627,12 @@ class ClusterWatcher:
                 self._queues_dirty = True
             elif resource in ("resourceslices", "resourceclaims"):
                 self._dirty.update(self._dra.apply(resource, event_type, obj))
+            elif resource in self._tenancy:
+                if event_type == "DELETED":
+                    self._tenancy[resource].pop(_key(obj), None)
+                else:
+                    self._tenancy[resource][_key(obj)] = obj
+                self._tenancy_changed()
             self._observed(rv)
             self.stats.last_event_at = time.time()
             if self._pending_since is None:
@@ -812,6 +863,33 @@ class ClusterWatcher:
             bad_nodes=self._index.bad_nodes,
         )
 
+    def _tenancy_changed(self) -> None:
+        self._tenancy_dirty = True
+        self._tenancy_cache = None
+
+    def _namespaces(self, traits: ClusterTraits) -> tuple[bool, tuple[MemberNamespace, ...]]:
+        """(observed, the cluster's tenant namespaces with their quotas and limits), under the lock.
+        Observed once the namespaces list answered; parsed again only after a change."""
+        if self._states.get("namespaces") != SYNCED:
+            return False, ()
+        key = (traits.tenant_namespace, traits.namespace)
+        if self._tenancy_cache is not None and self._tenancy_cache[:2] == key:
+            return True, self._tenancy_cache[2]
+        wanted = tenant_namespace_matcher(traits)
+
+        def bad(name: str, why: str) -> None:
+            log.warning("cluster %s: %s skipped: %s", self.cluster, name, why)
+
+        found = member_quota.member_namespaces(
+            self._tenancy["namespaces"].values(),
+            self._tenancy["resourcequotas"].values(),
+            self._tenancy["limitranges"].values(),
+            wanted,
+            bad,
+        )
+        self._tenancy_cache = (*key, found)
+        return True, found
+
     def summary(self, traits: ClusterTraits) -> ClusterSummary:
         """The cluster's ClusterSummary now (health and heartbeat included), from the incremental index:
         O(products x histogram width) plus the NodeFacts of nodes touched since the last refresh.
@@ -820,8 +898,15 @@ class ClusterWatcher:
             self._refresh()
             view = self._view()
             summary = self._index.summary(traits, view.health, view.last_success, self._queues)
+            observed, namespaces = self._namespaces(traits)
         self._announce()
-        return dataclasses.replace(summary, health_reason=view.reason, health_since=view.since)
+        return dataclasses.replace(
+            summary,
+            health_reason=view.reason,
+            health_since=view.since,
+            namespaces=namespaces,
+            namespaces_observed=observed,
+        )
 
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
@@ -839,8 +924,14 @@ class ClusterWatcher:
                 if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
                     continue
                 key = (health, view.reason)
-                if not self._dirty and not self._queues_dirty and key == self._last_health:
+                if (
+                    not self._dirty
+                    and not self._queues_dirty
+                    and not self._tenancy_dirty
+                    and key == self._last_health
+                ):
                     continue
+                self._tenancy_dirty = False
                 if self._on_snapshot is not None:
                     snap: ClusterSnapshot | None = self._snapshot()
                 else:

@@ -139,7 +139,7 @@ def _log_chunks(
     record = service.get(job_id)
     if record.cluster is None:
         raise Conflict(f"job {job_id} is {record.state} and has no pods yet ({record.reason})")
-    namespace = service.traits[record.cluster].namespace
+    namespace = service.traits[record.cluster].namespace_for(record.request.tenant)
     pods = source.job_pods(record.cluster, namespace, job_id, record.attempt)
     if pod is not None:
         if pod not in pods:

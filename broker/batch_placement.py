@@ -38,6 +38,11 @@ def _structure(s: ClusterSummary) -> tuple[object, ...]:
         tuple(sorted((p.product, p.memory_mib, p.allocatable > 0 or p.nodes > 0) for p in s.products)),
         tuple(sorted((m.product, m.profile, m.resource_name) for m in s.mig)),
         tuple(sorted((q.cluster_queue, q.flavor, q.resource, q.nominal) for q in s.queues)),
+        # tenant namespaces: created, their quotas' hard limits and LimitRanges changed (namespace-quota)
+        tuple(
+            (n.name, n.limits, tuple((q.name, tuple(sorted(q.hard.items()))) for q in n.quotas))
+            for n in s.namespaces
+        ),
         tuple(sorted(s.price_per_gpu_hour.items())),
     )
 

@@ -826,12 +826,20 @@ def rbac(
     service_account_namespace: Annotated[
         str, typer.Option(help="namespace of that ServiceAccount")
     ] = "gpufed-system",
+    tenant: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a tenant whose namespace (the config's tenantNamespace) gets the job Role; repeat"
+        ),
+    ] = None,
 ) -> None:
     """Print least-privilege RBAC manifests for a member cluster (apply them there with kubectl)."""
     from broker.config import load_fleet_config
     from broker.rbac import member_rbac
 
     ns = namespace
+    tenant_namespaces: list[str] = []
+    create = follow_all = False
     if config is not None:
         try:
             cfg = load_fleet_config(config, check_kubeconfigs=False)
@@ -842,9 +850,23 @@ def rbac(
             raise CliError(
                 f"--cluster: {cluster!r} is not in {config} (known: {', '.join(sorted(known))})", EXIT_USAGE
             )
-        ns = ns or known[cluster].traits().namespace
+        traits = known[cluster].traits()
+        ns = ns or traits.namespace
+        tenant_namespaces = [traits.namespace_for(t) for t in (tenant or cfg.settings.tenants)]
+        create = traits.create_namespaces
+        follow_all = traits.tenant_namespace is not None
+    elif tenant:
+        raise CliError("--tenant: needs --config (the tenant namespace pattern is there)", EXIT_USAGE)
     try:
-        docs = member_rbac(cluster, ns or "default", service_account, service_account_namespace)
+        docs = member_rbac(
+            cluster,
+            ns or "default",
+            service_account,
+            service_account_namespace,
+            tenant_namespaces=tenant_namespaces,
+            create_namespaces=create,
+            follow_all_namespaces=follow_all,
+        )
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     sys.stdout.write(f"# gpufed member-cluster RBAC for {cluster}: apply in that cluster\n")

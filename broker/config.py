@@ -25,10 +25,10 @@ from pydantic import (
     model_validator,
 )
 
-from broker import auth, queueing, safe_yaml
+from broker import auth, preemption, queueing, safe_yaml
 from broker.burst_config import BurstConfig
 from broker.errors import ConfigError
-from broker.model import ClusterTraits, Tier
+from broker.model import TENANT_PLACEHOLDER, ClusterTraits, Tier
 from broker.placement import PlacementPolicy
 from broker.plugins import registry
 
@@ -41,6 +41,23 @@ class _Strict(BaseModel):
 
 class KueueConfig(_Strict):
     local_queue: str = Field(alias="localQueue", min_length=1)
+    # The ClusterQueue a LocalQueue the broker creates in a tenant namespace points at (default: the
+    # LocalQueue's name).
+    cluster_queue: str | None = Field(default=None, alias="clusterQueue", min_length=1)
+
+
+def _check_tenant_namespace(pattern: str | None) -> str | None:
+    """A namespace pattern names the tenant once and makes a DNS label of any tenant name."""
+    if pattern is None:
+        return None
+    if pattern.count(TENANT_PLACEHOLDER) != 1:
+        raise ValueError(f"{pattern!r}: a tenant namespace pattern holds {TENANT_PLACEHOLDER} exactly once")
+    if not re.match(_DNS_LABEL, pattern.replace(TENANT_PLACEHOLDER, "t")) or len(pattern) > 40:
+        raise ValueError(
+            f"{pattern!r}: with the tenant in place it must be a DNS label (a-z, 0-9, '-'); "
+            "keep it under 40 characters so a 23-character tenant still fits in 63"
+        )
+    return pattern
 
 
 class SchedulersConfig(_Strict):
@@ -65,6 +82,14 @@ class ClusterConfig(_Strict):
     # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
     # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
     gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    # Tenant namespaces (docs/tenancy.md): unset here, settings.tenantNamespace / createNamespaces apply.
+    tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
+    create_namespaces: bool | None = Field(default=None, alias="createNamespaces")
+
+    @field_validator("tenant_namespace")
+    @classmethod
+    def _tenant_namespace(cls, v: str | None) -> str | None:
+        return _check_tenant_namespace(v)
 
     @field_validator("price_per_gpu_hour")
     @classmethod
@@ -87,6 +112,9 @@ class ClusterConfig(_Strict):
             spot=self.spot,
             namespace=self.namespace,
             dra=self.gpu_allocation == "dra",
+            tenant_namespace=self.tenant_namespace,
+            create_namespaces=bool(self.create_namespaces),
+            kueue_cluster_queue=(self.kueue.cluster_queue or self.kueue.local_queue) if self.kueue else None,
         )
 
 
@@ -192,6 +220,24 @@ class TenantConfig(_Strict):
         return v
 
 
+class PreemptionConfig(_Strict):
+    """settings.preemption: jobs of these priority classes that fit nowhere may evict lower-priority
+    running jobs (docs/tenancy.md), at most so many per tenant and fleet-wide per window."""
+
+    priority_classes: list[str] = Field(default_factory=list, alias="priorityClasses")
+    max_per_tenant: int = Field(default=4, alias="maxPerTenant", ge=0, le=10_000)
+    max_global: int = Field(default=10, alias="maxGlobal", ge=0, le=100_000)
+    window_seconds: float = Field(default=600.0, alias="windowSeconds", gt=0, le=86_400)
+
+    def policy(self) -> preemption.PreemptionPolicy:
+        return preemption.PreemptionPolicy(
+            classes=frozenset(self.priority_classes),
+            max_per_tenant=self.max_per_tenant,
+            max_global=self.max_global,
+            window_seconds=self.window_seconds,
+        )
+
+
 class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
@@ -226,6 +272,17 @@ class Settings(_Strict):
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     # Wait-or-burst, tenant budgets and cloud pools (docs/burst.md).
     burst: BurstConfig = Field(default_factory=BurstConfig)
+    # Tenancy in the member clusters (docs/tenancy.md): each tenant's jobs run in this namespace of every
+    # cluster ("gpufed-{tenant}"; a cluster's own tenantNamespace overrides it); unset: the cluster's
+    # `namespace` for everyone. With createNamespaces the broker creates a missing one on first use.
+    tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
+    create_namespaces: bool = Field(default=False, alias="createNamespaces")
+    preemption: PreemptionConfig | None = None
+
+    @field_validator("tenant_namespace")
+    @classmethod
+    def _tenant_namespace(cls, v: str | None) -> str | None:
+        return _check_tenant_namespace(v)
 
     @field_validator("tenants")
     @classmethod
@@ -243,6 +300,17 @@ class Settings(_Strict):
                 for n, t in self.tenants.items()
             },
         )
+
+    @model_validator(mode="after")
+    def _preempting_classes_are_declared(self) -> Settings:
+        if self.preemption is not None:
+            for i, name in enumerate(self.preemption.priority_classes):
+                if name not in self.priority_classes:
+                    raise ValueError(
+                        f"preemption.priorityClasses[{i}]: {name!r} is not in priorityClasses "
+                        f"(declared: {', '.join(sorted(self.priority_classes)) or 'none'})"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _renew_inside_the_lease(self) -> Settings:
@@ -337,7 +405,17 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
             raise ConfigError(f"{where}: name: duplicate cluster name")
         seen.add(c.name)
         path = c.kubeconfig if c.kubeconfig.is_absolute() else (base_dir / c.kubeconfig)
-        resolved.append(c.model_copy(update={"kubeconfig": path.resolve()}))
+        resolved.append(
+            c.model_copy(
+                update={
+                    "kubeconfig": path.resolve(),
+                    "tenant_namespace": c.tenant_namespace or cfg.settings.tenant_namespace,
+                    "create_namespaces": (
+                        cfg.settings.create_namespaces if c.create_namespaces is None else c.create_namespaces
+                    ),
+                }
+            )
+        )
     update: dict[str, Any] = {"clusters": resolved}
     if cfg.auth is not None:
         tokens = cfg.auth.tokens_file

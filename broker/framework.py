@@ -118,6 +118,10 @@ PLACEMENT_FIELDS: tuple[str, ...] = (
     "allow_burst",
     "max_price_per_gpu_hour",
     "clusters",
+    # the tenant namespace's quota and limits (plugins/namespace_quota.py)
+    "tenant",
+    "cpu_millis_per_pod",
+    "memory_mib_per_pod",
 )
 """The JobRequest fields level 1 reads; plugins read no others (not the name, image, tenant, labels)."""
 

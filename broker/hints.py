@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from broker import catalog, hints_dra
+from broker import catalog, hints_dra, member_namespace
 from broker.model import ClusterTraits, JobRequest, Placement
 from broker.vocabulary import (
     ATTEMPT_LABEL,
@@ -211,7 +211,7 @@ def build_workload(
     """The Job for one attempt of a job in the placement's cluster, with its level-2 hints; `annotations`
     (recovery_annotations) are added to the Job's metadata."""
     name = workload_name(job_id, attempt)
-    namespace = traits.namespace  # the broker's namespace in that cluster (where its LocalQueue lives)
+    namespace = traits.namespace_for(job.tenant)  # the tenant's namespace there (where its LocalQueue lives)
     ids = {JOB_ID_LABEL: _label_value(job_id), ATTEMPT_LABEL: str(attempt)}
     job_labels = {**{k: v for k, v in job.labels.items()}, **ids}
     pod_labels = dict(job_labels)
@@ -318,4 +318,6 @@ def build_workload(
         )
     if dra is not None:
         companions = (hints_dra.claim_template(name, namespace, ids, dra), *companions)
+    # first: the tenant's namespace (and LocalQueue), when the broker may create them
+    companions = (*member_namespace.namespace_objects(traits, job.tenant), *companions)
     return WorkloadManifests(job=manifest, companions=companions)

@@ -94,7 +94,8 @@ def build_service(
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = gateway or WatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
-        {c.name: c.namespace for c in cfg.clusters},
+        # tenant namespaces (docs/tenancy.md): the broker's Jobs followed in every namespace
+        {c.name: "" if c.tenant_namespace else c.namespace for c in cfg.clusters},
     )
     policy = settings.placement_policy()
     service = BrokerService(
@@ -108,6 +109,7 @@ def build_service(
             cluster_lost_seconds=settings.cluster_lost_seconds,
             federation=settings.redis_prefix,
             queue=settings.queue_policy(),
+            preemption=settings.preemption.policy() if settings.preemption else None,
         ),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
         burst=BurstGate(RedisBurstLedger(store.client, store.prefix), settings.burst.settings()),
@@ -202,9 +204,12 @@ def start_cluster_profiles(
             labels=dict(member.labels),
             namespace=cpc.member_namespace,
             dra=cpc.gpu_allocation == "dra",
+            tenant_namespace=cfg.settings.tenant_namespace,  # the fleet's tenancy (docs/tenancy.md)
+            create_namespaces=cfg.settings.create_namespaces,
         )
         # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
-        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), cpc.member_namespace)
+        followed = "" if cfg.settings.tenant_namespace else cpc.member_namespace  # "": every namespace
+        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), followed)
         pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
         members[member.name] = traits
         for service in services:  # the leader's (its next pass places on it) and the API's
@@ -266,7 +271,12 @@ def running_broker(
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
     recovery = StoreRecovery(
-        leader_store, gateway, leader_service.clock, lambda: leader_service.traits, settings.redis_prefix
+        leader_store,
+        gateway,
+        leader_service.clock,
+        lambda: leader_service.traits,
+        settings.redis_prefix,
+        tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
     )
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(

@@ -6,6 +6,7 @@ epoch seconds handed in by callers), no parsing of Kubernetes objects (that is c
     NodeFacts        one node as level 1/2 need it (GPU product, whole GPUs, MIG slices, NUMA zones, taints)
     ClusterSnapshot  all NodeFacts of one cluster at one moment, plus its Kueue queues
     ClusterSummary   the O(products) aggregate level 1 reads: histograms instead of nodes
+    MemberNamespace  a tenant namespace in a member cluster: its ResourceQuotas and LimitRanges
     ClusterTraits    what the operator declared about a cluster (tier, region, price, schedulers, Kueue)
     JobRequest       what a user asked for
     Placement        level-1 decision: a cluster and the resource to ask it for
@@ -17,13 +18,15 @@ epoch seconds handed in by callers), no parsing of Kubernetes objects (that is c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Any
 
 from broker.vocabulary import mig_resource
+
+TENANT_PLACEHOLDER = "{tenant}"  # in ClusterTraits.tenant_namespace
 
 
 class MigStrategy(StrEnum):
@@ -259,6 +262,38 @@ class MigCapacity:
 
 
 @dataclass(frozen=True)
+class QuotaStatus:
+    """One ResourceQuota of a member namespace: spec.hard and status.used, in the broker's units (cpu in
+    millicores, memory in bytes, devices and object counts whole), keyed as the quota keys them
+    ("requests.nvidia.com/gpu", "limits.cpu", "cpu", "count/jobs.batch", "pods")."""
+
+    name: str
+    hard: Mapping[str, int] = field(default_factory=dict)
+    used: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LimitRangeItem:
+    """One item of a LimitRange (type Container or Pod), in the broker's units (as QuotaStatus)."""
+
+    type: str
+    default: Mapping[str, int] = field(default_factory=dict)  # default limits
+    default_request: Mapping[str, int] = field(default_factory=dict)
+    min: Mapping[str, int] = field(default_factory=dict)
+    max: Mapping[str, int] = field(default_factory=dict)
+    max_limit_request_ratio: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemberNamespace:
+    """A tenant namespace of a member cluster as the pollers saw it: its quotas and limits."""
+
+    name: str
+    quotas: tuple[QuotaStatus, ...] = ()
+    limits: tuple[LimitRangeItem, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClusterSummary:
     """What level 1 reads about a cluster: aggregates, health and the operator's declared traits."""
 
@@ -279,6 +314,13 @@ class ClusterSummary:
     nodes_ready: int = 0
     bad_nodes: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The tenant namespaces that exist (with their ResourceQuotas and LimitRanges), when the pollers
+    # watch them (namespaces_observed); a namespace not listed then does not exist.
+    namespaces: tuple[MemberNamespace, ...] = ()
+    namespaces_observed: bool = False
+
+    def namespace(self, name: str) -> MemberNamespace | None:
+        return next((n for n in self.namespaces if n.name == name), None)
 
     def product(self, name: str) -> ProductCapacity | None:
         return next((p for p in self.products if p.product == name), None)
@@ -306,6 +348,23 @@ class ClusterTraits:
     spot: bool = False
     namespace: str = "default"
     dra: bool = False  # whole-GPU pods ask through a ResourceClaimTemplate (DRA) instead of nvidia.com/gpu
+    # Tenancy in the member cluster (docs/tenancy.md): a tenant's jobs run in this pattern's namespace
+    # ("gpufed-{tenant}"); None: every tenant's in `namespace`. The broker creates a missing one (and its
+    # Kueue LocalQueue, pointing at `kueue_cluster_queue`) only with create_namespaces.
+    tenant_namespace: str | None = None
+    create_namespaces: bool = False
+    kueue_cluster_queue: str | None = None
+
+    def namespace_for(self, tenant: str) -> str:
+        """The namespace a tenant's jobs run in on this cluster."""
+        if self.tenant_namespace is None:
+            return self.namespace
+        return self.tenant_namespace.replace(TENANT_PLACEHOLDER, tenant)
+
+    def namespaces_for(self, tenants: Iterable[str]) -> tuple[str, ...]:
+        """Every namespace the broker's Jobs may be in on this cluster for these tenants (sorted), the
+        cluster's own `namespace` included (jobs placed before a pattern was set live there)."""
+        return tuple(sorted({self.namespace, *(self.namespace_for(t) for t in tenants)}))
 
 
 # --------------------------------------------------------------------------- jobs

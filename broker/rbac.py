@@ -13,18 +13,25 @@ that `gpufed rbac --cluster NAME` prints for an operator to apply in that member
     ClusterRole + ClusterRoleBinding, read-only, list/watch on what the pollers observe:
                         nodes; pods in every namespace (a node's allocated GPUs are the requests of all
                         pods bound to it, whoever runs them); noderesourcetopologies; Kueue clusterqueues and
-                        localqueues; resource.k8s.io resourceslices and resourceclaims (DRA GPUs)
+                        localqueues; resource.k8s.io resourceslices and resourceclaims (DRA GPUs);
+                        namespaces, resourcequotas and limitranges (tenant namespaces' quotas and limits);
+                        with a tenant namespace pattern, batch jobs too (the broker's Jobs, one watch)
+    Role + RoleBinding  the same, in each existing tenant namespace (`tenant_namespaces`)
+    ClusterRole + ClusterRoleBinding `<sa>-tenant-jobs`, only with `create_namespaces`: create namespaces
+                        and Kueue localqueues, and the job rules in every namespace (tenant namespaces
+                        the broker creates later)
 
 Every rule names its verbs and resources; there are no wildcards, no secrets, no write outside the
-namespace. Pure: no I/O.
+job namespaces (unless createNamespaces asks for it). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["CLUSTER_RULES", "NAMESPACE_RULES", "member_rbac"]
+__all__ = ["CLUSTER_RULES", "CREATE_NAMESPACE_RULES", "FOLLOW_JOBS_RULES", "NAMESPACE_RULES", "member_rbac"]
 
 Obj = dict[str, Any]
 
@@ -48,6 +55,19 @@ CLUSTER_RULES: tuple[Obj, ...] = (
     {"apiGroups": ["topology.node.k8s.io"], "resources": ["noderesourcetopologies"], "verbs": READ},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues", "localqueues"], "verbs": READ},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices", "resourceclaims"], "verbs": READ},
+    # tenant namespaces: which exist, their quotas and limits (the namespace-quota filter)
+    {"apiGroups": [""], "resources": ["namespaces", "resourcequotas", "limitranges"], "verbs": READ},
+)
+
+# Tenant namespaces: the broker's Jobs are followed by one watch over every namespace.
+FOLLOW_JOBS_RULES: tuple[Obj, ...] = ({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ},)
+
+# createNamespaces: the broker creates a tenant's namespace and LocalQueue on first use, and runs Jobs in
+# namespaces that do not exist yet, so the job rules are granted cluster-wide (a ClusterRole bound by a
+# ClusterRoleBinding) instead of a Role per namespace.
+CREATE_NAMESPACE_RULES: tuple[Obj, ...] = (
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["create"]},
 )
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -64,12 +84,23 @@ def member_rbac(
     namespace: str = "default",
     service_account: str = "gpufed-broker",
     service_account_namespace: str = "gpufed-system",
+    tenant_namespaces: Sequence[str] = (),
+    create_namespaces: bool = False,
+    follow_all_namespaces: bool = False,
 ) -> list[Obj]:
-    """The manifests, in apply order. Bad names raise ValueError naming the field."""
+    """The manifests, in apply order. Bad names raise ValueError naming the field.
+
+    `tenant_namespaces` (existing namespaces of tenants, docs/tenancy.md) get the same Role and
+    RoleBinding as `namespace`. With `create_namespaces` the job rules and the right to create
+    namespaces and LocalQueues are one more ClusterRole, bound cluster-wide. With
+    `follow_all_namespaces` (a tenant namespace pattern) the observer also lists and watches Jobs in
+    every namespace: the broker follows its Jobs by one cluster-wide watch."""
     _check("cluster", cluster, _DNS_SUBDOMAIN, "cluster name (DNS subdomain)")
     _check("namespace", namespace, _DNS_LABEL, "namespace (DNS label)")
     _check("serviceAccount", service_account, _DNS_SUBDOMAIN, "ServiceAccount name")
     _check("serviceAccountNamespace", service_account_namespace, _DNS_LABEL, "namespace (DNS label)")
+    for i, ns in enumerate(tenant_namespaces):
+        _check(f"tenantNamespaces[{i}]", ns, _DNS_LABEL, "namespace (DNS label)")
     labels = {"app.kubernetes.io/name": "gpufed", "app.kubernetes.io/component": "member-rbac"}
     annotations = {"gpufed.io/member-cluster": cluster}
     role = f"{service_account}-jobs"
@@ -82,7 +113,8 @@ def member_rbac(
             m["namespace"] = ns
         return m
 
-    return [
+    job_namespaces = list(dict.fromkeys([namespace, *tenant_namespaces]))
+    docs: list[Obj] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(service_account_namespace)},
         {
             "apiVersion": "v1",
@@ -99,24 +131,32 @@ def member_rbac(
                 "annotations": {**annotations, "kubernetes.io/service-account.name": service_account},
             },
         },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta(role, namespace),
-            "rules": [dict(r) for r in NAMESPACE_RULES],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta(role, namespace),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-            "subjects": [dict(subject)],
-        },
+        *(
+            doc
+            for ns in job_namespaces
+            for doc in (
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": meta(role, ns),
+                    "rules": [dict(r) for r in NAMESPACE_RULES],
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": meta(role, ns),
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                    "subjects": [dict(subject)],
+                },
+            )
+        ),
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": meta(cluster_role),
-            "rules": [dict(r) for r in CLUSTER_RULES],
+            "rules": [
+                dict(r) for r in (*CLUSTER_RULES, *(FOLLOW_JOBS_RULES if follow_all_namespaces else ()))
+            ],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -126,3 +166,25 @@ def member_rbac(
             "subjects": [dict(subject)],
         },
     ]
+    if create_namespaces:
+        tenants_role = f"{service_account}-tenant-jobs"
+        docs += [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": meta(tenants_role),
+                "rules": [dict(r) for r in (*CREATE_NAMESPACE_RULES, *NAMESPACE_RULES)],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": meta(tenants_role),
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": tenants_role,
+                },
+                "subjects": [dict(subject)],
+            },
+        ]
+    return docs

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -139,13 +139,16 @@ class StoreRecovery:
         clock: Clock,
         traits: Mapping[str, ClusterTraits] | Callable[[], Mapping[str, ClusterTraits]],
         federation: str,
+        tenants: Iterable[str] = (),
     ) -> None:
-        """`traits`: the member clusters, or a callable returning them now (they change at run time)."""
+        """`traits`: the member clusters, or a callable returning them now (they change at run time).
+        `tenants`: the configured tenants, whose namespaces are listed too (tenant namespaces)."""
         self._store = store
         self._gateway = gateway
         self._clock = clock
         self._members = traits if callable(traits) else (lambda fixed=dict(traits): fixed)
         self._federation = federation
+        self._tenants = tuple(tenants)
         self._run_id: str | None = None
         self._queued_seen: set[str] | None = None
         self._pending: set[str] = set()
@@ -202,7 +205,7 @@ class StoreRecovery:
         pending = sorted(c for c in self._pending if c in members)
         self._pending &= set(pending)
         with ThreadPoolExecutor(max(1, min(_LIST_WORKERS, len(pending)))) as pool:
-            listed = list(pool.map(lambda c: self._list(c, members[c].namespace), pending))
+            listed = list(pool.map(lambda c: self._list_all(c, members[c]), pending))
         for cluster, refs in zip(pending, listed, strict=True):
             if refs is None:
                 continue  # logged; listed again next pass
@@ -232,6 +235,16 @@ class StoreRecovery:
                 recovered_jobs.inc(len(ours))
                 log.warning("rebuilt %d more job record(s) from %s, which answers again", len(ours), cluster)
         return restored
+
+    def _list_all(self, cluster: str, traits: ClusterTraits) -> list[WorkloadRef] | None:
+        """The broker's Jobs in every namespace of the cluster its tenants use; None when one fails."""
+        refs: list[WorkloadRef] = []
+        for namespace in traits.namespaces_for(self._tenants):
+            got = self._list(cluster, namespace)
+            if got is None:
+                return None
+            refs.extend(got)
+        return refs
 
     def _list(self, cluster: str, namespace: str) -> list[WorkloadRef] | None:
         try:

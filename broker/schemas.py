@@ -335,6 +335,25 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
             }
             for q in s.queues
         ],
+        # tenant namespaces (docs/tenancy.md): quotas and limits, cpu in millicores, memory in bytes
+        "namespaces": [
+            {
+                "name": n.name,
+                "quotas": [{"name": q.name, "hard": dict(q.hard), "used": dict(q.used)} for q in n.quotas],
+                "limits": [
+                    {
+                        "type": i.type,
+                        "default": dict(i.default),
+                        "defaultRequest": dict(i.default_request),
+                        "min": dict(i.min),
+                        "max": dict(i.max),
+                        "maxLimitRequestRatio": dict(i.max_limit_request_ratio),
+                    }
+                    for i in n.limits
+                ],
+            }
+            for n in s.namespaces
+        ],
     }
 
 

@@ -33,7 +33,18 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from broker import catalog, failover, faults, hints, lifecycle, placement, queueing, telemetry
+from broker import (
+    catalog,
+    failover,
+    faults,
+    hints,
+    lifecycle,
+    member_quota,
+    placement,
+    preemption,
+    queueing,
+    telemetry,
+)
 from broker.batch_placement import BatchPlacer
 from broker.burst_gate import BurstGate
 from broker.dispatch import Dispatcher, InlineDispatcher
@@ -55,6 +66,7 @@ from broker.model import (
 )
 from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
 from broker.spend import TenantSpend
+from broker.vocabulary import GPU
 from broker.wait_prediction import Prediction
 
 log = logging.getLogger(__name__)
@@ -71,6 +83,8 @@ _RESERVE_ATTEMPTS = 3
 # A job that could not fit is looked at again when the cache changed, or after this long regardless
 # (reservations expire without any write).
 _NOFIT_RECHECK_SECONDS = 5.0
+# A preemptor does not preempt again this soon: its victims' pods are on their way out.
+_PREEMPT_SETTLE_SECONDS = 30.0
 # The queue view (positions and why) is computed again at most this often.
 _QUEUE_VIEW_TTL_SECONDS = 1.0
 # The product names the fleet shows, for submit's validation: read again at most this often.
@@ -88,6 +102,8 @@ class ServiceSettings:
     cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
     federation: str | None = None  # the store prefix, written on every Job (broker.recovery adopts by it)
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
+    # who may preempt lower priorities, and the storm limits (broker.preemption); None: nobody preempts
+    preemption: preemption.PreemptionPolicy | None = None
 
     def queue_policy(self) -> queueing.QueuePolicy:
         """The global queue's policy (`queue`, else just `priorities`)."""
@@ -141,6 +157,11 @@ class BrokerService:
         # Wait-or-burst and spend (docs/burst.md); None: a job that allows burst bursts when nothing fits.
         self.burst = burst
         self._predicted: tuple[dict[str, queueing.Slot], dict[str, Prediction]] | None = None
+        # job id -> (cluster, tenant namespace, quota usage) of placements not yet counted by the cluster
+        self._quota_charges: dict[str, tuple[str, str, Mapping[str, int]]] = {}
+        self._preempted_for: dict[str, float] = {}  # preemptor job id -> when its victims were evicted
+        self._preemptions: list[tuple[float, str, int]] = []  # (when, tenant, victims): the storm limits
+        self._tenants_seen: set[str] = set()  # tenants of jobs seen queued or placed (the sweep's namespaces)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -266,7 +287,7 @@ class BrokerService:
 
     def _delete_workload(self, cluster: str, name: str, record: JobRecord) -> None:
         """Remove a Job the broker no longer wants; a failure is logged and recorded, never raised."""
-        namespace = self.traits[cluster].namespace if cluster in self.traits else "default"
+        namespace = self._namespace(cluster, record.request.tenant)
         try:
             self.gateway.delete_workload(cluster, namespace, name)
         except ClusterError as exc:
@@ -341,6 +362,9 @@ class BrokerService:
         with self._pending_lock:
             pending, self._pending_traits = self._pending_traits, None
         if pending is not None:
+            if pending != self.traits:  # verdicts read traits too (namespaces, Kueue): decide afresh
+                self._parked.clear()
+                self._no_fit.clear()
             self.traits = pending
             self.cache.set_clusters(pending)
 
@@ -350,6 +374,7 @@ class BrokerService:
         # list_jobs reads the index, then each record: a record may have moved on in between (another
         # placer placed it), and deciding it again would re-reserve it at a newer attempt.
         queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        self._tenants_seen.update(r.request.tenant for r in queued)
         waiting = {r.id for r in queued}
         self._parked = {j: fp for j, fp in self._parked.items() if j in waiting}
         self._no_fit = {j: g for j, g in self._no_fit.items() if j in waiting}
@@ -358,7 +383,7 @@ class BrokerService:
         now = self.clock.now()
         self.cache.refresh()
         fleet = self.cache.fingerprint()
-        offered = [s for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        offered = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
         for s in offered:
             if s.heartbeat:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
@@ -464,6 +489,7 @@ class BrokerService:
                 faults.point("reserved")
                 recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
                 self.cache.assume(reservation, result.ledger)
+                self._charge_quota(record, decision)
                 self._assume_into(placer, decision.cluster, now)
                 placed = self._commit(record, decision, now)
                 if placed is not None:
@@ -509,7 +535,39 @@ class BrokerService:
     def _assume_into(self, placer: BatchPlacer, cluster: str, now: float) -> None:
         fresh = self.cache.placeable(cluster, now)
         if fresh is not None:
-            placer.update(fresh)
+            placer.update(self._charged(fresh))
+
+    def _charge_quota(self, record: JobRecord, where: Placement) -> None:
+        """Assume a placement into its tenant namespace's quota (the namespace-quota filter reads it)
+        while its reservation lives: the member cluster's quota status counts the pods only once they
+        exist, and a second job must not be placed on the same room meanwhile."""
+        summary = self.cache.placeable(where.cluster, self.clock.now())
+        traits = self.traits.get(where.cluster)
+        if summary is None or traits is None:
+            return
+        namespace = traits.namespace_for(record.request.tenant)
+        found = summary.namespace(namespace)
+        if found is None or not found.quotas:
+            return
+        requests, limits = member_quota.effective_pod(
+            record.request, where.resource_name, where.units_per_pod, found, traits.dra
+        )
+        usage = member_quota.quota_usage(requests, limits, where.pods)
+        self._quota_charges[record.id] = (where.cluster, namespace, usage)
+
+    def _charged(self, summary: ClusterSummary) -> ClusterSummary:
+        """The summary with the quota charges of its live reservations; a charge whose reservation is
+        gone (the pods are counted by the cluster now, or the placement failed) is dropped."""
+        state = self.cache.state(summary.cluster)
+        live = {r.job_id for r in state.reservations} if state is not None else set()
+        for job_id, (cluster, namespace, usage) in list(self._quota_charges.items()):
+            if cluster != summary.cluster:
+                continue
+            if job_id not in live:
+                del self._quota_charges[job_id]
+                continue
+            summary = member_quota.charge(summary, namespace, usage)
+        return summary
 
     def _not_placed(
         self, record: JobRecord, decision: NoFit, now: float, recorder: telemetry.PhaseRecorder
@@ -518,14 +576,85 @@ class BrokerService:
             self._parked[record.id] = self.cache.fingerprint()
         else:
             self._no_fit[record.id] = (self.cache.generation, now)
-        if record.reason != decision.message:
+        held = self._maybe_preempt(record, decision, now)  # a storm limit's words join the diagnosis
+        decision_message = decision.message if held is None else f"{decision.message} {held}"
+        if record.reason != decision_message:
             if not record.reason.startswith("0/"):  # it just became unplaceable, not a retry
                 telemetry.unplaceable.inc()
-            recorder.emit(record.trace_parent, "unplaceable", **{"gpufed.reason": decision.message})
+            recorder.emit(record.trace_parent, "unplaceable", **{"gpufed.reason": decision_message})
             try:
-                return self._save(replace(record, reason=decision.message, updated_at=now))
+                return self._save(replace(record, reason=decision_message, updated_at=now))
             except Conflict:
                 return None  # another placer moved it meanwhile
+        return None
+
+    def _maybe_preempt(self, record: JobRecord, decision: NoFit, now: float) -> str | None:
+        """A job of a preempting priority class that fits nowhere evicts the cheapest lower-priority
+        running jobs of one cluster (broker.preemption); the victims go back to the queue under their
+        failover policy and the job is placed by the next passes, first by its priority. Returns the
+        storm limit's words when a limit holds the preemption back, else None."""
+        policy = self.settings.preemption
+        if policy is None or decision.never_fits or not policy.may_preempt(record.request):
+            return None
+        since = self._preempted_for.get(record.id)
+        if since is not None and now - since < _PREEMPT_SETTLE_SECONDS:
+            return None  # its victims are still on their way out
+        queue = self.settings.queue_policy()
+        priority = queue.priority(record.request)
+        running = [r for r in self.store.list_jobs([JobState.RUNNING]) if r.state is JobState.RUNNING]
+        victims = [
+            preemption.Victim(
+                r.id,
+                r.request.tenant,
+                r.cluster,
+                r.placement.product,
+                r.placement.total_units,
+                queue.priority(r.request),
+                r.updated_at,
+            )
+            for r in running
+            if r.cluster and r.placement is not None and r.placement.resource_name == GPU
+        ]
+        summaries = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        capacity, _ = queueing.fleet_capacity(summaries)
+        held: dict[str, int] = {}
+        for v in victims:
+            held[v.tenant] = held.get(v.tenant, 0) + v.gpus
+        present = set(held) | {record.request.tenant}
+        shares = preemption.fair_shares(held, {t: queue.weight(t) for t in present}, capacity.get("*", 0))
+        over = frozenset(t for t, (share, fair) in shares.items() if share > fair)
+        choice = preemption.choose(record.request, priority, summaries, victims, over, now)
+        if isinstance(choice, str):
+            return None
+        refused = preemption.storm_refusal(
+            record.request.tenant, len(choice.victims), self._preemptions, policy, now
+        )
+        if refused is not None:
+            telemetry.preemptions_held.inc()
+            return refused
+        telemetry.preemptions.labels(choice.cluster).inc(len(choice.victims))
+        self._preemptions = [p for p in self._preemptions if now - p[0] < policy.window_seconds]
+        self._preemptions.append((now, record.request.tenant, len(choice.victims)))
+        self._preempted_for[record.id] = now
+        why = (
+            f"preempted by {record.id} (priority {priority}) to free {choice.freed} {choice.product} "
+            f"on {choice.cluster}"
+        )
+        by_id = {r.id: r for r in running}
+        for v in choice.victims:
+            victim = by_id[v.job_id]
+            name = victim.workload_name
+            if self._fail_over(victim, why, at=now) is not None and name:
+                self.dispatcher.submit(
+                    choice.cluster, functools.partial(self._delete_workload, choice.cluster, name, victim)
+                )
+        self._event(
+            record,
+            f"preempting {len(choice.victims)} job(s) on {choice.cluster} to free {choice.freed} "
+            f"{choice.product} ({choice.gpu_hours_lost:.1f} GPU-hours lost): "
+            + ", ".join(v.job_id for v in choice.victims),
+        )
+        log.info("%s preempted %s on %s", record.id, [v.job_id for v in choice.victims], choice.cluster)
         return None
 
     def _reserve(self, record: JobRecord, where: Placement, now: float) -> tuple[Reservation, ReserveResult]:
@@ -760,6 +889,7 @@ class BrokerService:
         by_cluster: dict[str, list[JobRecord]] = {}
         skip = self._unavailable_clusters() | self._fenced
         for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+            self._tenants_seen.add(record.request.tenant)
             if record.cluster and record.cluster not in skip:
                 by_cluster.setdefault(record.cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
@@ -789,7 +919,7 @@ class BrokerService:
     def _sync_job(self, record: JobRecord) -> JobRecord | None:
         if not record.cluster or not record.workload_name:
             return None
-        namespace = self.traits[record.cluster].namespace if record.cluster in self.traits else "default"
+        namespace = self._namespace(record.cluster, record.request.tenant)
         try:
             status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
         except ClusterError as exc:
@@ -874,7 +1004,11 @@ class BrokerService:
         deleted: list[str] = []
         traits = self.traits[cluster]
         try:
-            refs = self.gateway.list_workloads(cluster, traits.namespace)  # before the records
+            refs = [  # before the records; every namespace a tenant's Jobs may be in
+                ref
+                for namespace in traits.namespaces_for(self._tenants_known())
+                for ref in self.gateway.list_workloads(cluster, namespace)
+            ]
         except ClusterError as exc:
             if raise_errors:
                 raise
@@ -908,6 +1042,16 @@ class BrokerService:
         return deleted
 
     # ------------------------------------------------------------------ helpers
+
+    def _namespace(self, cluster: str, tenant: str) -> str:
+        """The namespace a tenant's Jobs are in on a cluster (its tenant namespace, docs/tenancy.md)."""
+        traits = self.traits.get(cluster)
+        return traits.namespace_for(tenant) if traits is not None else "default"
+
+    def _tenants_known(self) -> set[str]:
+        """The tenants whose namespaces the sweep lists: configured ones and those seen in the queue or
+        running since this service started."""
+        return set(self.settings.queue_policy().tenants) | self._tenants_seen
 
     def _unavailable_clusters(self) -> set[str]:
         """Clusters whose pollers report them unreachable or forbidden, or that went silent: calls to

@@ -105,6 +105,17 @@ cloud_gpu_seconds = Counter(
     ["tenant", "cluster"],
     registry=REGISTRY,
 )
+preemptions = Counter(
+    "gpufed_preemptions",
+    "Running jobs evicted to make room for a higher-priority job (docs/tenancy.md)",
+    ["cluster"],
+    registry=REGISTRY,
+)
+preemptions_held = Counter(
+    "gpufed_preemptions_held",
+    "Preemptions the storm limits held back (per tenant or fleet-wide, per window)",
+    registry=REGISTRY,
+)
 placement_latency = Histogram(
     "gpufed_placement_latency_seconds",
     "Time to decide one job's placement (level 1 over every cluster summary)",
@@ -478,6 +489,8 @@ __all__ = [
     "job_span",
     "placement_latency",
     "placements",
+    "preemptions",
+    "preemptions_held",
     "queue_wait",
     "span",
     "trace_id_of",

@@ -23,6 +23,7 @@ from broker.plugins.gpu_product import GpuProductMemory
 from broker.plugins.health import HealthFreshness
 from broker.plugins.kueue import KueueHeadroom, QueueHeadroomScore
 from broker.plugins.mig_fit import MigFit
+from broker.plugins.namespace_quota import NamespaceQuota
 from broker.plugins.numa import NumaFit
 from broker.plugins.price import PriceCap, PriceScore
 
@@ -73,6 +74,12 @@ FILTERS: tuple[PluginSpec, ...] = (
     PluginSpec("numa-fit", "filter", NumaFit, "each pod's GPUs inside one NUMA zone (numa_aligned jobs)"),
     PluginSpec("price-cap", "filter", PriceCap, "no product over the job's price cap"),
     PluginSpec("kueue", "filter", KueueHeadroom, "the ClusterQueue quota has room (Kueue clusters)"),
+    PluginSpec(
+        "namespace-quota",
+        "filter",
+        NamespaceQuota,
+        "the tenant's namespace exists, its ResourceQuota takes the job and its LimitRange admits the pod",
+    ),
 )
 SCORES: tuple[PluginSpec, ...] = (
     PluginSpec("binpack", "score", BinPackScore, "fill nodes snugly (or spread: most room left)"),

@@ -19,7 +19,9 @@ status.failedIndexes, maxFailedIndexes (MaxFailedIndexesExceeded, FailedIndexes)
 activeDeadlineSeconds (DeadlineExceeded); FailureTarget / SuccessCriteriaMet first, Failed / Complete
 once no pod is left running or terminating; ttlSecondsAfterFinished (the TTL-after-finished
 controller deletes the Job, its pods follow through the garbage collector). Deleted Jobs' pods lose
-their tracking finalizer. Not simulated: successPolicy, the pod-recreation backoff delay of Never pods.
+their tracking finalizer. Pods are admitted as API creates are (LimitRanger defaults and bounds,
+ResourceQuota): a refused pod is a FailedCreate Warning event (`Error creating: pods "x" is forbidden:
+exceeded quota: ...`) and the Job is tried again a little later. Not simulated: successPolicy, the pod-recreation backoff delay of Never pods.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import hashlib
 import heapq
 from datetime import UTC, datetime
 
+from kubesim import admission
 from kubesim.clock import SimClock
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.jobfailure import (
@@ -53,6 +56,7 @@ from kubesim.controllers.pods import (
 from kubesim.store import AlreadyExistsError, NotFoundError, Obj, ObjectStore, WatchEvent, rfc3339
 
 JOBS = "jobs.batch"
+_ADMISSION_RETRY_S = 2.0  # a pod admission refused (quota, limits) is tried again after this long
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 INDEX_FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
 INDEX_IGNORED_COUNT_KEY = "batch.kubernetes.io/job-index-ignored-failure-count"
@@ -330,7 +334,8 @@ class JobController:
                 ]
                 counts = self._index_failure_counts(pods, policy) if per_index is not None else {}
                 for i in want[: max(0, parallelism - len(active))]:
-                    active.append(self._create_pod(job, i, counts.get(i)))
+                    if (made := self._create_pod(job, i, counts.get(i))) is not None:
+                        active.append(made)
             else:
                 if completions is None:
                     missing = 0 if succeeded_now else parallelism - len(active)
@@ -339,7 +344,8 @@ class JobController:
                 if wait_terminating:
                     missing -= len(terminating)
                 for _ in range(max(0, missing)):
-                    active.append(self._create_pod(job, None, None))
+                    if (made := self._create_pod(job, None, None)) is not None:
+                        active.append(made)
 
         self._count_and_release(work, pods, finishing, now)
         if indexed:
@@ -506,7 +512,9 @@ class JobController:
             with contextlib.suppress(NotFoundError):
                 self._store.request_delete("pods", *key_of(pod), grace)
 
-    def _create_pod(self, job: Obj, index: int | None, failures: tuple[int, int] | None) -> Obj:
+    def _create_pod(self, job: Obj, index: int | None, failures: tuple[int, int] | None) -> Obj | None:
+        """The pod for one slot of the Job, created through LimitRanger and ResourceQuota admission;
+        None (a FailedCreate event, a retry later) when admission refuses it."""
         ns, job_name = key_of(job)
         uid = job["metadata"].get("uid", "")
         template = (job.get("spec") or {}).get("template") or {}
@@ -565,6 +573,22 @@ class JobController:
             "spec": spec,
             "status": {"phase": "Pending"},
         }
+        try:  # the pod goes through the API server's admission, as the real controller's create does
+            admission.admit_limit_ranges(self._store, pod)
+            admission.admit_quota(self._store, "pods", pod)
+        except admission.AdmissionError as e:
+            self._serial += 1
+            name = prefix + _suffix(f"{uid}/{self._serial}")
+            self._events.record(
+                job,
+                "FailedCreate",
+                f'Error creating: pods "{name}" is forbidden: {e}',
+                "Warning",
+                "job-controller",
+            )
+            # tried again later (the real controller backs off; quota may free up meanwhile)
+            heapq.heappush(self._timers, (self._clock.now() + _ADMISSION_RETRY_S, ns, job_name))
+            return None
         pod["status"]["qosClass"] = qos_class(pod)
         while True:
             self._serial += 1

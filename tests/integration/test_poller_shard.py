@@ -88,7 +88,18 @@ def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
         snap = watcher.snapshot()
         assert len(snap.nodes) == 4
         want = capacity.summarize(snap, spec.traits, watcher.health, written.heartbeat)
-        assert dataclasses.replace(written, version=0, health_reason="", health_since=0.0) == want
+        assert written.namespaces_observed  # tenant namespaces: from the watcher, not the node snapshot
+        assert (
+            dataclasses.replace(
+                written,
+                version=0,
+                health_reason="",
+                health_since=0.0,
+                namespaces=(),
+                namespaces_observed=False,
+            )
+            == want
+        )
         stored = store.get_summary(name)
         assert stored is not None and stored.products == want.products and stored.mig == want.mig
 

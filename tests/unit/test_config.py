@@ -163,6 +163,7 @@ def test_settings_placement_builds_the_policy_from_the_registry() -> None:
         "mig-fit",
         "price-cap",
         "kueue",
+        "namespace-quota",
     ]
     assert HealthFreshness(staleness_limit_seconds=45.0) in policy.filters  # from staleAfterSeconds
     assert policy.scores == (BinPackScore(weight=5, strategy="spread"), PriceScore(ceiling_per_gpu_hour=4.0))

@@ -160,7 +160,14 @@ def test_prepare_normalises_products_once_and_keeps_only_filters_that_apply() ->
     prepared = prepare(job, PlacementPolicy())
     assert prepared.wanted_products == frozenset({"H100-80GB", "L4"})
     assert prepared.need == "GPUs"
-    assert [f.name for f in prepared.filters] == ["health", "burst", "gpu-product", "gpu-fit", "kueue"]
+    assert [f.name for f in prepared.filters] == [
+        "health",
+        "burst",
+        "gpu-product",
+        "gpu-fit",
+        "kueue",
+        "namespace-quota",
+    ]
     assert [prepared.passed[i].plugin for i in prepared.positions] == [f.name for f in prepared.filters]
 
 
@@ -168,13 +175,21 @@ def test_jobs_of_one_shape_get_the_same_verdicts() -> None:
     fleet = [summary("a", h100(8)), summary("b", h100(2)), summary("c", h100(1))]
     policy = PlacementPolicy()
     one = JobRequest("one", tenant="x", image="a:1", gpus_per_pod=2, labels={"team": "a"})
-    other = JobRequest("other", tenant="y", image="b:2", gpus_per_pod=2, command=("sleep", "1"))
+    other = JobRequest("other", tenant="x", image="b:2", gpus_per_pod=2, command=("sleep", "1"))
     p1, p2 = prepare(one, policy), prepare(other, policy)
     assert p1.shape == p2.shape and hash(p1.shape) == hash(p2.shape)
     assert [placement.evaluate(p1, s, None, policy, NOW) for s in fleet] == [
         placement.evaluate(p2, s, None, policy, NOW) for s in fleet
     ]
-    for change in ({"pods": 2}, {"gpu_products": ("L4",)}, {"allow_burst": True}, {"clusters": ("a",)}):
+    # the tenant's namespace quota and limits are read too (namespace-quota): tenants do not share verdicts
+    for change in (
+        {"pods": 2},
+        {"gpu_products": ("L4",)},
+        {"allow_burst": True},
+        {"clusters": ("a",)},
+        {"tenant": "y"},
+        {"cpu_millis_per_pod": 4000},
+    ):
         assert prepare(replace(one, **change), policy).shape != p1.shape
 
 

@@ -28,6 +28,7 @@ def test_the_registry_names_every_plugin_in_chain_order_with_defaults() -> None:
         "numa-fit",
         "price-cap",
         "kueue",
+        "namespace-quota",
     ]
     assert {s.name: s.default_weight for s in registry.SCORES} == {"binpack": 2, "price": 1, "queue": 1}
     assert registry.spec("score", "binpack") is not None
