@@ -339,7 +339,14 @@ def create_app(
             r for r in service.jobs(list(state) if state else None) if principal.may_read(r.request.tenant)
         ]
         slots = slots_for(records)
-        return {"items": [view(r, slots) for r in records]}
+        items = [view(r, slots) for r in records]
+        queued = [r.id for r in records if r.state is JobState.QUEUED]
+        if queued:  # when each would start on-prem (docs/burst.md); computed at most once a second
+            predicted = service.queue_predictions(queued)
+            for body in items:
+                if body["state"] == JobState.QUEUED.value:
+                    body.update(prediction_view(predicted.get(body["id"])))
+        return {"items": items}
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:

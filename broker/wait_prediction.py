@@ -18,8 +18,8 @@ Pure (no I/O, no clock: `now` and every observation are arguments). Owns two thi
        starts its jobs in order, no backfilling: the prediction errs late, not early), and its
        GPUs come back at start + its expected run time.
    Each job gets its predicted start per pool and its best pool. A job that no pool can ever hold
-   (more GPUs than the pool has) gets no prediction on that pool. Nodes are not modelled: GPUs of one
-   pool are one heap, so a job needing 8 GPUs on one node may be predicted early when the free GPUs
+   (more GPUs than the pool has, or a pod larger than its nodes) gets no prediction on that pool.
+   Otherwise nodes are not modelled: GPUs of one pool are one heap, so a job needing 8 GPUs on one node may be predicted early when the free GPUs
    are spread over nodes. The error is measured by benchmarks/burst.py (docs/benchmarks.md).
 
 MIG jobs are not predicted (no pool model of slices yet): the burst rule treats them as before.
@@ -146,20 +146,24 @@ def _human(seconds: float) -> str:
 class _Pool:
     """Whole GPUs of one product in one on-prem cluster, replayed forward in time."""
 
-    __slots__ = ("capacity", "cluster", "free", "key", "not_before", "product", "releases")
+    __slots__ = ("capacity", "cluster", "free", "key", "largest_pod", "not_before", "product", "releases")
 
-    def __init__(self, cluster: str, product: str, capacity: int, free: int, now: float) -> None:
+    def __init__(
+        self, cluster: str, product: str, capacity: int, free: int, now: float, largest_pod: int | None = None
+    ) -> None:
         self.cluster = cluster
         self.product = product
         self.key = f"{cluster}/{product}"
         self.capacity = capacity
+        self.largest_pod = capacity if largest_pod is None else largest_pod  # GPUs one node can hold
         self.free = free
         self.not_before = now  # jobs start in order: none before the last start
         self.releases: list[tuple[float, int]] = []  # heap of (time, gpus)
 
-    def start_of(self, units: int) -> float | None:
-        """When `units` GPUs would be free here, without changing the pool."""
-        if units > self.capacity:
+    def start_of(self, units: int, per_pod: int | None = None) -> float | None:
+        """When `units` GPUs would be free here, without changing the pool; None: never (more GPUs than
+        the pool has, or a pod larger than any of its nodes)."""
+        if units > self.capacity or (per_pod is not None and per_pod > self.largest_pod):
             return None
         free, at = self.free, self.not_before
         if free >= units:
@@ -185,7 +189,10 @@ def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
             continue
         for p in s.products:
             if p.allocatable > 0:
-                pools.append(_Pool(s.cluster, p.product, p.allocatable, max(0, p.free), now))
+                # a pod's GPUs are on one node: the largest free now, or the mean node (summaries keep
+                # free GPUs per node, not node sizes)
+                largest = max(p.max_free_on_one_node, -(-p.allocatable // p.nodes)) if p.nodes else None
+                pools.append(_Pool(s.cluster, p.product, p.allocatable, max(0, p.free), now, largest))
     return pools
 
 
@@ -233,7 +240,7 @@ def predict_queue(
         for pool in pools:
             if not _wants(req, pool):
                 continue
-            at = pool.start_of(units)
+            at = pool.start_of(units, req.gpus_per_pod)
             if at is None:
                 continue
             per_pool[pool.key] = at

@@ -218,9 +218,33 @@ function renderQueue(jobs) {
       el("td", {}, j.queuePosition == null ? "-" : String(j.queuePosition)),
       el("th", { scope: "row" }, el("a", { href: "#job-" + j.id, onclick: (e) => { e.preventDefault(); select(j.id); } }, j.name), el("span", { class: "meta" }, " " + j.id)),
       el("td", {}, j.tenant), el("td", {}, asks(j)), el("td", {}, since(j.createdAt)),
+      el("td", { title: j.predictedWait || "" }, predictedStart(j)),
       el("td", { class: "reason" }, j.reason, why)));
   }
-  if (!queued.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "Nothing is waiting.")));
+  if (!queued.length) body.append(el("tr", {}, el("td", { colspan: 7 }, "Nothing is waiting.")));
+}
+
+// a queued job's predicted on-prem start (docs/burst.md): "in 12 min on onprem-b", "never", or "-"
+function predictedStart(j) {
+  if (j.predictedWait == null) return "-";
+  if (j.predictedStart == null) return "never on-prem";
+  const wait = Math.max(0, j.predictedStart - Date.now() / 1000);
+  return (wait < 60 ? "now" : "in " + ago(wait).replace(/ ago$/, "")) + (j.predictedCluster ? " on " + j.predictedCluster : "");
+}
+
+const money = (v) => (v == null ? "-" : "$" + v.toFixed(2));
+
+function renderSpend(items) {
+  const body = $("#spend-table tbody");
+  body.replaceChildren();
+  for (const t of items) {
+    body.append(el("tr", { class: t.overBudget ? "warn" : "" },
+      el("th", { scope: "row" }, t.tenant), el("td", { class: "num" }, money(t.spent)),
+      el("td", { class: "num" }, t.gpuHours.toFixed(1)), el("td", { class: "num" }, money(t.committed)),
+      el("td", { class: "num" }, t.budget == null ? "no budget" : money(t.budget) + " / " + t.period),
+      el("td", { class: "num" }, t.overBudget ? "over budget: no new burst" : money(t.left))));
+  }
+  if (!items.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No cloud spend this period.")));
 }
 
 function renderJobs(jobs) {
@@ -280,14 +304,16 @@ function showError(err) {
 
 async function refresh() {
   try {
-    const [fleet, clusters, jobs] = await Promise.all([
-      api("/v1/fleet" + (state.showNodes ? "?nodes=true" : "")), api("/v1/clusters"), api("/v1/jobs")]);
+    const [fleet, clusters, jobs, spend] = await Promise.all([
+      api("/v1/fleet" + (state.showNodes ? "?nodes=true" : "")), api("/v1/clusters"), api("/v1/jobs"),
+      api("/v1/spend")]);
     state.fleet = fleet; state.clusters = clusters.items; state.jobs = jobs.items;
     renderProducts(fleet.products || []);
     $("#clusters").replaceChildren(...fleet.clusters.map(clusterCard));
     renderNodes(fleet.clusters);
     renderHealth(clusters.items, fleet);
     renderQueue(jobs.items);
+    renderSpend(spend.items);
     renderJobs(jobs.items);
     if (state.selected) await renderTimeline();
     const s = $("#status");

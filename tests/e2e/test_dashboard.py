@@ -90,6 +90,25 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
         json={"name": "too-big", "gpus": 16, "gpuProducts": ["H100-80GB"]},
         headers=AUTH,
     ).json()
+    burst = httpx.post(  # only the cloud cluster has H200s: it bursts, and its cost counts as spend
+        f"{broker_url}/v1/jobs",
+        json={
+            "name": "h200-burst",
+            "gpus": 4,
+            "gpuProducts": ["H200-141GB"],
+            "allowBurst": True,
+            "durationSeconds": 600,
+            "tenant": "research",
+        },
+        headers=AUTH,
+    ).json()
+    wait_for(
+        lambda: (
+            httpx.get(f"{broker_url}/v1/jobs/{burst['id']}", headers=AUTH).json()["cluster"] == "cloud-burst"
+        ),
+        timeout=30,
+        what="the H200 job placed in the cloud",
+    )
     wait_for(
         lambda: (
             httpx.get(f"{broker_url}/v1/jobs/{waiting['id']}", headers=AUTH).json()["reason"].startswith("0/")
@@ -127,6 +146,11 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     row = page.locator("#queue-table tbody tr", has_text="too-big")
     expect(row).to_contain_text("0/3 clusters are available")
     expect(row).to_contain_text("first in the queue")  # its place in the global queue (docs/tenancy.md)
+    expect(row).to_contain_text("never on-prem")  # its predicted start (docs/burst.md)
+
+    # burst spend per tenant: the H200 job's expected cost is committed against research's budget
+    spend_row = page.locator("#spend-table tbody tr", has_text="research")
+    expect(spend_row).to_contain_text("$", timeout=30_000)
 
     # per-node detail on request: the heatmap and the table, with why a node offers nothing
     page.get_by_label("Show every GPU node").check()

@@ -113,3 +113,16 @@ def test_a_running_jobs_time_left_grows_with_what_it_has_run(elapsed: float, lef
     model = RunTimeModel({"ml/H100-80GB/8x1": [300, 500, 600, 1800, 2000, 8000]})
     req = JobRequest(name="r", tenant="ml", gpus_per_pod=8)
     assert model.remaining(req, H100, elapsed) == pytest.approx(left)
+
+
+def test_a_pod_larger_than_any_node_never_starts_though_the_pool_has_the_gpus() -> None:
+    three_nodes = ProductCapacity(H100, 81920, 24, 24, 0, 24, (0,) * 8 + (3,), nodes=3)
+    fleet = [ClusterSummary("op", tier=Tier.ONPREM, products=(three_nodes,))]
+    two_pods = JobRecord(
+        id="two-pods", request=JobRequest(name="two-pods", gpus_per_pod=8, pods=2), created_at=NOW
+    )
+
+    got = predict_queue([queued("one-pod", 16), two_pods], [], fleet, RunTimeModel(), NOW)
+
+    assert got["one-pod"].start_at is None and "never" in got["one-pod"].explain
+    assert got["two-pods"].start_at == NOW
