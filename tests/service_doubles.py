@@ -11,8 +11,8 @@ ClusterGateway port (broker/ports.py) is made here once:
                                reads a Job back from `status` by name, else as `reads` says
     suspended / pods_ready(n)  what `reads` may say: a suspended Job (the default), or one whose n pods
                                are all ready
-
-Tests that drive the real path (kubesim, the kube gateway) do not use these.
+    idle_h100_node(cluster, heartbeat)   the summary the pollers would write for one idle 8-GPU H100
+                               node (also used where the gateway is the real one, over kubesim)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from broker.model import WorkloadRef, WorkloadStatus
+from broker.model import ClusterSummary, Health, ProductCapacity, WorkloadRef, WorkloadStatus
 
 NOW = 1_800_000_000.0
 
@@ -99,3 +99,30 @@ class RecordingGateway:
         """Each created Job as cluster/name, in the order created."""
         with self._lock:
             return [f"{c.cluster}/{c.name}" for c in self.created]
+
+
+def idle_h100_node(
+    cluster: str, heartbeat: float, *, shared_allocatable: int = 0, shared_free: int = 0
+) -> ClusterSummary:
+    """A healthy cluster of one idle 8-GPU H100 node (one NUMA block of 4 free); `shared_*`: its
+    time-sliced replicas."""
+    return ClusterSummary(
+        cluster=cluster,
+        health=Health.HEALTHY,
+        heartbeat=heartbeat,
+        products=(
+            ProductCapacity(
+                product="H100-80GB",
+                memory_mib=81559,
+                total=8,
+                allocatable=8,
+                allocated=0,
+                free=8,
+                nodes_by_free=(0,) * 8 + (1,),
+                numa_blocks=(0,) * 4 + (1,),
+                nodes=1,
+                shared_allocatable=shared_allocatable,
+                shared_free=shared_free,
+            ),
+        ),
+    )
