@@ -101,13 +101,9 @@ def _complete_jobs(incomplete: str) -> list[str]:
     """Shell completion of JOB: names and ids of the jobs the broker lists (from $GPUFED_URL or the
     config's context); nothing when it does not answer within 2 s."""
     try:
-        api = Api(
-            resolve_target(os.environ.get("GPUFED_URL"), os.environ.get("GPUFED_TOKEN"), None), timeout=2.0
-        )
-        try:
+        target = resolve_target(os.environ.get("GPUFED_URL"), os.environ.get("GPUFED_TOKEN"), None)
+        with Api(target, timeout=2.0) as api:
             items = api.call("GET", "/v1/jobs")["items"]
-        finally:
-            api.close()
     except (CliError, KeyError, TypeError):
         return []
     names = {j["name"] for j in items} | {j["id"] for j in items}
@@ -116,6 +112,14 @@ def _complete_jobs(incomplete: str) -> list[str]:
 
 def _api(server: str | None, token: str | None, context: str | None) -> Api:
     return Api(resolve_target(server, token or _global_token, context))
+
+
+def _fetch(
+    method: str, path: str, server: str | None, token: str | None, context: str | None, **kw: Any
+) -> Any:
+    """One call to the broker on a connection of its own: the answer's JSON body (CliError when refused)."""
+    with _api(server, token, context) as api:
+        return api.call(method, path, **kw)
 
 
 def _out(text: str) -> None:
@@ -417,15 +421,12 @@ def submit(
             )
         spec.update({k: (spec.get(k) or []) + v if k == "env" else v for k, v in extra.items()})
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    api = _api(server, token, context)
-    try:
+    with _api(server, token, context) as api:
         job = api.call("POST", "/v1/jobs", json=spec, headers=headers)
         if wait:  # the job is printed once, when it has ended
             _wait(api, job, timeout, output)
         else:
             _emit(job, output, lambda wide: _job_rows([job], wide))
-    finally:
-        api.close()
 
 
 @app.command()
@@ -438,11 +439,8 @@ def wait(
     context: ContextOpt = None,
 ) -> None:
     """Follow a job to its end with a live progress line; exit 0 if it succeeded, 1 if not."""
-    api = _api(server, token, context)
-    try:
+    with _api(server, token, context) as api:
         _wait(api, api.resolve_job(job), timeout, output)
-    finally:
-        api.close()
 
 
 @app.command()
@@ -454,11 +452,7 @@ def jobs(
     context: ContextOpt = None,
 ) -> None:
     """List jobs, oldest first."""
-    api = _api(server, token, context)
-    try:
-        body = api.call("GET", "/v1/jobs", params=[("state", s.upper()) for s in state])
-    finally:
-        api.close()
+    body = _fetch("GET", "/v1/jobs", server, token, context, params=[("state", s.upper()) for s in state])
     if not body["items"] and output in (Output.TABLE, Output.WIDE):
         _out("No jobs.")
         return
@@ -474,11 +468,8 @@ def get(
     context: ContextOpt = None,
 ) -> None:
     """One job: state, cluster, placement and the reason for its state."""
-    api = _api(server, token, context)
-    try:
+    with _api(server, token, context) as api:
         body = api.resolve_job(job)
-    finally:
-        api.close()
 
     def table(wide: bool) -> str:
         rows = _job_rows([body], wide)
@@ -505,12 +496,9 @@ def events(
     context: ContextOpt = None,
 ) -> None:
     """A job's transitions, oldest first."""
-    api = _api(server, token, context)
-    try:
+    with _api(server, token, context) as api:
         ident = api.resolve_job(job)["id"]
         body = api.call("GET", f"/v1/jobs/{ident}/events")
-    finally:
-        api.close()
     _emit(
         body,
         output,
@@ -626,11 +614,8 @@ def cancel(
     context: ContextOpt = None,
 ) -> None:
     """Cancel a job (its workload is deleted from its cluster)."""
-    api = _api(server, token, context)
-    try:
+    with _api(server, token, context) as api:
         body = api.call("DELETE", f"/v1/jobs/{api.resolve_job(job)['id']}")
-    finally:
-        api.close()
     _out(_job_rows([body], False).splitlines()[1])
 
 
@@ -649,13 +634,8 @@ def fleet(
     context: ContextOpt = None,
 ) -> None:
     """Fleet capacity per cluster and GPU product, the queued demand beside it; --nodes per node."""
-    api = _api(server, token, context)
-    try:
-        body = api.call(
-            "GET", "/v1/fleet", params={"nodes": "true"} if nodes or output == Output.WIDE else None
-        )
-    finally:
-        api.close()
+    params = {"nodes": "true"} if nodes or output == Output.WIDE else None
+    body = _fetch("GET", "/v1/fleet", server, token, context, params=params)
 
     def table(wide: bool) -> str:
         parts = [_print_rich(fleet_table(body["clusters"]))]
@@ -681,11 +661,7 @@ def spend(
     context: ContextOpt = None,
 ) -> None:
     """Cloud spend per tenant this period: finished runs, running jobs' expected cost, budget left."""
-    api = _api(server, token, context)
-    try:
-        body = api.call("GET", "/v1/spend")
-    finally:
-        api.close()
+    body = _fetch("GET", "/v1/spend", server, token, context)
 
     def money(v: float | None) -> str:
         return "-" if v is None else f"${v:,.2f}"
@@ -724,11 +700,7 @@ def clusters(
     context: ContextOpt = None,
 ) -> None:
     """Member clusters with their health, its cause and since when, and whether they are fenced."""
-    api = _api(server, token, context)
-    try:
-        body = api.call("GET", "/v1/clusters")
-    finally:
-        api.close()
+    body = _fetch("GET", "/v1/clusters", server, token, context)
 
     def table(wide: bool) -> str:
         headers = ["NAME", "TIER", "REGION", "HEALTH", "SINCE", "WHY", "FENCED"]
@@ -777,11 +749,7 @@ def explain(
             name, gpus, pods, product, mig_profile, mig_memory_gb, numa, burst, None, None, None
         )
     )
-    api = _api(server, token, context)
-    try:
-        body = api.call("POST", "/v1/explain", json=spec)
-    finally:
-        api.close()
+    body = _fetch("POST", "/v1/explain", server, token, context, json=spec)
 
     def table(wide: bool) -> str:
         if body["placed"]:

@@ -132,7 +132,7 @@ def _message(r: httpx.Response) -> str:
 
 
 class Api:
-    """The broker's HTTP API for one command; closes with the command."""
+    """The broker's HTTP API for one command; closes with the command (`with` closes it)."""
 
     def __init__(self, target: Target, timeout: float = 30.0) -> None:
         self.target = target
@@ -143,6 +143,12 @@ class Api:
 
     def close(self) -> None:
         self.http.close()
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _check(self, r: httpx.Response) -> None:
         if r.status_code < 400:

@@ -16,12 +16,15 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
 
 from adapters import redis_process
 from adapters.redis_process import RedisProcess, private_redis
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- redis (adapters)
 
@@ -76,6 +79,19 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def poll_for(what: str, probe: Callable[[], T | None], deadline_s: float, interval: float = 0.02) -> T:
+    """Poll until probe() returns something truthy and return that; fail naming `what` and the last value
+    seen (wait_for above does the same for an untyped predicate, naming only `what`)."""
+    end = time.monotonic() + deadline_s
+    last: T | None = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"not within {deadline_s}s: {what} (last: {last!r})")
 
 
 # --------------------------------------------------------------------------- auth (tenancy)

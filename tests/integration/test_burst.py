@@ -8,9 +8,8 @@ not the subject, so the gateway records the Jobs it is asked to create and repor
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,51 +31,16 @@ from broker.model import (
     JobState,
     ProductCapacity,
     Tier,
-    WorkloadRef,
     WorkloadStatus,
 )
 from broker.service import BrokerService
 from broker.spend import Budget, Period
+from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration
 
-NOW = 1_800_000_000.0
 H100 = "H100-80GB"
 PRICE = 4.25
-
-
-class ManualClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
-
-
-class Gateway:
-    """Records each Job create; reads back the status the test sets per Job name (default: suspended)."""
-
-    def __init__(self) -> None:
-        self.created: list[str] = []
-        self.status: dict[str, WorkloadStatus] = {}
-        self._lock = threading.Lock()
-
-    def create_workload(
-        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
-        with self._lock:
-            self.created.append(f"{cluster}/{job['metadata']['name']}")
-
-    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
-        return None
-
-    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
-        return self.status.get(
-            name, WorkloadStatus(name=name, namespace=namespace, exists=True, suspended=True)
-        )
-
-    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
-        return []
 
 
 def h100(name: str, free: int, tier: Tier = Tier.ONPREM, total: int = 8, at: float = NOW) -> ClusterSummary:
@@ -108,7 +72,7 @@ def service(
     store: RedisStateStore,
     settings: BurstSettings,
     clock: ManualClock,
-    gateway: Gateway,
+    gateway: RecordingGateway,
     traits: Mapping[str, ClusterTraits] = TRAITS,
 ) -> BrokerService:
     gate = BurstGate(RedisBurstLedger(store.client, store.prefix), settings)
@@ -135,7 +99,7 @@ def reasons(svc: BrokerService, job_id: str) -> list[str]:
 
 
 def test_a_short_predicted_wait_waits_and_a_long_one_bursts_with_its_numbers(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(max_wait_seconds=600), clock, gw)
     fill_on_prem(svc, store, run_seconds=300)  # op frees up in 5 min
     patient, _ = svc.submit(job("patient", allow_burst=True, duration_seconds=3600))
@@ -158,7 +122,7 @@ def test_a_short_predicted_wait_waits_and_a_long_one_bursts_with_its_numbers(sto
 
 
 def test_hysteresis_one_event_per_change_of_verdict(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(max_wait_seconds=600), clock, gw)
     fill_on_prem(svc, store, run_seconds=300)
     patient, _ = svc.submit(job("patient", allow_burst=True))
@@ -172,7 +136,7 @@ def test_hysteresis_one_event_per_change_of_verdict(store: RedisStateStore) -> N
 
 
 def test_a_tenant_over_budget_gets_no_burst_and_is_told_why(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     settings = BurstSettings(
         max_wait_seconds=0, tenants={"ml": TenantBurst(budget=Budget(10.0, Period.MONTH))}
     )
@@ -188,7 +152,7 @@ def test_a_tenant_over_budget_gets_no_burst_and_is_told_why(store: RedisStateSto
 
 
 def test_bursts_in_one_pass_share_the_budget(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     settings = BurstSettings(tenants={"ml": TenantBurst(budget=Budget(20.0, Period.MONTH))})
     svc = service(store, settings, clock, gw)
     fill_on_prem(svc, store, run_seconds=3600)
@@ -204,7 +168,7 @@ def test_bursts_in_one_pass_share_the_budget(store: RedisStateStore) -> None:
 
 
 def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(), clock, gw)
     fill_on_prem(svc, store, run_seconds=3600)
     burst, _ = svc.submit(job("burst", allow_burst=True))
@@ -234,7 +198,7 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
 
 
 def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(), clock, gw)
     fill_on_prem(svc, store, run_seconds=3600)
     burst, _ = svc.submit(job("burst", allow_burst=True))
@@ -269,7 +233,7 @@ def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisS
 
 
 def test_a_pool_at_zero_nodes_takes_one_burst_per_node_it_can_add(store: RedisStateStore) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     traits = {
         "op": ClusterTraits("op"),
         "pool": ClusterTraits("pool", tier=Tier.CLOUD, price_per_gpu_hour={"L4": 0.85}),
@@ -316,7 +280,7 @@ def call(app: Any, token: str, method: str, path: str, **kw: Any) -> httpx.Respo
 def test_get_explain_and_spend_show_the_prediction_and_each_tenants_own_spend(
     store: RedisStateStore, tmp_path: Path
 ) -> None:
-    clock, gw = ManualClock(), Gateway()
+    clock, gw = ManualClock(), RecordingGateway()
     settings = BurstSettings(max_wait_seconds=600, tenants={"ml": TenantBurst(budget=Budget(200.0))})
     svc = service(store, settings, clock, gw)
     fill_on_prem(svc, store, run_seconds=300)

@@ -29,13 +29,10 @@ from adapters.system_clock import SystemClock
 from broker.errors import Fenced, Recovering
 from broker.leadership import Leadership
 from broker.model import (
-    ClusterSummary,
     ClusterTraits,
-    Health,
     JobRecord,
     JobRequest,
     JobState,
-    ProductCapacity,
     Reservation,
 )
 from broker.recovery import StoreRecovery
@@ -43,29 +40,9 @@ from broker.service import BrokerService, ServiceSettings
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
+from tests.service_doubles import idle_h100_node
 
 pytestmark = pytest.mark.integration
-
-
-def _summary(cluster: str, now: float) -> ClusterSummary:
-    return ClusterSummary(
-        cluster=cluster,
-        health=Health.HEALTHY,
-        heartbeat=now,
-        products=(
-            ProductCapacity(
-                product="H100-80GB",
-                memory_mib=81559,
-                total=8,
-                allocatable=8,
-                allocated=0,
-                free=8,
-                nodes_by_free=(0,) * 8 + (1,),
-                numa_blocks=(0,) * 4 + (1,),
-                nodes=1,
-            ),
-        ),
-    )
 
 
 def test_a_paused_ex_leaders_late_writes_are_refused_by_its_fencing_token(redis_url: str) -> None:
@@ -78,7 +55,7 @@ def test_a_paused_ex_leaders_late_writes_are_refused_by_its_fencing_token(redis_
     api = RedisStateStore(redis_url, prefix)
     paused = RedisStateStore(redis_url, prefix, fencing_token=lambda: old_token)
     now = SystemClock().now()
-    api.put_summary(_summary("c1", now))
+    api.put_summary(idle_h100_node("c1", now))
     record = api.create_job(JobRecord(id="j1", request=JobRequest("x", gpus_per_pod=1), created_at=now))
     # while it holds the lease its writes go through
     paused.save_job(record, JobState.QUEUED)
@@ -172,7 +149,7 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
         service = BrokerService(store, gateway, clock, traits, settings=ServiceSettings(federation=prefix))
         recovery = StoreRecovery(store, gateway, clock, traits, prefix)
         try:
-            store.put_summary(_summary(name, clock.now()))
+            store.put_summary(idle_h100_node(name, clock.now()))
             with pytest.raises(Recovering):  # nothing may be accepted before the store is initialised
                 service.submit(JobRequest("early", gpus_per_pod=1))
             first = recovery.check()
@@ -196,7 +173,7 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
             _restart(restartable_redis, tmp_path)  # no persistence: Redis comes back empty
             with pytest.raises(Recovering):  # a retried key now could run a job twice: refused
                 service.submit(JobRequest("run-0", gpus_per_pod=1), idempotency_key="k0")
-            store.put_summary(_summary(name, clock.now()))  # the pollers write it again
+            store.put_summary(idle_h100_node(name, clock.now()))  # the pollers write it again
             report = recovery.check()
             assert report is not None
             assert report.recovered == 4 and set(report.recovered_ids) == set(ids.values())

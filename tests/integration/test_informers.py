@@ -7,7 +7,6 @@ polls the ClusterSummary that the ClusterWatcher's callback wrote to a private R
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from broker import capacity
 from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable
 from broker.health import HealthThresholds
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health
+from tests.conftest import poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +34,7 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float = DEADLINE_S) -> T:
-    """Poll until probe() returns something truthy; fail naming `what` and the last value seen."""
-    end = time.monotonic() + deadline_s
-    last: T | None = None
-    while time.monotonic() < end:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline_s}s: {what} (last: {last!r})")
+    return poll_for(what, probe, deadline_s)
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import ssl
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -32,7 +31,7 @@ from broker.errors import ClusterUnreachable
 from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
 from kubesim.fleet import load_fleet, synthetic_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port
+from tests.conftest import free_port, poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +50,7 @@ SETTINGS = WatchSettings(
 
 
 def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float = 10.0) -> T:
-    """Poll until probe() returns something truthy; fail naming `what` and the last value seen."""
-    end = time.monotonic() + deadline_s
-    last: T | None = None
-    while time.monotonic() < end:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline_s}s: {what} (last: {last!r})")
+    return poll_for(what, probe, deadline_s)
 
 
 def job(name: str, job_id: str | None, attempt: int = 1) -> dict[str, Any]:

@@ -3,10 +3,9 @@ controllers running, with the real kubectl binary."""
 
 from __future__ import annotations
 
+import functools
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +13,10 @@ import pytest
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
+from tests.kubectl_cli import KUBECTL, run_kubectl
 
 pytestmark = pytest.mark.integration
 
-KUBECTL = Path(__file__).resolve().parents[2] / "tools" / "bin" / "kubectl"
 CLUSTER = "sim-000"
 
 
@@ -32,23 +31,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 @pytest.fixture(scope="module")
 def kubectl(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Any:
     cache = tmp_path_factory.mktemp("kubectl-cache")
-    env = {**os.environ, "KUBECONFIG": str(sim.kubeconfig_path(CLUSTER)), "HOME": str(cache)}
-
-    def run(*args: str, stdin: str | None = None, ok: tuple[int, ...] = (0,), timeout: float = 60) -> str:
-        proc = subprocess.run(
-            [str(KUBECTL), "--cache-dir", str(cache), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-        )
-        out = proc.stdout + proc.stderr
-        assert proc.returncode in ok, f"kubectl {' '.join(args)} exited {proc.returncode}:\n{out}"
-        return out
-
-    return run
+    return functools.partial(run_kubectl, kubeconfig=sim.kubeconfig_path(CLUSTER), cache=cache)
 
 
 def pods_on(sim: Simulation, node: str) -> set[str]:

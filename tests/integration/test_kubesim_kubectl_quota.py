@@ -4,20 +4,19 @@ with the real messages."""
 
 from __future__ import annotations
 
+import functools
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
+from tests.kubectl_cli import KUBECTL, run_kubectl
 
 pytestmark = pytest.mark.integration
 
-KUBECTL = Path(__file__).resolve().parents[2] / "tools" / "bin" / "kubectl"
 CLUSTER = "sim-000"
 NS = "tenant-ml"
 LIMITS = f"""\
@@ -45,21 +44,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 @pytest.fixture(scope="module")
 def kubectl(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Any:
     cache = tmp_path_factory.mktemp("kubectl-cache")
-    env = {**os.environ, "KUBECONFIG": str(sim.kubeconfig_path(CLUSTER)), "HOME": str(cache)}
-
-    def run(*args: str, stdin: str | None = None, ok: tuple[int, ...] = (0,)) -> str:
-        proc = subprocess.run(
-            [str(KUBECTL), "--cache-dir", str(cache), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        out = proc.stdout + proc.stderr
-        assert proc.returncode in ok, f"kubectl {' '.join(args)} exited {proc.returncode}:\n{out}"
-        return out
+    run = functools.partial(run_kubectl, kubeconfig=sim.kubeconfig_path(CLUSTER), cache=cache)
 
     run("create", "namespace", NS)  # a protobuf body: decoded
     return run

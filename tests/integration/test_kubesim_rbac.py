@@ -4,9 +4,9 @@ from Python, from the fleet file and from the admin endpoint). The admin token s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +18,10 @@ from kubernetes.client.exceptions import ApiException
 
 from kubesim.fleet import parse_fleet
 from kubesim.sim import Simulation
+from tests.kubectl_cli import KUBECTL, run_kubectl
 
 pytestmark = pytest.mark.integration
 
-KUBECTL = Path(__file__).resolve().parents[2] / "tools" / "bin" / "kubectl"
 CLUSTER = "rbac-a"
 FLEET = {
     "clusters": [
@@ -83,27 +83,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 @pytest.fixture(scope="module")
 def kubectl(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Any:
     cache = tmp_path_factory.mktemp("kubectl-cache")
-
-    def run(
-        *args: str, kubeconfig: Path | None = None, stdin: str | None = None, ok: tuple[int, ...] = (0,)
-    ) -> str:
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig or sim.kubeconfig_path(CLUSTER)),
-            "HOME": str(cache),
-        }
-        proc = subprocess.run(
-            [str(KUBECTL), "--cache-dir", str(cache), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        out = proc.stdout + proc.stderr
-        assert proc.returncode in ok, f"kubectl {' '.join(args)} exited {proc.returncode}:\n{out}"
-        return out
+    run = functools.partial(run_kubectl, kubeconfig=sim.kubeconfig_path(CLUSTER), cache=cache)
 
     run("apply", "-f", "-", stdin=RBAC)
     return run

@@ -4,10 +4,8 @@ what it is asked to create (tests/integration/test_member_tenancy.py runs the re
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,47 +19,13 @@ from broker.model import (
     MemberNamespace,
     ProductCapacity,
     QuotaStatus,
-    WorkloadRef,
-    WorkloadStatus,
 )
 from broker.service import BrokerService
+from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration
 
-NOW = 1_800_000_000.0
 TENANTS = "gpufed-{tenant}"
-
-
-class ManualClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
-
-
-class RecordingGateway:
-    """Remembers each create: the cluster, the Job's namespace and the companions' kinds."""
-
-    def __init__(self) -> None:
-        self.created: list[tuple[str, str, tuple[str, ...]]] = []
-        self._lock = threading.Lock()
-
-    def create_workload(
-        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
-        with self._lock:
-            kinds = tuple(str(c["kind"]) for c in companions)
-            self.created.append((cluster, job["metadata"]["namespace"], kinds))
-
-    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
-        return None
-
-    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
-        return WorkloadStatus(name=name, namespace=namespace, exists=True, suspended=True)
-
-    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
-        return []
 
 
 def h100_cluster(name: str, *namespaces: MemberNamespace) -> ClusterSummary:
@@ -94,6 +58,11 @@ def service_over(store: RedisStateStore, *traits: ClusterTraits) -> tuple[Broker
     return BrokerService(store, gateway, ManualClock(), {t.name: t for t in traits}), gateway
 
 
+def recorded(gateway: RecordingGateway) -> list[tuple[str, str, tuple[str, ...]]]:
+    """Each create the gateway saw: the cluster, the Job's namespace and the companions' kinds."""
+    return [(c.cluster, c.namespace, c.kinds) for c in gateway.created]
+
+
 def test_a_tenant_at_its_namespace_quota_is_placed_on_another_cluster_with_the_reason(
     store: RedisStateStore,
 ) -> None:
@@ -107,7 +76,7 @@ def test_a_tenant_at_its_namespace_quota_is_placed_on_another_cluster_with_the_r
     record, _ = service.submit(JobRequest("train", tenant="ml", gpus_per_pod=4))
     service.schedule_once()
     assert service.get(record.id).cluster == "onprem-b"
-    assert gateway.created == [("onprem-b", "gpufed-ml", ())]
+    assert recorded(gateway) == [("onprem-b", "gpufed-ml", ())]
     verdicts = {v.cluster: v for v in service.explain(JobRequest("more", tenant="ml", gpus_per_pod=4))[1]}
     assert "quota gpufed-ml: nvidia.com/gpu 14/16, job needs 4" in str(verdicts["onprem-a"])
 
@@ -141,4 +110,4 @@ def test_a_missing_namespace_is_reported_unless_the_broker_may_create_it(store: 
     creates = ClusterTraits("onprem-a", tenant_namespace=TENANTS, create_namespaces=True)
     service.set_traits({"onprem-a": creates}, at_once=True)
     service.schedule_once()
-    assert gateway.created == [("onprem-a", "gpufed-ml", ("Namespace",))]
+    assert recorded(gateway) == [("onprem-a", "gpufed-ml", ("Namespace",))]

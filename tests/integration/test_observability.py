@@ -35,17 +35,15 @@ from broker import telemetry
 from broker.api import create_app
 from broker.errors import ClusterUnreachable
 from broker.model import (
-    ClusterSummary,
     ClusterTraits,
-    Health,
     JobRequest,
     JobState,
-    ProductCapacity,
 )
 from broker.service import BrokerService
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port
+from tests.service_doubles import idle_h100_node
 
 pytestmark = pytest.mark.integration
 
@@ -74,28 +72,7 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[tuple[BrokerService, Flaky
         store = RedisStateStore(redis_url, prefix="obs" + uuid.uuid4().hex[:8])
         gateway = FlakyGateway({name: KubeRest.from_kubeconfig(name, sim.kubeconfig_path(name))})
         clock = SystemClock()
-        store.put_summary(
-            ClusterSummary(
-                cluster=name,
-                health=Health.HEALTHY,
-                heartbeat=clock.now(),
-                products=(
-                    ProductCapacity(
-                        product="H100-80GB",
-                        memory_mib=81559,
-                        total=8,
-                        allocatable=8,
-                        allocated=0,
-                        free=8,
-                        nodes_by_free=(0,) * 8 + (1,),
-                        numa_blocks=(0,) * 4 + (1,),
-                        nodes=1,
-                        shared_allocatable=4,
-                        shared_free=3,
-                    ),
-                ),
-            )
-        )
+        store.put_summary(idle_h100_node(name, clock.now(), shared_allocatable=4, shared_free=3))
         service = BrokerService(store, gateway, clock, {name: ClusterTraits(name=name)})
         try:
             yield service, gateway

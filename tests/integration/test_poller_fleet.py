@@ -28,6 +28,7 @@ from broker.health import STALE_POLLER, HealthThresholds, observed_health
 from broker.model import ClusterTraits, Health
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
+from tests.conftest import poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +37,7 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float) -> T:
-    end = time.monotonic() + deadline_s
-    last: T | None = None
-    while time.monotonic() < end:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"not within {deadline_s:.0f}s: {what} (last: {last!r})")
+    return poll_for(what, probe, deadline_s, interval=0.1)
 
 
 def healthy(store: RedisStateStore, name: str) -> bool:

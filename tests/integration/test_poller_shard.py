@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from adapters.ray_actors import PollerShard, PollerSpec
 from adapters.redis_store import RedisStateStore
 from broker import capacity
 from broker.model import ClusterSummary, ClusterTraits, Health, Tier
+from tests.conftest import poll_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +32,7 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float = 2.0) -> T:
-    end = time.monotonic() + deadline_s
-    last: T | None = None
-    while time.monotonic() < end:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"not within {deadline_s}s: {what} (last: {last!r})")
+    return poll_for(what, probe, deadline_s)
 
 
 @pytest.fixture

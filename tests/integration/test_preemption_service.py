@@ -5,10 +5,8 @@ cluster is a summary in the store and a gateway that runs what it is asked to cr
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
@@ -23,52 +21,14 @@ from broker.model import (
     JobRequest,
     JobState,
     ProductCapacity,
-    WorkloadRef,
-    WorkloadStatus,
 )
 from broker.preemption import PreemptionPolicy
 from broker.service import BrokerService, ServiceSettings
+from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 
 pytestmark = pytest.mark.integration
 
-NOW = 1_800_000_000.0
 HOUR = 3600.0
-
-
-class ManualClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
-
-
-class RunningGateway:
-    """Every Job it created runs (all pods ready) until it deletes it."""
-
-    def __init__(self) -> None:
-        self.live: set[str] = set()
-        self.deleted: list[str] = []
-        self._lock = threading.Lock()
-
-    def create_workload(
-        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
-        with self._lock:
-            self.live.add(job["metadata"]["name"])
-
-    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
-        with self._lock:
-            self.live.discard(name)
-            self.deleted.append(name)
-
-    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
-        with self._lock:
-            up = name in self.live
-        return WorkloadStatus(name=name, namespace=namespace, exists=up, active=8, ready=8)  # all pods
-
-    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
-        return []
 
 
 def h100(free: int) -> ClusterSummary:
@@ -96,7 +56,7 @@ def store(redis_url: str) -> Iterator[RedisStateStore]:
 def test_a_production_job_preempts_the_cheapest_victim_which_requeues_and_the_storm_limit_holds(
     store: RedisStateStore,
 ) -> None:
-    clock, gateway = ManualClock(), RunningGateway()
+    clock, gateway = ManualClock(), RecordingGateway(reads=pods_ready(8, only_live=True))
     settings = ServiceSettings(
         queue=queueing.QueuePolicy(priorities={"production": 100000, "batch": 0}),
         preemption=PreemptionPolicy(frozenset({"production"}), max_per_tenant=1, max_global=5),
@@ -164,7 +124,7 @@ def test_a_production_job_preempts_the_cheapest_victim_which_requeues_and_the_st
 
 
 def test_a_victim_whose_failover_policy_is_never_fails_with_the_reason(store: RedisStateStore) -> None:
-    clock, gateway = ManualClock(), RunningGateway()
+    clock, gateway = ManualClock(), RecordingGateway(reads=pods_ready(8, only_live=True))
     settings = ServiceSettings(
         queue=queueing.QueuePolicy(priorities={"production": 100000, "batch": 0}),
         preemption=PreemptionPolicy(frozenset({"production"})),

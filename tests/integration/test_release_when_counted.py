@@ -8,36 +8,18 @@ place another job on them (a pod Pending "Insufficient nvidia.com/gpu").
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from adapters.redis_store import RedisStateStore
-from broker.model import ClusterTraits, JobRequest, JobState, WorkloadRef, WorkloadStatus
+from broker.model import ClusterTraits, JobRequest, JobState
 from broker.service import BrokerService
-from tests.integration.test_scheduling_pass import NOW, ManualClock, cluster
+from tests.integration.test_scheduling_pass import cluster
+from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 
 pytestmark = pytest.mark.integration
-
-
-class ReadyGateway:
-    """Member clusters where every created Job's pods are all ready."""
-
-    def create_workload(
-        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
-        return None
-
-    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
-        return None
-
-    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
-        return WorkloadStatus(name=name, namespace=namespace, exists=True, active=1, ready=1)
-
-    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
-        return []
 
 
 @pytest.fixture
@@ -52,7 +34,7 @@ def test_the_reservation_of_a_running_job_goes_once_a_newer_summary_counts_it(
 ) -> None:
     clock = ManualClock()
     store.put_summary(cluster("a", 8))
-    svc = BrokerService(store, ReadyGateway(), clock, {"a": ClusterTraits("a")})
+    svc = BrokerService(store, RecordingGateway(reads=pods_ready(1)), clock, {"a": ClusterTraits("a")})
     first, _ = svc.submit(JobRequest("first", gpus_per_pod=8))
     clock.t += 0.001  # first come, first served
     second, _ = svc.submit(JobRequest("second", gpus_per_pod=8))

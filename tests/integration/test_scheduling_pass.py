@@ -10,9 +10,8 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -26,47 +25,14 @@ from broker.model import (
     MigCapacity,
     ProductCapacity,
     Reservation,
-    WorkloadRef,
-    WorkloadStatus,
 )
 from broker.service import BrokerService
+from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration
 
-NOW = 1_800_000_000.0
 GPU = "nvidia.com/gpu"
 MIG = "nvidia.com/mig-1g.10gb"
-
-
-class ManualClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
-
-
-class RecordingGateway:
-    """Stands in for the member clusters: remembers each Job it is asked to create, reads none back."""
-
-    def __init__(self) -> None:
-        self.created: list[str] = []
-        self._lock = threading.Lock()
-
-    def create_workload(
-        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
-        with self._lock:
-            self.created.append(f"{cluster}/{job['metadata']['name']}")
-
-    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
-        return None
-
-    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
-        return WorkloadStatus(name=name, namespace=namespace, exists=True, suspended=True)
-
-    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
-        return []
 
 
 def hist(*frees: int) -> tuple[int, ...]:
@@ -214,7 +180,7 @@ def test_four_concurrent_placers_never_over_commit(
         assert fits(frees, pods), (c, frees, sorted(pods))
         slices = sum(r.units for r in held if r.cluster == c and r.resource_name == MIG)
         assert slices <= mig_free[c]
-    created = [name for p in placers for name in p.gateway.created]  # type: ignore[attr-defined]
+    created = [name for p in placers for name in p.gateway.created_names()]  # type: ignore[attr-defined]
     assert len(created) == len(set(created)) == len(placed)  # each placed job created once, by one placer
 
 

@@ -20,17 +20,16 @@ from adapters.kube_rest import KubeRest
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.model import (
-    ClusterSummary,
     ClusterTraits,
     Health,
     JobEvent,
     JobRecord,
     JobRequest,
     JobState,
-    ProductCapacity,
     WorkloadStatus,
 )
 from broker.service import BrokerService
+from tests.service_doubles import idle_h100_node
 
 pytestmark = pytest.mark.integration
 
@@ -84,26 +83,7 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[tuple[BrokerService, Hooke
         store = HookedStore(redis_url, prefix="race" + uuid.uuid4().hex[:8])
         gateway = HookedGateway({name: KubeRest.from_kubeconfig(name, sim.kubeconfig_path(name))})
         clock = SystemClock()
-        store.put_summary(
-            ClusterSummary(
-                cluster=name,
-                health=Health.HEALTHY,
-                heartbeat=clock.now(),
-                products=(
-                    ProductCapacity(
-                        product="H100-80GB",
-                        memory_mib=81559,
-                        total=8,
-                        allocatable=8,
-                        allocated=0,
-                        free=8,
-                        nodes_by_free=(0,) * 8 + (1,),
-                        numa_blocks=(0,) * 4 + (1,),
-                        nodes=1,
-                    ),
-                ),
-            )
-        )
+        store.put_summary(idle_h100_node(name, clock.now()))
         service = BrokerService(store, gateway, clock, {name: ClusterTraits(name=name)})
         try:
             yield service, store, gateway

@@ -13,7 +13,7 @@ import os
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,53 +35,20 @@ from broker.model import (
     JobRequest,
     JobState,
     ProductCapacity,
-    WorkloadRef,
-    WorkloadStatus,
 )
 from broker.service import BrokerService, ServiceSettings
 from tests.conftest import free_port, wait_for
+from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-NOW = 1_800_000_000.0
 TOKENS = {
     "alice": "alice-token-0123456789",
     "bob": "bob-token-0123456789ab",
     "root": "root-token-0123456789a",
     "watcher": "watcher-token-01234567",
 }
-
-
-class ManualClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.t = now
-
-    def now(self) -> float:
-        return self.t
-
-
-class RecordingGateway:
-    """Stands in for the member clusters: remembers each Job it is asked to create, reads none back."""
-
-    def __init__(self) -> None:
-        self.created: list[str] = []
-        self._lock = threading.Lock()
-
-    def create_workload(
-        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
-        with self._lock:
-            self.created.append(f"{cluster}/{job['metadata']['name']}")
-
-    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
-        return None
-
-    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
-        return WorkloadStatus(name=name, namespace=namespace, exists=True, suspended=True)
-
-    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
-        return []
 
 
 def h100_cluster(name: str, nodes: int) -> ClusterSummary:
