@@ -300,11 +300,14 @@ def test_revoked_credentials_are_forbidden_and_a_dead_cluster_is_unreachable(wor
         with pytest.raises(ClusterForbidden, match=c):
             gw.read_workload(c, "default", "any")
         wait_for("the watcher reports forbidden", healthy(world, c, Health.FORBIDDEN), 10)
+
         # the summary the pollers publish says which list/watch was refused, in the cluster's own words
-        forbidden = world.watchers[c].summary(ClusterTraits(name=c))
-        assert "list/watch nodes" in forbidden.health_reason and "403" in forbidden.health_reason, (
-            forbidden.health_reason
-        )
+        # (each informer meets the refusal on its own next request: the nodes one among them, soon)
+        def nodes_refused() -> str | None:
+            reason = world.watchers[c].summary(ClusterTraits(name=c)).health_reason
+            return reason if "list/watch nodes" in reason else None
+
+        assert "403" in wait_for("the refused node list/watch named in the reason", nodes_refused, 10)
 
         world.sim.faults(c).set(clear=True, down=True)
         with pytest.raises(ClusterUnreachable, match=c):
