@@ -40,6 +40,7 @@ Measured per policy, from the broker (events and GET /v1/spend, all in simulated
   prediction for each job that waited and then ran on-prem: its first predictedStart seen (sampled
              every --sample real seconds from the service's queue predictions, as GET /v1/jobs/{id}
              shows it) against its first RUNNING event: |error| p50 / p90 and the bias (> 0: later)
+  requeued   why jobs went back to the queue (their events), printed under a row when any did
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ class Outcome:
     committed: float  # the broker's expected cost of the cloud runs still going (GET /v1/spend)
     accrued: float  # what those runs had run up by the end (price x GPUs x time RUNNING so far)
     accrued_gpu_hours: float
+    requeued: dict[str, int]
     errors: list[float]  # minutes, actual - predicted start
     on_cloud: int
     real_seconds: float
@@ -250,10 +252,15 @@ def _drive(
     errors: list[float] = []
     finished = never_ran = on_cloud = 0
     accrued = accrued_gpu_hours = 0.0  # cloud runs still going at the end, up to the end
+    requeued: dict[str, int] = {}  # why a job went back to the queue -> how many times
     for job_id in ids.values():
         job = http.get(f"/v1/jobs/{job_id}").json()
         events = http.get(f"/v1/jobs/{job_id}/events").json()["items"]
         running = [e["at"] for e in events if e["state"] == "RUNNING"]
+        for e in events:
+            if e["state"] == "QUEUED" and "requeued" in e["reason"]:
+                why = e["reason"].split(":")[0]
+                requeued[why] = requeued.get(why, 0) + 1
         if job["state"] == "SUCCEEDED":
             finished += 1
         if job.get("cluster") == "cloud-burst":
@@ -283,6 +290,7 @@ def _drive(
         committed=sum(t["committed"] for t in spend),
         accrued=accrued,
         accrued_gpu_hours=accrued_gpu_hours,
+        requeued=requeued,
         errors=errors,
         on_cloud=on_cloud,
         real_seconds=time.monotonic() - started_real,
@@ -356,6 +364,8 @@ def main() -> None:
             f"{o.on_cloud} | {err} | {o.real_seconds:.0f} | {d['p95']:.1f} min / ${d['spend']:.0f} |",
             flush=True,
         )
+        if o.requeued:
+            print(f"  ({name}: requeued {o.requeued})", flush=True)
 
 
 if __name__ == "__main__":
