@@ -58,6 +58,7 @@ from broker.errors import ConfigError, StoreError
 from broker.health import HealthThresholds
 from broker.leadership import Leadership, take_over
 from broker.model import ClusterSummary, ClusterTraits
+from broker.ports import Clock
 from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
 
@@ -87,9 +88,11 @@ def build_service(
     cfg: FleetConfig,
     store: RedisStateStore | None = None,
     gateway: WatchingGateway | None = None,
+    clock: Clock | None = None,
 ) -> tuple[BrokerService, RedisStateStore, WatchingGateway]:
     """The service and its adapters, not started: the gateway's Job informers start with start().
-    A given store or gateway is used instead of a new one (the leader's service shares the gateway)."""
+    A given store or gateway is used instead of a new one (the leader's service shares the gateway);
+    a given clock instead of the wall clock (benchmarks/burst_replay.py: kubesim's simulated clock)."""
     settings = cfg.settings
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = gateway or WatchingGateway.watching(
@@ -101,7 +104,7 @@ def build_service(
     service = BrokerService(
         store,
         gateway,
-        SystemClock(),
+        clock or SystemClock(),
         cfg.traits(),
         policy,
         ServiceSettings(
@@ -250,16 +253,20 @@ def running_broker(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     insecure_no_auth: bool = False,
+    clock: Clock | None = None,
 ) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
     and tls_key, the API serves HTTPS. Refuses to start without auth.tokensFile unless
-    `insecure_no_auth`."""
+    `insecure_no_auth`. `clock`: the services' clock (default the wall clock; the pollers' heartbeats
+    stay on the wall clock)."""
     tokens = token_table(cfg, insecure_no_auth)
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
     settings = cfg.settings
     service, store, gateway = build_service(
-        cfg, store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True)
+        cfg,
+        store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True),
+        clock=clock,
     )
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     lease = RedisLease(settings.redis_url, settings.redis_prefix, holder, settings.lease_seconds)
@@ -269,7 +276,7 @@ def running_broker(
         prefix=settings.redis_prefix,
         fencing_token=lambda: electors[0].current_token() if electors else None,
     )
-    leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway)
+    leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway, clock=clock)
     recovery = StoreRecovery(
         leader_store,
         gateway,
