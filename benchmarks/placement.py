@@ -9,6 +9,7 @@ Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [-
              assume, p50/p99 per job (the summaries come from the FleetCache, not read per job)
     submit   POST /v1/jobs at 32 concurrent clients against a broker API process (Redis store, N
              summaries in Redis so product names are checked against the fleet): submits/s, p50/p99
+             (submit-httpx: the same with httpx as the load generator)
     burst    1,000 one-GPU jobs queued at once, then the control loop (real kubesim clusters over HTTPS,
              concurrent dispatch, Jobs followed by watch): Jobs/s reaching the member clusters
     status   member API requests per running job per minute (benchmarks/status_requests.py, watch mode)
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.http_load import encode_request, run_load
+from benchmarks.http_load import encode_request, run_httpx_load, run_load
 from broker import reservations
 from broker.batch_placement import BatchPlacer
 from broker.model import (
@@ -235,13 +236,16 @@ def serve_api(prefix: str, port: int, clusters: int) -> None:
 
     from adapters.system_clock import SystemClock
     from broker.api import create_app
+    from broker.main import settle_startup_heap
     from broker.service import BrokerService
 
     store = _store(prefix)
     traits = {s.cluster: ClusterTraits(s.cluster) for s in fleet(clusters, nodes=10)}
     service = BrokerService(store, _NoClusters(), SystemClock(), traits)
+    app = create_app(service, service.clock)
+    settle_startup_heap()  # as `gpufed serve` does once started
     uvicorn.run(
-        create_app(service, service.clock),
+        app,
         host="127.0.0.1",
         port=port,
         log_level="warning",
@@ -259,7 +263,8 @@ class _NoClusters:
     delete_workload = read_workload = list_workloads = create_workload
 
 
-def bench_submit(clusters: int, clients: int = 32, total: int = 6000) -> None:
+def bench_submit(clusters: int, clients: int = 32, total: int = 6000, client: str = "lean") -> None:
+    """`client` "lean" (benchmarks/http_load.run_load) or "httpx" (the same loop through httpx)."""
     from tests.conftest import free_port  # a free local port, as the tests pick them
 
     prefix = "bench" + uuid.uuid4().hex[:8]
@@ -285,15 +290,24 @@ def bench_submit(clusters: int, clients: int = 32, total: int = 6000) -> None:
         _wait_http(f"http://127.0.0.1:{port}/healthz")
         cpu_before = _cpu_seconds(server.pid)
         body = {"name": "bench", "gpus": 1, "gpuProducts": ["H100-80GB"], "durationSeconds": 60}
-        request = encode_request("POST", "/v1/jobs", f"127.0.0.1:{port}", body, {})
-        result = asyncio.run(run_load("127.0.0.1", port, request, clients=clients, total=total, expect=201))
+        if client == "httpx":
+            result = asyncio.run(
+                run_httpx_load(
+                    f"http://127.0.0.1:{port}", "/v1/jobs", body, clients=clients, total=total, expect=201
+                )
+            )
+        else:
+            request = encode_request("POST", "/v1/jobs", f"127.0.0.1:{port}", body, {})
+            result = asyncio.run(
+                run_load("127.0.0.1", port, request, clients=clients, total=total, expect=201)
+            )
         rate, latencies, errors = result.rate, result.latencies, result.errors
         cpu_ms = (_cpu_seconds(server.pid) - cpu_before) * 1000 / (total + 200)
         print(
             f"POST /v1/jobs, {clients} clients, {clusters} clusters in Redis: {rate:,.0f} submits/s, "
             f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
             f"{errors} errors; broker CPU {cpu_ms:.2f} ms per submit "
-            f"(load generator on the same 2 cores)"
+            f"({client} load generator on the same 2 cores)"
         )
     finally:
         server.terminate()
@@ -440,6 +454,7 @@ BENCHES: dict[str, Callable[[int], None]] = {
     "core": bench_core,
     "reserve": bench_reserve,
     "submit": bench_submit,
+    "submit-httpx": lambda clusters: bench_submit(clusters, client="httpx"),
     "burst": lambda _clusters: bench_burst(),
     "status": bench_status,
 }
