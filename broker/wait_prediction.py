@@ -18,8 +18,9 @@ Pure (no I/O, no clock: `now` and every observation are arguments). Owns two thi
        starts its jobs in order, no backfilling: the prediction errs late, not early), and its
        GPUs come back at start + its expected run time.
    Each job gets its predicted start per pool and its best pool. A job that no pool can ever hold
-   (more GPUs than the pool has, or a pod larger than its nodes) gets no prediction on that pool.
-   Otherwise nodes are not modelled: GPUs of one pool are one heap, so a job needing 8 GPUs on one node may be predicted early when the free GPUs
+   (more GPUs than the pool has, or a pod larger than its nodes) gets no prediction on that pool. A
+   start "now" also needs the pods to fit on the nodes as they are now (free GPUs spread over nodes are
+   no start). Beyond now nodes are not modelled: GPUs of one pool are one heap, so a job needing 8 GPUs on one node may be predicted early when the free GPUs
    are spread over nodes. The error is measured by benchmarks/burst.py (docs/benchmarks.md).
 
 MIG jobs are not predicted (no pool model of slices yet): the burst rule treats them as before.
@@ -28,7 +29,7 @@ MIG jobs are not predicted (no pool model of slices yet): the burst rule treats 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.model import ClusterSummary, JobRecord, JobRequest, JobState, Tier
@@ -146,33 +147,61 @@ def _human(seconds: float) -> str:
 class _Pool:
     """Whole GPUs of one product in one on-prem cluster, replayed forward in time."""
 
-    __slots__ = ("capacity", "cluster", "free", "key", "largest_pod", "not_before", "product", "releases")
+    __slots__ = (
+        "capacity",
+        "cluster",
+        "fit_now",
+        "free",
+        "key",
+        "largest_pod",
+        "not_before",
+        "now",
+        "product",
+        "releases",
+    )
 
     def __init__(
-        self, cluster: str, product: str, capacity: int, free: int, now: float, largest_pod: int | None = None
+        self,
+        cluster: str,
+        product: str,
+        capacity: int,
+        free: int,
+        now: float,
+        largest_pod: int | None = None,
+        fit_now: Callable[[int], int] | None = None,
     ) -> None:
+        """`fit_now(gpus_per_pod)`: how many such pods fit on the nodes now (None: count GPUs only)."""
         self.cluster = cluster
         self.product = product
         self.key = f"{cluster}/{product}"
         self.capacity = capacity
         self.largest_pod = capacity if largest_pod is None else largest_pod  # GPUs one node can hold
         self.free = free
+        self.now = now
+        self.fit_now = fit_now
         self.not_before = now  # jobs start in order: none before the last start
         self.releases: list[tuple[float, int]] = []  # heap of (time, gpus)
 
-    def start_of(self, units: int, per_pod: int | None = None) -> float | None:
+    def start_of(self, units: int, per_pod: int | None = None, pods: int = 1) -> float | None:
         """When `units` GPUs would be free here, without changing the pool; None: never (more GPUs than
-        the pool has, or a pod larger than any of its nodes)."""
+        the pool has, or a pod larger than any of its nodes). "Now" only if the pods fit on the nodes as
+        they are now, not just by the count of free GPUs (placement would say no fit)."""
         if units > self.capacity or (per_pod is not None and per_pod > self.largest_pod):
             return None
         free, at = self.free, self.not_before
-        if free >= units:
+        if free >= units and not self._spread_now(at, per_pod, pods):
             return at
         for t, n in sorted(self.releases):
             free += n
-            if free >= units:
+            if free >= units and not self._spread_now(max(at, t), per_pod, pods):
                 return max(at, t)
         return None  # the GPUs held outside the broker's view never come back
+
+    def _spread_now(self, at: float, per_pod: int | None, pods: int) -> bool:
+        """At `now`, enough GPUs are free by count but spread so that the pods do not fit on the nodes."""
+        if at > self.now or per_pod is None or self.fit_now is None:
+            return False
+        return self.fit_now(per_pod) < pods
 
     def take(self, units: int, start: float, run_seconds: float) -> None:
         while self.releases and self.releases[0][0] <= start:
@@ -192,7 +221,17 @@ def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
                 # a pod's GPUs are on one node: the largest free now, or the mean node (summaries keep
                 # free GPUs per node, not node sizes)
                 largest = max(p.max_free_on_one_node, -(-p.allocatable // p.nodes)) if p.nodes else None
-                pools.append(_Pool(s.cluster, p.product, p.allocatable, max(0, p.free), now, largest))
+                pools.append(
+                    _Pool(
+                        s.cluster,
+                        p.product,
+                        p.allocatable,
+                        max(0, p.free),
+                        now,
+                        largest,
+                        p.pods_that_fit if p.nodes_by_free else None,
+                    )
+                )
     return pools
 
 
@@ -240,7 +279,7 @@ def predict_queue(
         for pool in pools:
             if not _wants(req, pool):
                 continue
-            at = pool.start_of(units, req.gpus_per_pod)
+            at = pool.start_of(units, req.gpus_per_pod, req.pods)
             if at is None:
                 continue
             per_pool[pool.key] = at

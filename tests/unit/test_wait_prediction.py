@@ -20,7 +20,10 @@ H100 = "H100-80GB"
 
 
 def pool(cluster: str, allocatable: int, free: int, tier: Tier = Tier.ONPREM) -> ClusterSummary:
-    cap = ProductCapacity(H100, 81920, allocatable, allocatable, allocatable - free, free, (0, free))
+    by_free = [0] * 9  # 8-GPU nodes: the free GPUs on as few nodes as they fill
+    by_free[8] = free // 8
+    by_free[free % 8] += 1 if free % 8 else 0
+    cap = ProductCapacity(H100, 81920, allocatable, allocatable, allocatable - free, free, tuple(by_free))
     return ClusterSummary(cluster, tier=tier, products=(cap,))
 
 
@@ -126,3 +129,14 @@ def test_a_pod_larger_than_any_node_never_starts_though_the_pool_has_the_gpus() 
 
     assert got["one-pod"].start_at is None and "never" in got["one-pod"].explain
     assert got["two-pods"].start_at == NOW
+
+
+def test_free_gpus_spread_over_nodes_are_no_start_now() -> None:
+    # 12 H100s free, but 4 on each of three nodes: an 8-GPU pod starts when a running job ends
+    spread = ProductCapacity(H100, 81920, 24, 24, 12, 12, (0, 0, 0, 0, 3), nodes=3)
+    fleet = [ClusterSummary("op", tier=Tier.ONPREM, products=(spread,))]
+    holding = running("r1", "op", 4, started=NOW - 60, duration=600)
+
+    got = predict_queue([queued("eight", 8)], [holding], fleet, RunTimeModel(), NOW)
+
+    assert got["eight"].start_at == pytest.approx(NOW + 540)
