@@ -140,7 +140,7 @@ class BrokerService:
         self.cache = FleetCache(store, self.traits, grow=burst.grow if burst is not None else None)
         self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
         self._pending_lock = threading.Lock()
-        self._parked: dict[str, str] = {}  # job id -> fleet fingerprint it can never fit
+        self._parked: dict[str, str] = {}  # job id -> the offered fleet it can never fit (_offered_fleet)
         self._no_fit: dict[str, tuple[int, float]] = {}  # job id -> (cache generation, time) of its NoFit
         self._known_products: frozenset[str] = frozenset()
         self._known_products_at = float("-inf")
@@ -382,7 +382,7 @@ class BrokerService:
             return []
         now = self.clock.now()
         self.cache.refresh()
-        fleet = self.cache.fingerprint()
+        fleet = self._offered_fleet()
         offered = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
         for s in offered:
             if s.heartbeat:
@@ -569,11 +569,16 @@ class BrokerService:
             summary = member_quota.charge(summary, namespace, usage)
         return summary
 
+    def _offered_fleet(self) -> str:
+        """What a parked job waits to change: the fleet's structure and which clusters are fenced (a
+        job that fits only a fenced cluster must be decided again once its fence is lifted)."""
+        return f"{self.cache.fingerprint()} fenced:{','.join(sorted(self._fenced))}"
+
     def _not_placed(
         self, record: JobRecord, decision: NoFit, now: float, recorder: telemetry.PhaseRecorder
     ) -> JobRecord | None:
         if decision.never_fits:
-            self._parked[record.id] = self.cache.fingerprint()
+            self._parked[record.id] = self._offered_fleet()
         else:
             self._no_fit[record.id] = (self.cache.generation, now)
         held = self._maybe_preempt(record, decision, now)  # a storm limit's words join the diagnosis

@@ -211,3 +211,33 @@ def test_a_cluster_seen_failing_is_lost_at_its_deadline_and_the_loop_is_told_whe
     assert [r.id for r in moved] == [job.id]
     assert "cluster a lost" in svc.get(job.id).reason and "connection refused" in svc.get(job.id).reason
     assert svc.seconds_until_a_loss() is None  # fenced now: nothing more to wake for
+
+
+def test_a_job_that_fits_only_a_fenced_cluster_is_placed_there_once_the_fence_is_lifted(
+    store: RedisStateStore,
+) -> None:
+    clock = ManualClock()
+    store.put_summary(cluster("a", 8))
+    store.put_summary(cluster("b", 8, product="A100-80GB"))
+    svc = service(store, clock, ["a", "b"])
+    job, _ = svc.submit(JobRequest("train", gpus_per_pod=8, gpu_products=("H100-80GB",)))
+    svc.schedule_once()
+    assert svc.get(job.id).cluster == "a"
+
+    # a is lost and fenced: the job is requeued, and with only b offered it can never fit (parked)
+    clock.t = NOW + 11
+    store.put_summary(replace(cluster("a", 8), health=Health.UNREACHABLE, health_reason="connection refused"))
+    store.put_summary(replace(cluster("b", 8, product="A100-80GB"), heartbeat=clock.t))
+    svc.observe_clusters()
+    svc.schedule_once()
+    assert svc.get(job.id).state is JobState.QUEUED and "no H100-80GB" in svc.get(job.id).reason
+
+    # a answers again and its sweep lifts the fence (seen by the next pass's observe, as in the control
+    # loop): the parked job is decided again and goes back to a
+    clock.t = NOW + 20
+    store.put_summary(replace(cluster("a", 8), heartbeat=clock.t))
+    svc.observe_clusters()
+    assert store.fenced() == {}
+    svc.observe_clusters()
+    changed = {r.id: r for r in svc.schedule_once()}
+    assert (changed[job.id].state, changed[job.id].cluster) == (JobState.PLACED, "a")
