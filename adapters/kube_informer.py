@@ -138,6 +138,10 @@ class WatchSettings:
     # calls a cluster lost after clusterLostSeconds (10) without a successful call.
     probe_interval_s: float = 2.0
     probe_timeout: tuple[float, float] = (1.5, 2.0)
+    # In doubt, look again soon: after a failed probe the next comes this much later, so a cluster that
+    # answers half its calls is never "lost" by a run of bad luck (10 s of failures in a row at 50%
+    # errors is 40 coin flips), while a dead one costs a few cheap refused connections a second.
+    probe_retry_interval_s: float = 0.25
 
 
 class InformerSink(Protocol):
@@ -728,9 +732,9 @@ class ClusterWatcher:
         while not self._stop.is_set():
             started = time.monotonic()
             outcome = self.probe_once()
-            # In doubt, look again sooner: a failed probe is followed by another in a quarter interval,
-            # so a failing cluster gives health enough samples to judge within its window.
-            wait = interval if outcome.ok else interval / 4
+            # In doubt, look again sooner (WatchSettings.probe_retry_interval_s): a failing cluster gives
+            # health enough samples to judge within its window, and one success clears it.
+            wait = interval if outcome.ok else min(interval, self._settings.probe_retry_interval_s)
             self._stop.wait(max(0.05, wait - (time.monotonic() - started)))
 
     # ------------------------------------------------------------------ state (under the lock)

@@ -26,3 +26,13 @@ def test_a_quiet_cluster_is_probed_several_times_within_cluster_lost_seconds() -
     lost = Settings().cluster_lost_seconds
     assert watch.probe_interval_s * 3 <= lost, (watch.probe_interval_s, lost)
     assert watch.probe_timeout[1] <= watch.probe_interval_s  # a hung cluster does not slow the probing
+
+
+def test_a_cluster_answering_half_its_calls_is_not_lost_by_a_run_of_bad_luck() -> None:
+    """After a failed probe the next comes soon, so 'no success for clusterLostSeconds' at 50% errors
+    needs dozens of failures in a row (CI saw a 6 s limit crossed with probes 0.5 s apart)."""
+    watch = WatchSettings()
+    lost = Settings().cluster_lost_seconds
+    failures_in_a_row = lost / watch.probe_retry_interval_s
+    assert 0.5**failures_in_a_row < 1e-9, failures_in_a_row
+    assert watch.probe_retry_interval_s <= watch.probe_interval_s
