@@ -5,7 +5,9 @@ sync_status (follow placed jobs, each cluster on its own worker), schedule_once 
 when due, sweep_orphans. A pass comes every interval, or sooner when a failing cluster's loss deadline
 falls before that (observe_clusters then fails its jobs over at once). Owns the cadence and the isolation of the steps (Ray Serve's control loop
 shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
-broken sync never stops scheduling. Stopping is prompt: the loop waits on an Event, not on sleep.
+broken sync never stops scheduling. The one exception that ends a pass is Fenced: this replica's lease
+is stale (a newer leader, or this one stopping), so nothing more it writes can land; one warning line,
+no traceback per job. Stopping is prompt: the loop waits on an Event, not on sleep.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from broker.errors import Fenced
 from broker.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -41,26 +44,33 @@ class ControlLoop:
         self.failures = 0
         self.step_failures: dict[str, int] = {}
 
-    def _step(self, name: str, fn: Callable[[], object]) -> None:
+    def _step(self, name: str, fn: Callable[[], object]) -> bool:
+        """Run one step; False when the pass must end here (this replica's lease is stale)."""
         try:
             fn()
+        except Fenced as e:
+            # Not a fault: a newer leader holds the lease (or this one is stopping). Nothing this pass
+            # would write can land, so the pass ends; the elector hands the duties over.
+            log.warning("control loop pass ended at %s: this replica is no longer the leader (%s)", name, e)
+            return False
         except Exception:
             self.failures += 1
             self.step_failures[name] = self.step_failures.get(name, 0) + 1
             log.exception(
                 "control loop step %s failed; the other steps go on and the next pass retries", name
             )
+        return True
 
     def run_once(self) -> None:
         s = self._service
-        for name, fn in self._first_steps:
-            self._step(name, fn)
-        self._step("observe_clusters", s.observe_clusters)
-        self._step("sync_status", s.sync_status)
-        self._step("schedule_once", s.schedule_once)
+        steps = [*self._first_steps, ("observe_clusters", s.observe_clusters), ("sync_status", s.sync_status)]
+        steps.append(("schedule_once", s.schedule_once))
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval
-            self._step("sweep_orphans", s.sweep_orphans)
+            steps.append(("sweep_orphans", s.sweep_orphans))
+        for name, fn in steps:
+            if not self._step(name, fn):
+                break
         self.passes += 1
 
     def _run(self) -> None:

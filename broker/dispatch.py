@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from broker.errors import Fenced
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ConcurrentDispatcher", "Dispatcher", "InlineDispatcher"]
@@ -42,6 +44,8 @@ class Dispatcher(Protocol):
 def _run(task: Callable[[], object]) -> None:
     try:
         task()
+    except Fenced as e:  # this replica lost the lease mid-task: the new leader's passes take the job over
+        log.warning("a dispatch task stopped: this replica is no longer the leader (%s)", e)
     except Exception:
         log.exception("a dispatch task failed; its job is recovered by the next passes")
 

@@ -48,7 +48,15 @@ from broker import (
 from broker.batch_placement import BatchPlacer
 from broker.burst_gate import BurstGate
 from broker.dispatch import Dispatcher, InlineDispatcher
-from broker.errors import ClusterError, ClusterRejected, Conflict, InvalidRequest, NotFound, StoreError
+from broker.errors import (
+    ClusterError,
+    ClusterRejected,
+    Conflict,
+    Fenced,
+    InvalidRequest,
+    NotFound,
+    StoreError,
+)
 from broker.failover import ClusterHealth
 from broker.fleet_cache import FleetCache
 from broker.model import (
@@ -411,8 +419,8 @@ class BrokerService:
             try:
                 with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
                     step = self._schedule_job(record, placer, now, slot.products)
-            except StoreError:
-                raise  # the store is down: nothing else can progress either
+            except (StoreError, Fenced):
+                raise  # the store is down, or this replica is no longer the leader: nothing can progress
             except Exception:
                 log.exception(
                     "placing %s failed; the other jobs go on and it is retried next pass", record.id
@@ -826,7 +834,7 @@ class BrokerService:
                     # every job's event carries the instant the cluster was found lost, not the moment
                     # its own write came round in this pass
                     step = self._fail_over(record, f"cluster {gone.cluster} lost: {gone.text}", at=now)
-                except StoreError:
+                except (StoreError, Fenced):
                     raise
                 except Exception:
                     log.exception("failing over %s failed; retried next pass", record.id)
@@ -910,7 +918,7 @@ class BrokerService:
             try:
                 with telemetry.job_context(record.trace_parent):
                     step = self._sync_job(record)
-            except StoreError:
+            except (StoreError, Fenced):
                 raise
             except Exception:
                 log.exception(

@@ -40,7 +40,7 @@ from broker.service import BrokerService, ServiceSettings
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
-from tests.service_doubles import idle_h100_node
+from tests.service_doubles import RecordingGateway, idle_h100_node
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +73,13 @@ def test_a_paused_ex_leaders_late_writes_are_refused_by_its_fencing_token(redis_
     stored = api.get_job("j1")
     assert stored is not None and stored.state is JobState.QUEUED
     assert api.live_reservations(now) == [] and api.fenced() == {}
+    # its scheduling pass stops at the first refused write (the control loop ends the pass with one
+    # warning), instead of trying, failing and logging a traceback for every queued job
+    gateway = RecordingGateway()
+    stale = BrokerService(paused, gateway, SystemClock(), {"c1": ClusterTraits("c1")})
+    with pytest.raises(Fenced):
+        stale.schedule_once()
+    assert gateway.created == []
     # the new leader's writes go through
     current = RedisStateStore(redis_url, prefix, fencing_token=lambda: new_token)
     current.save_job(placed, JobState.QUEUED)

@@ -1,0 +1,60 @@
+"""The control loop's pass: a failing step does not stop the others; a stale lease ends the pass quietly."""
+
+from __future__ import annotations
+
+import logging
+from typing import cast
+
+import pytest
+
+from broker.control_loop import ControlLoop
+from broker.errors import Fenced
+from broker.service import BrokerService
+
+
+class _Steps:
+    """Stands in for the service: records which steps ran, and raises where told."""
+
+    def __init__(self, raises: dict[str, Exception]) -> None:
+        self.raises = raises
+        self.ran: list[str] = []
+
+    def _do(self, name: str) -> None:
+        self.ran.append(name)
+        if name in self.raises:
+            raise self.raises[name]
+
+    def observe_clusters(self) -> None:
+        self._do("observe_clusters")
+
+    def sync_status(self) -> None:
+        self._do("sync_status")
+
+    def schedule_once(self) -> None:
+        self._do("schedule_once")
+
+    def sweep_orphans(self) -> None:
+        self._do("sweep_orphans")
+
+
+def test_a_broken_step_is_logged_and_the_rest_of_the_pass_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steps = _Steps({"sync_status": RuntimeError("member API exploded")})
+    loop = ControlLoop(cast(BrokerService, steps))
+    loop.run_once()
+    assert steps.ran == ["observe_clusters", "sync_status", "schedule_once", "sweep_orphans"]
+    assert loop.step_failures == {"sync_status": 1}
+    assert any(r.exc_info for r in caplog.records)  # a fault: its traceback is in the log
+
+
+def test_a_stale_lease_ends_the_pass_with_one_line_and_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    steps = _Steps({"sync_status": Fenced("reserve j1: this broker's leader lease is no longer current")})
+    loop = ControlLoop(cast(BrokerService, steps))
+    with caplog.at_level(logging.WARNING):
+        loop.run_once()
+    assert steps.ran == ["observe_clusters", "sync_status"]  # nothing it would write could land
+    assert loop.failures == 0  # not a fault of the step
+    [line] = [r for r in caplog.records if r.name == "broker.control_loop"]
+    assert "no longer the leader" in line.getMessage()
+    assert not line.exc_info
