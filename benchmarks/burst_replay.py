@@ -26,7 +26,8 @@ Policies (the broker's own configuration expresses each; none is simulated):
                the L4 pool's scale-up headroom; only the H200 nodes that are up)
   cheapest     maxWaitSeconds 0 with the L4 pool declared: burst whenever nothing fits on-prem now, to
                the lowest expected cost among the cloud offers that start sooner than on-prem
-  gpufed       wait-or-burst at each --max-wait, with the L4 pool declared; no budget
+  gpufed       wait-or-burst at each --max-wait, with the L4 pool declared; with --budget, each tenant
+               has that daily budget (settings.burst.tenants.<t>.budget)
 
 Cloud prices as in benchmarks/burst.py: H200 $2.10/GPU-h (the demo fleet's H200 nodes carry the spot
 label; kubesim does not interrupt them: their node pool has no interruption rate), L4 $0.85/GPU-h.
@@ -60,7 +61,7 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks.burst_day import Arrival, generate
+from benchmarks.burst_day import TENANTS, Arrival, generate
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def arrivals(seed: int, jobs_per_day: float, window: tuple[float, float]) -> lis
 
 
 def config_doc(
-    sim: Any, workdir: Path, prefix: str, policy: str, max_wait: float, speed: float
+    sim: Any, workdir: Path, prefix: str, policy: str, max_wait: float, speed: float, budget: float = 0.0
 ) -> dict[str, Any]:
     from broker.demo import write_demo_config
 
@@ -112,6 +113,8 @@ def config_doc(
     burst: dict[str, Any] = {"maxWaitSeconds": max_wait}
     if policy != "burst-now":
         burst["pools"] = {"cloud-burst": dict(L4_POOL)}
+    if policy == "gpufed" and budget > 0:
+        burst["tenants"] = {t: {"budget": {"amount": budget, "period": "day"}} for t, _, _ in TENANTS}
     doc["settings"].update(
         {
             # The pollers stamp heartbeats with the wall clock, the services read the simulated one,
@@ -156,6 +159,7 @@ def replay(
     window_seconds: float,
     drain: float,
     sample: float,
+    budget: float = 0.0,
 ) -> Outcome:
     from broker import main as composition
     from broker.config import load_fleet_config
@@ -167,7 +171,7 @@ def replay(
     fleet = load_fleet(REPO / "kubesim" / "fleets" / "demo.yaml")
     with tempfile.TemporaryDirectory() as tmp, Simulation(fleet, Path(tmp) / "kube", speed=speed) as sim:
         prefix = "burstreplay" + uuid.uuid4().hex[:8]
-        doc = config_doc(sim, Path(tmp), prefix, policy, max_wait, speed)
+        doc = config_doc(sim, Path(tmp), prefix, policy, max_wait, speed, budget)
         path = Path(tmp) / "clusters.yaml"
         path.write_text(yaml.safe_dump(doc))
         port = free_port()
@@ -298,7 +302,9 @@ def _drive(
     )
 
 
-def des_row(day: list[Arrival], policy: str, max_wait: float, seed: int) -> dict[str, float]:
+def des_row(
+    day: list[Arrival], policy: str, max_wait: float, seed: int, budget: float = 0.0
+) -> dict[str, float]:
     """benchmarks/burst.py's discrete-event simulation of the same arrivals (no drain limit)."""
     from benchmarks.burst import Sim
 
@@ -308,7 +314,7 @@ def des_row(day: list[Arrival], policy: str, max_wait: float, seed: int) -> dict
         ],
         day,
         max_wait,
-        0.0,
+        budget if policy == "gpufed" else 0.0,
         seed,
     )
     sim.run()
@@ -324,6 +330,13 @@ def main() -> None:
     ap.add_argument("--drain", type=float, default=3600.0, help="simulated seconds after the window")
     ap.add_argument("--max-wait", default="600,1800", help="gpufed's maxWaitSeconds, a comma list")
     ap.add_argument("--policies", default="on-prem,burst-now,cheapest,gpufed")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=0.0,
+        help="gpufed only: each tenant's daily budget in $ (0: none); the simulated clock starts at the "
+        "real time, so a replay that crosses 00:00 UTC starts a new budget day",
+    )
     ap.add_argument("--sample", type=float, default=0.5, help="real seconds between prediction samples")
     args = ap.parse_args()
     window = window_of(args.window)
@@ -348,8 +361,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for policy, max_wait in runs:
-        o = replay(day, policy, max_wait, args.speed, span, args.drain, args.sample)
-        d = des_row(day, policy, max_wait, args.seed)
+        o = replay(day, policy, max_wait, args.speed, span, args.drain, args.sample, args.budget)
+        d = des_row(day, policy, max_wait, args.seed, args.budget)
         err = (
             f"{pct([abs(e) for e in o.errors], 0.5):.1f} / {pct([abs(e) for e in o.errors], 0.9):.1f} min "
             f"({statistics.mean(o.errors):+.1f}, n={len(o.errors)})"
@@ -357,6 +370,8 @@ def main() -> None:
             else "-"
         )
         name = f"gpufed, maxWait {max_wait:g} s" if policy == "gpufed" else policy
+        if policy == "gpufed" and args.budget > 0:
+            name += f", budget ${args.budget:g}/tenant/day"
         print(
             f"| {name} | {pct(o.waits, 0.5) / 60:.1f} min | {pct(o.waits, 0.95) / 60:.1f} min | "
             f"{o.never_ran} | {o.finished}/{o.jobs} | {o.gpu_hours + o.accrued_gpu_hours:.0f} | "

@@ -146,9 +146,10 @@ class BurstGate:
             price = _price(traits, r.cluster, where.product)
             if price <= 0:
                 continue
-            # what it has run up so far and is expected to run still (a long run is likely a long one)
+            # what it has run up so far and is expected to run still (a long run is likely a long one),
+            # reckoned with the mean, as costs add up (RunTimeModel.expected_for_cost)
             ran = max(0.0, now - r.updated_at) if r.state is JobState.RUNNING else 0.0
-            run = ran + model.remaining(r.request, where.product, ran)
+            run = ran + model.remaining(r.request, where.product, ran, for_cost=True)
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
             )
@@ -185,7 +186,7 @@ class BurstGate:
         prediction = self.predictions().get(record.id)
         model = self.model()
         product = offers[0].product if offers else (prediction.product if prediction else "")
-        run = model.expected(req, product or "")
+        run = model.expected_for_cost(req, product or "")
         if self._pass_spend is None:
             self._pass_spend = self.spend(traits)
         spend = self._pass_spend

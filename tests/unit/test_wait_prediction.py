@@ -140,3 +140,19 @@ def test_free_gpus_spread_over_nodes_are_no_start_now() -> None:
     got = predict_queue([queued("eight", 8)], [holding], fleet, RunTimeModel(), NOW)
 
     assert got["eight"].start_at == pytest.approx(NOW + 540)
+
+
+def test_a_runs_cost_is_reckoned_with_the_mean_of_its_shape_and_its_wait_with_the_median() -> None:
+    """A budget pays what runs cost on average: with one long run in five, the median says 10 min and
+    the mean 42 min; reckoning cost with the median would let a tenant commit far past its budget."""
+    model = RunTimeModel({"ml/H100-80GB/8x1": [600, 600, 600, 600, 10_200]})
+    req = JobRequest(name="r", tenant="ml", gpus_per_pod=8)
+    assert model.expected(req, H100).seconds == 600
+    cost = model.expected_for_cost(req, H100)
+    assert cost.seconds == pytest.approx(2520)
+    assert cost.basis == "mean of 5 runs of ml/H100-80GB/8x1"
+    # a running job that outlived the short runs: the mean of the longer ones, less what it has run
+    assert model.remaining(req, H100, 700, for_cost=True) == pytest.approx(9500)
+    # nothing known: both fall back to the job's durationSeconds
+    declared = JobRequest(name="d", tenant="nlp", gpus_per_pod=8, duration_seconds=900)
+    assert model.expected_for_cost(declared, H100).seconds == 900
