@@ -14,7 +14,7 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -166,17 +166,33 @@ def read_demo_tokens(workdir: Path) -> dict[str, str]:
     return {str(e["name"]): str(e["token"]) for e in entries}
 
 
-def write_demo_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: str, prefix: str) -> Path:
+def write_demo_config(
+    workdir: Path,
+    kubeconfigs: dict[str, Path],
+    redis_url: str,
+    prefix: str,
+    settings: Mapping[str, Any] | None = None,
+    *,
+    auth: bool = True,
+) -> Path:
     """clusters.yaml for the demo: the example's clusters pointed at the simulation's kubeconfigs, with
-    auth on (tokens.yaml in the same directory, see write_demo_tokens)."""
+    `settings` merged over the example's, and auth on (tokens.yaml in the same directory, see
+    write_demo_tokens) unless `auth` is False (a broker run with insecure_no_auth)."""
     example = Path(__file__).resolve().parent.parent / "clusters.example.yaml"
     doc = yaml.safe_load(example.read_text()) if example.exists() else None
     if not doc:
         raise SystemExit(f"cannot read {example}")
     for c in doc["clusters"]:
         c["kubeconfig"] = str(kubeconfigs[c["name"]].resolve())
-    doc["settings"] = {**doc.get("settings", {}), "redisUrl": redis_url, "redisPrefix": prefix}
-    doc["auth"] = {"tokensFile": str(write_demo_tokens(workdir).resolve())}
+    doc["settings"] = {
+        **doc.get("settings", {}),
+        "redisUrl": redis_url,
+        "redisPrefix": prefix,
+        **(settings or {}),
+    }
+    doc.pop("auth", None)
+    if auth:
+        doc["auth"] = {"tokensFile": str(write_demo_tokens(workdir).resolve())}
     path = workdir / "clusters.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

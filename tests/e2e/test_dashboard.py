@@ -17,12 +17,10 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Request, expect, sync_playwright
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import wait_for
+from tests.demo_broker import demo_broker
 
 pytestmark = pytest.mark.e2e
 
@@ -41,20 +39,12 @@ def chromium_path() -> str:
 @pytest.fixture(scope="module")
 def broker_url(redis_url: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     fleet = load_fleet(REPO / "kubesim" / "fleets" / "demo.yaml")
-    with Simulation(fleet, tmp_path_factory.mktemp("kubeconfigs"), speed=50.0) as sim:
-        workdir = tmp_path_factory.mktemp("broker")
-        kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
-        cfg = load_fleet_config(write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-dashboard"))
-        AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
-        port = free_port()
-        with composition.running_broker(cfg, port=port):
-            url = f"http://127.0.0.1:{port}"
-            wait_for(
-                lambda: len(httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]) == 3,
-                timeout=60,
-                what="a summary of every cluster in Redis",
-            )
-            yield url
+    with (
+        Simulation(fleet, tmp_path_factory.mktemp("kubeconfigs"), speed=50.0) as sim,
+        demo_broker(sim, tmp_path_factory.mktemp("broker"), redis_url, "gpufed-dashboard") as broker,
+    ):
+        AUTH.update(broker.auth)
+        yield broker.url
 
 
 @pytest.fixture

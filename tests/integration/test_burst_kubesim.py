@@ -15,15 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client, config
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import wait_for
+from tests.demo_broker import demo_broker
 
 pytestmark = pytest.mark.integration
 
@@ -44,28 +41,12 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 def url(
     sim: Simulation, redis_url: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("broker")
-    kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
-    path = write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-burst")
-    AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
-    doc = yaml.safe_load(path.read_text())
     # the demo fleet's L4 pool (kubesim/fleets/demo.yaml: 0..4 nodes x 8, 90 s to provision)
     pool = {"provisioningDelaySeconds": 90, "minNodes": 0, "maxNodes": 4, "gpusPerNode": 8, "product": "L4"}
-    doc["settings"]["burst"] = {"pools": {"cloud-burst": pool}}
-    path.write_text(yaml.safe_dump(doc))
-    port = free_port()
-    with composition.running_broker(load_fleet_config(path), port=port):
-        base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _all_healthy(base), timeout=90, what="every cluster healthy")
-        yield base
-
-
-def _all_healthy(url: str) -> bool:
-    try:
-        items = httpx.get(f"{url}/v1/clusters", timeout=10, headers=AUTH).json()["items"]
-    except httpx.HTTPError:
-        return False
-    return bool(items) and all(c["health"] == "healthy" for c in items)
+    settings = {"burst": {"pools": {"cloud-burst": pool}}}
+    with demo_broker(sim, tmp_path_factory.mktemp("broker"), redis_url, "gpufed-burst", settings) as broker:
+        AUTH.update(broker.auth)
+        yield broker.url
 
 
 def _job(url: str, job_id: str) -> dict[str, Any]:

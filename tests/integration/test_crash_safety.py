@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client, config
 
 from adapters import redis_process
@@ -53,16 +52,15 @@ def _config(
     sim: Simulation, tmp_path: Path, redis_url: str, prefix: str, lost_after: float | None = None
 ) -> Path:
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
-    path = write_demo_config(tmp_path, kubeconfigs, redis_url, prefix)
-    doc = yaml.safe_load(path.read_text())
-    doc.pop("auth", None)  # these brokers run --insecure-no-auth: the tests are about crashes, not tokens
-    doc["settings"].update(
-        {"leaseSeconds": LEASE_SECONDS, "drainTimeoutSeconds": DRAIN_TIMEOUT, "sweepIntervalSeconds": 5}
-    )
+    settings: dict[str, float] = {
+        "leaseSeconds": LEASE_SECONDS,
+        "drainTimeoutSeconds": DRAIN_TIMEOUT,
+        "sweepIntervalSeconds": 5,
+    }
     if lost_after is not None:
-        doc["settings"]["clusterLostSeconds"] = lost_after
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+        settings["clusterLostSeconds"] = lost_after
+    # these brokers run --insecure-no-auth: the tests are about crashes, not tokens
+    return write_demo_config(tmp_path, kubeconfigs, redis_url, prefix, settings, auth=False)
 
 
 class BrokerProcess:

@@ -16,16 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import wait_for
+from tests.demo_broker import demo_broker, every_cluster_healthy
 
 pytestmark = pytest.mark.integration
 
@@ -49,18 +46,12 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 def url(
     sim: Simulation, redis_url: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("broker")
-    kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
-    path = write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-failover")
-    AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
-    doc = yaml.safe_load(path.read_text())
-    doc["settings"].update({"clusterLostSeconds": LOST_AFTER, "sweepIntervalSeconds": 5})
-    path.write_text(yaml.safe_dump(doc))
-    port = free_port()
-    with composition.running_broker(load_fleet_config(path), port=port):
-        base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _all_healthy(base), timeout=90, what="every cluster healthy")
-        yield base
+    settings = {"clusterLostSeconds": LOST_AFTER, "sweepIntervalSeconds": 5}
+    with demo_broker(
+        sim, tmp_path_factory.mktemp("broker"), redis_url, "gpufed-failover", settings
+    ) as broker:
+        AUTH.update(broker.auth)
+        yield broker.url
 
 
 @pytest.fixture(autouse=True)
@@ -72,11 +63,7 @@ def clear_faults(sim: Simulation, url: str) -> Iterator[None]:
 
 
 def _all_healthy(url: str) -> bool:
-    try:
-        items = httpx.get(f"{url}/v1/clusters", timeout=10, headers=AUTH).json()["items"]
-    except httpx.HTTPError:
-        return False
-    return all(c["health"] == "healthy" for c in items)
+    return every_cluster_healthy(url, AUTH, 3)
 
 
 def _fenced(url: str) -> list[str]:

@@ -18,12 +18,10 @@ import pytest
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import wait_for
+from tests.demo_broker import demo_broker
 from tests.k8s_fields import labels_of, present
 
 pytestmark = pytest.mark.integration
@@ -44,19 +42,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
 def broker_url(
     sim: Simulation, redis_url: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("broker")
-    kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
-    cfg = load_fleet_config(write_demo_config(workdir, kubeconfigs, redis_url, "gpufed-skeleton"))
-    AUTH["Authorization"] = "Bearer " + read_demo_tokens(workdir)["admin"]
-    port = free_port()
-    with composition.running_broker(cfg, port=port):
-        url = f"http://127.0.0.1:{port}"
-        wait_for(
-            lambda: len(httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]) == 3,
-            timeout=60,
-            what="a summary of every cluster in Redis",
-        )
-        yield url
+    with demo_broker(sim, tmp_path_factory.mktemp("broker"), redis_url, "gpufed-skeleton") as broker:
+        AUTH.update(broker.auth)
+        yield broker.url
 
 
 def _batch_api(sim: Simulation, cluster: str) -> client.BatchV1Api:
