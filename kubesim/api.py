@@ -1373,7 +1373,9 @@ class ClusterApi:
         conn.write_chunk(body)
         if budget is not None:
             budget -= len(body)
-        sent = len(entries)
+        # What was sent is tracked by time, not by count: a progress line written while the kubelet had not
+        # yet reported the exit may have no place in the finished log (the exit line takes its time).
+        last_sent = entries[-1][0] if entries else float("-inf")
         loop = asyncio.get_running_loop()
         eof = loop.create_task(conn.reader.read(1))
         try:
@@ -1387,8 +1389,10 @@ class ClusterApi:
                     entries, done = podlogs.lines(pod_now, container, self.clock.now())
                 except podlogs.LogError:
                     break
-                chunk = podlogs.render(entries[sent:], opts.timestamps)
-                sent = len(entries)
+                fresh = podlogs.unsent(entries, last_sent, done)
+                if fresh:
+                    last_sent = max(last_sent, fresh[-1][0])
+                chunk = podlogs.render(fresh, opts.timestamps)
                 if budget is not None:
                     chunk = chunk[:budget]
                     budget -= len(chunk)

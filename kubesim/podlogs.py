@@ -8,8 +8,9 @@ clock, so it needs no storage and reads the same at any time:
     ... one progress line every PROGRESS_SECONDS simulated seconds while it runs ...
     <finishedAt>         kubesim: container "main" exited with code 0 (Completed)
 
-The lines of a running container are a prefix of its final lines, so `follow` streams new lines as the
-simulated clock passes them and ends after the exit line. `previous=true` reads the container's last
+The lines of a running container are a prefix of its final lines, except where the clock ran past the
+exit before the kubelet reported it (progress lines after finishedAt are dropped from the final log), so
+`follow` streams the lines newer than the last it sent (`unsent`) and ends after the exit line. `previous=true` reads the container's last
 terminated instance (`lastState.terminated`, written when a container restarts); without one it is the
 real server's 400. Options: container, follow, previous, tailLines, sinceSeconds, sinceTime, timestamps,
 limitBytes.
@@ -207,6 +208,17 @@ def lines(
             (finished, f'kubesim: container "{container}" exited with code {code} ({reason or "Completed"})')
         )
     return out, finished is not None
+
+
+def unsent(entries: list[tuple[float, str]], last_sent: float, done: bool) -> list[tuple[float, str]]:
+    """What a follow sends next, given the time of the last line it sent: the lines after it and, once
+    the container has exited, the exit line (the follow ends there: it is asked once with done). Progress lines are written up to the clock while the kubelet
+    has not yet reported the exit, so the finished log can hold fewer lines than were sent, with the
+    exit line at or before the last one sent: counting lines would drop it."""
+    fresh = [e for e in entries if e[0] > last_sent]
+    if done and entries and (not fresh or fresh[-1] != entries[-1]):
+        fresh.append(entries[-1])
+    return fresh
 
 
 def render(entries: list[tuple[float, str]], timestamps: bool) -> bytes:

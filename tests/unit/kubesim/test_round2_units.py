@@ -146,6 +146,22 @@ def test_log_lines_grow_and_end_with_the_exit() -> None:
     )
 
 
+def test_a_follow_gets_the_exit_line_though_the_kubelet_reported_it_after_later_progress() -> None:
+    """The clock passed 40 s (progress lines up to 40 s sent) before the kubelet wrote the exit at 30 s:
+    the finished log has fewer lines than were sent, and the follow must still end with the exit."""
+    start = 1_700_000_000.0
+    running, _ = podlogs.lines(running_pod("2023-11-14T22:13:20Z"), "main", start + 45)
+    assert [t - start for t, _ in running] == [0, 10, 20, 30, 40]
+    final, done = podlogs.lines(
+        running_pod("2023-11-14T22:13:20Z", "2023-11-14T22:13:50Z"), "main", start + 46
+    )
+    assert done and len(final) < len(running)
+    [exit_line] = podlogs.unsent(final, last_sent=running[-1][0], done=done)
+    assert exit_line[1] == 'kubesim: container "main" exited with code 0 (Completed)'
+    # in the ordinary case: only what came after the last line sent
+    assert podlogs.unsent(running, last_sent=start + 20, done=False) == running[3:]
+
+
 def test_log_errors_are_the_real_ones() -> None:
     with pytest.raises(podlogs.LogError, match='previous terminated container "main" in pod "p" not found'):
         podlogs.lines(running_pod("2023-11-14T22:13:20Z"), "main", 0, previous=True)
