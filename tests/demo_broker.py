@@ -23,6 +23,7 @@ from tests.conftest import free_port, wait_for
 class DemoBroker(NamedTuple):
     url: str
     auth: dict[str, str]  # the admin's Authorization header
+    broker: composition.Broker  # its parts (pollers, store, ...), for tests that break one
 
 
 def demo_config(
@@ -56,10 +57,10 @@ def demo_broker(
     """A running broker over `sim`, yielded once every cluster reads healthy."""
     path, auth = demo_config(sim, workdir, redis_url, prefix, settings)
     port = free_port()
-    with composition.running_broker(load_fleet_config(path), port=port):
+    with composition.running_broker(load_fleet_config(path), port=port) as broker:
         url = f"http://127.0.0.1:{port}"
         clusters = len(sim.cluster_names())
         wait_for(
             lambda: every_cluster_healthy(url, auth, clusters), timeout=timeout, what="every cluster healthy"
         )
-        yield DemoBroker(url, auth)
+        yield DemoBroker(url, auth, broker)

@@ -4,11 +4,13 @@ Each test puts a running job under one fault and checks what a user and an opera
 is lost, the job ends in the right state (moved and SUCCEEDED when its cluster or node was lost, left
 alone when the fault was transient), and once the fault is gone and the fence window has passed, no
 job has two live attempts anywhere (the stale attempt in the returned cluster is deleted first).
-clusterLostSeconds is 4 here so the suite stays short; docs/reliability.md has the matrix.
+clusterLostSeconds is 6 here so the suite stays short; docs/reliability.md has the matrix.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,13 +24,14 @@ from kubernetes.client.exceptions import ApiException
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
-from tests.demo_broker import demo_broker, every_cluster_healthy
+from tests.demo_broker import DemoBroker, demo_broker, every_cluster_healthy
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 # The demo config runs with auth on: the admin token of its tokens.yaml, set by the broker fixture.
 AUTH: dict[str, str] = {}
+RUNNING: list[DemoBroker] = []  # the module's broker, for the tests that break one of its parts
 SPEED = 25.0
 LOST_AFTER = 6
 # A job that runs ~16 s of real time: long enough to be faulted while RUNNING, short enough to finish.
@@ -51,6 +54,7 @@ def url(
         sim, tmp_path_factory.mktemp("broker"), redis_url, "gpufed-failover", settings
     ) as broker:
         AUTH.update(broker.auth)
+        RUNNING.append(broker)
         yield broker.url
 
 
@@ -172,16 +176,30 @@ def test_a_lost_cluster_s_running_job_runs_elsewhere_and_its_stale_attempt_is_fe
     _finishes_once(sim, url, job_id, attempt=2)
 
 
-@pytest.mark.parametrize("fault", ["error_rate", "cut_watches"])
+@pytest.mark.parametrize("fault", ["error_rate", "cut_watches", "reset_connections", "poller_killed"])
 def test_transient_faults_move_nothing(sim: Simulation, url: str, fault: str) -> None:
+    """Faults that are not the loss of a cluster: the job runs to the end where it is, once."""
     job_id = _submit(url, f"fo-{fault.replace('_', '-')}")
     where = _running(url, job_id)["cluster"]
     faults = sim.faults(where)
     if fault == "error_rate":
         faults.error_rate(0.5)
-    else:
+    elif fault == "cut_watches":
         for _ in range(5):
             faults.cut_watches()
+    elif fault == "reset_connections":
+        for _ in range(5):
+            faults.reset_connections()
+    else:  # every poller shard process SIGKILLed: Ray restarts them and they resume by themselves
+        pollers = RUNNING[0].broker.pollers
+        before = pollers.shard_pids()
+        for pid in before.values():
+            os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: all(p not in before.values() for p in pollers.shard_pids().values()),
+            timeout=60,
+            what="every poller shard restarted",
+        )
     _finishes_once(sim, url, job_id, attempt=1)
 
 
