@@ -19,6 +19,7 @@ import yaml
 
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
+from broker import telemetry
 from broker.api import create_app
 from broker.burst_config import BurstSettings, PoolSettings, TenantBurst
 from broker.burst_gate import BurstGate
@@ -98,10 +99,17 @@ def reasons(svc: BrokerService, job_id: str) -> list[str]:
     return [e.reason for e in svc.events(job_id)]
 
 
+def scraped(name: str, **labels: str) -> float:
+    """A series as /metrics shows it now (the registry is the process's: compare before and after)."""
+    return telemetry.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def test_a_short_predicted_wait_waits_and_a_long_one_bursts_with_its_numbers(store: RedisStateStore) -> None:
     clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(max_wait_seconds=600), clock, gw)
     fill_on_prem(svc, store, run_seconds=300)  # op frees up in 5 min
+    waits_before = scraped("gpufed_burst_decisions_total", verdict="wait")
+    bursts_before = scraped("gpufed_burst_decisions_total", verdict="burst")
     patient, _ = svc.submit(job("patient", allow_burst=True, duration_seconds=3600))
     clock.t = NOW + 1  # queued after `patient`
     hasty, _ = svc.submit(job("hasty", allow_burst=True, max_wait_seconds=120.0, duration_seconds=1440))
@@ -119,6 +127,9 @@ def test_a_short_predicted_wait_waits_and_a_long_one_bursts_with_its_numbers(sto
         "burst: predicted on-prem wait 65 min > 2 min; est. cost $13.60 (no budget set) on cloud"
         in reasons(svc, hasty.id)
     )
+    # the operator sees one decision of each kind
+    assert scraped("gpufed_burst_decisions_total", verdict="wait") == waits_before + 1
+    assert scraped("gpufed_burst_decisions_total", verdict="burst") == bursts_before + 1
 
 
 def test_hysteresis_one_event_per_change_of_verdict(store: RedisStateStore) -> None:
@@ -171,6 +182,8 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(), clock, gw)
     fill_on_prem(svc, store, run_seconds=3600)
+    dollars_before = scraped("gpufed_cloud_spend_dollars_total", tenant="ml", cluster="cloud")
+    gpu_seconds_before = scraped("gpufed_cloud_gpu_seconds_total", tenant="ml", cluster="cloud")
     burst, _ = svc.submit(job("burst", allow_burst=True))
     svc.schedule_once()
     name = svc.get(burst.id).workload_name
@@ -193,6 +206,11 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     assert runs[0].cost == pytest.approx(PRICE * 8 * 0.5)
     svc.burst.begin_pass(clock.t, [], list, [])
     assert svc.burst.spend(TRAITS)["ml"].spent == pytest.approx(17.0)
+    # and /metrics counts the same dollars and GPU-seconds, once
+    spent = scraped("gpufed_cloud_spend_dollars_total", tenant="ml", cluster="cloud") - dollars_before
+    assert spent == pytest.approx(17.0)
+    gpu_seconds = scraped("gpufed_cloud_gpu_seconds_total", tenant="ml", cluster="cloud") - gpu_seconds_before
+    assert gpu_seconds == pytest.approx(8 * 1800.0)
     # its run time is now a sample of its shape: the next job of that shape is predicted from it
     assert svc.burst.ledger.run_times() == {"ml/H100-80GB/8x1": [1800.0]}
 
