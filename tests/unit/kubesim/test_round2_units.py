@@ -162,6 +162,39 @@ def test_a_follow_gets_the_exit_line_though_the_kubelet_reported_it_after_later_
     assert podlogs.unsent(running, last_sent=start + 20, done=False) == running[3:]
 
 
+def test_since_seconds_and_since_time_keep_the_lines_from_then_on() -> None:
+    start = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+    final, _ = podlogs.lines(running_pod("2023-11-14T22:13:20Z", "2023-11-14T22:13:55Z"), "main", start + 99)
+    assert [t - start for t, _ in final] == [0, 10, 20, 30, 35]
+    last_half_minute = podlogs.select(final, podlogs.parse_options({"sinceSeconds": "30"}), start + 45)
+    assert [t - start for t, _ in last_half_minute] == [20, 30, 35]  # from 15 s on
+    from_20s = podlogs.parse_options({"sinceTime": "2023-11-14T22:13:40Z"})
+    assert [t - start for t, _ in podlogs.select(final, from_20s, start + 99)] == [20, 30, 35]
+    both = podlogs.parse_options({"sinceSeconds": "60", "tailLines": "1"})  # since first, then the tail
+    assert [t - start for t, _ in podlogs.select(final, both, start + 45)] == [35]
+
+
+@pytest.mark.parametrize(
+    ("params", "code", "message"),
+    [
+        ({"sinceSeconds": "0"}, 422, "sinceSeconds: Invalid value: 0: must be greater than 0"),
+        ({"sinceSeconds": "soon"}, 400, 'sinceSeconds: Invalid value: "soon": must be an integer'),
+        ({"sinceTime": "yesterday"}, 400, 'sinceTime: Invalid value: "yesterday": not an RFC 3339 time'),
+        (
+            {"sinceSeconds": "5", "sinceTime": "2023-11-14T22:13:40Z"},
+            422,
+            "at most one of `sinceTime` or `sinceSeconds` may be specified",
+        ),
+    ],
+)
+def test_bad_since_options_are_refused_naming_the_field(
+    params: dict[str, str | None], code: int, message: str
+) -> None:
+    with pytest.raises(podlogs.LogError) as refused:
+        podlogs.parse_options(params)
+    assert refused.value.code == code and message in refused.value.message
+
+
 def test_log_errors_are_the_real_ones() -> None:
     with pytest.raises(podlogs.LogError, match='previous terminated container "main" in pod "p" not found'):
         podlogs.lines(running_pod("2023-11-14T22:13:20Z"), "main", 0, previous=True)
