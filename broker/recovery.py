@@ -13,7 +13,7 @@ older attempts. Only then is the marker written: until it is, the store refuses 
 What cannot be rebuilt is said plainly: jobs that were only QUEUED (no Job anywhere) are lost; this
 process remembers the QUEUED ids it saw in the last pass and names them. Clusters that do not answer
 during the rebuild are listed again each pass until they do. Each rebuild is logged, kept as the
-store's recovery report (/v1/status, /v1/clusters' `recovery`) and counted in metrics.
+store's recovery report (/v1/status' `recovery`) and counted in metrics.
 """
 
 from __future__ import annotations

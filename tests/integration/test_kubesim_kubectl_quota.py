@@ -1,6 +1,6 @@
 """ResourceQuota and LimitRange admission in kubesim, set and exercised with the real kubectl: quota usage
-kept in status, 403 "exceeded quota" with the real message, LimitRange defaults applied and min/max refused
-with the real messages."""
+kept in status, 403 "exceeded quota" with the real message, LimitRange defaults applied, and min, max and
+maxLimitRequestRatio refused with the real messages."""
 
 from __future__ import annotations
 
@@ -138,3 +138,38 @@ def test_limit_range_defaults_and_bounds(kubectl: Any) -> None:
         'pods "both" is forbidden: [minimum cpu usage per Container is 100m, but request is 50m, maximum cpu '
         "usage per Container is 2, but limit is 3, maximum memory usage per Container is 4Gi, but limit is 8Gi]"
     ) in out
+
+
+def test_limit_range_max_limit_to_request_ratio(kubectl: Any) -> None:
+    ns = "tenant-ratio"
+    kubectl("create", "namespace", ns)
+    ratio = f"""\
+apiVersion: v1
+kind: LimitRange
+metadata: {{name: ratio, namespace: {ns}}}
+spec:
+  limits:
+  - type: Container
+    maxLimitRequestRatio: {{memory: 2}}
+"""
+    kubectl("apply", "-f", "-", stdin=ratio)
+
+    def run(name: str, resources: str, ok: tuple[int, ...] = (0,)) -> str:
+        overrides = f'{{"spec": {{"containers": [{{"name": "{name}", "image": "busybox", "resources": {resources}}}]}}}}'
+        out: str = kubectl(
+            "run", name, "-n", ns, "--image=busybox", "--restart=Never", f"--overrides={overrides}", ok=ok
+        )
+        return out
+
+    out = run("greedy", '{"requests": {"memory": "1Gi"}, "limits": {"memory": "4Gi"}}', ok=(1,))
+    assert (
+        'pods "greedy" is forbidden: memory max limit to request ratio per Container is 2, but provided ratio is '
+        "4.000000"
+    ) in out
+    assert "NotFound" in kubectl("get", "pod", "greedy", "-n", ns, ok=(1,))
+    out = run("unbounded", '{"requests": {"memory": "1Gi"}}', ok=(1,))
+    assert (
+        "memory max limit to request ratio per Container is 2, but no limit is specified or limit is 0" in out
+    )
+    run("modest", '{"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}')
+    assert kubectl("get", "pod", "modest", "-n", ns, "-o", "jsonpath={.metadata.name}") == "modest"
