@@ -286,6 +286,20 @@ def test_numa_zones_from_numa_node_attribute() -> None:
     assert capacity.numa_block(f) == 2
 
 
+def test_numa_zones_fall_back_to_the_pcie_root_when_no_numa_node_is_published() -> None:
+    """A driver that publishes only resource.kubernetes.io/pcieRoot: the GPUs under one root are a zone."""
+    devices = [gpu(i) for i in range(4)]
+    for i, d in enumerate(devices):
+        del d["attributes"]["resource.kubernetes.io/numaNode"]
+        d["attributes"]["resource.kubernetes.io/pcieRoot"] = {"string": f"pci0000:{i // 2:02x}"}
+    f = facts([rslice(devices)], [claim("gpu-3")])
+    assert {(z.name, z.gpus_allocatable, z.gpus_available) for z in f.numa_zones} == {
+        ("pci0000:00", 2, 2),
+        ("pci0000:01", 2, 1),
+    }
+    assert capacity.numa_block(f) == 2
+
+
 def test_dra_mig_resource_is_the_device_class() -> None:
     f = facts([rslice([mig(0, "1g.10gb", 0)])])
     assert capacity.mig_resource_name(f, "1g.10gb") == "mig.nvidia.com"
