@@ -176,6 +176,29 @@ def test_a_lost_cluster_s_running_job_runs_elsewhere_and_its_stale_attempt_is_fe
     _finishes_once(sim, url, job_id, attempt=2)
 
 
+def test_a_job_with_failover_never_fails_with_its_lost_cluster_and_runs_nowhere(
+    sim: Simulation, url: str
+) -> None:
+    job_id = _submit(url, "fo-never", failover="never")
+    lost = _running(url, job_id)["cluster"]
+    sim.faults(lost).set(down=True)
+
+    failed: dict[str, Any] = wait_for(  # type: ignore[assignment]
+        lambda: (j := _job(url, job_id))["state"] == "FAILED" and j,
+        timeout=90,
+        what=f"{job_id} FAILED after {lost} went down",
+    )
+    assert failed["attempt"] == 1  # not moved
+    events = httpx.get(f"{url}/v1/jobs/{job_id}/events", timeout=10, headers=AUTH).json()["items"]
+    assert any(f"cluster {lost} lost" in e["reason"] and "(failover: never)" in e["reason"] for e in events)
+
+    sim.faults(lost).clear()
+    wait_for(lambda: lost not in _fenced(url), timeout=90, what=f"{lost}'s fence lifted")
+    # the attempt left in the returned cluster was deleted: a FAILED job holds no GPUs anywhere
+    assert not any(live for _, _, live in _attempts(sim, job_id))
+    assert _job(url, job_id)["state"] == "FAILED"
+
+
 @pytest.mark.parametrize("fault", ["error_rate", "cut_watches", "reset_connections", "poller_killed"])
 def test_transient_faults_move_nothing(sim: Simulation, url: str, fault: str) -> None:
     """Faults that are not the loss of a cluster: the job runs to the end where it is, once."""
