@@ -449,7 +449,8 @@ def create_app(
     @app.get("/v1/clusters")
     def clusters(principal: Caller, events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
         """Member clusters as declared, with their effective health (cause and since), whether they are
-        fenced after a loss, and their latest health events."""
+        fenced after a loss, and their latest health events; `recovery` is the last rebuild of the job
+        records from the clusters after Redis came back empty (None if there was none)."""
         healths = service.cluster_health()
         beats = {s.cluster: s.heartbeat for s in service.fleet()}
         fenced = service.store.fenced()
@@ -474,6 +475,7 @@ def create_app(
                     ],
                 }
             )
-        return {"items": items}
+        report = service.store.recovery_report()
+        return {"items": items, "recovery": json.loads(report) if report else None}
 
     return app

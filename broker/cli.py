@@ -718,9 +718,23 @@ def clusters(
                 c.get("fenced") or "-",
             ]
             rows.append([*row, c.get("kueue") or "-"] if wide else row)
-        return _table(headers, rows)
+        recovery = body.get("recovery")
+        if not recovery:
+            return _table(headers, rows)
+        return _table(headers, rows) + "\n" + _recovery_line(recovery)
 
     _emit(body, output, table)
+
+
+def _recovery_line(report: dict[str, Any]) -> str:
+    """The last rebuild after Redis came back empty, in one line under the clusters."""
+    lost = report.get("lost_queued")
+    pending = report.get("clusters_pending") or []
+    return (
+        f"Job records rebuilt from the clusters {ago(report.get('at'))}: {report.get('recovered', 0)} recovered, "
+        f"{'an unknown number of' if lost is None else lost} queued job(s) lost"
+        + (f"; not answering yet: {', '.join(pending)}" if pending else "")
+    )
 
 
 @app.command()

@@ -200,6 +200,9 @@ class StateStore(Protocol):
 
     def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]: ...
 
+    # --- the last rebuild of the records after the store came back empty (broker.recovery), as JSON
+    def recovery_report(self) -> str | None: ...
+
 
 class LeaderLease(Protocol):
     holder: str

@@ -369,6 +369,16 @@ def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_
         )
         recovery = (b.status() or {}).get("recovery") or {}
         assert recovery.get("recovered") == 3 and sorted(recovery["recovered_ids"]) == sorted(ids.values())
+        assert b.get("/v1/clusters")["recovery"] == recovery  # where an operator looks at the fleet
+        shown = subprocess.run(
+            [sys.executable, "-m", "broker.cli", "clusters", "--server", b.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "3 recovered, 0 queued job(s) lost" in shown.stdout, shown.stdout
         for key, job_id in ids.items():
             assert _submit(b.url, key, key) == job_id  # a retried key returns the original job
             wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} followed")
