@@ -254,6 +254,8 @@ class Settings(_Strict):
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
+    # How often `gpufed serve` looks at clusters.yaml for changes to its clusters (0: never; docs/health.md).
+    config_reload_seconds: float = Field(default=5.0, alias="configReloadSeconds", ge=0)
     # Job creates in flight at once on one member cluster (creates on different clusters run in parallel).
     dispatch_per_cluster: int = Field(default=4, alias="dispatchPerCluster", ge=1, le=64)
     # Leader lease (docs/reliability.md): only its holder runs the control loop; renewed every third of it,

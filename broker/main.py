@@ -52,7 +52,8 @@ from broker import clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
 from broker.burst_gate import BurstGate
-from broker.config import AuthConfig, FleetConfig, load_fleet_config, load_tokens
+from broker.config import AuthConfig, ClusterConfig, FleetConfig, load_fleet_config, load_tokens
+from broker.config_reload import ConfigChanges, ConfigWatcher, changes
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError, StoreError
@@ -77,6 +78,8 @@ class Broker:
     drain: ha.Drain
     leader_service: BrokerService
     profiles: ClusterProfileSync | None = None
+    members: FleetMembers | None = None
+    reloader: ConfigWatcher | None = None
 
     def store_cleanup(self) -> int:
         """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
@@ -175,22 +178,116 @@ def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
     return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
 
 
+class FleetMembers:
+    """The member clusters this process places on, changed while it runs: from clusters.yaml (read again
+    by config_reload) and from ClusterProfiles. An added cluster gets a gateway client, its Jobs
+    followed, a poller and its traits (placeable from the next pass); a removed one is drained: no new
+    placements, its poller and summary go, and the jobs already there are still followed to their end.
+    A name in clusters.yaml wins over a ClusterProfile of the same name. One change at a time."""
+
+    def __init__(
+        self,
+        cfg: FleetConfig,
+        services: Sequence[BrokerService],
+        store: RedisStateStore,
+        gateway: WatchingGateway,
+        pollers: PollerFleet,
+    ) -> None:
+        self._services, self._store, self._gateway, self._pollers = services, store, gateway, pollers
+        self._traits = dict(services[0].traits)  # the services take copies (set_traits)
+        self._from_config = {c.name for c in cfg.clusters}
+        self._lock = threading.RLock()
+
+    def declared(self, name: str) -> bool:
+        """The cluster is one of clusters.yaml's (now)."""
+        with self._lock:
+            return name in self._from_config
+
+    def add(self, traits: ClusterTraits, kubeconfig: Path, context: str | None, followed: str) -> None:
+        """Place on one more cluster; `followed` is the namespace its Jobs are watched in ("": all)."""
+        with self._lock:
+            self._gateway.add_cluster(KubeRest.from_kubeconfig(traits.name, kubeconfig, context), followed)
+            self._pollers.add_cluster(PollerSpec(traits.name, str(kubeconfig), context, traits))
+            self._traits[traits.name] = traits
+            self._publish()
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._traits.pop(name, None)
+            self._publish()  # no new placement lands there from the next pass on
+            self._pollers.remove_cluster(name)
+            self._store.delete_summary(name)
+
+    def redeclare(self, traits: ClusterTraits, kubeconfig: Path, context: str | None) -> None:
+        """Same cluster, other traits: the poller's summaries and the next pass use them."""
+        with self._lock:
+            self._pollers.add_cluster(PollerSpec(traits.name, str(kubeconfig), context, traits))
+            self._traits[traits.name] = traits
+            self._publish()
+
+    def apply_config(self, change: ConfigChanges) -> None:
+        """A changed clusters.yaml: its clusters added, removed and re-declared now; the rest logged."""
+        with self._lock:
+            for name in change.removed:
+                self._from_config.discard(name)
+                self.remove(name)
+            for c in change.added:
+                if c.name in self._traits:  # a ClusterProfile member of that name: the file's wins
+                    self.remove(c.name)
+                self._from_config.add(c.name)
+                self.add(c.traits(), c.kubeconfig, c.context, _followed_namespace(c))
+            for c in change.redeclared:
+                self.redeclare(c.traits(), c.kubeconfig, c.context)
+        if change.applied_now:
+            log.info("clusters.yaml reloaded: %s", change.text())
+        if change.reconnected:
+            log.warning(
+                "clusters.yaml: the connection of %s changed (kubeconfig, context, namespace or GPU "
+                "allocation): that takes effect when the broker restarts",
+                ", ".join(change.reconnected),
+            )
+        if change.restart:
+            log.warning(
+                "clusters.yaml: %s changed: that takes effect when the broker restarts",
+                ", ".join(change.restart),
+            )
+
+    def _publish(self) -> None:
+        for service in self._services:  # the leader's (its next pass places on it) and the API's
+            service.set_traits(self._traits, at_once=service is not self._services[0])
+
+
+def _followed_namespace(c: ClusterConfig) -> str:
+    """The namespace whose Jobs the gateway watches on this cluster ("": every one, tenant namespaces)."""
+    return "" if c.tenant_namespace else c.namespace
+
+
+def start_config_reload(
+    cfg: FleetConfig, members: FleetMembers, path: Path, load: Callable[[], FleetConfig]
+) -> ConfigWatcher | None:
+    """Watch clusters.yaml (settings.configReloadSeconds; 0: not at all) and apply what changed in it."""
+    interval = cfg.settings.config_reload_seconds
+    if interval <= 0:
+        return None
+    running = [cfg]
+
+    def apply(new: FleetConfig) -> None:
+        members.apply_config(changes(running[0], new))
+        running[0] = new
+
+    watcher = ConfigWatcher(path, load, apply, interval_seconds=interval)
+    watcher.start()
+    return watcher
+
+
 def start_cluster_profiles(
-    cfg: FleetConfig,
-    services: Sequence[BrokerService],
-    store: RedisStateStore,
-    gateway: WatchingGateway,
-    pollers: PollerFleet,
-    workdir: Path,
+    cfg: FleetConfig, members: FleetMembers, store: RedisStateStore, workdir: Path
 ) -> ClusterProfileSync | None:
-    """Members from ClusterProfiles on the hub (cfg.clusterProfiles): each added profile gets a gateway
-    client, a poller and traits (placeable from then on); a deleted one is drained: no new placements,
-    its poller and summary go, and the jobs already there are still followed to their end."""
+    """Members from ClusterProfiles on the hub (cfg.clusterProfiles), joined and drained through
+    `members`."""
     cpc = cfg.cluster_profiles
     if cpc is None:
         return None
-    static = {c.name for c in cfg.clusters}
-    members = dict(services[0].traits)  # the sync thread's view; the services take copies (set_traits)
     providers = load_provider_file(cpc.provider_file)
     hub = ClusterProfileHub(
         KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
@@ -199,7 +296,7 @@ def start_cluster_profiles(
     )
 
     def on_add(member: clusterprofile.ProfileMember, kubeconfig: Path) -> None:
-        if member.name in static:
+        if members.declared(member.name):
             log.warning("clusterprofile %s: a cluster of that name is in clusters.yaml; ignored", member.name)
             return
         traits = ClusterTraits(
@@ -213,20 +310,11 @@ def start_cluster_profiles(
         )
         # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
         followed = "" if cfg.settings.tenant_namespace else cpc.member_namespace  # "": every namespace
-        gateway.add_cluster(KubeRest.from_kubeconfig(member.name, kubeconfig, None), followed)
-        pollers.add_cluster(PollerSpec(member.name, str(kubeconfig), None, traits))
-        members[member.name] = traits
-        for service in services:  # the leader's (its next pass places on it) and the API's
-            service.set_traits(members, at_once=service is not services[0])
+        members.add(traits, kubeconfig, None, followed)
 
     def on_remove(name: str) -> None:
-        if name in static:
-            return
-        members.pop(name, None)
-        for service in services:  # no new placement lands there from the next pass on
-            service.set_traits(members, at_once=service is not services[0])
-        pollers.remove_cluster(name)
-        store.delete_summary(name)
+        if not members.declared(name):
+            members.remove(name)
 
     def summary_of(name: str) -> ClusterSummary | None:
         # every member with a profile gets its capacity published, clusters.yaml ones included
@@ -264,11 +352,13 @@ def running_broker(
     tls_key: Path | None = None,
     insecure_no_auth: bool = False,
     clock: Clock | None = None,
+    reload_from: tuple[Path, Callable[[], FleetConfig]] | None = None,
 ) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
     and tls_key, the API serves HTTPS. Refuses to start without auth.tokensFile unless
     `insecure_no_auth`. `clock`: the services' clock (default the wall clock; the pollers' heartbeats
-    stay on the wall clock)."""
+    stay on the wall clock). `reload_from`: clusters.yaml's path and how to load it, to apply changes to
+    its clusters while running (settings.configReloadSeconds)."""
     tokens = token_table(cfg, insecure_no_auth)
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
@@ -356,10 +446,14 @@ def running_broker(
     thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
     pollers.start()
     profiles: ClusterProfileSync | None = None
+    reloader: ConfigWatcher | None = None
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
+    members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
     try:
         gateway.start()
-        profiles = start_cluster_profiles(cfg, [leader_service, service], store, gateway, pollers, workdir)
+        profiles = start_cluster_profiles(cfg, members, store, workdir)
+        if reload_from is not None:
+            reloader = start_config_reload(cfg, members, *reload_from)
         leadership.start()
         thread.start()
         deadline = time.monotonic() + 10
@@ -369,7 +463,19 @@ def running_broker(
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         _await_records(store, deadline=time.monotonic() + 30)
         settle_startup_heap()
-        yield Broker(service, store, gateway, loop, pollers, leadership, drain, leader_service, profiles)
+        yield Broker(
+            service,
+            store,
+            gateway,
+            loop,
+            pollers,
+            leadership,
+            drain,
+            leader_service,
+            profiles,
+            members,
+            reloader,
+        )
     finally:
         gc.unfreeze()  # what start-up built may be collected again once this broker stops
         drain.begin()
@@ -378,6 +484,8 @@ def running_broker(
         server.should_exit = True
         if thread.ident is not None:  # started
             thread.join(timeout=10)
+        if reloader is not None:
+            reloader.stop()
         if profiles is not None:
             profiles.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -440,8 +548,16 @@ def serve(
     logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
-    cfg = load_fleet_config(config_path)
-    cfg = with_environment(cfg, os.environ)
+    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
+
+    def load() -> FleetConfig:
+        """clusters.yaml as this process runs it: with the environment's settings and tokens file."""
+        cfg = with_environment(load_fleet_config(config_path), os.environ)
+        if tokens_file:
+            cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
+        return cfg
+
+    cfg = load()
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path is not None and not path.is_file():
             raise StartupError(f"{flag}: no such file: {path}")
@@ -450,14 +566,19 @@ def serve(
     check_startup(cfg, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
-    if tokens_file:
-        cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
     token_table(cfg, insecure_no_auth)  # refuse before anything starts
     scheme = "https" if tls_cert else "http"
     reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
     try:
-        with running_broker(cfg, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth) as broker:
+        with running_broker(
+            cfg,
+            host,
+            port,
+            tls_cert,
+            tls_key,
+            insecure_no_auth=insecure_no_auth,
+            reload_from=(config_path, load),
+        ) as broker:
             # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             log.info(

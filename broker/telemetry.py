@@ -87,6 +87,12 @@ dispatch_failures = Counter(
     ["cluster"],
     registry=REGISTRY,
 )
+config_reloads = Counter(
+    "gpufed_config_reloads",
+    "clusters.yaml read again while running, by result: applied, invalid (kept the running config), failed",
+    ["result"],
+    registry=REGISTRY,
+)
 burst_decisions = Counter(
     "gpufed_burst_decisions",
     "Wait-or-burst decisions of jobs that allow bursting, counted when a job's verdict changes",
