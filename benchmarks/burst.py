@@ -1,7 +1,7 @@
 """Benchmark: a generated day of GPU jobs under four burst policies (issue 11; docs/benchmarks.md).
 
-Run: .venv/bin/python -m benchmarks.burst [--seed 11] [--jobs-per-day 300] [--max-wait 600] [--budget 0]
-     .venv/bin/python -m benchmarks.burst --days 11-30 [--max-wait 600,1800] [--budget 25]
+Run: .venv/bin/python -m benchmarks.burst [--seed 11] [--jobs-per-day 300] [--max-wait 600] [--budget 0] [--hard]
+     .venv/bin/python -m benchmarks.burst --days 11-30 [--max-wait 600,1800] [--budget 25] [--hard]
          (many generated days: per day burst-now against gpufed at each maxWait, and whether the
          issue's goal holds: p95 wait <= 1.5 x burst-now's at <= 50% of its cloud spend)
 
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from benchmarks.burst_day import DAY, Arrival, generate
 from broker.burst_policy import CloudOffer, Verdict, decide
 from broker.model import ClusterSummary, JobRecord, JobRequest, JobState, Placement, ProductCapacity, Tier
-from broker.spend import Budget, Period, Run, spend_by_tenant
+from broker.spend import Budget, Period, Run, RunningCost, hard_budget_stops, spend_by_tenant
 from broker.wait_prediction import SAMPLE_LIMIT, Prediction, RunTimeModel, predict_queue, shape_key
 
 PASS_SECONDS = 30.0
@@ -121,10 +121,16 @@ def cloud_pools() -> list[CloudPool]:
 
 
 class Sim:
-    def __init__(self, policy: str, day: list[Arrival], max_wait: float, budget: float, seed: int) -> None:
+    def __init__(
+        self, policy: str, day: list[Arrival], max_wait: float, budget: float, seed: int, hard: bool = False
+    ) -> None:
         self.policy = policy
         self.max_wait = max_wait
-        self.budgets = {t: Budget(budget, Period.DAY) for t in {a.tenant for a in day}} if budget > 0 else {}
+        self.budgets = (
+            {t: Budget(budget, Period.DAY, hard=hard) for t in {a.tenant for a in day}} if budget > 0 else {}
+        )
+        self.hard = hard and budget > 0 and policy == "gpufed"  # only gpufed has budgets to enforce
+        self.budget_stops = 0
         self.rng = random.Random(seed)
         self.onprem = [Node(f"{c}-{i}", c, p, 8, 8, 0.0, 0.0) for c, p, n in ONPREM for i in range(n)]
         self.pools = cloud_pools()
@@ -338,7 +344,41 @@ class Sim:
             )
         return out
 
+    def _enforce_budgets(self, now: float) -> None:
+        """The broker's enforce_budgets step: a tenant whose hard budget is spent has its cloud jobs
+        stopped (paid for up to now) and requeued, as broker.spend.hard_budget_stops says."""
+        running = [
+            RunningCost(
+                j.arrival.id,
+                j.arrival.tenant,
+                j.node.price * j.arrival.gpus * (now - j.started_at) / 3600
+                if j.node is not None and j.started_at is not None
+                else 0.0,
+            )
+            for j in self.jobs
+            if (j.node is not None and j.node.price > 0)
+            or (j.waiting_for is not None and j.waiting_for.price > 0)
+        ]
+        stops = hard_budget_stops(spend_by_tenant(self.runs, self.budgets, now), running)
+        stopped = {job_id for stop in stops for job_id in stop.job_ids}
+        for j in self.jobs:
+            if j.arrival.id not in stopped:
+                continue
+            if j.node is not None:
+                self._stop(j, now, finished=False)
+                j.attempt += 1
+            elif j.waiting_for is not None:
+                j.waiting_for.promised -= j.arrival.gpus
+                j.waiting_for = None
+            j.verdict = None
+            self.queue.append(j)
+            self.budget_stops += 1
+        if stopped:
+            self.queue.sort(key=lambda j: (j.arrival.at, j.arrival.id))
+
     def _pass(self, now: float) -> None:
+        if self.hard:
+            self._enforce_budgets(now)
         predictions: dict[str, Prediction] | None = None
         model = RunTimeModel(self.samples)
         spend = None
@@ -413,7 +453,7 @@ class Sim:
             if next_pass <= at:
                 now = next_pass
                 self._scale_down(now)
-                if self.queue:
+                if self.queue or self.hard:
                     self._pass(now)
                 next_pass += PASS_SECONDS
                 if not self.queue and not self.events:
@@ -511,11 +551,13 @@ GOAL_WAIT = 1.5  # the issue's goal: p95 wait within 1.5 x burst-now's ...
 GOAL_SPEND = 0.5  # ... at no more than half its cloud spend
 
 
-def goal_over_days(seeds: range, jobs_per_day: float, max_waits: list[float], budget: float) -> None:
+def goal_over_days(
+    seeds: range, jobs_per_day: float, max_waits: list[float], budget: float, hard: bool = False
+) -> None:
     """Per generated day: burst-now's p95 and spend, gpufed's at each maxWait, and whether the goal holds."""
     print(
         f"{len(seeds)} days (seeds {seeds.start}-{seeds.stop - 1}), {jobs_per_day:g} jobs/day; gpufed budget "
-        f"{'$' + format(budget, 'g') + '/tenant/day' if budget > 0 else 'none'}; "
+        f"{'$' + format(budget, 'g') + '/tenant/day' + (' (hard)' if hard else '') if budget > 0 else 'none'}; "
         f"goal: p95 <= {GOAL_WAIT:g} x burst-now's at <= {GOAL_SPEND:.0%} of its spend (met: *)"
     )
     head = " | ".join(f"gpufed {w:g} s: p95 / spend (share)" for w in max_waits)
@@ -529,7 +571,7 @@ def goal_over_days(seeds: range, jobs_per_day: float, max_waits: list[float], bu
         b = base.figures()
         cells = []
         for w in max_waits:
-            sim = Sim("gpufed", day, w, budget, seed)
+            sim = Sim("gpufed", day, w, budget, seed, hard)
             sim.run()
             f = sim.figures()
             share = f["spend"] / b["spend"] if b["spend"] > 0 else math.inf
@@ -550,6 +592,7 @@ def main() -> None:
         help="gpufed's maxWaitSeconds for every tenant; a comma list runs gpufed at each",
     )
     ap.add_argument("--budget", type=float, default=0.0, help="each tenant's daily budget in $ (0: none)")
+    ap.add_argument("--hard", action="store_true", help="the budgets are hard: spent, cloud runs stop")
     ap.add_argument("--days", default="", help="a seed range A-B: the goal check over that many days")
     args = ap.parse_args()
     if args.days:
@@ -559,6 +602,7 @@ def main() -> None:
             args.jobs_per_day,
             [float(w) for w in str(args.max_wait).split(",")],
             args.budget,
+            args.hard,
         )
         return
     day = generate(args.seed, args.jobs_per_day)
@@ -575,7 +619,7 @@ def main() -> None:
     runs = [(p, waits[0]) for p in POLICIES[:-1]] + [("gpufed", w) for w in waits]
     for policy, max_wait in runs:
         started = time.perf_counter()
-        sim = Sim(policy, day, max_wait, args.budget, args.seed)
+        sim = Sim(policy, day, max_wait, args.budget, args.seed, args.hard)
         sim.run()
         f = sim.figures()
         err = (

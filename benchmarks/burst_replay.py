@@ -98,7 +98,14 @@ def arrivals(seed: int, jobs_per_day: float, window: tuple[float, float]) -> lis
 
 
 def config_doc(
-    sim: Any, workdir: Path, prefix: str, policy: str, max_wait: float, speed: float, budget: float = 0.0
+    sim: Any,
+    workdir: Path,
+    prefix: str,
+    policy: str,
+    max_wait: float,
+    speed: float,
+    budget: float = 0.0,
+    hard: bool = False,
 ) -> dict[str, Any]:
     from broker.demo import write_demo_config
 
@@ -114,7 +121,9 @@ def config_doc(
     if policy != "burst-now":
         burst["pools"] = {"cloud-burst": dict(L4_POOL)}
     if policy == "gpufed" and budget > 0:
-        burst["tenants"] = {t: {"budget": {"amount": budget, "period": "day"}} for t, _, _ in TENANTS}
+        burst["tenants"] = {
+            t: {"budget": {"amount": budget, "period": "day", "hard": hard}} for t, _, _ in TENANTS
+        }
     doc["settings"].update(
         {
             # The pollers stamp heartbeats with the wall clock, the services read the simulated one,
@@ -160,6 +169,7 @@ def replay(
     drain: float,
     sample: float,
     budget: float = 0.0,
+    hard: bool = False,
 ) -> Outcome:
     from broker import main as composition
     from broker.config import load_fleet_config
@@ -171,7 +181,7 @@ def replay(
     fleet = load_fleet(REPO / "kubesim" / "fleets" / "demo.yaml")
     with tempfile.TemporaryDirectory() as tmp, Simulation(fleet, Path(tmp) / "kube", speed=speed) as sim:
         prefix = "burstreplay" + uuid.uuid4().hex[:8]
-        doc = config_doc(sim, Path(tmp), prefix, policy, max_wait, speed, budget)
+        doc = config_doc(sim, Path(tmp), prefix, policy, max_wait, speed, budget, hard)
         path = Path(tmp) / "clusters.yaml"
         path.write_text(yaml.safe_dump(doc))
         port = free_port()
@@ -303,7 +313,7 @@ def _drive(
 
 
 def des_row(
-    day: list[Arrival], policy: str, max_wait: float, seed: int, budget: float = 0.0
+    day: list[Arrival], policy: str, max_wait: float, seed: int, budget: float = 0.0, hard: bool = False
 ) -> dict[str, float]:
     """benchmarks/burst.py's discrete-event simulation of the same arrivals (no drain limit)."""
     from benchmarks.burst import Sim
@@ -316,6 +326,7 @@ def des_row(
         max_wait,
         budget if policy == "gpufed" else 0.0,
         seed,
+        hard,
     )
     sim.run()
     return sim.figures()
@@ -337,6 +348,7 @@ def main() -> None:
         help="gpufed only: each tenant's daily budget in $ (0: none); the simulated clock starts at the "
         "real time, so a replay that crosses 00:00 UTC starts a new budget day",
     )
+    ap.add_argument("--hard", action="store_true", help="with --budget: the budgets are hard (docs/burst.md)")
     ap.add_argument("--sample", type=float, default=0.5, help="real seconds between prediction samples")
     args = ap.parse_args()
     window = window_of(args.window)
@@ -361,8 +373,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for policy, max_wait in runs:
-        o = replay(day, policy, max_wait, args.speed, span, args.drain, args.sample, args.budget)
-        d = des_row(day, policy, max_wait, args.seed, args.budget)
+        o = replay(day, policy, max_wait, args.speed, span, args.drain, args.sample, args.budget, args.hard)
+        d = des_row(day, policy, max_wait, args.seed, args.budget, args.hard)
         err = (
             f"{pct([abs(e) for e in o.errors], 0.5):.1f} / {pct([abs(e) for e in o.errors], 0.9):.1f} min "
             f"({statistics.mean(o.errors):+.1f}, n={len(o.errors)})"
@@ -371,7 +383,7 @@ def main() -> None:
         )
         name = f"gpufed, maxWait {max_wait:g} s" if policy == "gpufed" else policy
         if policy == "gpufed" and args.budget > 0:
-            name += f", budget ${args.budget:g}/tenant/day"
+            name += f", {'hard ' if args.hard else ''}budget ${args.budget:g}/tenant/day"
         print(
             f"| {name} | {pct(o.waits, 0.5) / 60:.1f} min | {pct(o.waits, 0.95) / 60:.1f} min | "
             f"{o.never_ran} | {o.finished}/{o.jobs} | {o.gpu_hours + o.accrued_gpu_hours:.0f} | "

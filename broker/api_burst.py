@@ -47,6 +47,7 @@ def spend_view(service: BrokerService, principal: Principal) -> dict[str, Any]:
                 "runs": s.runs,
                 "committed": round(s.committed, 4),
                 "budget": s.budget.amount if s.budget else None,
+                "hardBudget": bool(s.budget and s.budget.hard),
                 "left": None if s.left is None else round(s.left, 4),
                 "overBudget": s.over,
             }

@@ -40,6 +40,8 @@ class _Strict(BaseModel):
 class BudgetConfig(_Strict):
     amount: float = Field(ge=0, le=1e9, allow_inf_nan=False)
     period: Period = Period.MONTH
+    # true: once spent, the tenant's running cloud jobs are stopped and requeued (docs/burst.md)
+    hard: bool = False
 
 
 class TenantBurstConfig(_Strict):
@@ -95,7 +97,7 @@ class BurstConfig(_Strict):
             tenants={
                 n: TenantBurst(
                     t.max_wait_seconds,
-                    Budget(t.budget.amount, t.budget.period) if t.budget else None,
+                    Budget(t.budget.amount, t.budget.period, t.budget.hard) if t.budget else None,
                 )
                 for n, t in self.tenants.items()
             },

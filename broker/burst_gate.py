@@ -15,21 +15,32 @@ Owns gathering the numbers the pure core decides on, and remembering what it mus
   queue): a successful run's time becomes a sample of its shape key, and a run on a priced cluster
   becomes a spend Run (price x GPUs x run time; run time from when the broker saw the pods running to
   when it saw the Job end). Counted once per attempt.
+- `budget_stops` says which cloud jobs to stop because their tenant's hard budget is spent
+  (broker.spend.hard_budget_stops over the settled runs and what the running ones have run up).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker import burst_policy, scaleup, telemetry
 from broker.burst_config import BurstSettings
 from broker.burst_policy import BurstDecision, CloudOffer, Verdict
-from broker.model import ClusterSummary, ClusterTraits, JobRecord, JobState, Tier
+from broker.model import ClusterSummary, ClusterTraits, JobRecord, JobState, Placement, Tier
 from broker.placement import ClusterVerdict
 from broker.ports import BurstLedger
-from broker.spend import Period, Run, TenantSpend, period_start, spend_by_tenant
+from broker.spend import (
+    BudgetStop,
+    Period,
+    Run,
+    RunningCost,
+    TenantSpend,
+    hard_budget_stops,
+    period_start,
+    spend_by_tenant,
+)
 from broker.wait_prediction import Prediction, RunTimeModel, predict_queue, shape_key
 
 __all__ = ["BurstGate", "GateAnswer"]
@@ -139,16 +150,9 @@ class BurstGate:
         self, now: float, active: list[JobRecord], model: RunTimeModel, traits: Mapping[str, ClusterTraits]
     ) -> dict[str, TenantSpend]:
         committed: dict[str, float] = {}
-        for r in active:
-            where = r.placement
-            if where is None or r.cluster is None:
-                continue
-            price = _price(traits, r.cluster, where.product)
-            if price <= 0:
-                continue
+        for r, where, price, ran in _priced(now, active, traits):
             # what it has run up so far and is expected to run still (a long run is likely a long one),
             # reckoned with the mean, as costs add up (RunTimeModel.expected_for_cost)
-            ran = max(0.0, now - r.updated_at) if r.state is JobState.RUNNING else 0.0
             run = ran + model.remaining(r.request, where.product, ran, for_cost=True)
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
@@ -216,6 +220,26 @@ class BurstGate:
             telemetry.burst_decisions.labels(str(decision.verdict)).inc()
         return GateAnswer(decision, changed, prediction)
 
+    # ------------------------------------------------------------------ hard budgets
+
+    @property
+    def has_hard_budgets(self) -> bool:
+        return any(b.hard for b in self.settings.budgets().values())
+
+    def budget_stops(
+        self, now: float, active: Sequence[JobRecord], traits: Mapping[str, ClusterTraits]
+    ) -> list[BudgetStop]:
+        """The tenants whose hard budget is spent now, with their jobs on priced clusters to stop (those
+        not running yet too: they would start adding to a spent budget)."""
+        if not self.has_hard_budgets:
+            return []
+        running = [
+            RunningCost(r.id, r.request.tenant, price * max(1, where.total_units) * ran / 3600)
+            for r, where, price, ran in _priced(now, active, traits)
+        ]
+        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        return hard_budget_stops(self._spend(now, list(active), model, traits), running)
+
     # ------------------------------------------------------------------ a run ended
 
     def job_ended(
@@ -252,6 +276,20 @@ class BurstGate:
             telemetry.cloud_spend.labels(run.tenant, run.cluster).inc(run.cost)
             telemetry.cloud_gpu_seconds.labels(run.tenant, run.cluster).inc(run.gpus * run.seconds)
         return run
+
+
+def _priced(
+    now: float, active: Iterable[JobRecord], traits: Mapping[str, ClusterTraits]
+) -> Iterator[tuple[JobRecord, Placement, float, float]]:
+    """The placed jobs on priced clusters: (record, placement, price per GPU-hour, seconds run so far:
+    since the broker saw it RUNNING, as job_ended times a run; 0 before)."""
+    for r in active:
+        where = r.placement
+        if where is None or r.cluster is None:
+            continue
+        price = _price(traits, r.cluster, where.product)
+        if price > 0:
+            yield r, where, price, max(0.0, now - r.updated_at) if r.state is JobState.RUNNING else 0.0
 
 
 def _price(traits: Mapping[str, ClusterTraits], cluster: str, product: str) -> float:

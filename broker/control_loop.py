@@ -1,7 +1,8 @@
 """The broker's control loop: its steps every pass, the sweep every 30 s, in a background thread.
 
 Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
-sync_status (follow placed jobs, each cluster on its own worker), schedule_once (place the queue) and,
+sync_status (follow placed jobs, each cluster on its own worker), enforce_budgets (stop the cloud jobs of
+tenants whose hard budget is spent), schedule_once (place the queue) and,
 when due, sweep_orphans. A pass comes every interval, or sooner when a failing cluster's loss deadline
 falls before that (observe_clusters then fails its jobs over at once). Owns the cadence and the isolation of the steps (Ray Serve's control loop
 shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
@@ -64,6 +65,7 @@ class ControlLoop:
     def run_once(self) -> None:
         s = self._service
         steps = [*self._first_steps, ("observe_clusters", s.observe_clusters), ("sync_status", s.sync_status)]
+        steps.append(("enforce_budgets", s.enforce_budgets))
         steps.append(("schedule_once", s.schedule_once))
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval

@@ -511,6 +511,40 @@ class BrokerService:
             self._assume_into(placer, decision.cluster, now)
         return None
 
+    def enforce_budgets(self) -> list[JobRecord]:
+        """Hard budgets (docs/burst.md): the cloud jobs of a tenant whose hard budget is spent are stopped.
+        Each is paid for up to now, goes back to the queue by its failover policy (where it waits: no
+        burst over budget) and its Job is deleted. Returns the jobs moved."""
+        if self.burst is None or not self.burst.has_hard_budgets:
+            return []
+        now = self.clock.now()
+        active = self._placed_jobs()
+        by_id = {r.id: r for r in active}
+        moved: list[JobRecord] = []
+        for stop in self.burst.budget_stops(now, active, self.traits):
+            for job_id in stop.job_ids:
+                record = by_id[job_id]
+                name, cluster = record.workload_name, record.cluster
+                self.burst.job_ended(record, JobState.QUEUED, now, self.traits)  # its run so far is paid for
+                step = self._fail_over(record, stop.reason, at=now)
+                if step is None:
+                    continue  # it moved on meanwhile (finished, cancelled)
+                moved.append(step)
+                telemetry.budget_stops.labels(stop.tenant).inc()
+                if name and cluster:
+                    self.dispatcher.submit(
+                        cluster, functools.partial(self._delete_workload, cluster, name, record)
+                    )
+            log.warning(
+                "hard budget of tenant %s spent ($%.2f of $%.2f this %s): %d cloud job(s) stopped",
+                stop.tenant,
+                stop.spent,
+                stop.budget.amount,
+                stop.budget.period,
+                len(stop.job_ids),
+            )
+        return moved
+
     def _placed_jobs(self) -> list[JobRecord]:
         return self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
 

@@ -9,6 +9,8 @@ Pure (no I/O, no clock). Owns:
   computed from epoch seconds with civil-calendar arithmetic (no datetime in the core).
 - `budget_left`: the budget less the period's settled spend, less what the tenant's cloud jobs still
   running are expected to cost in all (so many bursts at once cannot overshoot the budget together).
+- `hard_budget_stops`: with a hard budget, the cloud runs to stop now: every one of the tenant's, once
+  what its period's settled runs cost plus what its running ones have run up so far reaches the budget.
 """
 
 from __future__ import annotations
@@ -17,7 +19,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Budget", "Period", "Run", "TenantSpend", "budget_left", "period_start", "spend_by_tenant"]
+__all__ = [
+    "Budget",
+    "BudgetStop",
+    "Period",
+    "Run",
+    "RunningCost",
+    "TenantSpend",
+    "budget_left",
+    "hard_budget_stops",
+    "period_start",
+    "spend_by_tenant",
+]
 
 DAY = 86400.0
 
@@ -32,6 +45,9 @@ class Period(StrEnum):
 class Budget:
     amount: float  # in the currency of the prices (the docs say $)
     period: Period = Period.MONTH
+    # hard: once spent (settled + run up by the running cloud jobs), those jobs are stopped and requeued;
+    # soft (default): only new bursts are refused, and runs already started may overrun the budget
+    hard: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,3 +155,47 @@ def spend_by_tenant(
 def budget_left(spend: Mapping[str, TenantSpend], tenant: str) -> float | None:
     s = spend.get(tenant)
     return None if s is None else s.left
+
+
+@dataclass(frozen=True)
+class RunningCost:
+    """A cloud job running now, and what it has cost so far (price x GPUs x time since it started)."""
+
+    job_id: str
+    tenant: str
+    run_up: float
+
+
+@dataclass(frozen=True)
+class BudgetStop:
+    """A tenant whose hard budget is spent: the runs to stop, and the figures for their reason."""
+
+    tenant: str
+    job_ids: tuple[str, ...]
+    spent: float  # settled + run up so far
+    budget: Budget
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"hard budget: tenant {self.tenant} has spent ${self.spent:.2f} of ${self.budget.amount:.2f} "
+            f"this {self.budget.period}; its cloud run stopped"
+        )
+
+
+def hard_budget_stops(spend: Mapping[str, TenantSpend], running: Iterable[RunningCost]) -> list[BudgetStop]:
+    """The tenants with a hard budget whose period's settled spend plus what their running cloud jobs have
+    run up reaches the budget, each with all of its running cloud jobs (all of them: every one that kept
+    running would go on adding to a budget already spent)."""
+    by_tenant: dict[str, list[RunningCost]] = {}
+    for r in running:
+        by_tenant.setdefault(r.tenant, []).append(r)
+    stops = []
+    for tenant, runs in sorted(by_tenant.items()):
+        s = spend.get(tenant)
+        if s is None or s.budget is None or not s.budget.hard:
+            continue
+        spent = s.spent + sum(r.run_up for r in runs)
+        if spent >= s.budget.amount:
+            stops.append(BudgetStop(tenant, tuple(sorted(r.job_id for r in runs)), spent, s.budget))
+    return stops

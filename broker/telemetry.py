@@ -105,6 +105,12 @@ cloud_spend = Counter(
     ["tenant", "cluster"],
     registry=REGISTRY,
 )
+budget_stops = Counter(
+    "gpufed_budget_stops",
+    "Cloud jobs stopped and requeued because their tenant's hard budget was spent",
+    ["tenant"],
+    registry=REGISTRY,
+)
 cloud_gpu_seconds = Counter(
     "gpufed_cloud_gpu_seconds",
     "GPU-seconds run on priced (cloud) clusters, per finished attempt",

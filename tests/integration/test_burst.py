@@ -215,6 +215,54 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     assert svc.burst.ledger.run_times() == {"ml/H100-80GB/8x1": [1800.0]}
 
 
+@pytest.mark.parametrize("hard", [True, False])
+def test_a_hard_budget_stops_and_requeues_a_cloud_run_that_overruns_it(
+    store: RedisStateStore, hard: bool
+) -> None:
+    clock, gw = ManualClock(), RecordingGateway()
+    budget = Budget(20.0, Period.MONTH, hard=hard)
+    svc = service(store, BurstSettings(tenants={"ml": TenantBurst(budget=budget)}), clock, gw)
+    fill_on_prem(svc, store, run_seconds=36000)
+    stops_before = scraped("gpufed_budget_stops_total", tenant="ml")
+    # expected: 8 x $4.25 x 24 min = $13.60, within the $20; it will run far longer
+    job_id = svc.submit(job("long", allow_burst=True, duration_seconds=1440))[0].id
+    svc.schedule_once()
+    name = svc.get(job_id).workload_name
+    assert name is not None and svc.get(job_id).cluster == "cloud"
+    gw.status[name] = WorkloadStatus(name=name, namespace="default", exists=True, active=1, ready=1)
+    clock.t = NOW + 60
+    store.put_summary(h100("cloud", 0, Tier.CLOUD, at=clock.t))
+    svc.sync_status()
+    assert svc.get(job_id).state is JobState.RUNNING
+
+    clock.t = NOW + 60 + 1800  # $17.00 run up: under the budget
+    assert svc.enforce_budgets() == [] and svc.get(job_id).state is JobState.RUNNING
+
+    clock.t = NOW + 60 + 2160  # $20.40 run up: the budget is spent
+    moved = svc.enforce_budgets()
+    if not hard:  # a soft budget refuses new bursts only: the run goes on
+        assert moved == [] and svc.get(job_id).state is JobState.RUNNING and gw.deleted == []
+        return
+    assert [r.id for r in moved] == [job_id]
+    stopped = svc.get(job_id)
+    assert stopped.state is JobState.QUEUED and stopped.cluster is None
+    assert stopped.reason == (
+        "hard budget: tenant ml has spent $20.40 of $20.00 this month; its cloud run stopped; "
+        "requeued (attempt 1 abandoned)"
+    )
+    assert gw.deleted == [name]
+    assert svc.burst is not None
+    [paid] = svc.burst.ledger.runs(0)
+    assert (paid.job_id, paid.seconds) == (job_id, 2160.0) and paid.cost == pytest.approx(20.4)
+    assert scraped("gpufed_budget_stops_total", tenant="ml") == stops_before + 1
+    # back in the queue it waits for on-prem, though the cloud has room again: no burst over the budget
+    store.put_summary(h100("op", 0, at=clock.t))
+    store.put_summary(h100("cloud", 8, Tier.CLOUD, at=clock.t))
+    svc.schedule_once()
+    waiting = svc.get(job_id)
+    assert waiting.state is JobState.QUEUED and "over budget" in waiting.reason, waiting.reason
+
+
 def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisStateStore) -> None:
     clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(), clock, gw)
@@ -340,6 +388,7 @@ def test_get_explain_and_spend_show_the_prediction_and_each_tenants_own_spend(
             "runs": 0,
             "committed": 0.0,
             "budget": 200.0,
+            "hardBudget": False,
             "left": 200.0,
             "overBudget": False,
         }

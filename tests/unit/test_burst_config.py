@@ -69,3 +69,26 @@ def test_max_wait_is_the_jobs_then_the_tenants_then_the_fleets() -> None:
     assert settings.max_wait("cv", None) == 600.0
     assert settings.budgets() == {"ml": Budget(200.0, Period.WEEK)}
     assert BurstConfig().settings().max_wait("any", None) == 0.0  # default: burst once nothing fits
+
+
+def test_a_budget_is_soft_unless_it_says_hard() -> None:
+    settings = BurstConfig.model_validate(
+        {
+            "tenants": {
+                "ml": {"budget": {"amount": 50, "period": "day", "hard": True}},
+                "cv": {"budget": {"amount": 50}},
+            }
+        }
+    ).settings()
+    assert settings.budgets() == {"ml": Budget(50.0, Period.DAY, hard=True), "cv": Budget(50.0, Period.MONTH)}
+    with pytest.raises(
+        ConfigError, match=r"settings.burst.tenants.ml.budget.hard: Input should be a valid boolean"
+    ):
+        parse_fleet_config(
+            {
+                "clusters": [],
+                "settings": {"burst": {"tenants": {"ml": {"budget": {"amount": 5, "hard": "very"}}}}},
+            },
+            "fleet.yaml",
+            Path("."),
+        )

@@ -30,6 +30,9 @@ class _Steps:
     def sync_status(self) -> None:
         self._do("sync_status")
 
+    def enforce_budgets(self) -> None:
+        self._do("enforce_budgets")
+
     def schedule_once(self) -> None:
         self._do("schedule_once")
 
@@ -43,7 +46,13 @@ def test_a_broken_step_is_logged_and_the_rest_of_the_pass_still_runs(
     steps = _Steps({"sync_status": RuntimeError("member API exploded")})
     loop = ControlLoop(cast(BrokerService, steps))
     loop.run_once()
-    assert steps.ran == ["observe_clusters", "sync_status", "schedule_once", "sweep_orphans"]
+    assert steps.ran == [
+        "observe_clusters",
+        "sync_status",
+        "enforce_budgets",
+        "schedule_once",
+        "sweep_orphans",
+    ]
     assert loop.step_failures == {"sync_status": 1}
     assert any(r.exc_info for r in caplog.records)  # a fault: its traceback is in the log
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from broker.spend import Budget, Period, Run, budget_left, period_start, spend_by_tenant
+from broker.spend import (
+    Budget,
+    Period,
+    Run,
+    RunningCost,
+    budget_left,
+    hard_budget_stops,
+    period_start,
+    spend_by_tenant,
+)
 
 # 2027-01-15 (a Friday) 12:00 UTC
 NOW = 1_800_000_000.0 - (1_800_000_000.0 % 86400) + 43200
@@ -49,3 +58,40 @@ def test_over_budget() -> None:
     spend = spend_by_tenant([run("ml", 8, 10.0, 3600)], {"ml": Budget(50.0)}, NOW)
     assert spend["ml"].over
     assert spend["ml"].left == pytest.approx(-30.0)
+
+
+HARD = Budget(100.0, Period.DAY, hard=True)
+
+
+@pytest.mark.parametrize(
+    ("budget", "settled", "running", "stopped"),
+    [
+        # under the budget: nothing stops
+        (HARD, [run("ml", 8, 4.0, 3600)], [RunningCost("a", "ml", 60.0)], []),  # 32 + 60 < 100
+        # settled + run up reaches it: every running cloud job of the tenant stops
+        (
+            HARD,
+            [run("ml", 8, 4.0, 3600)],
+            [RunningCost("a", "ml", 40.0), RunningCost("b", "ml", 28.0)],
+            ["a", "b"],
+        ),
+        (HARD, [], [RunningCost("b", "ml", 100.0), RunningCost("a", "ml", 0.0)], ["a", "b"]),  # exactly at it
+        # settled alone is past it (a job placed but not running yet stops too)
+        (HARD, [run("ml", 8, 4.0, 4 * 3600)], [RunningCost("a", "ml", 0.0)], ["a"]),
+        # runs of an earlier day do not count against today's budget
+        (HARD, [run("ml", 8, 4.0, 4 * 3600, ended=NOW - 86400)], [RunningCost("a", "ml", 5.0)], []),
+        # a soft budget never stops a run, however far over it is
+        (Budget(100.0, Period.DAY), [run("ml", 8, 4.0, 4 * 3600)], [RunningCost("a", "ml", 500.0)], []),
+        # another tenant's runs are not this tenant's
+        (HARD, [], [RunningCost("a", "cv", 500.0)], []),
+    ],
+)
+def test_hard_budget_stops(
+    budget: Budget, settled: list[Run], running: list[RunningCost], stopped: list[str]
+) -> None:
+    spend = spend_by_tenant(settled, {"ml": budget}, NOW)
+    stops = hard_budget_stops(spend, running)
+    assert [job for s in stops for job in s.job_ids] == stopped
+    for s in stops:
+        assert s.tenant == "ml" and s.spent >= budget.amount
+        assert s.reason.startswith(f"hard budget: tenant ml has spent ${s.spent:.2f} of $100.00 this day")
