@@ -351,15 +351,14 @@ class Sim:
             RunningCost(
                 j.arrival.id,
                 j.arrival.tenant,
-                j.node.price * j.arrival.gpus * (now - j.started_at) / 3600
-                if j.node is not None and j.started_at is not None
-                else 0.0,
+                j.node.price * j.arrival.gpus if j.node is not None else 0.0,
+                j.started_at,
             )
             for j in self.jobs
             if (j.node is not None and j.node.price > 0)
             or (j.waiting_for is not None and j.waiting_for.price > 0)
         ]
-        stops = hard_budget_stops(spend_by_tenant(self.runs, self.budgets, now), running)
+        stops = hard_budget_stops(spend_by_tenant(self.runs, self.budgets, now), running, now)
         stopped = {job_id for stop in stops for job_id in stop.job_ids}
         for j in self.jobs:
             if j.arrival.id not in stopped:

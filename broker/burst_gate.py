@@ -149,18 +149,22 @@ class BurstGate:
     def _spend(
         self, now: float, active: list[JobRecord], model: RunTimeModel, traits: Mapping[str, ClusterTraits]
     ) -> dict[str, TenantSpend]:
+        budgets = self.settings.budgets()
         committed: dict[str, float] = {}
-        for r, where, price, ran in _priced(now, active, traits):
-            # what it has run up so far and is expected to run still (a long run is likely a long one),
-            # reckoned with the mean, as costs add up (RunTimeModel.expected_for_cost)
-            run = ran + model.remaining(r.request, where.product, ran, for_cost=True)
+        for r, where, price, started in _priced(active, traits):
+            # what it has run up in the tenant's period so far and is expected to run still (a long run
+            # is likely a long one), reckoned with the mean, as costs add up (expected_for_cost)
+            budget = budgets.get(r.request.tenant)
+            since = period_start(now, budget.period if budget else Period.MONTH)
+            ran = max(0.0, now - started) if started is not None else 0.0
+            ran_in_period = max(0.0, now - max(started, since)) if started is not None else 0.0
+            run = ran_in_period + model.remaining(r.request, where.product, ran, for_cost=True)
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
             )
-        budgets = self.settings.budgets()
         periods = {Period.MONTH} | {b.period for b in budgets.values()}
-        since = min(period_start(now, p) for p in periods)
-        return spend_by_tenant(self.ledger.runs(since), budgets, now, committed)
+        earliest = min(period_start(now, p) for p in periods)
+        return spend_by_tenant(self.ledger.runs(earliest), budgets, now, committed)
 
     def decide(
         self,
@@ -234,11 +238,11 @@ class BurstGate:
         if not self.has_hard_budgets:
             return []
         running = [
-            RunningCost(r.id, r.request.tenant, price * max(1, where.total_units) * ran / 3600)
-            for r, where, price, ran in _priced(now, active, traits)
+            RunningCost(r.id, r.request.tenant, price * max(1, where.total_units), started)
+            for r, where, price, started in _priced(active, traits)
         ]
         model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
-        return hard_budget_stops(self._spend(now, list(active), model, traits), running)
+        return hard_budget_stops(self._spend(now, list(active), model, traits), running, now)
 
     # ------------------------------------------------------------------ a run ended
 
@@ -279,17 +283,17 @@ class BurstGate:
 
 
 def _priced(
-    now: float, active: Iterable[JobRecord], traits: Mapping[str, ClusterTraits]
-) -> Iterator[tuple[JobRecord, Placement, float, float]]:
-    """The placed jobs on priced clusters: (record, placement, price per GPU-hour, seconds run so far:
-    since the broker saw it RUNNING, as job_ended times a run; 0 before)."""
+    active: Iterable[JobRecord], traits: Mapping[str, ClusterTraits]
+) -> Iterator[tuple[JobRecord, Placement, float, float | None]]:
+    """The placed jobs on priced clusters: (record, placement, price per GPU-hour, when it started: when
+    the broker saw it RUNNING, as job_ended times a run; None before)."""
     for r in active:
         where = r.placement
         if where is None or r.cluster is None:
             continue
         price = _price(traits, r.cluster, where.product)
         if price > 0:
-            yield r, where, price, max(0.0, now - r.updated_at) if r.state is JobState.RUNNING else 0.0
+            yield r, where, price, r.updated_at if r.state is JobState.RUNNING else None
 
 
 def _price(traits: Mapping[str, ClusterTraits], cluster: str, product: str) -> float:

@@ -7,6 +7,8 @@ Pure (no I/O, no clock). Owns:
   cost = price x GPUs x run seconds / 3600, exactly.
 - Budget periods: "day", "week" (from Monday 00:00 UTC) and "month" (from the 1st, 00:00 UTC),
   computed from epoch seconds with civil-calendar arithmetic (no datetime in the core).
+- A period's spend is the part of each run that falls inside it: a run that crosses into a new day
+  (week, month) is charged to each for the time it ran in it, as a cloud bill is.
 - `budget_left`: the budget less the period's settled spend, less what the tenant's cloud jobs still
   running are expected to cost in all (so many bursts at once cannot overshoot the budget together).
 - `hard_budget_stops`: with a hard budget, the cloud runs to stop now: every one of the tenant's, once
@@ -77,6 +79,13 @@ class Run:
     def cost(self) -> float:
         return self.price_per_gpu_hour * self.gpu_hours
 
+    def gpu_hours_since(self, since: float) -> float:
+        """The GPU-hours of the run that fall at or after `since` (a period's start)."""
+        return self.gpus * max(0.0, self.ended_at - max(self.started_at, since)) / 3600
+
+    def cost_since(self, since: float) -> float:
+        return self.price_per_gpu_hour * self.gpu_hours_since(since)
+
 
 def _civil(days: int) -> tuple[int, int, int]:
     """(year, month, day) of a count of days since 1970-01-01 (proleptic Gregorian)."""
@@ -142,8 +151,8 @@ def spend_by_tenant(
         mine = [r for r in runs if r.tenant == t and r.ended_at >= since]
         out[t] = TenantSpend(
             tenant=t,
-            spent=sum(r.cost for r in mine),
-            gpu_hours=sum(r.gpu_hours for r in mine),
+            spent=sum(r.cost_since(since) for r in mine),
+            gpu_hours=sum(r.gpu_hours_since(since) for r in mine),
             runs=len(mine),
             committed=committed.get(t, 0.0),
             budget=budget,
@@ -159,11 +168,18 @@ def budget_left(spend: Mapping[str, TenantSpend], tenant: str) -> float | None:
 
 @dataclass(frozen=True)
 class RunningCost:
-    """A cloud job running now, and what it has cost so far (price x GPUs x time since it started)."""
+    """A job placed on a priced cluster: what it costs per hour, and since when (None: not running yet)."""
 
     job_id: str
     tenant: str
-    run_up: float
+    dollars_per_hour: float  # price per GPU-hour x GPUs
+    started_at: float | None
+
+    def run_up(self, since: float, now: float) -> float:
+        """What it has cost from `since` (its period's start) to `now`."""
+        if self.started_at is None:
+            return 0.0
+        return self.dollars_per_hour * max(0.0, now - max(self.started_at, since)) / 3600
 
 
 @dataclass(frozen=True)
@@ -183,10 +199,12 @@ class BudgetStop:
         )
 
 
-def hard_budget_stops(spend: Mapping[str, TenantSpend], running: Iterable[RunningCost]) -> list[BudgetStop]:
+def hard_budget_stops(
+    spend: Mapping[str, TenantSpend], running: Iterable[RunningCost], now: float
+) -> list[BudgetStop]:
     """The tenants with a hard budget whose period's settled spend plus what their running cloud jobs have
-    run up reaches the budget, each with all of its running cloud jobs (all of them: every one that kept
-    running would go on adding to a budget already spent)."""
+    run up in the period reaches the budget, each with all of its jobs on priced clusters (all of them:
+    every one that kept running would go on adding to a budget already spent)."""
     by_tenant: dict[str, list[RunningCost]] = {}
     for r in running:
         by_tenant.setdefault(r.tenant, []).append(r)
@@ -195,7 +213,7 @@ def hard_budget_stops(spend: Mapping[str, TenantSpend], running: Iterable[Runnin
         s = spend.get(tenant)
         if s is None or s.budget is None or not s.budget.hard:
             continue
-        spent = s.spent + sum(r.run_up for r in runs)
+        spent = s.spent + sum(r.run_up(s.period_start, now) for r in runs)
         if spent >= s.budget.amount:
             stops.append(BudgetStop(tenant, tuple(sorted(r.job_id for r in runs)), spent, s.budget))
     return stops

@@ -61,37 +61,60 @@ def test_over_budget() -> None:
 
 
 HARD = Budget(100.0, Period.DAY, hard=True)
+TODAY = period_start(NOW, Period.DAY)  # NOW is 12:00 UTC
+
+
+def running(job: str, tenant: str, per_hour: float, hours: float | None) -> RunningCost:
+    """A job on a priced cluster that started `hours` before NOW (None: placed, not running yet)."""
+    return RunningCost(job, tenant, per_hour, None if hours is None else NOW - hours * 3600)
 
 
 @pytest.mark.parametrize(
-    ("budget", "settled", "running", "stopped"),
+    ("budget", "settled", "jobs", "stopped"),
     [
         # under the budget: nothing stops
-        (HARD, [run("ml", 8, 4.0, 3600)], [RunningCost("a", "ml", 60.0)], []),  # 32 + 60 < 100
-        # settled + run up reaches it: every running cloud job of the tenant stops
+        (HARD, [run("ml", 8, 4.0, 3600)], [running("a", "ml", 60.0, 1)], []),  # 32 + 60 < 100
+        # settled + run up reaches it: every job of the tenant on a priced cluster stops
         (
             HARD,
             [run("ml", 8, 4.0, 3600)],
-            [RunningCost("a", "ml", 40.0), RunningCost("b", "ml", 28.0)],
+            [running("a", "ml", 40.0, 1), running("b", "ml", 28.0, 1)],
             ["a", "b"],
         ),
-        (HARD, [], [RunningCost("b", "ml", 100.0), RunningCost("a", "ml", 0.0)], ["a", "b"]),  # exactly at it
+        (
+            HARD,
+            [],
+            [running("b", "ml", 100.0, 1), running("a", "ml", 50.0, None)],
+            ["a", "b"],
+        ),  # exactly at it
         # settled alone is past it (a job placed but not running yet stops too)
-        (HARD, [run("ml", 8, 4.0, 4 * 3600)], [RunningCost("a", "ml", 0.0)], ["a"]),
+        (HARD, [run("ml", 8, 4.0, 4 * 3600)], [running("a", "ml", 30.0, None)], ["a"]),
         # runs of an earlier day do not count against today's budget
-        (HARD, [run("ml", 8, 4.0, 4 * 3600, ended=NOW - 86400)], [RunningCost("a", "ml", 5.0)], []),
+        (HARD, [run("ml", 8, 4.0, 4 * 3600, ended=NOW - 86400)], [running("a", "ml", 5.0, 1)], []),
+        # a run that started yesterday counts only its 12 h of today: $96, under; 14 h would be $112
+        (HARD, [], [running("a", "ml", 8.0, 20)], []),
+        # a run that crossed midnight and ended today is charged for its part in today: 10 x $8 = $80
+        (HARD, [run("ml", 1, 8.0, 20 * 3600, ended=TODAY + 10 * 3600)], [running("a", "ml", 30.0, 1)], ["a"]),
         # a soft budget never stops a run, however far over it is
-        (Budget(100.0, Period.DAY), [run("ml", 8, 4.0, 4 * 3600)], [RunningCost("a", "ml", 500.0)], []),
+        (Budget(100.0, Period.DAY), [run("ml", 8, 4.0, 4 * 3600)], [running("a", "ml", 500.0, 1)], []),
         # another tenant's runs are not this tenant's
-        (HARD, [], [RunningCost("a", "cv", 500.0)], []),
+        (HARD, [], [running("a", "cv", 500.0, 1)], []),
     ],
 )
 def test_hard_budget_stops(
-    budget: Budget, settled: list[Run], running: list[RunningCost], stopped: list[str]
+    budget: Budget, settled: list[Run], jobs: list[RunningCost], stopped: list[str]
 ) -> None:
     spend = spend_by_tenant(settled, {"ml": budget}, NOW)
-    stops = hard_budget_stops(spend, running)
+    stops = hard_budget_stops(spend, jobs, NOW)
     assert [job for s in stops for job in s.job_ids] == stopped
     for s in stops:
         assert s.tenant == "ml" and s.spent >= budget.amount
         assert s.reason.startswith(f"hard budget: tenant ml has spent ${s.spent:.2f} of $100.00 this day")
+
+
+def test_a_run_across_a_period_start_is_charged_to_each_period_for_its_time_in_it() -> None:
+    crossing = run("ml", 2, 3.0, 5 * 3600, ended=TODAY + 2 * 3600)  # 21:00 yesterday to 02:00 today
+    spend = spend_by_tenant([crossing], {"ml": Budget(50.0, Period.DAY)}, NOW)
+    assert spend["ml"].spent == pytest.approx(2 * 3.0 * 2)  # today's 2 h of it
+    assert spend["ml"].gpu_hours == pytest.approx(4.0)
+    assert crossing.cost == pytest.approx(30.0)  # the run itself costs its whole time
