@@ -286,14 +286,17 @@ def _priced(
     active: Iterable[JobRecord], traits: Mapping[str, ClusterTraits]
 ) -> Iterator[tuple[JobRecord, Placement, float, float | None]]:
     """The placed jobs on priced clusters: (record, placement, price per GPU-hour, when it started: when
-    the broker saw it RUNNING, as job_ended times a run; None before)."""
+    the broker saw it ADMITTED or RUNNING, as job_ended times a run; None while PLACED)."""
     for r in active:
         where = r.placement
         if where is None or r.cluster is None:
             continue
         price = _price(traits, r.cluster, where.product)
         if price > 0:
-            yield r, where, price, r.updated_at if r.state is JobState.RUNNING else None
+            yield r, where, price, r.updated_at if r.state in _STARTED else None
+
+
+_STARTED = (JobState.ADMITTED, JobState.RUNNING)  # a run is paid for from then (job_ended)
 
 
 def _price(traits: Mapping[str, ClusterTraits], cluster: str, product: str) -> float:

@@ -215,9 +215,12 @@ def test_spend_is_price_times_gpus_times_run_time_and_counted_once(store: RedisS
     assert svc.burst.ledger.run_times() == {"ml/H100-80GB/8x1": [1800.0]}
 
 
-@pytest.mark.parametrize("hard", [True, False])
+@pytest.mark.parametrize(
+    ("hard", "ready"),
+    [(True, 1), (False, 1), (True, 0)],  # ready 0: its pod seen starting (ADMITTED), paid for from then too
+)
 def test_a_hard_budget_stops_and_requeues_a_cloud_run_that_overruns_it(
-    store: RedisStateStore, hard: bool
+    store: RedisStateStore, hard: bool, ready: int
 ) -> None:
     clock, gw = ManualClock(), RecordingGateway()
     budget = Budget(20.0, Period.MONTH, hard=hard)
@@ -229,14 +232,15 @@ def test_a_hard_budget_stops_and_requeues_a_cloud_run_that_overruns_it(
     svc.schedule_once()
     name = svc.get(job_id).workload_name
     assert name is not None and svc.get(job_id).cluster == "cloud"
-    gw.status[name] = WorkloadStatus(name=name, namespace="default", exists=True, active=1, ready=1)
+    gw.status[name] = WorkloadStatus(name=name, namespace="default", exists=True, active=1, ready=ready)
     clock.t = NOW + 60
     store.put_summary(h100("cloud", 0, Tier.CLOUD, at=clock.t))
     svc.sync_status()
-    assert svc.get(job_id).state is JobState.RUNNING
+    seen = JobState.RUNNING if ready else JobState.ADMITTED
+    assert svc.get(job_id).state is seen
 
     clock.t = NOW + 60 + 1800  # $17.00 run up: under the budget
-    assert svc.enforce_budgets() == [] and svc.get(job_id).state is JobState.RUNNING
+    assert svc.enforce_budgets() == [] and svc.get(job_id).state is seen
 
     clock.t = NOW + 60 + 2160  # $20.40 run up: the budget is spent
     moved = svc.enforce_budgets()
