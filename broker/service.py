@@ -525,8 +525,7 @@ class BrokerService:
             for job_id in stop.job_ids:
                 record = by_id[job_id]
                 name, cluster = record.workload_name, record.cluster
-                self.burst.job_ended(record, JobState.QUEUED, now, self.traits)  # its run so far is paid for
-                step = self._fail_over(record, stop.reason, at=now)
+                step = self._fail_over(record, stop.reason, at=now)  # its run so far is paid for
                 if step is None:
                     continue  # it moved on meanwhile (finished, cancelled)
                 moved.append(step)
@@ -897,9 +896,12 @@ class BrokerService:
         self.store.append_cluster_event(ClusterEvent(h.cluster, self.clock.now(), h.health, h.reason))
 
     def _fail_over(self, record: JobRecord, why: str, at: float) -> JobRecord | None:
-        """Apply the job's failover policy (lifecycle.failover) to a job whose cluster was found lost at
-        `at` (the time its event carries)."""
+        """Apply the job's failover policy (lifecycle.failover) to a job that lost its place at `at` (the
+        time its event carries): its cluster lost, its pods preempted, its tenant's hard budget spent. An
+        attempt on a priced cluster is paid for up to `at` (counted once per attempt)."""
         step = lifecycle.failover(record, why)
+        if self.burst is not None and record.state in (JobState.ADMITTED, JobState.RUNNING):
+            self.burst.job_ended(record, step.state, at, self.traits)  # one that never started costs nothing
         self.store.release(record.id, record.attempt)
         faults.point("failed-over")
         # The attempt in the lost cluster is forgotten either way: the sweep deletes it when it answers.

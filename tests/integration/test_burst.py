@@ -8,6 +8,7 @@ not the subject, so the gateway records the Jobs it is asked to create and repor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -265,6 +266,34 @@ def test_a_hard_budget_stops_and_requeues_a_cloud_run_that_overruns_it(
     svc.schedule_once()
     waiting = svc.get(job_id)
     assert waiting.state is JobState.QUEUED and "over budget" in waiting.reason, waiting.reason
+
+
+def test_a_run_on_a_lost_cloud_cluster_is_paid_for_up_to_the_loss(store: RedisStateStore) -> None:
+    clock, gw = ManualClock(), RecordingGateway()
+    svc = service(store, BurstSettings(), clock, gw)
+    fill_on_prem(svc, store, run_seconds=36000)
+    job_id = svc.submit(job("burst", allow_burst=True))[0].id
+    svc.schedule_once()
+    name = svc.get(job_id).workload_name
+    assert name is not None and svc.get(job_id).cluster == "cloud"
+    gw.status[name] = WorkloadStatus(name=name, namespace="default", exists=True, active=1, ready=1)
+    clock.t = NOW + 60
+    store.put_summary(h100("cloud", 0, Tier.CLOUD, at=clock.t))
+    svc.sync_status()
+    assert svc.get(job_id).state is JobState.RUNNING
+
+    # the cloud cluster stops answering; found lost 30 min after the job started running
+    clock.t = NOW + 60 + 1800
+    store.put_summary(
+        dataclasses.replace(h100("cloud", 0, Tier.CLOUD, at=NOW + 60), health=Health.UNREACHABLE)
+    )
+    store.put_summary(h100("op", 0, at=clock.t))
+    moved = svc.observe_clusters()
+    assert [r.id for r in moved] == [job_id] and svc.get(job_id).state is JobState.QUEUED
+    assert svc.burst is not None
+    [paid] = svc.burst.ledger.runs(0)
+    assert (paid.job_id, paid.attempt, paid.seconds) == (job_id, 1, 1800.0)
+    assert paid.cost == pytest.approx(PRICE * 8 * 0.5)
 
 
 def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisStateStore) -> None:
