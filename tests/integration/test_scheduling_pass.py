@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from adapters.redis_store import RedisStateStore
+from broker.errors import ClusterUnreachable
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
@@ -25,6 +26,7 @@ from broker.model import (
     MigCapacity,
     ProductCapacity,
     Reservation,
+    WorkloadStatus,
 )
 from broker.service import BrokerService
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
@@ -241,3 +243,31 @@ def test_a_job_that_fits_only_a_fenced_cluster_is_placed_there_once_the_fence_is
     svc.observe_clusters()
     changed = {r.id: r for r in svc.schedule_once()}
     assert (changed[job.id].state, changed[job.id].cluster) == (JobState.PLACED, "a")
+
+
+def test_jobs_that_cannot_be_read_are_logged_once_per_cluster_not_per_job_per_pass(
+    store: RedisStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = threading.Event()
+
+    def reads(name: str, namespace: str, live: bool) -> WorkloadStatus:
+        if down.is_set():
+            raise ClusterUnreachable("a", "connection refused")
+        return WorkloadStatus(name=name, namespace=namespace, exists=live, active=1, ready=1)
+
+    clock = ManualClock()
+    store.put_summary(cluster("a", 8, 8))
+    svc = BrokerService(store, RecordingGateway(reads), clock, {"a": ClusterTraits("a")})
+    for name in ("one", "two"):
+        svc.submit(JobRequest(name, gpus_per_pod=8))
+    svc.schedule_once()
+    down.set()
+    with caplog.at_level(logging.INFO, logger="broker.service"):
+        for _ in range(5):
+            svc.sync_status()
+        down.clear()
+        svc.sync_status()
+        svc.sync_status()
+    said = [r.getMessage() for r in caplog.records if r.name == "broker.service"]
+    assert len([m for m in said if m.startswith("cannot read")]) == 1, said  # not 2 jobs x 5 passes
+    assert said.count("Jobs on a can be read again") == 1
