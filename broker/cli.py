@@ -719,8 +719,8 @@ def clusters(
             ]
             rows.append([*row, c.get("kueue") or "-"] if wide else row)
         recovery = body.get("recovery")
-        if not recovery:
-            return _table(headers, rows)
+        if not recovery or (recovery.get("previous_run") is None and not recovery.get("recovered")):
+            return _table(headers, rows)  # none, or the store's first start: nothing was rebuilt
         return _table(headers, rows) + "\n" + _recovery_line(recovery)
 
     _emit(body, output, table)

@@ -158,14 +158,16 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
         raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def token_table(cfg: FleetConfig, insecure_no_auth: bool) -> TokenTable | None:
-    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error."""
+def token_table(cfg: FleetConfig, insecure_no_auth: bool, warn: bool = True) -> TokenTable | None:
+    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error.
+    `warn`: say that the API is open (once per broker: the check before start-up passes False)."""
     if cfg.auth is not None:
         if insecure_no_auth:
             raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
         return load_tokens(cfg.auth.tokens_file)
     if insecure_no_auth:
-        log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
+        if warn:
+            log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
         return None
     raise ConfigError(
         "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
@@ -566,7 +568,7 @@ def serve(
     check_startup(cfg, host, port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    token_table(cfg, insecure_no_auth)  # refuse before anything starts
+    token_table(cfg, insecure_no_auth, warn=False)  # refuse before anything starts
     scheme = "https" if tls_cert else "http"
     reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
     try:
