@@ -162,6 +162,11 @@ class BurstGate:
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
             )
+        return self._settled(now, committed)
+
+    def _settled(self, now: float, committed: Mapping[str, float] | None = None) -> dict[str, TenantSpend]:
+        """Each tenant's spend this period from the ledger's runs (and `committed` beside it)."""
+        budgets = self.settings.budgets()
         periods = {Period.MONTH} | {b.period for b in budgets.values()}
         earliest = min(period_start(now, p) for p in periods)
         return spend_by_tenant(self.ledger.runs(earliest), budgets, now, committed)
@@ -241,8 +246,7 @@ class BurstGate:
             RunningCost(r.id, r.request.tenant, price * max(1, where.total_units), started)
             for r, where, price, started in _priced(active, traits)
         ]
-        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
-        return hard_budget_stops(self._spend(now, list(active), model, traits), running, now)
+        return hard_budget_stops(self._settled(now), running, now)  # settled runs + what they run up
 
     # ------------------------------------------------------------------ a run ended
 

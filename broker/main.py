@@ -101,8 +101,7 @@ def build_service(
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = gateway or WatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
-        # tenant namespaces (docs/tenancy.md): the broker's Jobs followed in every namespace
-        {c.name: "" if c.tenant_namespace else c.namespace for c in cfg.clusters},
+        {c.name: _followed_namespace(c) for c in cfg.clusters},
     )
     policy = settings.placement_policy()
     service = BrokerService(
@@ -260,7 +259,8 @@ class FleetMembers:
 
 
 def _followed_namespace(c: ClusterConfig) -> str:
-    """The namespace whose Jobs the gateway watches on this cluster ("": every one, tenant namespaces)."""
+    """The namespace whose Jobs the gateway watches on this cluster ("": every one, for tenant namespaces,
+    docs/tenancy.md)."""
     return "" if c.tenant_namespace else c.namespace
 
 

@@ -169,7 +169,7 @@ class BrokerService:
         self._quota_charges: dict[str, tuple[str, str, Mapping[str, int]]] = {}
         self._preempted_for: dict[str, float] = {}  # preemptor job id -> when its victims were evicted
         self._preemptions: list[tuple[float, str, int]] = []  # (when, tenant, victims): the storm limits
-        self._unreadable: dict[str, str] = {}  # cluster -> the first failed Job read since its last good one
+        self._unreadable: set[str] = set()  # clusters whose last Job read failed (said once, until one works)
         self._tenants_seen: set[str] = set()  # tenants of jobs seen queued or placed (the sweep's namespaces)
 
     # ------------------------------------------------------------------ submit / read / cancel
@@ -974,7 +974,7 @@ class BrokerService:
             status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
         except ClusterError as exc:
             if record.cluster not in self._unreadable:  # said once, not per job per pass, until it answers
-                self._unreadable[record.cluster] = str(exc)
+                self._unreadable.add(record.cluster)
                 log.info(
                     "cannot read %s on %s: %s; its Jobs are read again every pass",
                     record.workload_name,
@@ -982,7 +982,8 @@ class BrokerService:
                     exc,
                 )
             return None
-        if self._unreadable.pop(record.cluster, None) is not None:
+        if record.cluster in self._unreadable:
+            self._unreadable.discard(record.cluster)
             log.info("Jobs on %s can be read again", record.cluster)
         step = lifecycle.observe(record, status, self.clock.now())
         if step is None:

@@ -73,7 +73,7 @@ class Run:
 
     @property
     def gpu_hours(self) -> float:
-        return self.gpus * self.seconds / 3600
+        return self.gpu_hours_since(self.started_at)
 
     @property
     def cost(self) -> float:
