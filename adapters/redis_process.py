@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters import loopback_ports
+
 
 class RedisServerUnavailable(RuntimeError):
     """redis-server is not installed, or started but never answered."""
@@ -29,10 +31,8 @@ class RedisProcess:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free loopback port outside the ephemeral range (see adapters.loopback_ports)."""
+    return loopback_ports.free_port()
 
 
 def answers(port: int) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -25,6 +24,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from adapters.loopback_ports import free_port
 from adapters.redis_process import RedisServerUnavailable, private_redis
 from broker.config import load_fleet_config
 from broker.fleet_tables import fleet_table
@@ -89,13 +89,6 @@ DEMO_JOBS: list[dict[str, Any]] = [
         "tenant": "research",
     },
 ]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _redis_answers(url: str) -> bool:
@@ -239,7 +232,7 @@ def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240
                 console.print(f"  {name:<12} {sim.server_url(name)}  kubeconfig {path}")
             config_path = write_demo_config(workdir, kubeconfigs, redis_url, prefix)
             cfg = load_fleet_config(config_path)
-            port = _free_port()
+            port = free_port()
             tokens = read_demo_tokens(workdir)
             with composition.running_broker(cfg, host="127.0.0.1", port=port) as broker:
                 base = f"http://127.0.0.1:{port}"
