@@ -393,7 +393,7 @@ class PollerShard:
             with self._lock:
                 watcher = self._watchers[name]
                 traits = self._specs[name].traits
-            summary = watcher.summary(traits)
+            summary = dataclasses.replace(watcher.summary(traits), published_at=time.time())
             written = self._store.put_summary(summary)
         with self._lock:
             self._last_write[name] = time.time()

@@ -15,6 +15,13 @@ and when a cluster that came back may take work again (fencing).
                                                 unreachable, with a cause) is lost at heartbeat + `lost_after`
     loss_deadline(summary)                      that instant, for a failing cluster: the control loop
                                                 wakes for it
+    pollers_silent(summaries)                   no poller wrote any summary for `lost_after`: the broker
+                                                is blind (its pollers, Ray or their path to Redis stalled),
+                                                and silence then says nothing about the clusters, so no
+                                                cluster is lost *for silence* meanwhile (is_lost's
+                                                `blind`): Kubernetes' node lifecycle controller stops
+                                                evicting when a whole zone goes NotReady at once, for the
+                                                same reason. Verdicts with a cause still count.
     may_unfence(health)                         a fenced cluster is healthy again: after its stale
                                                 attempts are swept it is offered to placement again
 
@@ -26,11 +33,19 @@ cannot reach. No I/O, no clock: `now` is an argument.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker.model import ClusterSummary, Health
 
-__all__ = ["ClusterHealth", "effective_health", "is_lost", "loss_deadline", "may_unfence"]
+__all__ = [
+    "ClusterHealth",
+    "effective_health",
+    "is_lost",
+    "loss_deadline",
+    "may_unfence",
+    "pollers_silent",
+]
 
 _LOST = (Health.UNREACHABLE, Health.FORBIDDEN)
 # What a poller reports of a cluster whose calls fail: with no success for `lost_after` it is lost as it
@@ -90,10 +105,23 @@ def loss_deadline(summary: ClusterSummary | None, lost_after: float) -> float | 
     return summary.heartbeat + lost_after
 
 
-def is_lost(h: ClusterHealth, now: float, lost_after: float) -> bool:
+def pollers_silent(summaries: Iterable[ClusterSummary], now: float, lost_after: float) -> bool:
+    """True when there are summaries and none was written by its poller within `lost_after` of `now`.
+
+    A summary's write time is its `published_at`, or its heartbeat where the poller did not say (a
+    summary written by an older broker): a poller writes every cluster's summary every few seconds,
+    failing or not, so only a stalled poller side leaves every one of them old at once."""
+    written = [s.published_at or s.heartbeat for s in summaries]
+    return bool(written) and all(now - w > lost_after for w in written)
+
+
+def is_lost(h: ClusterHealth, now: float, lost_after: float, blind: bool = False) -> bool:
     """Unreachable (the poller already waited `lost_after` without a success, or the summary went
-    silent that long), or credentials rejected for `lost_after`."""
+    silent that long, unless the broker is `blind`: see pollers_silent), or credentials rejected for
+    `lost_after`."""
     if h.health is Health.UNREACHABLE:
+        if h.silent and blind:
+            return False
         return not h.silent or now - h.since >= (SILENT_LOSS_FACTOR - 1) * lost_after
     return h.health is Health.FORBIDDEN and now - h.since >= lost_after
 

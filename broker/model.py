@@ -302,6 +302,10 @@ class ClusterSummary:
     region: str = ""
     health: Health = Health.UNKNOWN
     heartbeat: float = 0.0  # epoch seconds of the last successful observation
+    # epoch seconds the poller wrote this summary (0: not told): the poller's own liveness, where
+    # `heartbeat` is the cluster's. Every poller silent at once means the broker is blind, not that
+    # every cluster is lost (broker.failover.pollers_silent).
+    published_at: float = 0.0
     health_reason: str = ""  # why it is not healthy, as a person reads it ("connection refused", ...)
     health_since: float = 0.0  # epoch seconds since when `health` holds
     version: int = 0  # bumps on every write of this summary

@@ -154,6 +154,7 @@ class BrokerService:
         self._known_products_at = float("-inf")
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
         self._health_seen: dict[str, Health] = {}
+        self._blind = False  # every poller silent at the last observe_clusters (said once per spell)
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
         self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster
         # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the
@@ -855,9 +856,9 @@ class BrokerService:
             and d > now
         ]
         self._next_loss_at = min(deadlines, default=None)
-        lost = {
-            c: h for c, h in healths.items() if failover.is_lost(h, now, self.settings.cluster_lost_seconds)
-        }
+        lost_after = self.settings.cluster_lost_seconds
+        self._note_blindness(failover.pollers_silent(summaries.values(), now, lost_after))
+        lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, self._blind)}
         moved: list[JobRecord] = []
         if lost:
             for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
@@ -886,6 +887,18 @@ class BrokerService:
                 self.dispatcher.submit_once(c, "unfence", functools.partial(self._sweep_and_unfence, c))
         self._fenced = set(fenced)
         return moved
+
+    def _note_blindness(self, blind: bool) -> None:
+        if blind and not self._blind:
+            log.warning(
+                "no poller has written a summary for %g s: the broker cannot see its clusters (pollers, "
+                "Ray or their path to Redis stalled); no cluster is failed over for silence until one "
+                "reports again",
+                self.settings.cluster_lost_seconds,
+            )
+        elif self._blind and not blind:
+            log.info("the pollers report again: silent clusters are judged as usual")
+        self._blind = blind
 
     def _note_health(self, h: ClusterHealth) -> None:
         previous = self._health_seen.get(h.cluster)

@@ -215,6 +215,33 @@ def test_a_cluster_seen_failing_is_lost_at_its_deadline_and_the_loop_is_told_whe
     assert svc.seconds_until_a_loss() is None  # fenced now: nothing more to wake for
 
 
+def test_a_silent_cluster_is_lost_only_while_another_poller_still_reports(
+    store: RedisStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    store.put_summary(replace(cluster("a", 8), published_at=NOW))
+    store.put_summary(replace(cluster("b", 8), published_at=NOW))
+    svc = service(store, clock, ["a", "b"])
+    job, _ = svc.submit(JobRequest("train", gpus_per_pod=8, clusters=("a",)))
+    svc.schedule_once()
+    assert svc.get(job.id).cluster == "a"
+
+    # every poller stalls (a loaded host, Ray stuck): silence well past 3 x clusterLostSeconds
+    clock.t = NOW + 60
+    with caplog.at_level(logging.WARNING, logger="broker.service"):
+        assert svc.observe_clusters() == []
+        assert svc.observe_clusters() == []
+    assert svc.get(job.id).state is JobState.PLACED and store.fenced() == {}
+    blind = [r.getMessage() for r in caplog.records if "cannot see its clusters" in r.getMessage()]
+    assert len(blind) == 1, blind  # said once per spell, not per pass
+
+    # b's poller writes again, a's does not: a is silent on its own, so its jobs move
+    store.put_summary(replace(cluster("b", 8), heartbeat=clock.t, published_at=clock.t))
+    moved = svc.observe_clusters()
+    assert [r.id for r in moved] == [job.id]
+    assert "a" in store.fenced()
+
+
 def test_a_job_that_fits_only_a_fenced_cluster_is_placed_there_once_the_fence_is_lifted(
     store: RedisStateStore,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.failover import effective_health, is_lost, loss_deadline, may_unfence
+from broker.failover import effective_health, is_lost, loss_deadline, may_unfence, pollers_silent
 from broker.lifecycle import failover, observe
 from broker.model import (
     ClusterSummary,
@@ -76,6 +76,46 @@ def test_effective_health_and_loss(
     assert h.health is health
     assert reason_part in h.reason
     assert is_lost(h, NOW, LOST_AFTER) is lost
+
+
+def written(heartbeat: float, published_at: float, reason: str = "") -> ClusterSummary:
+    health = Health.UNREACHABLE if reason else Health.HEALTHY
+    return ClusterSummary(
+        "a", health=health, heartbeat=heartbeat, health_reason=reason, published_at=published_at
+    )
+
+
+@pytest.mark.parametrize(
+    ("summaries", "blind"),
+    [
+        ([], False),  # nothing observed yet is not blindness
+        ([written(NOW - 1, NOW - 1), written(NOW - 40, NOW - 40)], False),  # one poller still writes
+        # a down cluster's poller writes its failing verdict every few seconds: the broker still sees
+        ([written(NOW - 40, NOW - 1, "connection refused"), written(NOW - 40, NOW - 40)], False),
+        ([written(NOW - 40, NOW - 11), written(NOW - 40, NOW - 12)], True),  # nobody wrote for 10 s
+        ([written(NOW - 11, 0.0), written(NOW - 12, 0.0)], True),  # written by an older broker: heartbeat
+        ([written(NOW - 9, 0.0)], False),
+    ],
+)
+def test_the_broker_is_blind_only_when_no_poller_wrote_for_lost_after(
+    summaries: list[ClusterSummary], blind: bool
+) -> None:
+    assert pollers_silent(summaries, NOW, LOST_AFTER) is blind
+
+
+@pytest.mark.parametrize(
+    ("s", "lost_when_blind"),
+    [
+        (summary(Health.HEALTHY, NOW - 31), False),  # silent for 3 x lost_after, but so is every poller
+        (summary(Health.HEALTHY, NOW - 300), False),
+        # a verdict with a cause was the poller's own word: it still counts
+        (summary(Health.UNREACHABLE, NOW - 11, "connection refused", NOW - 1), True),
+        (summary(Health.FORBIDDEN, NOW - 1, "credentials rejected (401)", NOW - 10), True),
+    ],
+)
+def test_a_blind_broker_fails_over_no_cluster_for_silence(s: ClusterSummary, lost_when_blind: bool) -> None:
+    h = effective_health("a", s, NOW, LOST_AFTER)
+    assert is_lost(h, NOW, LOST_AFTER, blind=True) is lost_when_blind
 
 
 @pytest.mark.parametrize(
