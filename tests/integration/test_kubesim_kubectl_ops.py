@@ -118,3 +118,7 @@ def test_logs_and_follow_end_when_the_container_exits(kubectl: Any) -> None:
     assert stamped[0].split(" ", 1)[0].endswith("Z") and stamped[0].split(" ", 1)[1] == lines[0]
     out = kubectl("logs", "talker", "--previous", ok=(1,))
     assert 'previous terminated container "talker" in pod "talker" not found' in out
+    # sinceTime / sinceSeconds: the lines written from then on
+    second_line_at = stamped[1].split(" ", 1)[0]
+    assert kubectl("logs", "talker", f"--since-time={second_line_at}").strip().splitlines() == lines[1:]
+    assert kubectl("logs", "talker", "--since=1h") == followed

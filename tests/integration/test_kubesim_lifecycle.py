@@ -76,6 +76,41 @@ FLEET = {
                 "localQueues": [{"name": "gpu", "namespace": NS, "clusterQueue": "gpu-cq"}],
             },
         },
+        {
+            # two teams of 4 GPUs in one cohort on one 8-GPU node: team-a may borrow team-b's idle 4,
+            # and team-b takes them back (reclaimWithinCohort)
+            "name": "cohort",
+            "region": "eu-west",
+            "nodePools": [POOL],
+            "kueue": {
+                "flavors": [
+                    {"name": "h100", "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
+                ],
+                "clusterQueues": [
+                    {
+                        "name": team,
+                        "cohort": "research",
+                        "preemption": {"reclaimWithinCohort": "Any"},
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["nvidia.com/gpu"],
+                                "flavors": [
+                                    {
+                                        "name": "h100",
+                                        "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}],
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                    for team in ("team-a", "team-b")
+                ],
+                "localQueues": [
+                    {"name": "a", "namespace": NS, "clusterQueue": "team-a"},
+                    {"name": "b", "namespace": NS, "clusterQueue": "team-b"},
+                ],
+            },
+        },
     ]
 }
 
@@ -300,6 +335,14 @@ def test_on_failure_restarts_the_container_and_counts_restarts(kube: Kube) -> No
     status = pod["status"]["containerStatuses"][0]
     assert status["restartCount"] == 1 and status["lastState"]["terminated"]["exitCode"] == 3
     assert "failed" not in kube.job("restarts")["status"]
+    # the log of the instance before the restart, and of this one, through the official client
+    logs = kube.core
+    name = pod["metadata"]["name"]
+    before = logs.read_namespaced_pod_log(name, NS, previous=True).strip().splitlines()
+    now = logs.read_namespaced_pod_log(name, NS).strip().splitlines()
+    assert before[-1] == 'kubesim: container "main" exited with code 3 (Error)', before
+    assert now[-1] == 'kubesim: container "main" exited with code 0 (Completed)', now
+    assert logs.read_namespaced_pod_log(name, NS, tail_lines=1).strip() == now[-1]
 
 
 def test_pod_failure_policy_fail_job_with_kubectl(kubectl: Any) -> None:
@@ -388,6 +431,43 @@ def test_scheduler_preemption_evicts_the_lower_priority_pod(sim: Simulation) -> 
     assert _gone(lambda: kube.core.read_namespaced_pod("bulk-a", NS))
     for name in ("bulk-b", "bulk-c"):
         assert "deletionTimestamp" not in kube.pod(name)["metadata"]
+    api.close()  # type: ignore[no-untyped-call]
+
+
+def _workload_conditions(kube: Kube, job: str) -> dict[str, Any]:
+    """The conditions of the Kueue Workload of `job`, by type."""
+    items = as_dict(kube.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", NS, "workloads"))
+    uid = kube.job(job)["metadata"]["uid"]
+    for w in items["items"]:
+        if w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == uid:
+            return {c["type"]: c for c in w["status"].get("conditions") or ()}
+    return {}
+
+
+def test_kueue_reclaims_quota_borrowed_within_the_cohort(sim: Simulation) -> None:
+    api = _api(sim, "cohort")
+    kube = Kube(api)
+
+    def gpu_job(name: str, queue: str, gpus: int) -> dict[str, Any]:
+        job = _job(name, annotations={"sim.gpufed.io/duration-seconds": "100000"})
+        job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+        job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
+        return job
+
+    kube.create_job(gpu_job("borrower", "a", 8))  # team-a's 4 and team-b's idle 4
+    wait_for(lambda: kube.job("borrower")["status"].get("active") == 1, 30, what="borrower running on 8")
+    kube.create_job(gpu_job("owner", "b", 4))  # team-b wants its own quota back
+
+    conditions = wait_for(
+        lambda: "Evicted" in (c := _workload_conditions(kube, "borrower")) and c,
+        30,
+        what="the borrower's workload evicted",
+    )
+    assert isinstance(conditions, dict)
+    assert conditions["Preempted"]["reason"] == "InCohortReclamation"
+    assert "reclamation within the cohort" in conditions["Preempted"]["message"]
+    wait_for(lambda: kube.job("borrower")["spec"]["suspend"] is True, 30, what="borrower suspended again")
+    wait_for(lambda: kube.job("owner")["status"].get("active") == 1, 30, what="owner runs on its own quota")
     api.close()  # type: ignore[no-untyped-call]
 
 
