@@ -296,7 +296,14 @@ def test_a_run_on_a_lost_cloud_cluster_is_paid_for_up_to_the_loss(store: RedisSt
     assert paid.cost == pytest.approx(PRICE * 8 * 0.5)
 
 
-def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisStateStore) -> None:
+@pytest.mark.parametrize(
+    "disruption",
+    ["DisruptionTarget: DeletionByPodGC", "DisruptionTarget: PreemptionByScheduler"],
+    ids=["spot-reclaimed", "preempted"],
+)
+def test_a_spot_reclaimed_or_preempted_attempt_is_paid_for_and_the_job_requeues(
+    store: RedisStateStore, disruption: str
+) -> None:
     clock, gw = ManualClock(), RecordingGateway()
     svc = service(store, BurstSettings(), clock, gw)
     fill_on_prem(svc, store, run_seconds=3600)
@@ -315,7 +322,7 @@ def test_a_spot_reclaimed_attempt_is_paid_for_and_the_job_requeues(store: RedisS
         failed=1,
         failed_terminal=True,
         disrupted=True,
-        message="DisruptionTarget: DeletionByPodGC",
+        message=disruption,
     )
     gw.status[name] = reclaimed
     clock.t = NOW + 10 + 900

@@ -29,11 +29,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.kube import KubeGateway
 from adapters.kube_rest import KubeRest
+from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import telemetry
+from broker import ha, telemetry
 from broker.api import create_app
 from broker.errors import ClusterUnreachable
+from broker.leadership import Leadership
+from broker.main import _records_ready
 from broker.model import (
     ClusterTraits,
     JobRequest,
@@ -256,7 +259,7 @@ import sys
 from adapters.kube import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import telemetry
+from broker import ha, telemetry
 from broker.model import ClusterTraits, JobRequest
 from broker.service import BrokerService
 
@@ -325,3 +328,32 @@ def test_with_otel_traces_exporter_otlp_a_submit_reaches_an_otlp_http_receiver(
             spans += [s for ss in rs.scope_spans for s in ss.spans]
     submit = [s for s in spans if s.name == "gpufed.job.submit"]
     assert len(submit) == 1 and submit[0].trace_id.hex() == trace_id
+
+
+def test_readyz_names_each_check_that_fails_and_why(
+    world: tuple[BrokerService, FlakyGateway], redis_url: str
+) -> None:
+    """The checks `gpufed serve` wires (lease, records, draining beside redis), each on its real part."""
+    service, _ = world
+    empty = RedisStateStore(redis_url, prefix="empty" + uuid.uuid4().hex[:8])  # never initialised
+    dead = RedisLease(f"redis://127.0.0.1:{free_port()}/0", "gone", "replica-a", lease_seconds=1.0)
+    leadership = Leadership(dead, on_elected=lambda: None, on_deposed=lambda: None)
+    leadership.tick()  # no answer from the lease's Redis
+    drain = ha.Drain()
+    checks = {
+        "lease": leadership.readiness,
+        "records": lambda: _records_ready(empty),
+        "draining": drain.readiness,
+    }
+    client = TestClient(create_app(service, service.clock, readiness=checks))
+    r = client.get("/readyz")
+    assert r.status_code == 503
+    reasons = r.json()["reasons"]
+    assert sorted(reasons) == ["lease", "records"]  # not draining yet
+    assert "leader lease unavailable" in reasons["lease"]
+    assert "rebuilding the job records" in reasons["records"]
+
+    drain.begin()
+    reasons = client.get("/readyz").json()["reasons"]
+    assert "draining" in reasons and "another replica" in reasons["draining"]
+    empty.close()
