@@ -82,10 +82,12 @@ def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
         assert len(snap.nodes) == 4
         want = capacity.summarize(snap, spec.traits, watcher.health, written.heartbeat)
         assert written.namespaces_observed  # tenant namespaces: from the watcher, not the node snapshot
+        assert written.published_at >= written.heartbeat > 0  # the poller's own liveness, stamped
         assert (
             dataclasses.replace(
                 written,
                 version=0,
+                published_at=0.0,
                 health_reason="",
                 health_since=0.0,
                 namespaces=(),
