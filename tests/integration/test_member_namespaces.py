@@ -19,7 +19,7 @@ from adapters.job_informer import WatchingGateway
 from adapters.kube_informer import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.model import ClusterTraits, JobRequest, JobState
+from broker.model import ClusterTraits, Health, JobRequest, JobState
 from broker.service import BrokerService
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
@@ -57,9 +57,11 @@ def service(sim: Simulation, redis_url: str) -> Iterator[BrokerService]:
         def published() -> bool:
             store.put_summary(watcher.summary(TRAITS))
             summary = store.get_summary(CLUSTER)
-            return summary is not None and any(p.free > 0 for p in summary.products)
+            # healthy too: capacity can be listed before the health machine's first verdict
+            healthy = summary is not None and summary.health is Health.HEALTHY
+            return healthy and any(p.free > 0 for p in summary.products)
 
-        wait_for(published, timeout=30, what=f"{CLUSTER}'s summary in Redis")
+        wait_for(published, timeout=30, what=f"{CLUSTER}'s healthy summary in Redis")
         yield BrokerService(store, gateway, SystemClock(), {CLUSTER: TRAITS})
     finally:
         watcher.stop()
