@@ -337,6 +337,19 @@ def test_a_killed_leader_is_replaced_by_a_follower_and_no_job_is_lost_or_run_twi
         assert len(_jobs_in_clusters(sim, job_id)) == 1, job_id
 
 
+def _gpufed_clusters(url: str) -> str:
+    """`gpufed clusters` as an operator runs it; its standard output."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "clusters", "--server", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_kept(
     sim: Simulation, tmp_path: Path, brokers: list[BrokerProcess]
 ) -> None:
@@ -349,6 +362,8 @@ def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_
         ids = {f"out-{i}": _submit(b.url, f"out-{i}", f"out-{i}", duration=3600) for i in range(3)}
         for job_id in ids.values():
             wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} RUNNING")
+        first = _gpufed_clusters(b.url)
+        assert "onprem-a" in first and "rebuilt" not in first, first  # a first start rebuilt nothing
         redis_process.stop(server.process)
 
         def not_ready() -> dict[str, Any] | None:
@@ -370,15 +385,8 @@ def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_
         recovery = (b.status() or {}).get("recovery") or {}
         assert recovery.get("recovered") == 3 and sorted(recovery["recovered_ids"]) == sorted(ids.values())
         assert b.get("/v1/clusters")["recovery"] == recovery  # where an operator looks at the fleet
-        shown = subprocess.run(
-            [sys.executable, "-m", "broker.cli", "clusters", "--server", b.url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert shown.returncode == 0, shown.stderr
-        assert "3 recovered, 0 queued job(s) lost" in shown.stdout, shown.stdout
+        shown = _gpufed_clusters(b.url)
+        assert "3 recovered, 0 queued job(s) lost" in shown, shown
         for key, job_id in ids.items():
             assert _submit(b.url, key, key) == job_id  # a retried key returns the original job
             wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} followed")
