@@ -58,8 +58,9 @@ def service(sim: Simulation, redis_url: str) -> Iterator[BrokerService]:
             store.put_summary(watcher.summary(TRAITS))
             summary = store.get_summary(CLUSTER)
             # healthy too: capacity can be listed before the health machine's first verdict
-            healthy = summary is not None and summary.health is Health.HEALTHY
-            return healthy and any(p.free > 0 for p in summary.products)
+            if summary is None or summary.health is not Health.HEALTHY:
+                return False
+            return any(p.free > 0 for p in summary.products)
 
         wait_for(published, timeout=30, what=f"{CLUSTER}'s healthy summary in Redis")
         yield BrokerService(store, gateway, SystemClock(), {CLUSTER: TRAITS})
