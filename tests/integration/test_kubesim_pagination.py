@@ -5,7 +5,8 @@ version is 410 Gone with the real message (and a token to go on inconsistently).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client, config
@@ -13,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
+from tests.conftest import wait_for
 from tests.k8s_fields import list_rv, meta, name_of, present, rv_of, sent_as
 
 pytestmark = pytest.mark.integration
@@ -81,6 +83,69 @@ def test_later_pages_show_the_list_as_of_the_first_page(core: client.CoreV1Api) 
     # a fresh list sees the writes
     now = [name_of(p) for p in core.list_namespaced_pod(NS).items]
     assert "p-15" not in now and "p-99" in now and "p-16a" in now
+
+
+def _more_writes(writes: list[int], failures: list[BaseException]) -> Callable[[], bool]:
+    """A predicate: the writer has written twice more since now (or failed)."""
+    target = writes[0] + 2
+    return lambda: writes[0] >= target or bool(failures)
+
+
+def test_pages_stay_consistent_while_another_client_writes_in_parallel(
+    sim: Simulation, core: client.CoreV1Api
+) -> None:
+    ns = "paging-parallel"
+    sim.call(lambda: sim.store(CLUSTER).create("namespaces", {"metadata": {"name": ns}}))
+    for i in range(40):
+        core.create_namespaced_pod(ns, pod(f"s-{i:02d}"))
+    writes = [0]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def writer() -> None:  # its own connection: creates, relabels and deletes, as fast as it can
+        cfg = client.Configuration()
+        config.load_kube_config(
+            str(sim.kubeconfig_path(CLUSTER)), client_configuration=cfg, persist_config=False
+        )  # type: ignore[no-untyped-call]
+        with client.ApiClient(cfg) as api:
+            other = client.CoreV1Api(api)
+            n = 0
+            try:
+                while not stop.is_set():
+                    other.create_namespaced_pod(ns, pod(f"w-{n:04d}"))
+                    # relabel s-00..s-19, delete s-39 down to s-20: every pod of the snapshot changes
+                    other.patch_namespaced_pod(
+                        f"s-{n % 20:02d}", ns, {"metadata": {"labels": {"colour": "blue"}}}
+                    )
+                    if n < 20:
+                        other.delete_namespaced_pod(f"s-{39 - n:02d}", ns)
+                    n += 1
+                    writes[0] = n
+            except BaseException as e:  # surfaced by the test, not lost in the thread
+                failures.append(e)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    first = core.list_namespaced_pod(ns, limit=7)
+    pinned = list_rv(first)
+    thread.start()
+    try:
+        seen = [name_of(p) for p in first.items]
+        token = continue_of(first)
+        while token:
+            wait_for(_more_writes(writes, failures), timeout=30, what="writes between two pages")
+            page = core.list_namespaced_pod(ns, limit=7, _continue=token)
+            assert list_rv(page) == pinned
+            for p in page.items:
+                assert int(rv_of(p)) <= int(pinned)
+                assert present(meta(p).labels, "labels")["colour"] == "red"  # as of the first page
+            seen += [name_of(p) for p in page.items]
+            token = continue_of(page)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not failures, failures
+    assert seen == [f"s-{i:02d}" for i in range(40)]  # every pod of the snapshot, once, none written later
+    assert writes[0] >= 10  # the writer really ran alongside the pages
 
 
 def test_a_compacted_snapshot_is_410_gone_with_the_real_message(
