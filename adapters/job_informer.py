@@ -178,6 +178,7 @@ class JobFollower:
         self._settings = settings
         self.caches: dict[str, JobCache] = {}
         self.informers: dict[str, Informer] = {}
+        self._stops: dict[str, threading.Event] = {}  # per cluster: remove() ends one informer
         self._started = False
         self._lock = threading.Lock()  # add() may come from another thread (the ClusterProfile sync)
         for cluster, namespace in namespaces.items():
@@ -190,11 +191,24 @@ class JobFollower:
             if cluster in self.caches:
                 return
             cache = JobCache(cluster, namespace)
-            informer = Informer(rest, jobs_resource(namespace), cache, self._stop, self._settings)
+            stop = self._stops[cluster] = threading.Event()
+            informer = Informer(rest, jobs_resource(namespace), cache, stop, self._settings)
             self.informers[cluster] = informer
             self.caches[cluster] = cache
             if self._started and not self._stop.is_set():
                 informer.start()
+
+    def remove(self, cluster: str) -> None:
+        """Stop following one cluster (its informer ends at its next read; reads fall back to GET until
+        it is added again). Not followed: no change."""
+        with self._lock:
+            cache = self.caches.pop(cluster, None)
+            self.informers.pop(cluster, None)
+            stop = self._stops.pop(cluster, None)
+        if stop is not None:
+            stop.set()
+        if cache is not None:
+            cache.stopping()
 
     def start(self) -> None:
         with self._lock:
@@ -210,6 +224,8 @@ class JobFollower:
         and, once stopped, change nothing."""
         with self._lock:
             self._stop.set()
+            for stop in self._stops.values():
+                stop.set()
             caches, informers = list(self.caches.values()), list(self.informers.values())
         for cache in caches:
             cache.stopping()
@@ -250,6 +266,15 @@ class WatchingGateway(KubeGateway):
         super().add_cluster(rest)
         if namespace is not None:
             self.follower.add(rest, namespace)
+
+    def reconnect_cluster(self, rest: KubeRest, namespace: str | None = None) -> None:
+        """A member cluster re-pointed (kubeconfig, context, followed namespace): creates, deletes and reads
+        go through `rest` from now on, its Jobs are followed afresh, and the old client is closed."""
+        old = self._clusters.get(rest.cluster)
+        self.follower.remove(rest.cluster)
+        self.add_cluster(rest, namespace)
+        if old is not None and old is not rest:
+            old.close()
 
     def start(self) -> None:
         """Start following every cluster's Jobs (one thread each). Reads fall back to GET until synced."""

@@ -1,11 +1,12 @@
 """clusters.yaml read again while the broker runs: what changed in it, and the thread that notices.
 
-changes(old, new) -> ConfigChanges   what the new file changes, pure: the clusters added, removed and
+changes(old, new) -> ConfigChanges   what the new file changes, pure: the clusters added, removed,
                                      re-declared (traits only: tier, region, labels, prices, Kueue,
-                                     schedulers, spot, tenancy), applied without a restart; the clusters
-                                     whose connection changed (kubeconfig path, context, followed
-                                     namespace, GPU allocation) and the other sections that changed
-                                     (settings, auth, clusterProfiles), which take effect at the next start.
+                                     schedulers, spot, tenancy) and re-connected (kubeconfig path, context,
+                                     followed namespace, GPU allocation: a new client, Job watch and
+                                     poller), all applied without a restart; and the other sections that
+                                     changed (settings, auth, clusterProfiles), which take effect at the
+                                     next start.
 ConfigWatcher(path, load, apply)     a daemon thread that loads the file again when its modification time
                                      or size changes (checked every `interval_seconds`). A file that does not
                                      load is logged with its error and counted; the running config is kept
@@ -38,12 +39,12 @@ class ConfigChanges:
     added: tuple[ClusterConfig, ...] = ()
     removed: tuple[str, ...] = ()
     redeclared: tuple[ClusterConfig, ...] = ()  # same connection, other traits
-    reconnected: tuple[str, ...] = ()  # connection changed: applied at the next start
+    reconnected: tuple[ClusterConfig, ...] = ()  # connection changed: new client, Job watch and poller
     restart: tuple[str, ...] = ()  # other sections changed ("settings.leaseSeconds"): the next start
 
     @property
     def applied_now(self) -> bool:
-        return bool(self.added or self.removed or self.redeclared)
+        return bool(self.added or self.removed or self.redeclared or self.reconnected)
 
     def text(self) -> str:
         parts = [
@@ -52,6 +53,7 @@ class ConfigChanges:
                 ("added", [c.name for c in self.added]),
                 ("removed", list(self.removed)),
                 ("re-declared", [c.name for c in self.redeclared]),
+                ("re-connected", [c.name for c in self.reconnected]),
             )
             if names
         ]
@@ -77,13 +79,13 @@ def changes(old: FleetConfig, new: FleetConfig) -> ConfigChanges:
     added = tuple(after[n] for n in after if n not in before)
     removed = tuple(n for n in before if n not in after)
     redeclared: list[ClusterConfig] = []
-    reconnected: list[str] = []
+    reconnected: list[ClusterConfig] = []
     for name, now in after.items():
         was = before.get(name)
         if was is None or now == was:
             continue
         if _connection(now) != _connection(was):
-            reconnected.append(name)
+            reconnected.append(now)
         else:
             redeclared.append(now)
     restart: list[str] = []

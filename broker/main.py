@@ -226,8 +226,22 @@ class FleetMembers:
             self._traits[traits.name] = traits
             self._publish()
 
+    def reconnect(self, c: ClusterConfig) -> None:
+        """Same cluster, another connection (kubeconfig, context, followed namespace, GPU allocation): a
+        new gateway client and Job watch, and a new poller (its summary is written afresh: the cluster
+        is not offered until then). Jobs already there are followed through the new connection."""
+        with self._lock:
+            self._gateway.reconnect_cluster(
+                KubeRest.from_kubeconfig(c.name, c.kubeconfig, c.context), _followed_namespace(c)
+            )
+            self._pollers.remove_cluster(c.name)
+            self._pollers.add_cluster(PollerSpec(c.name, str(c.kubeconfig), c.context, c.traits()))
+            self._traits[c.name] = c.traits()
+            self._publish()
+
     def apply_config(self, change: ConfigChanges) -> None:
-        """A changed clusters.yaml: its clusters added, removed and re-declared now; the rest logged."""
+        """A changed clusters.yaml: its clusters added, removed, re-declared and re-connected now; other
+        sections logged (they take effect at the next start)."""
         with self._lock:
             for name in change.removed:
                 self._from_config.discard(name)
@@ -239,14 +253,10 @@ class FleetMembers:
                 self.add(c.traits(), c.kubeconfig, c.context, _followed_namespace(c))
             for c in change.redeclared:
                 self.redeclare(c.traits(), c.kubeconfig, c.context)
+            for c in change.reconnected:
+                self.reconnect(c)
         if change.applied_now:
             log.info("clusters.yaml reloaded: %s", change.text())
-        if change.reconnected:
-            log.warning(
-                "clusters.yaml: the connection of %s changed (kubeconfig, context, namespace or GPU "
-                "allocation): that takes effect when the broker restarts",
-                ", ".join(change.reconnected),
-            )
         if change.restart:
             log.warning(
                 "clusters.yaml: %s changed: that takes effect when the broker restarts",

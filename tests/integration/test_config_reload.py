@@ -118,3 +118,64 @@ def test_clusters_added_redeclared_and_removed_in_the_file_apply_without_a_resta
             lambda: broker.reloader is not None and broker.reloader.last_error, timeout=30, what="the error"
         )
         assert set(_clusters(url)) == {"onprem-a", "cloud-burst"}
+
+
+def test_a_cluster_pointed_at_a_new_kubeconfig_is_reconnected_without_a_restart(
+    sim: Simulation, redis_url: str, ray_session: None, tmp_path: Path
+) -> None:
+    """A rotated credential: onprem-a's kubeconfig holds a token the cluster rejects (forbidden); the file
+    is pointed at a kubeconfig with a good one, and the running broker re-connects (new client, Job
+    watch and poller) and places there again."""
+    kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
+    stale = yaml.safe_load(kubeconfigs["onprem-a"].read_text())
+    for user in stale["users"]:
+        user["user"]["token"] = "revoked-" + user["user"]["token"][:8]
+    stale_path = tmp_path / "onprem-a-stale.kubeconfig"
+    stale_path.write_text(yaml.safe_dump(stale))
+    path = write_demo_config(
+        tmp_path,
+        {**kubeconfigs, "onprem-a": stale_path},
+        redis_url,
+        "reconnect-int",
+        {"configReloadSeconds": 0.2},
+        auth=False,
+    )
+    port = free_port()
+    with composition.running_broker(
+        load_fleet_config(path),
+        port=port,
+        insecure_no_auth=True,
+        reload_from=(path, lambda: load_fleet_config(path)),
+    ):
+        url = f"http://127.0.0.1:{port}"
+        wait_for(
+            lambda: _clusters(url).get("onprem-a", {}).get("health") == "forbidden",
+            timeout=90,
+            what="onprem-a forbidden with the revoked token",
+        )
+
+        good = yaml.safe_load(path.read_text())
+        for c in good["clusters"]:
+            if c["name"] == "onprem-a":
+                c["kubeconfig"] = str(kubeconfigs["onprem-a"])
+        path.write_text(yaml.safe_dump(good, sort_keys=False))
+        wait_for(
+            lambda: _healthy(url, set(kubeconfigs)), timeout=90, what="onprem-a healthy on the new kubeconfig"
+        )
+
+        # creates and status reads go through the new client: a job only onprem-a can take runs there
+        r = httpx.post(
+            f"{url}/v1/jobs",
+            json={"name": "a100", "gpus": 1, "gpuProducts": ["A100-80GB"], "clusters": ["onprem-a"]},
+            timeout=10,
+        )
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        wait_for(
+            lambda: (
+                httpx.get(f"{url}/v1/jobs/{job_id}", timeout=10).json()["state"] in ("RUNNING", "SUCCEEDED")
+            ),
+            timeout=90,
+            what="the job RUNNING on the re-connected cluster",
+        )
+        assert httpx.get(f"{url}/v1/jobs/{job_id}", timeout=10).json()["cluster"] == "onprem-a"

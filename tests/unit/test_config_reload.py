@@ -35,7 +35,7 @@ A, B = cluster("a"), cluster("b", tier="cloud", pricePerGpuHour={"H100-80GB": 4.
         (fleet(A, {**B, "pricePerGpuHour": {"H100-80GB": 2.5}}), [], [], ["b"], [], []),
         (fleet(A, {**B, "labels": {"site": "x"}, "spot": True}), [], [], ["b"], [], []),
         (fleet({**A, "kueue": {"localQueue": "gpu"}}, B), [], [], ["a"], [], []),
-        # the connection: at the next start
+        # the connection: a new client, Job watch and poller, now
         (fleet({**A, "kubeconfig": "/k/other.kubeconfig"}, B), [], [], [], ["a"], []),
         (fleet({**A, "context": "admin@a"}, B), [], [], [], ["a"], []),
         (fleet({**A, "gpuAllocation": "dra"}, B), [], [], [], ["a"], []),
@@ -63,9 +63,9 @@ def test_changes(
     assert [c.name for c in change.added] == added
     assert list(change.removed) == removed
     assert [c.name for c in change.redeclared] == redeclared
-    assert list(change.reconnected) == reconnected
+    assert [c.name for c in change.reconnected] == reconnected
     assert list(change.restart) == restart
-    assert change.applied_now == bool(added or removed or redeclared)
+    assert change.applied_now == bool(added or removed or redeclared or reconnected)
 
 
 def _write(path: Path, doc: Any) -> None:
