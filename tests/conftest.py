@@ -127,6 +127,22 @@ class _KubesimErrors(logging.Handler):
 _KUBESIM_ERRORS = _KubesimErrors()
 
 
+# --------------------------------------------------------------------------- reruns (integration, e2e)
+
+# An integration or end-to-end test runs real processes (Redis, kubesim servers, Ray, brokers) on a
+# 2-core CI host; one that fails is run once more (pytest-rerunfailures) and the summary names it as
+# RERUN. A pure unit test never is. A rerun is a flake with a cause to fix, not a pass to forget:
+# README.md "Tests" lists the causes found so far.
+RERUNS = 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        real_parts = item.get_closest_marker("integration") or item.get_closest_marker("e2e")
+        if real_parts is not None and item.get_closest_marker("flaky") is None:
+            item.add_marker(pytest.mark.flaky(reruns=RERUNS))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     logging.getLogger("kubesim").addHandler(_KUBESIM_ERRORS)
 
