@@ -271,6 +271,15 @@ def test_a_hung_cluster_does_not_delay_jobs_for_the_others(sim: Simulation, url:
     sim.faults("onprem-a").clear()
     for j in [stuck, *others]:
         wait_for(_succeeded(url, j), timeout=120, what=f"{j} SUCCEEDED")
+    # the stuck job may have been moved (the hang outlasted clusterLostSeconds) or not: either way, once
+    # onprem-a's fence is lifted no attempt of any of them is alive anywhere
+    wait_for(lambda: "onprem-a" not in _fenced(url), timeout=90, what="onprem-a's fence lifted")
+    for j in [stuck, *others]:
+        wait_for(_none_alive(sim, j), timeout=60, what=f"no live attempt of {j} left")
+
+
+def _none_alive(sim: Simulation, job_id: str) -> Callable[[], bool]:
+    return lambda: not any(live for _, _, live in _attempts(sim, job_id))
 
 
 def _succeeded(url: str, job_id: str) -> Callable[[], bool]:
