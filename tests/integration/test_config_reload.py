@@ -6,6 +6,7 @@ load changes nothing. No restart in between.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,19 @@ def _healthy(url: str, names: set[str]) -> bool:
     return set(listed) == names and all(c["health"] == "healthy" for c in listed.values())
 
 
+@contextlib.contextmanager
+def _reloading_broker(path: Path) -> Iterator[tuple[composition.Broker, str]]:
+    """`gpufed serve`'s composition on clusters.yaml at `path`, reading it again as it changes."""
+    port = free_port()
+    with composition.running_broker(
+        load_fleet_config(path),
+        port=port,
+        insecure_no_auth=True,
+        reload_from=(path, lambda: load_fleet_config(path)),
+    ) as broker:
+        yield broker, f"http://127.0.0.1:{port}"
+
+
 def test_clusters_added_redeclared_and_removed_in_the_file_apply_without_a_restart(
     sim: Simulation, redis_url: str, ray_session: None, tmp_path: Path
 ) -> None:
@@ -58,14 +72,7 @@ def test_clusters_added_redeclared_and_removed_in_the_file_apply_without_a_resta
 
     onprem = [c for c in full["clusters"] if c["name"] != "cloud-burst"]
     write(onprem)
-    port = free_port()
-    with composition.running_broker(
-        load_fleet_config(path),
-        port=port,
-        insecure_no_auth=True,
-        reload_from=(path, lambda: load_fleet_config(path)),
-    ) as broker:
-        url = f"http://127.0.0.1:{port}"
+    with _reloading_broker(path) as (broker, url):
         wait_for(lambda: _healthy(url, {"onprem-a", "onprem-b"}), timeout=90, what="the two on-prem clusters")
 
         # added: polled, healthy, and a job that only it can take runs there
@@ -140,14 +147,7 @@ def test_a_cluster_pointed_at_a_new_kubeconfig_is_reconnected_without_a_restart(
         {"configReloadSeconds": 0.2},
         auth=False,
     )
-    port = free_port()
-    with composition.running_broker(
-        load_fleet_config(path),
-        port=port,
-        insecure_no_auth=True,
-        reload_from=(path, lambda: load_fleet_config(path)),
-    ):
-        url = f"http://127.0.0.1:{port}"
+    with _reloading_broker(path) as (_, url):
         wait_for(
             lambda: _clusters(url).get("onprem-a", {}).get("health") == "forbidden",
             timeout=90,

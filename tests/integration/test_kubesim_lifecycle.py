@@ -29,6 +29,18 @@ KUBECTL = Path(__file__).resolve().parents[2] / "tools" / "bin" / "kubectl"
 SPEED = 20.0  # simulated seconds per real second
 NS = "default"
 POOL = {"name": "h", "count": 1, "cpu": "64", "memory": "512Gi", "gpu": {"product": "H100-80GB", "count": 8}}
+H100_FLAVOR = {"name": "h100", "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
+
+
+def _gpu_queue(name: str, gpus: int, **extra: Any) -> dict[str, Any]:
+    """A Kueue ClusterQueue of `gpus` nominal nvidia.com/gpu on the h100 flavor."""
+    flavor = {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}
+    return {
+        "name": name,
+        "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [flavor]}],
+    } | extra
+
+
 FLEET = {
     "clusters": [
         {"name": "life", "region": "eu-west", "nodePools": [POOL]},
@@ -53,25 +65,9 @@ FLEET = {
             "region": "eu-west",
             "nodePools": [POOL],
             "kueue": {
-                "flavors": [
-                    {"name": "h100", "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
-                ],
+                "flavors": [H100_FLAVOR],
                 "clusterQueues": [
-                    {
-                        "name": "gpu-cq",
-                        "preemption": {"withinClusterQueue": "LowerPriority"},
-                        "resourceGroups": [
-                            {
-                                "coveredResources": ["nvidia.com/gpu"],
-                                "flavors": [
-                                    {
-                                        "name": "h100",
-                                        "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}],
-                                    }
-                                ],
-                            }
-                        ],
-                    }
+                    _gpu_queue("gpu-cq", 8, preemption={"withinClusterQueue": "LowerPriority"})
                 ],
                 "localQueues": [{"name": "gpu", "namespace": NS, "clusterQueue": "gpu-cq"}],
             },
@@ -83,26 +79,9 @@ FLEET = {
             "region": "eu-west",
             "nodePools": [POOL],
             "kueue": {
-                "flavors": [
-                    {"name": "h100", "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
-                ],
+                "flavors": [H100_FLAVOR],
                 "clusterQueues": [
-                    {
-                        "name": team,
-                        "cohort": "research",
-                        "preemption": {"reclaimWithinCohort": "Any"},
-                        "resourceGroups": [
-                            {
-                                "coveredResources": ["nvidia.com/gpu"],
-                                "flavors": [
-                                    {
-                                        "name": "h100",
-                                        "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}],
-                                    }
-                                ],
-                            }
-                        ],
-                    }
+                    _gpu_queue(team, 4, cohort="research", preemption={"reclaimWithinCohort": "Any"})
                     for team in ("team-a", "team-b")
                 ],
                 "localQueues": [
