@@ -228,16 +228,14 @@ class FleetMembers:
 
     def reconnect(self, c: ClusterConfig) -> None:
         """Same cluster, another connection (kubeconfig, context, followed namespace, GPU allocation): a
-        new gateway client and Job watch, and a new poller (its summary is written afresh: the cluster
-        is not offered until then). Jobs already there are followed through the new connection."""
+        new gateway client and Job watch; the poller re-points itself on a new kubeconfig or context (a
+        new watcher, whose summaries replace the old one's) and takes the rest as traits. Jobs already
+        there are followed through the new connection."""
         with self._lock:
             self._gateway.reconnect_cluster(
                 KubeRest.from_kubeconfig(c.name, c.kubeconfig, c.context), _followed_namespace(c)
             )
-            self._pollers.remove_cluster(c.name)
-            self._pollers.add_cluster(PollerSpec(c.name, str(c.kubeconfig), c.context, c.traits()))
-            self._traits[c.name] = c.traits()
-            self._publish()
+            self.redeclare(c.traits(), c.kubeconfig, c.context)
 
     def apply_config(self, change: ConfigChanges) -> None:
         """A changed clusters.yaml: its clusters added, removed, re-declared and re-connected now; other
