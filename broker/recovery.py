@@ -152,6 +152,7 @@ class StoreRecovery:
         self._run_id: str | None = None
         self._queued_seen: set[str] | None = None
         self._pending: set[str] = set()
+        self._unlisted: set[str] = set()  # pending clusters whose list failed (said once, until one works)
         self.last: RecoveryReport | None = None
 
     def check(self) -> RecoveryReport | None:
@@ -208,7 +209,8 @@ class StoreRecovery:
             listed = list(pool.map(lambda c: self._list_all(c, members[c]), pending))
         for cluster, refs in zip(pending, listed, strict=True):
             if refs is None:
-                continue  # logged; listed again next pass
+                continue  # logged once; listed again every check until it answers
+            self._unlisted.discard(cluster)
             best, unreadable = newest_attempts(refs, self._federation)
             items: list[tuple[JobRecord, JobEvent | None]] = []
             for ref in best.values():
@@ -250,5 +252,9 @@ class StoreRecovery:
         try:
             return self._gateway.list_workloads(cluster, namespace)
         except ClusterError as exc:
-            log.warning("cannot list %s to rebuild its job records yet: %s", cluster, exc)
+            if cluster not in self._unlisted:  # once per cluster, not once per check, until it answers
+                self._unlisted.add(cluster)
+                log.warning(
+                    "cannot list %s to rebuild its job records yet: %s; tried again every check", cluster, exc
+                )
             return None

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from adapters.redis_lease import RedisLease
 from adapters.redis_process import RedisProcess
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.errors import Fenced, Recovering
+from broker.errors import ClusterUnreachable, Fenced, Recovering
 from broker.leadership import Leadership
 from broker.model import (
     ClusterTraits,
@@ -34,13 +35,14 @@ from broker.model import (
     JobRequest,
     JobState,
     Reservation,
+    WorkloadRef,
 )
 from broker.recovery import StoreRecovery
 from broker.service import BrokerService, ServiceSettings
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
-from tests.service_doubles import RecordingGateway, idle_h100_node
+from tests.service_doubles import ManualClock, RecordingGateway, idle_h100_node
 
 pytestmark = pytest.mark.integration
 
@@ -271,3 +273,36 @@ def test_a_draining_replica_refuses_writes_with_retry_after_and_says_so(redis_ur
     assert lease.holder_now() is None  # released on the way out
     lease.close()
     store.close()
+
+
+class _DownLister(RecordingGateway):
+    """A member cluster that refuses every list while `down`, then lists no Jobs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        if self.down:
+            raise ClusterUnreachable(cluster, "connection refused")
+        return []
+
+
+def test_a_cluster_that_cannot_be_listed_for_a_rebuild_is_said_once_until_it_answers(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RedisStateStore(redis_url, "unlisted" + uuid.uuid4().hex[:8], require_marker=True)
+    gateway = _DownLister()
+    recovery = StoreRecovery(store, gateway, ManualClock(), {"east": ClusterTraits("east")}, "gpufed")
+    try:
+        with caplog.at_level(logging.WARNING, logger="broker.recovery"):
+            report = recovery.check()  # the store is empty: a rebuild, with east not answering
+            assert report is not None and report.clusters_pending == ["east"]
+            for _ in range(5):
+                assert recovery.check() is None  # east listed again at every check
+            gateway.down = False
+            recovery.check()  # east answers: nothing pending any more
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cannot list east")]
+        assert len(said) == 1, said  # once, not once per check
+    finally:
+        store.close()
