@@ -361,7 +361,7 @@ def bench_burst(jobs: int = 1000) -> None:
     from adapters.job_informer import WatchingGateway
     from adapters.kube_rest import KubeRest
     from adapters.system_clock import SystemClock
-    from broker import capacity
+    from broker import capacity, capacity_rollup
     from broker.control_loop import ControlLoop
     from broker.dispatch import ConcurrentDispatcher
     from broker.service import BrokerService
@@ -384,7 +384,7 @@ def bench_burst(jobs: int = 1000) -> None:
             nodes = rests[n].request("GET", "/api/v1/nodes")["items"]
             facts = tuple(capacity.node_facts(node, (), None) for node in nodes)
             snap = ClusterSnapshot(cluster=n, nodes=facts, observed_at=clock.now())
-            summaries[n] = capacity.summarize(snap, traits[n], Health.HEALTHY, clock.now())
+            summaries[n] = capacity_rollup.summarize(snap, traits[n], Health.HEALTHY, clock.now())
         stop = threading.Event()
 
         def heartbeats() -> None:

@@ -7,7 +7,7 @@ behind the nodes_by_free and numa_blocks histograms and a counter of gpu.product
 node is the largest value with a non-zero count) and a counter of label values. `upsert` subtracts the
 node's old contribution and adds its new one.
 
-The result is exactly `capacity.summarize` of the same nodes (sorted by name, as ClusterWatcher builds
+The result is exactly `capacity_rollup.summarize` of the same nodes (sorted by name, as ClusterWatcher builds
 snapshots): the per-node rules (placement domains under single-numa-node, taint tolerance, MIG resource
 names, label parents) are capacity.py's functions, called here and by summarize alike.
 Pure: no I/O, no clock.
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from broker import capacity
+from broker import capacity_rollup
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
@@ -64,7 +64,7 @@ class _Contribution:
     product: str | None
     memory_mib: int
     gpu_count: int
-    usable: bool  # counts towards free whole GPUs (capacity.takes_whole_gpus)
+    usable: bool  # counts towards free whole GPUs (capacity_rollup.takes_whole_gpus)
     allocatable: int
     allocated: int
     free: int
@@ -79,15 +79,15 @@ class _Contribution:
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
     if node.product is None:
         return _Contribution(node.ready, None, 0, 0, False, 0, 0, 0, (), 0, None, ())
-    shared = node.shared_allocatable if capacity.accepts_broker_pods(node, tolerated) else 0
+    shared = node.shared_allocatable if capacity_rollup.accepts_broker_pods(node, tolerated) else 0
     shared_free = max(0, shared - node.shared_allocated) if shared else 0
-    parent = capacity.gfd_parent(node)
+    parent = capacity_rollup.gfd_parent(node)
     mig: tuple[_MigPart, ...] = ()
     if node.mig:
-        takes_pods = capacity.accepts_broker_pods(node, tolerated)
+        takes_pods = capacity_rollup.accepts_broker_pods(node, tolerated)
         mig = tuple(
             _MigPart(
-                key=(node.product.name, s.profile, capacity.mig_resource_name(node, s.profile)),
+                key=(node.product.name, s.profile, capacity_rollup.mig_resource_name(node, s.profile)),
                 allocatable=s.allocatable,
                 unsettled=not node.mig_settled,
                 free=s.free if node.mig_settled and takes_pods else None,
@@ -95,7 +95,7 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
             )
             for s in node.mig
         )
-    if not capacity.takes_whole_gpus(node, tolerated):
+    if not capacity_rollup.takes_whole_gpus(node, tolerated):
         return _Contribution(
             node.ready,
             node.product.name,
@@ -121,8 +121,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         allocatable=node.gpus_allocatable,
         allocated=node.gpus_allocated,
         free=node.gpus_free,
-        domains=capacity.gpu_domains(node),
-        block=capacity.numa_block(node),
+        domains=capacity_rollup.gpu_domains(node),
+        block=capacity_rollup.numa_block(node),
         gfd=parent,
         mig=mig,
         shared_allocatable=shared,
@@ -191,7 +191,7 @@ class CapacityIndex:
     upsert(facts)   a node appeared or changed (clears a bad mark of the same name)
     remove(name)    a node is gone (also from the bad nodes)
     mark_bad(name)  a node's object could not be parsed: it leaves the aggregates and counts as bad
-    summary(...)    the ClusterSummary, equal to capacity.summarize over the same nodes sorted by name
+    summary(...)    the ClusterSummary, equal to capacity_rollup.summarize over the same nodes sorted by name
 
     Taint tolerance depends on whether the cluster is declared spot; the index is built for `spot` and
     re-aggregates once (O(nodes)) if summary() is asked with traits of the other kind.
@@ -203,7 +203,7 @@ class CapacityIndex:
 
     def _reset(self, spot: bool) -> None:
         self._spot = spot
-        self._tolerated = capacity.tolerated_taint_keys(spot)
+        self._tolerated = capacity_rollup.tolerated_taint_keys(spot)
         self._facts: dict[str, NodeFacts] = {}
         self._parts: dict[str, _Contribution] = {}
         self._bad: set[str] = set()
@@ -297,7 +297,7 @@ class CapacityIndex:
             )
             for key, agg in sorted(self._mig.items())
         )
-        return capacity.cluster_summary(
+        return capacity_rollup.cluster_summary(
             self.cluster,
             traits,
             health,
@@ -318,8 +318,8 @@ class CapacityIndex:
             allocatable=agg.allocatable,
             allocated=agg.allocated,
             free=agg.free,
-            nodes_by_free=capacity.histogram(agg.domains),
-            numa_blocks=capacity.histogram(agg.blocks),
+            nodes_by_free=capacity_rollup.histogram(agg.domains),
+            numa_blocks=capacity_rollup.histogram(agg.blocks),
             nodes=agg.usable_nodes,
             gfd_products=tuple(sorted(agg.gfd)),
             shared_allocatable=agg.shared_allocatable,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker import capacity
+from broker import capacity_rollup
 from broker.model import NodeFacts
 
 __all__ = ["NodeDetail", "node_detail", "nodes_table"]
@@ -81,8 +81,8 @@ def _why_nothing(node: NodeFacts, tolerated: frozenset[str], whole: int, mig: in
 
 def node_detail(node: NodeFacts, spot: bool = False) -> NodeDetail:
     """One node as the fleet view shows it, judged with the tolerations the broker's Jobs get there."""
-    tolerated = capacity.tolerated_taint_keys(spot)
-    takes = capacity.accepts_broker_pods(node, tolerated) and node.mig_settled
+    tolerated = capacity_rollup.tolerated_taint_keys(spot)
+    takes = capacity_rollup.accepts_broker_pods(node, tolerated) and node.mig_settled
     whole_free = node.gpus_free if takes else 0
     shared_free = max(0, node.shared_allocatable - node.shared_allocated) if takes else 0
     migs = tuple(NodeMig(s.profile, s.allocatable, s.free if takes else 0) for s in node.mig)

@@ -17,7 +17,7 @@ import pytest
 
 from adapters.kube import ClusterWatcher, KubeGateway, WatchSettings
 from adapters.redis_store import RedisStateStore
-from broker import capacity
+from broker import capacity_rollup
 from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable
 from broker.health import HealthThresholds
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health
@@ -77,7 +77,7 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[World]:
             def publish(
                 snap: ClusterSnapshot, health: Health, heartbeat: float, t: ClusterTraits = traits
             ) -> None:
-                store.put_summary(capacity.summarize(snap, t, health, heartbeat))
+                store.put_summary(capacity_rollup.summarize(snap, t, health, heartbeat))
 
             w = ClusterWatcher(
                 name,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from adapters.cluster_watcher import ClusterWatcher
 from adapters.kube_gateway import KubeGateway
-from adapters.kube_informer import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import queueing

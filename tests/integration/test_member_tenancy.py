@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
+from adapters.cluster_watcher import ClusterWatcher
 from adapters.job_informer import WatchingGateway
-from adapters.kube_informer import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import member_quota, schemas

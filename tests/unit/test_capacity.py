@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from broker import capacity
+from broker import capacity, capacity_rollup
 from broker.errors import MalformedObject
 from broker.model import (
     ClusterSnapshot,
@@ -405,7 +405,7 @@ def snapshot(*nodes: NodeFacts, bad: tuple[str, ...] = ()) -> ClusterSnapshot:
 
 
 def summarize(snap: ClusterSnapshot, traits: ClusterTraits | None = None) -> Any:
-    return capacity.summarize(snap, traits or ClusterTraits("onprem-a"), Health.HEALTHY, 123.0)
+    return capacity_rollup.summarize(snap, traits or ClusterTraits("onprem-a"), Health.HEALTHY, 123.0)
 
 
 def test_summary_histograms() -> None:
@@ -516,7 +516,8 @@ def test_summary_carries_traits() -> None:
 def test_single_numa_node_policy_splits_a_node_into_zone_domains_for_whole_gpu_fit() -> None:
     """8 free GPUs split 4+4 across zones under single-numa-node can't take an 8-GPU pod (the kubelet
     answers TopologyAffinityError), but takes two 4-GPU pods."""
-    from broker.capacity import node_facts, summarize
+    from broker.capacity import node_facts
+    from broker.capacity_rollup import summarize
     from broker.model import ClusterSnapshot, ClusterTraits, Health
 
     labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}

@@ -1,4 +1,4 @@
-"""CapacityIndex gives exactly what capacity.summarize gives for the same nodes, after every change.
+"""CapacityIndex gives exactly what capacity_rollup.summarize gives for the same nodes, after every change.
 
 Nodes are built the way the informers build them (capacity.node_facts_from_requests over realistic node,
 NodeResourceTopology and allocated-request dicts from the reference's shapes), drawn at random: whole-GPU
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from broker import capacity
+from broker import capacity, capacity_rollup
 from broker.capacity_index import CapacityIndex
 from broker.model import ClusterSnapshot, ClusterTraits, Health, NodeFacts, QueueHeadroom, Tier
 from tests.unit import k8s_builders as b
@@ -118,7 +118,7 @@ def expected(
         queues=QUEUES,
         bad_nodes=tuple(sorted(bad)),
     )
-    return capacity.summarize(snapshot, traits, health, hb)
+    return capacity_rollup.summarize(snapshot, traits, health, hb)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -161,11 +161,11 @@ def test_a_spot_declaration_changes_what_counts_as_free() -> None:
         facts[f.name] = f
         index.upsert(f)
     spot = ClusterTraits(name="cloud-burst", tier=Tier.CLOUD, spot=True)
-    assert index.summary(spot, Health.DEGRADED, 5.0) == capacity.summarize(
+    assert index.summary(spot, Health.DEGRADED, 5.0) == capacity_rollup.summarize(
         ClusterSnapshot("cloud-burst", tuple(facts[n] for n in sorted(facts))), spot, Health.DEGRADED, 5.0
     )
     plain = ClusterTraits(name="cloud-burst")
-    assert index.summary(plain, Health.HEALTHY, 6.0) == capacity.summarize(
+    assert index.summary(plain, Health.HEALTHY, 6.0) == capacity_rollup.summarize(
         ClusterSnapshot("cloud-burst", tuple(facts[n] for n in sorted(facts))), plain, Health.HEALTHY, 6.0
     )
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from broker import capacity, dra
+from broker import capacity, capacity_rollup, dra
 from broker.capacity_index import CapacityIndex
 from broker.errors import MalformedObject
 from broker.model import NodeFacts
@@ -283,7 +283,7 @@ def test_numa_zones_from_numa_node_attribute() -> None:
         ("numa-0", 2, 1),
         ("numa-1", 2, 2),
     }
-    assert capacity.numa_block(f) == 2
+    assert capacity_rollup.numa_block(f) == 2
 
 
 def test_numa_zones_fall_back_to_the_pcie_root_when_no_numa_node_is_published() -> None:
@@ -297,12 +297,12 @@ def test_numa_zones_fall_back_to_the_pcie_root_when_no_numa_node_is_published() 
         ("pci0000:00", 2, 2),
         ("pci0000:01", 2, 1),
     }
-    assert capacity.numa_block(f) == 2
+    assert capacity_rollup.numa_block(f) == 2
 
 
 def test_dra_mig_resource_is_the_device_class() -> None:
     f = facts([rslice([mig(0, "1g.10gb", 0)])])
-    assert capacity.mig_resource_name(f, "1g.10gb") == "mig.nvidia.com"
+    assert capacity_rollup.mig_resource_name(f, "1g.10gb") == "mig.nvidia.com"
 
 
 def test_slices_of_other_drivers_and_nodes_without_slices_are_untouched() -> None:

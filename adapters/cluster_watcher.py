@@ -1,0 +1,563 @@
+"""ClusterWatcher: one member cluster's informers, its current state, health and ClusterSummaries.
+
+Owns the per-cluster state the broker keeps between watch events: each node's summed active-pod requests
+kept incrementally, NodeFacts recomputed only for the nodes an event touched and folded into a
+CapacityIndex (so a ClusterSummary costs O(products), not O(nodes)); after each batch of events
+on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller still wants whole snapshots.
+
+Health: each ClusterWatcher owns a broker.health.HealthMachine fed by its informers' call outcomes
+(list/watch requests) and by a liveness probe (GET /version, short deadline, every probe_interval_s) so
+that a quiet cluster still proves itself alive; summaries carry its health, health_reason, health_since,
+and heartbeat = the last SUCCESSFUL call; every transition is logged (WARNING when worse, INFO when
+better) with its cause and kept in `transitions`.
+
+Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node name, interned tuple of its non-zero
+effective requests) and only while it is active (adapters.watched_objects trims nodes and NRTs).
+Malformed nodes are logged once, counted (snapshot.bad_nodes) and skipped; malformed pods are counted
+and skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from adapters.kube_informer import (
+    ABSENT,
+    ALL_RESOURCES,
+    BAD_OBJECT,
+    FORBIDDEN,
+    PENDING,
+    SYNCED,
+    TENANCY_RESOURCES,
+    UNREACHABLE,
+    Informer,
+    InformerStats,
+    Resource,
+    WatchSettings,
+    is_reset,
+    object_key,
+)
+from adapters.kube_rest import ApiStatus, KubeRest, Obj
+from adapters.watched_objects import DraState, Requests, add_requests, trim_node, trim_nrt
+from broker import capacity, dra, member_quota
+from broker.capacity_index import CapacityIndex
+from broker.errors import ClusterForbidden, ClusterUnreachable
+from broker.health import (
+    HealthMachine,
+    HealthThresholds,
+    HealthView,
+    Outcome,
+    Transition,
+    http_cause,
+)
+from broker.model import (
+    TENANT_PLACEHOLDER,
+    ClusterSnapshot,
+    ClusterSummary,
+    ClusterTraits,
+    Health,
+    MemberNamespace,
+    QueueHeadroom,
+)
+
+log = logging.getLogger(__name__)
+
+SnapshotCallback = Callable[[ClusterSnapshot, Health, float], None]
+
+
+def tenant_namespace_matcher(traits: ClusterTraits) -> Callable[[str], bool]:
+    """Whether a namespace is one of the cluster's tenant namespaces (or its own `namespace`)."""
+    pattern = traits.tenant_namespace
+    if pattern is None:
+        return lambda name: name == traits.namespace
+    head, _, tail = pattern.partition(TENANT_PLACEHOLDER)
+    regex = re.compile(re.escape(head) + r"[a-z0-9]([-a-z0-9]*[a-z0-9])?" + re.escape(tail))
+    return lambda name: name == traits.namespace or regex.fullmatch(name) is not None
+
+
+@dataclass
+class WatcherStats:
+    snapshots: int = 0
+    bad_pods: int = 0
+    facts_recomputed: int = 0
+    last_event_at: float = 0.0  # wall time of the last applied event (for latency measurement)
+    informers: dict[str, InformerStats] = field(default_factory=dict)
+
+
+class ClusterWatcher:
+    """One cluster's informers, its current state, and snapshots after each batch of events."""
+
+    def __init__(
+        self,
+        cluster: str,
+        rest: KubeRest | Path | str,
+        context: str | None = None,
+        *,
+        on_snapshot: SnapshotCallback | None = None,
+        on_change: Callable[[], None] | None = None,
+        resources: Sequence[Resource] = ALL_RESOURCES,
+        settings: WatchSettings | None = None,
+        flush_interval_s: float = 0.05,
+        clock: Callable[[], float] = time.time,
+        spot: bool = False,
+        health: HealthThresholds | None = None,
+        on_transition: Callable[[Transition], None] | None = None,
+    ) -> None:
+        """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
+        of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
+        are called from the watcher's flusher thread; summary(traits) is the cheap read for publishers.
+        `spot` says how the cluster is declared (which taints count as tolerated) so the index is built
+        right the first time; a summary asked with other traits re-aggregates once. `health` sets the
+        health machine's thresholds (clusterLostSeconds is its lost_seconds); on_transition(t) is called
+        (on the thread that saw it) for every change of shown health, after it is logged."""
+        self.cluster = cluster
+        self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
+        self._on_snapshot = on_snapshot
+        self._on_change = on_change
+        self._settings = settings or WatchSettings()
+        self._flush_interval = flush_interval_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Obj] = {}
+        self._pods: dict[str, tuple[str, Requests]] = {}  # "namespace/name" of active pods only
+        self._requests: dict[Requests, Requests] = {}  # interning: most pods ask for the same things
+        self._alloc: dict[str, dict[str, int]] = {}
+        self._nrts: dict[str, Obj] = {}
+        self._cqs: dict[str, Obj] = {}
+        self._dra = DraState()
+        # namespaces, resourcequotas, limitranges: "namespace/name" -> object (tenancy)
+        self._tenancy: dict[str, dict[str, Obj]] = {r.name: {} for r in TENANCY_RESOURCES}
+        self._tenancy_dirty = False
+        self._tenancy_cache: tuple[str | None, str, tuple[MemberNamespace, ...]] | None = None
+        self._index = CapacityIndex(cluster, spot=spot)
+        self._bad: dict[str, str] = {}
+        self._queues: tuple[QueueHeadroom, ...] = ()
+        self._dirty: set[str] = set()
+        self._queues_dirty = False
+        self._states: dict[str, str] = {r.name: PENDING for r in resources}
+        self._required = {r.name for r in resources if not r.optional}
+        self._rv = ""
+        self._heartbeat = 0.0  # the last observation of data (list, event, bookmark): snapshot.observed_at
+        self._machine = HealthMachine(cluster, health or HealthThresholds(), clock())
+        self._on_transition = on_transition
+        self.transitions: list[Transition] = []  # the last 50, oldest first
+        self._unannounced: list[Transition] = []
+        self._last_health: tuple[Health, str] | None = None
+        self._pending_since: float | None = None  # arrival of the first event not yet flushed
+        # Arrival (epoch s) of the first event of the batch being handed to on_change now: the publisher
+        # measures event-to-Redis freshness from it.
+        self.batch_first_event_at: float | None = None
+        self.stats = WatcherStats()
+        self._informers = [Informer(self.rest, r, self, self._stop, self._settings) for r in resources]
+        self.stats.informers = {i.resource.name: i.stats for i in self._informers}
+        self._flusher: threading.Thread | None = None
+        self._prober: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        for inf in self._informers:
+            inf.start()
+        self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
+        self._flusher.start()
+        self._prober = threading.Thread(target=self._probe_loop, name=f"prober-{self.cluster}", daemon=True)
+        self._prober.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the threads. A watch blocked in a read ends at its read timeout; threads are daemons."""
+        self._stop.set()
+        self._wake.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout)
+        self.rest.close()
+
+    # ------------------------------------------------------------------ informer sink
+
+    def replace(self, resource: str, items: list[Obj], rv: str) -> None:
+        """A fresh list: forget what we had of this resource and take these items."""
+        with self._lock:
+            if resource == "nodes":
+                self._dirty.update(self._nodes)
+                self._nodes = {}
+                for n in items:
+                    self._put_node(n)
+            elif resource == "pods":
+                self._dirty.update(self._alloc)
+                self._pods, self._alloc, self._requests = {}, {}, {}
+                for p in items:
+                    self._put_pod("ADDED", p)
+            elif resource == "noderesourcetopologies":
+                self._dirty.update(self._nrts)
+                self._nrts = {}
+                for t in items:
+                    self._put_nrt("ADDED", t)
+            elif resource == "clusterqueues":
+                self._cqs = {str((q.get("metadata") or {}).get("name")): q for q in items}
+                self._queues_dirty = True
+            elif resource in ("resourceslices", "resourceclaims"):
+                self._dirty.update(self._dra.replace(resource, items))
+            elif resource in self._tenancy:
+                self._tenancy[resource] = {object_key(o): o for o in items}
+                self._tenancy_changed()
+            self._observed(rv)
+        self._wake.set()
+
+    def apply(self, resource: str, event_type: str, obj: Obj, rv: str) -> None:
+        with self._lock:
+            if resource == "nodes":
+                if event_type == "DELETED":
+                    name = str((obj.get("metadata") or {}).get("name"))
+                    self._nodes.pop(name, None)
+                    self._dirty.add(name)
+                else:
+                    self._put_node(obj)
+            elif resource == "pods":
+                self._put_pod(event_type, obj)
+            elif resource == "noderesourcetopologies":
+                self._put_nrt(event_type, obj)
+            elif resource == "clusterqueues":
+                name = str((obj.get("metadata") or {}).get("name"))
+                if event_type == "DELETED":
+                    self._cqs.pop(name, None)
+                else:
+                    self._cqs[name] = obj
+                self._queues_dirty = True
+            elif resource in ("resourceslices", "resourceclaims"):
+                self._dirty.update(self._dra.apply(resource, event_type, obj))
+            elif resource in self._tenancy:
+                if event_type == "DELETED":
+                    self._tenancy[resource].pop(object_key(obj), None)
+                else:
+                    self._tenancy[resource][object_key(obj)] = obj
+                self._tenancy_changed()
+            self._observed(rv)
+            self.stats.last_event_at = time.time()
+            if self._pending_since is None:
+                self._pending_since = self.stats.last_event_at
+        self._wake.set()
+
+    def touch(self, resource: str, rv: str) -> None:
+        """A bookmark: the cluster is alive and we are current up to rv."""
+        with self._lock:
+            self._observed(rv)
+
+    def report(
+        self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
+    ) -> None:
+        """An informer's state, and with call=True its call outcome for health: SYNCED / ABSENT (a list
+        answered), UNREACHABLE / FORBIDDEN (a list or watch failed; `cause` as broker.health words it).
+        A watch stream that delivers or ends reports call=False: a hung server may keep old streams
+        going while it answers no new request, so only requests (lists, probes) prove it alive."""
+        if self._stop.is_set():
+            return  # stopping closes the streams; that is not the cluster's fault
+        now = self._clock()
+        if state in (SYNCED, ABSENT):
+            outcome = Outcome.success(now)
+        else:
+            what = f"list/watch {resource}: {cause}" if cause else detail
+            outcome = Outcome.failure(now, what, auth=state == FORBIDDEN)
+        with self._lock:
+            before = self._states.get(resource)
+            self._states[resource] = state
+            if state == SYNCED:
+                self._heartbeat = now
+            if call or not outcome.ok:
+                self._machine.observe(outcome)
+            self._view()
+        if before != state and state in (UNREACHABLE, FORBIDDEN):
+            log.info("cluster %s: %s %s: %s", self.cluster, resource, state, detail)
+        if before != state or self._announce():
+            self._wake.set()
+
+    def observe(self, outcome: Outcome) -> None:
+        """A call outcome from outside the informers (the probe; a dispatcher's create, if wired)."""
+        with self._lock:
+            self._machine.observe(outcome)
+            self._view()
+        if self._announce():
+            self._wake.set()
+
+    def _announce(self) -> bool:
+        """Log the transitions seen since the last call and hand them to on_transition (outside the lock).
+        True if there were any."""
+        with self._lock:
+            todo, self._unannounced = self._unannounced, []
+        for t in todo:
+            worse = t.after in (Health.DEGRADED, Health.UNREACHABLE, Health.FORBIDDEN)
+            log.log(logging.WARNING if worse else logging.INFO, "%s", t)
+            if self._on_transition is not None:
+                try:
+                    self._on_transition(t)
+                except Exception:
+                    log.exception("cluster %s: the transition callback failed", self.cluster)
+        return bool(todo)
+
+    def probe_once(self) -> Outcome:
+        """One liveness probe (GET /version, short deadline), fed to the health machine."""
+        timeout = self._settings.probe_timeout
+        start = time.monotonic()
+        try:
+            for attempt in Retrying(  # a reset pooled connection is retried once at once, not reported
+                retry=retry_if_exception(is_reset),
+                wait=wait_random_exponential(multiplier=0.05, max=0.2),
+                stop=stop_after_attempt(2),
+                reraise=True,
+            ):
+                with attempt:
+                    start = time.monotonic()
+                    self.rest.probe(timeout)
+            outcome = Outcome.success(self._clock(), latency=time.monotonic() - start)
+        except ClusterForbidden as e:
+            outcome = Outcome.failure(self._clock(), e.cause or str(e), auth=True)
+        except ClusterUnreachable as e:
+            outcome = Outcome.failure(self._clock(), e.cause or str(e))
+        except ApiStatus as e:
+            outcome = Outcome.failure(self._clock(), http_cause(e.code, e.reason))
+        except Exception as e:  # a probe must never kill its thread
+            outcome = Outcome.failure(self._clock(), type(e).__name__)
+        if not self._stop.is_set():
+            self.observe(outcome)
+        return outcome
+
+    def _probe_loop(self) -> None:
+        interval = self._settings.probe_interval_s
+        self._stop.wait(random.uniform(0.0, interval))  # spread a shard's probes over the interval
+        while not self._stop.is_set():
+            started = time.monotonic()
+            outcome = self.probe_once()
+            # In doubt, look again sooner (WatchSettings.probe_retry_interval_s): a failing cluster gives
+            # health enough samples to judge within its window, and one success clears it.
+            wait = interval if outcome.ok else min(interval, self._settings.probe_retry_interval_s)
+            self._stop.wait(max(0.05, wait - (time.monotonic() - started)))
+
+    # ------------------------------------------------------------------ state (under the lock)
+
+    def _observed(self, rv: str) -> None:
+        self._heartbeat = self._clock()
+        if rv:
+            self._rv = rv
+
+    def _put_node(self, node: Obj) -> None:
+        name = (node.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            return  # an unnamed object can't be tracked (the API server never sends one)
+        self._nodes[name] = trim_node(node)
+        self._dirty.add(name)
+
+    def _put_pod(self, event_type: str, pod: Obj) -> None:
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+        old = self._pods.pop(key, None)
+        if old is not None:
+            self._unalloc(old[0], old[1])
+        if event_type == "DELETED" or not capacity.pod_is_active(pod):
+            return
+        try:
+            raw = tuple(sorted((k, v) for k, v in capacity.pod_requests(pod).items() if v))
+        except BAD_OBJECT as e:
+            self.stats.bad_pods += 1
+            log.debug("cluster %s: pod %s skipped: %s", self.cluster, key, e)
+            return
+        req = self._requests.setdefault(raw, raw)
+        node = str(pod["spec"]["nodeName"])
+        self._pods[key] = (node, req)
+        add_requests(self._alloc.setdefault(node, {}), req, 1)
+        self._dirty.add(node)
+
+    def _unalloc(self, node: str, req: Requests) -> None:
+        alloc = self._alloc.get(node)
+        if alloc is not None:
+            add_requests(alloc, req, -1)
+            if not alloc:
+                del self._alloc[node]
+        self._dirty.add(node)
+
+    def _put_nrt(self, event_type: str, nrt: Obj) -> None:
+        name = str((nrt.get("metadata") or {}).get("name"))
+        if event_type == "DELETED":
+            self._nrts.pop(name, None)
+        else:
+            self._nrts[name] = trim_nrt(nrt)
+        self._dirty.add(name)
+
+    def _refresh(self) -> None:
+        for name in self._dirty:
+            node = self._nodes.get(name)
+            if node is None:
+                self._index.remove(name)
+                self._bad.pop(name, None)
+                continue
+            try:
+                facts = capacity.node_facts_from_requests(
+                    node, self._alloc.get(name, {}), self._nrts.get(name)
+                )
+                slices = self._dra.slices_of(name)
+                if slices:
+                    facts = dra.merge(facts, slices, self._dra.used)
+                self._index.upsert(facts)
+                self._bad.pop(name, None)
+            except BAD_OBJECT as e:
+                self._index.mark_bad(name)
+                if self._bad.get(name) != str(e):
+                    log.warning("cluster %s: node %s skipped: %s", self.cluster, name, e)
+                self._bad[name] = str(e)
+            self.stats.facts_recomputed += 1
+        self._dirty.clear()
+        if self._queues_dirty:
+            queues: list[QueueHeadroom] = []
+            for name in sorted(self._cqs):
+                try:
+                    queues.extend(capacity.queue_headroom(self._cqs[name]))
+                except BAD_OBJECT as e:
+                    log.warning("cluster %s: clusterqueue %s skipped: %s", self.cluster, name, e)
+            self._queues = tuple(queues)
+            self._queues_dirty = False
+
+    # ------------------------------------------------------------------ outputs
+
+    @property
+    def health(self) -> Health:
+        return self.health_view().health
+
+    def health_view(self) -> HealthView:
+        """(health, reason, since, last_success) now."""
+        with self._lock:
+            view = self._view()
+        self._announce()
+        return view
+
+    def _view(self) -> HealthView:
+        transition = self._machine.evaluate(self._clock())
+        if transition is not None:  # announced (logged, handed on) by _announce outside the lock
+            self.transitions.append(transition)
+            del self.transitions[:-50]
+            self._unannounced.append(transition)
+        view = self._machine.view
+        if view.health == Health.HEALTHY and any(self._states[r] == PENDING for r in self._required):
+            # Alive, but a required informer has not listed yet: its capacity is not known.
+            return HealthView(Health.UNKNOWN, "syncing", view.since, view.last_success)
+        return view
+
+    @property
+    def last_success(self) -> float:
+        """Epoch seconds of the last successful call (probe, list, watch): the heartbeat."""
+        with self._lock:
+            return self._machine.last_success
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The cluster as last observed (NodeFacts recomputed for the nodes touched since the last call)."""
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> ClusterSnapshot:
+        self._refresh()
+        return ClusterSnapshot(
+            cluster=self.cluster,
+            nodes=self._index.nodes(),
+            queues=self._queues,
+            observed_at=self._heartbeat,
+            resource_version=self._rv,
+            bad_nodes=self._index.bad_nodes,
+        )
+
+    def _tenancy_changed(self) -> None:
+        self._tenancy_dirty = True
+        self._tenancy_cache = None
+
+    def _namespaces(self, traits: ClusterTraits) -> tuple[bool, tuple[MemberNamespace, ...]]:
+        """(observed, the cluster's tenant namespaces with their quotas and limits), under the lock.
+        Observed once the namespaces list answered; parsed again only after a change."""
+        if self._states.get("namespaces") != SYNCED:
+            return False, ()
+        key = (traits.tenant_namespace, traits.namespace)
+        if self._tenancy_cache is not None and self._tenancy_cache[:2] == key:
+            return True, self._tenancy_cache[2]
+        wanted = tenant_namespace_matcher(traits)
+
+        def bad(name: str, why: str) -> None:
+            log.warning("cluster %s: %s skipped: %s", self.cluster, name, why)
+
+        found = member_quota.member_namespaces(
+            self._tenancy["namespaces"].values(),
+            self._tenancy["resourcequotas"].values(),
+            self._tenancy["limitranges"].values(),
+            wanted,
+            bad,
+        )
+        self._tenancy_cache = (*key, found)
+        return True, found
+
+    def summary(self, traits: ClusterTraits) -> ClusterSummary:
+        """The cluster's ClusterSummary now (health and heartbeat included), from the incremental index:
+        O(products x histogram width) plus the NodeFacts of nodes touched since the last refresh.
+        Equal to capacity_rollup.summarize(self.snapshot(), traits, self.health, self.last_success)."""
+        with self._lock:
+            self._refresh()
+            view = self._view()
+            summary = self._index.summary(traits, view.health, view.last_success, self._queues)
+            observed, namespaces = self._namespaces(traits)
+        self._announce()
+        return dataclasses.replace(
+            summary,
+            health_reason=view.reason,
+            health_since=view.since,
+            namespaces=namespaces,
+            namespaces_observed=observed,
+        )
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            if self._stop.is_set():
+                return
+            if not self._wake.is_set():
+                continue
+            self._stop.wait(self._flush_interval)  # let a burst of events land in one batch
+            self._wake.clear()
+            with self._lock:
+                view = self._view()
+                health = view.health
+                ready = all(self._states[r] not in (PENDING,) for r in self._required)
+                if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
+                    continue
+                key = (health, view.reason)
+                if (
+                    not self._dirty
+                    and not self._queues_dirty
+                    and not self._tenancy_dirty
+                    and key == self._last_health
+                ):
+                    continue
+                self._tenancy_dirty = False
+                if self._on_snapshot is not None:
+                    snap: ClusterSnapshot | None = self._snapshot()
+                else:
+                    self._refresh()  # fold the batch into the index here, off the publisher's path
+                    snap = None
+                heartbeat = view.last_success
+                self._last_health = key
+                self.batch_first_event_at, self._pending_since = self._pending_since, None
+            self._announce()
+            try:
+                if self._on_snapshot is not None and snap is not None:
+                    self._on_snapshot(snap, health, heartbeat)
+                if self._on_change is not None:
+                    self._on_change()
+                self.stats.snapshots += 1
+            except Exception:
+                log.exception("cluster %s: snapshot callback failed; the next batch retries", self.cluster)
+                with self._lock:
+                    self._last_health = None
+                self._wake.set()
