@@ -1,6 +1,6 @@
 """Per-node detail for the fleet view: what one node offers the broker, and why it offers nothing.
 
-Owns NodeDetail (a compact, JSON-ready row per GPU node) and `node_detail(facts, spot)`, the one place
+Owns `node_detail(facts, spot)` (a NodeDetail, broker.records: a compact, JSON-ready row per GPU node), the one place
 that says in words why a node offers the broker nothing ("cordoned", "taint x=y:NoSchedule not
 tolerated", "all 8 GPUs in use", ...). The pollers write one table of these per cluster to Redis at a
 slow cadence (see adapters.redis_store `P:nodes:<cluster>`); the summary placement reads stays O(1) per
@@ -9,50 +9,11 @@ cluster and carries no nodes. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from broker import capacity_rollup
 from broker.model import NodeFacts
+from broker.records import NodeDetail, NodeMig, NodeNuma
 
-__all__ = ["NodeDetail", "node_detail", "nodes_table"]
-
-
-@dataclass(frozen=True)
-class NodeMig:
-    profile: str
-    allocatable: int
-    free: int
-
-
-@dataclass(frozen=True)
-class NodeNuma:
-    zone: str
-    gpus_allocatable: int
-    gpus_available: int
-
-
-@dataclass(frozen=True)
-class NodeDetail:
-    name: str
-    product: str | None  # catalog name; None: no NVIDIA GPU
-    ready: bool
-    cordoned: bool
-    gpus: int  # physical GPUs
-    whole_allocatable: int
-    whole_free: int
-    shared_allocatable: int  # time-sliced / MPS replicas
-    shared_free: int
-    shared_replicas: int
-    mig_strategy: str
-    mig: tuple[NodeMig, ...]
-    numa: tuple[NodeNuma, ...]
-    topology_policy: str
-    taints: tuple[str, ...]  # "key=value:Effect"
-    offers_nothing: str | None  # why the node offers the broker no GPU now; None when it offers some
-
-    @property
-    def offers(self) -> bool:
-        return self.offers_nothing is None
+__all__ = ["NodeDetail", "NodeMig", "NodeNuma", "node_detail", "nodes_table"]
 
 
 def _taint_text(key: str, value: str, effect: str) -> str:

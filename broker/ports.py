@@ -26,8 +26,7 @@ from broker.model import (
     WorkloadRef,
     WorkloadStatus,
 )
-from broker.node_detail import NodeDetail
-from broker.spend import Run
+from broker.records import NodeDetail, Run
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock). Owns:
 
-- `Run`: one finished (or interrupted) attempt on a priced cluster, with its run time as the broker saw
+- `Run` (broker.records): one finished (or interrupted) attempt on a priced cluster, with its run time as the broker saw
   it in the member cluster (pods running -> the Job ended) and the price per GPU-hour it ran at.
   cost = price x GPUs x run seconds / 3600, exactly.
 - Budget periods: "day", "week" (from Monday 00:00 UTC) and "month" (from the 1st, 00:00 UTC),
@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+
+from broker.records import Run
 
 __all__ = [
     "Budget",
@@ -50,41 +52,6 @@ class Budget:
     # hard: once spent (settled + run up by the running cloud jobs), those jobs are stopped and requeued;
     # soft (default): only new bursts are refused, and runs already started may overrun the budget
     hard: bool = False
-
-
-@dataclass(frozen=True)
-class Run:
-    """One attempt's run on a priced cluster."""
-
-    job_id: str
-    attempt: int
-    tenant: str
-    cluster: str
-    product: str
-    gpus: int
-    price_per_gpu_hour: float
-    started_at: float
-    ended_at: float
-    spot: bool = False
-
-    @property
-    def seconds(self) -> float:
-        return max(0.0, self.ended_at - self.started_at)
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.gpu_hours_since(self.started_at)
-
-    @property
-    def cost(self) -> float:
-        return self.price_per_gpu_hour * self.gpu_hours
-
-    def gpu_hours_since(self, since: float) -> float:
-        """The GPU-hours of the run that fall at or after `since` (a period's start)."""
-        return self.gpus * max(0.0, self.ended_at - max(self.started_at, since)) / 3600
-
-    def cost_since(self, since: float) -> float:
-        return self.price_per_gpu_hour * self.gpu_hours_since(since)
 
 
 def _civil(days: int) -> tuple[int, int, int]:
