@@ -5,7 +5,7 @@ kept incrementally, NodeFacts recomputed only for the nodes an event touched and
 CapacityIndex (so a ClusterSummary costs O(products), not O(nodes)); after each batch of events
 on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller still wants whole snapshots.
 
-Health: each ClusterWatcher owns a broker.health.HealthMachine fed by its informers' call outcomes
+Health: each ClusterWatcher owns a broker.health.machine.HealthMachine fed by its informers' call outcomes
 (list/watch requests) and by a liveness probe (GET /version, short deadline, every probe_interval_s) so
 that a quiet cluster still proves itself alive; summaries carry its health, health_reason, health_since,
 and heartbeat = the last SUCCESSFUL call; every transition is logged (WARNING when worse, INFO when
@@ -49,18 +49,10 @@ from adapters.kube_informer import (
 )
 from adapters.kube_rest import ApiStatus, KubeRest, Obj
 from adapters.watched_objects import DraState, Requests, add_requests, trim_node, trim_nrt
-from broker import capacity, dra, member_quota
-from broker.capacity_index import CapacityIndex
-from broker.errors import ClusterForbidden, ClusterUnreachable
-from broker.health import (
-    HealthMachine,
-    HealthThresholds,
-    HealthView,
-    Outcome,
-    Transition,
-    http_cause,
-)
-from broker.model import (
+from broker.capacity import dra, kube_objects
+from broker.capacity.index import CapacityIndex
+from broker.core.errors import ClusterForbidden, ClusterUnreachable
+from broker.core.model import (
     TENANT_PLACEHOLDER,
     ClusterSnapshot,
     ClusterSummary,
@@ -69,6 +61,15 @@ from broker.model import (
     MemberNamespace,
     QueueHeadroom,
 )
+from broker.health.machine import (
+    HealthMachine,
+    HealthThresholds,
+    HealthView,
+    Outcome,
+    Transition,
+    http_cause,
+)
+from broker.tenancy import member_quota
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ class ClusterWatcher:
         self, resource: str, state: str, detail: str = "", cause: str = "", *, call: bool = True
     ) -> None:
         """An informer's state, and with call=True its call outcome for health: SYNCED / ABSENT (a list
-        answered), UNREACHABLE / FORBIDDEN (a list or watch failed; `cause` as broker.health words it).
+        answered), UNREACHABLE / FORBIDDEN (a list or watch failed; `cause` as broker.health.machine words it).
         A watch stream that delivers or ends reports call=False: a hung server may keep old streams
         going while it answers no new request, so only requests (lists, probes) prove it alive."""
         if self._stop.is_set():
@@ -362,10 +363,10 @@ class ClusterWatcher:
         old = self._pods.pop(key, None)
         if old is not None:
             self._unalloc(old[0], old[1])
-        if event_type == "DELETED" or not capacity.pod_is_active(pod):
+        if event_type == "DELETED" or not kube_objects.pod_is_active(pod):
             return
         try:
-            raw = tuple(sorted((k, v) for k, v in capacity.pod_requests(pod).items() if v))
+            raw = tuple(sorted((k, v) for k, v in kube_objects.pod_requests(pod).items() if v))
         except BAD_OBJECT as e:
             self.stats.bad_pods += 1
             log.debug("cluster %s: pod %s skipped: %s", self.cluster, key, e)
@@ -400,7 +401,7 @@ class ClusterWatcher:
                 self._bad.pop(name, None)
                 continue
             try:
-                facts = capacity.node_facts_from_requests(
+                facts = kube_objects.node_facts_from_requests(
                     node, self._alloc.get(name, {}), self._nrts.get(name)
                 )
                 slices = self._dra.slices_of(name)
@@ -419,7 +420,7 @@ class ClusterWatcher:
             queues: list[QueueHeadroom] = []
             for name in sorted(self._cqs):
                 try:
-                    queues.extend(capacity.queue_headroom(self._cqs[name]))
+                    queues.extend(kube_objects.queue_headroom(self._cqs[name]))
                 except BAD_OBJECT as e:
                     log.warning("cluster %s: clusterqueue %s skipped: %s", self.cluster, name, e)
             self._queues = tuple(queues)

@@ -1,6 +1,6 @@
 """ClusterProfile discovery and publishing on a hub cluster (`multicluster.x-k8s.io/v1alpha1`).
 
-Owns the I/O around broker/clusterprofile.py:
+Owns the I/O around broker/config/clusterprofile.py:
     load_provider_file(path)   the KEP-5339 credentials provider file: {"providers": [{"name", "execConfig"}]}
                                (execConfig as in a kubeconfig user's `exec`); errors name the field
     member_kubeconfig(...)     a kubeconfig for one member: the access provider's server, CA and the
@@ -30,9 +30,9 @@ from typing import Any
 import yaml
 
 from adapters.kube_rest import ApiStatus, KubeRest
-from broker import clusterprofile as cp
-from broker.errors import ClusterError, ConfigError
-from broker.model import ClusterSummary
+from broker.config import clusterprofile as cp
+from broker.core.errors import ClusterError, ConfigError
+from broker.core.model import ClusterSummary
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from adapters.kube_informer import (
     WatchSettings,
 )
 from adapters.kube_rest import KubeRest, Obj
-from broker.hints import JOB_ID_LABEL
-from broker.model import WorkloadRef, WorkloadStatus
+from broker.core.model import WorkloadRef, WorkloadStatus
+from broker.workload.manifest import JOB_ID_LABEL
 
 log = logging.getLogger(__name__)
 

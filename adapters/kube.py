@@ -3,7 +3,7 @@
 connect / KubeRest       adapters.kube_rest       one ApiClient per member cluster; raw JSON requests
 ClusterWatcher           adapters.cluster_watcher  list + watch nodes, pods, NRT, Kueue ClusterQueues ->
                                                   ClusterSnapshots, with the cluster's health
-KubeGateway              adapters.kube_gateway    broker.ports.ClusterGateway: create/delete/read Jobs
+KubeGateway              adapters.kube_gateway    broker.core.ports.ClusterGateway: create/delete/read Jobs
 WatchingGateway          adapters.job_informer    KubeGateway reading Job status from one Job informer per
                                                   cluster (label-selected on gpufed.io/job-id)
 """

@@ -1,6 +1,6 @@
 """The ClusterGateway on Kubernetes: create, delete and read the broker's Jobs in member clusters.
 
-Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
+Owns the write side of the Kubernetes edge (broker.core.ports.ClusterGateway):
     create_workload   companions first (the tenant's Namespace and LocalQueue when the broker may create
                       them, asked for once per process; a scheduling.x-k8s.io PodGroup), then the
                       batch/v1 Job; 409 AlreadyExists is success, so a retried create is harmless
@@ -11,7 +11,7 @@ Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
                       spec.suspend); exists=False on 404
     pod_logs          the container log of a job attempt's pods (found by the gpufed.io/job-id and
                       gpufed.io/attempt labels), streamed in chunks; with follow, until the container exits
-Errors surface as broker.errors: ClusterUnreachable, ClusterForbidden, ClusterRejected (with `cause`).
+Errors surface as broker.core.errors: ClusterUnreachable, ClusterForbidden, ClusterRejected (with `cause`).
 Retries are tenacity's, jittered and bounded, and only for transient failures (kube_rest.is_transient: a
 reset connection, 5xx, 429): a timeout or a refusal is not retried, so a hung cluster costs one deadline
 (kube_rest.DEFAULT_TIMEOUT) per call, not three. Creates are retried too: a create that did land answers
@@ -31,9 +31,9 @@ import urllib3
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, is_transient
-from broker.errors import ClusterRejected, ClusterUnreachable
-from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL, job_id_label_value
-from broker.model import WorkloadRef, WorkloadStatus
+from broker.core.errors import ClusterRejected, ClusterUnreachable
+from broker.core.model import WorkloadRef, WorkloadStatus
+from broker.workload.manifest import ATTEMPT_LABEL, JOB_ID_LABEL, job_id_label_value
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def _epoch(stamp: object) -> float:
 
 
 class KubeGateway:
-    """broker.ports.ClusterGateway over KubeRest clients, one per member cluster."""
+    """broker.core.ports.ClusterGateway over KubeRest clients, one per member cluster."""
 
     def __init__(self, clusters: Mapping[str, KubeRest]) -> None:
         self._clusters = dict(clusters)

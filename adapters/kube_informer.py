@@ -27,8 +27,8 @@ from typing import Protocol
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, Obj, is_transient
-from broker.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
-from broker.health import (
+from broker.core.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
+from broker.health.machine import (
     CONNECTION_RESET,
     http_cause,
 )
@@ -63,7 +63,7 @@ CLUSTER_QUEUES = Resource(
 # DRA (resource.k8s.io/v1): GPUs published by the NVIDIA DRA driver, and the claims that hold them.
 RESOURCE_SLICES = Resource("resourceslices", ("/apis/resource.k8s.io/v1/resourceslices",), optional=True)
 RESOURCE_CLAIMS = Resource("resourceclaims", ("/apis/resource.k8s.io/v1/resourceclaims",), optional=True)
-# Tenancy (docs/tenancy.md): which namespaces exist, and their quotas and limits (broker.member_quota).
+# Tenancy (docs/tenancy.md): which namespaces exist, and their quotas and limits (broker.tenancy.member_quota).
 NAMESPACES = Resource("namespaces", ("/api/v1/namespaces",), optional=True)
 RESOURCE_QUOTAS = Resource("resourcequotas", ("/api/v1/resourcequotas",), optional=True)
 LIMIT_RANGES = Resource("limitranges", ("/api/v1/limitranges",), optional=True)

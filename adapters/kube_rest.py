@@ -8,7 +8,7 @@ Owns how the broker talks to a member cluster's API server:
     raise_for_status               401/403 -> ClusterForbidden; 404/409/410 -> ApiStatus (callers branch on
                                    them); 429/5xx and connection failures -> ClusterUnreachable; other 4xx
                                    -> ClusterRejected. Every ClusterError carries `cause`, the failure as
-                                   broker.health classifies it (describe_failure: "connection refused",
+                                   broker.health.machine classifies it (describe_failure: "connection refused",
                                    "certificate verify failed: ...", "timeout after 5 s", "connection
                                    reset", "credentials rejected (401)", "HTTP 503 ServiceUnavailable")
     is_transient                   what is worth retrying at once: a reset connection, 5xx, 429 (not a
@@ -33,8 +33,8 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from broker import health
-from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
+from broker.core.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
+from broker.health import machine
 
 log = logging.getLogger(__name__)
 
@@ -86,28 +86,28 @@ def _chain(e: BaseException) -> list[BaseException]:
 
 
 def describe_failure(e: BaseException, timeout: float | tuple[float, float] | None = None) -> str:
-    """A connection-level failure as a person reads it (broker.health's vocabulary), never a bare
+    """A connection-level failure as a person reads it (broker.health.machine's vocabulary), never a bare
     "MaxRetryError"."""
     chain = _chain(e)
     connect_s, read_s = timeout if isinstance(timeout, tuple) else (timeout, timeout)
     for x in chain:  # the OS's own word first (urllib3's NewConnectionError is a ConnectTimeoutError)
         if isinstance(x, ConnectionRefusedError):
-            return health.CONNECTION_REFUSED
+            return machine.CONNECTION_REFUSED
         if isinstance(x, socket.gaierror | urllib3.exceptions.NameResolutionError):
-            return health.NAME_RESOLUTION
+            return machine.NAME_RESOLUTION
         if isinstance(x, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(x):
             detail = getattr(x, "verify_message", "") or ""
-            return f"{health.CERTIFICATE_FAILED}: {detail}" if detail else health.CERTIFICATE_FAILED
+            return f"{machine.CERTIFICATE_FAILED}: {detail}" if detail else machine.CERTIFICATE_FAILED
     for x in chain:
         if isinstance(x, urllib3.exceptions.ReadTimeoutError):
-            return health.timeout_cause(read_s) if read_s else "read timeout"
+            return machine.timeout_cause(read_s) if read_s else "read timeout"
         if isinstance(x, TimeoutError | socket.timeout | urllib3.exceptions.ConnectTimeoutError) and not (
             isinstance(x, urllib3.exceptions.NewConnectionError)
         ):
-            return health.timeout_cause(connect_s) if connect_s else "connect timeout"
+            return machine.timeout_cause(connect_s) if connect_s else "connect timeout"
     for x in chain:
         if isinstance(x, ssl.SSLError):
-            return f"{health.TLS_FAILED}: {getattr(x, 'reason', None) or x}"
+            return f"{machine.TLS_FAILED}: {getattr(x, 'reason', None) or x}"
         if isinstance(
             x,
             ConnectionResetError
@@ -117,7 +117,7 @@ def describe_failure(e: BaseException, timeout: float | tuple[float, float] | No
             | http.client.IncompleteRead
             | urllib3.exceptions.ProtocolError,
         ):
-            return health.CONNECTION_RESET
+            return machine.CONNECTION_RESET
     return type(chain[-1]).__name__ if chain else "unknown error"
 
 
@@ -126,7 +126,7 @@ def is_transient(e: BaseException) -> bool:
     if not isinstance(e, ClusterUnreachable):
         return False
     cause = e.cause
-    return cause == health.CONNECTION_RESET or cause.startswith(("HTTP 5", "HTTP 429"))
+    return cause == machine.CONNECTION_RESET or cause.startswith(("HTTP 5", "HTTP 429"))
 
 
 def unreachable(cluster: str, what: str, e: BaseException, timeout: Any = None) -> ClusterUnreachable:
@@ -152,15 +152,15 @@ def raise_for_status(cluster: str, code: int, data: bytes | None) -> None:
     reason, message = _status_body(cluster, code, data)
     if code in (401, 403):
         raise ClusterForbidden(
-            cluster, f"{code} {reason or 'Forbidden'}: {message}", cause=health.http_cause(code)
+            cluster, f"{code} {reason or 'Forbidden'}: {message}", cause=machine.http_cause(code)
         )
     if code in (404, 409, 410):
         raise ApiStatus(cluster, code, reason, message)
     if code == 429 or code >= 500:
         raise ClusterUnreachable(
-            cluster, f"{code} {reason}: {message}", cause=health.http_cause(code, reason)
+            cluster, f"{code} {reason}: {message}", cause=machine.http_cause(code, reason)
         )
-    raise ClusterRejected(cluster, f"{code} {reason}: {message}", cause=health.http_cause(code, reason))
+    raise ClusterRejected(cluster, f"{code} {reason}: {message}", cause=machine.http_cause(code, reason))
 
 
 class KubeRest:

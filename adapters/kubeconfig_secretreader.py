@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from adapters.kube_rest import ApiStatus, KubeRest
-from broker.errors import GpufedError
+from broker.core.errors import GpufedError
 
 __all__ = ["credential", "main"]
 

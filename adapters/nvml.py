@@ -7,7 +7,7 @@ Owns reading the local GPU inventory, from one of two sources:
     `nvidia-smi -q -x` XML                 a captured inventory; it carries no compute capability, no
                                            GPU-instance profiles and no NUMA node, so the compute capability
                                            comes from the architecture where that is unambiguous and the
-                                           profiles from the catalog's tables (broker.catalog, reference 1.5)
+                                           profiles from the catalog's tables (broker.core.catalog, reference 1.5)
 
 Public:
     probe(nvidia_smi_xml: Path | None = None) -> ProbeResult    never raises for "no GPU" / "no NVML"
@@ -29,9 +29,9 @@ from typing import Any
 import orjson
 import yaml
 
-from broker import catalog
-from broker.errors import MalformedObject
-from broker.model import GpuProduct, MigProfile, MigSlices, MigStrategy, NodeFacts, NumaZone
+from broker.core import catalog
+from broker.core.errors import MalformedObject
+from broker.core.model import GpuProduct, MigProfile, MigSlices, MigStrategy, NodeFacts, NumaZone
 
 SOURCE_NVML = "nvml"
 SOURCE_XML = "nvidia-smi-xml"

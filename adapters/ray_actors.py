@@ -9,7 +9,7 @@
                     thread writes its ClusterSummary (health, health_reason, health_since, heartbeat = the
                     last SUCCESSFUL call) from the watcher's incremental CapacityIndex; a publisher thread
                     retries failed writes and re-writes each summary at least every HEARTBEAT_SECONDS,
-                    and each cluster's per-node table (broker.node_detail, the fleet view's node detail)
+                    and each cluster's per-node table (broker.capacity.node_detail, the fleet view's node detail)
                     every NODES_INTERVAL_SECONDS.
                     assign(specs, generation) adds, removes and re-points clusters without a restart.
                     As a Ray actor it starts its work in its constructor (autostart), so an actor Ray
@@ -52,9 +52,9 @@ import orjson
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
-from broker.health import HealthThresholds, Transition
-from broker.model import ClusterSummary, ClusterTraits, Tier
-from broker.node_detail import nodes_table
+from broker.capacity.node_detail import nodes_table
+from broker.core.model import ClusterSummary, ClusterTraits, Tier
+from broker.health.machine import HealthThresholds, Transition
 
 log = logging.getLogger(__name__)
 

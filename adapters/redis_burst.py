@@ -1,6 +1,6 @@
 """BurstLedger on Redis: run times by shape, priced runs for spend, last wait-or-burst verdicts.
 
-Owns these keys under the broker's prefix P (the store's; broker.burst_gate reads them through the
+Owns these keys under the broker's prefix P (the store's; broker.burst.gate reads them through the
 BurstLedger port):
 
     P:burst:rt:<shape key>   list  observed run times in seconds, newest first, at most SAMPLE_LIMIT
@@ -17,9 +17,9 @@ from __future__ import annotations
 import redis
 from pydantic import TypeAdapter
 
-from broker.errors import StoreError
-from broker.spend import Run
-from broker.wait_prediction import SAMPLE_LIMIT
+from broker.burst.spend import Run
+from broker.burst.wait_prediction import SAMPLE_LIMIT
+from broker.core.errors import StoreError
 
 RUN_RETENTION_SECONDS = 70 * 86400.0
 _RUN = TypeAdapter(Run)

@@ -1,4 +1,4 @@
-"""The leader lease on Redis (broker.ports.LeaderLease): one holder at a time, with fencing tokens.
+"""The leader lease on Redis (broker.core.ports.LeaderLease): one holder at a time, with fencing tokens.
 
 Keys (prefix P, the store's): P:leader = "<holder>|<token>" with a TTL of 0.9 x leaseSeconds (followers
 try every 0.1 x leaseSeconds, so a dead leader's successor holds the lease within leaseSeconds of the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import redis
 
 from adapters.redis_store import CONNECT_TIMEOUT_SECONDS
-from broker.errors import StoreError
+from broker.core.errors import StoreError
 
 # The lease key lives this share of leaseSeconds; followers try every (1 - TTL_SHARE) of it.
 TTL_SHARE = 0.9

@@ -24,24 +24,24 @@ All keys start with the prefix (default "gpufed"), written P:
     P:leader                 str   "<holder>|<token>" of the leader lease, with a TTL (adapters.redis_lease)
     P:leader-token           str   the fencing token: INCR'd by every new lease holder
     P:run-id                 str   marker written once the store holds the federation's records; its
-                                   absence means Redis came back empty (broker.recovery rebuilds)
+                                   absence means Redis came back empty (broker.ha.recovery rebuilds)
     P:recovery               str   JSON report of the last rebuild after a Redis loss
 
 Atomicity: put_summary, reserve, release, create_job and save_job are Lua scripts. reserve is a
 compare-and-set: it succeeds only while the cluster's summary version and reservation ledger are the ones
-the placer decided on (broker.reservations.deduct over exactly that state), so no interleaving of any
+the placer decided on (broker.cache.reservations.deduct over exactly that state), so no interleaving of any
 number of placers (threads, processes, replicas) over-commits a node or NUMA domain; and a reservation is
 owned by the placer and attempt that made it: another placer's reserve of the same job is refused while
 it lives, and release only removes the caller's own. create_job never creates two jobs for one
 idempotency key and writes the job and its "submitted" event in one round trip; save_job never loses a
 state transition. Dataclasses are (de)serialised with pydantic TypeAdapters; they round-trip exactly.
-Redis failures surface as broker.errors.StoreError; lost races as broker.errors.Conflict.
+Redis failures surface as broker.core.errors.StoreError; lost races as broker.core.errors.Conflict.
 
 Fencing: a store made with `fencing_token` (the leader's control loop) sends its lease token with every
-save_job, reserve, fence and unfence; the script refuses (broker.errors.Fenced, nothing written) unless
+save_job, reserve, fence and unfence; the script refuses (broker.core.errors.Fenced, nothing written) unless
 the token is still the current one in P:leader-token, so a paused ex-leader cannot write. A store made
 with `require_marker` (a production broker) refuses create_job while P:run-id is absent (Redis came
-back empty and the records are not rebuilt yet: broker.errors.Recovering), so a retried idempotency key
+back empty and the records are not rebuilt yet: broker.core.errors.Recovering), so a retried idempotency key
 can never create a second job.
 """
 
@@ -54,9 +54,10 @@ from typing import Any
 import redis
 from pydantic import TypeAdapter
 
-from broker import reservations
-from broker.errors import Conflict, Fenced, Recovering, StoreError
-from broker.model import (
+from broker.cache import reservations
+from broker.capacity.node_detail import NodeDetail
+from broker.core.errors import Conflict, Fenced, Recovering, StoreError
+from broker.core.model import (
     ClusterEvent,
     ClusterSummary,
     JobEvent,
@@ -64,8 +65,7 @@ from broker.model import (
     JobState,
     Reservation,
 )
-from broker.node_detail import NodeDetail
-from broker.ports import ClusterState, ReserveResult
+from broker.core.ports import ClusterState, ReserveResult
 
 WHOLE_GPU = "nvidia.com/gpu"
 _SEP = "\x1f"
@@ -278,7 +278,7 @@ _FENCED_CODE = -3
 
 
 class RedisStateStore:
-    """broker.ports.StateStore on Redis (see the module docstring for the key schema)."""
+    """broker.core.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
     def __init__(
         self,
@@ -675,7 +675,7 @@ class RedisStateStore:
         return sorted(jobs, key=lambda j: (j.created_at, j.id))
 
     def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool:
-        """Write a record rebuilt from a member cluster (broker.recovery) unless the job is known; its
+        """Write a record rebuilt from a member cluster (broker.ha.recovery) unless the job is known; its
         idempotency key is set unless it names a job already. Returns whether it was written."""
         return self.restore_jobs([(record, event)])[0]
 

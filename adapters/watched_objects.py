@@ -12,7 +12,7 @@ from typing import Any
 
 from adapters.kube_informer import BAD_OBJECT
 from adapters.kube_rest import Obj
-from broker import capacity, dra
+from broker.capacity import dra, kube_objects
 
 
 def trim_node(node: Obj) -> Obj:
@@ -43,7 +43,7 @@ def _interned(mapping: Any) -> Any:
     }
 
 
-_NRT_RESOURCES = frozenset((capacity.GPU, "cpu"))
+_NRT_RESOURCES = frozenset((kube_objects.GPU, "cpu"))
 
 
 def trim_nrt(nrt: Obj) -> Obj:

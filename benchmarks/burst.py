@@ -6,10 +6,10 @@ Run: .venv/bin/python -m benchmarks.burst [--seed 11] [--jobs-per-day 300] [--ma
          issue's goal holds: p95 wait <= 1.5 x burst-now's at <= 50% of its cloud spend)
 
 What runs: a discrete-event simulation of the demo fleet's GPUs at simulated speed, NOT kubesim. The
-broker's real pure decision code decides: broker.wait_prediction.predict_queue (the predicted on-prem
+broker's real pure decision code decides: broker.burst.wait_prediction.predict_queue (the predicted on-prem
 wait, from run times the simulation feeds back exactly as the broker's ledger keeps them: last 64 per
-tenant/product/shape, median), broker.burst_policy.decide (wait or burst, hysteresis, cost with the
-provisioning delay and spot rework, the tenant's budget) and broker.spend (price x GPUs x run time,
+tenant/product/shape, median), broker.burst.policy.decide (wait or burst, hysteresis, cost with the
+provisioning delay and spot rework, the tenant's budget) and broker.burst.spend (price x GPUs x run time,
 budget periods). Scheduling is the broker's: a pass every 30 s takes the queue in arrival order and starts
 every job that fits on one node (on-prem first, best fit), then applies the policy to burst-allowed jobs
 that do not fit on-prem now. Kubernetes itself is not simulated (no pods, no kubelet, no API latency).
@@ -51,10 +51,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from benchmarks.burst_day import DAY, Arrival, generate
-from broker.burst_policy import CloudOffer, Verdict, decide
-from broker.model import ClusterSummary, JobRecord, JobRequest, JobState, Placement, ProductCapacity, Tier
-from broker.spend import Budget, Period, Run, RunningCost, hard_budget_stops, spend_by_tenant
-from broker.wait_prediction import SAMPLE_LIMIT, Prediction, RunTimeModel, predict_queue, shape_key
+from broker.burst.policy import CloudOffer, Verdict, decide
+from broker.burst.spend import Budget, Period, Run, RunningCost, hard_budget_stops, spend_by_tenant
+from broker.burst.wait_prediction import SAMPLE_LIMIT, Prediction, RunTimeModel, predict_queue, shape_key
+from broker.core.model import (
+    ClusterSummary,
+    JobRecord,
+    JobRequest,
+    JobState,
+    Placement,
+    ProductCapacity,
+    Tier,
+)
 
 PASS_SECONDS = 30.0
 POLICIES = ("on-prem only", "burst-now", "cheapest", "gpufed")
@@ -346,7 +354,7 @@ class Sim:
 
     def _enforce_budgets(self, now: float) -> None:
         """The broker's enforce_budgets step: a tenant whose hard budget is spent has its cloud jobs
-        stopped (paid for up to now) and requeued, as broker.spend.hard_budget_stops says."""
+        stopped (paid for up to now) and requeued, as broker.burst.spend.hard_budget_stops says."""
         running = [
             RunningCost(
                 j.arrival.id,

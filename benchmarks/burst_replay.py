@@ -107,7 +107,7 @@ def config_doc(
     budget: float = 0.0,
     hard: bool = False,
 ) -> dict[str, Any]:
-    from broker.demo import write_demo_config
+    from broker.app.demo import write_demo_config
 
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     doc: dict[str, Any] = yaml.safe_load(
@@ -171,8 +171,8 @@ def replay(
     budget: float = 0.0,
     hard: bool = False,
 ) -> Outcome:
-    from broker import main as composition
-    from broker.config import load_fleet_config
+    from broker.app import main as composition
+    from broker.config.settings import load_fleet_config
     from kubesim.fleet import load_fleet
     from kubesim.sim import Simulation
     from tests.conftest import free_port

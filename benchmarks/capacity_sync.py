@@ -115,7 +115,7 @@ def percentile(values: list[float], q: float) -> float:
 def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
     from adapters.kube import ClusterWatcher, WatchSettings
     from adapters.ray_actors import PollerShard, PollerSpec
-    from broker.model import ClusterSummary, ClusterTraits, Health
+    from broker.core.model import ClusterSummary, ClusterTraits, Health
     from kubesim.churn import WRITTEN_AT
 
     t_spawn = time.monotonic()

@@ -27,8 +27,8 @@ import yaml
 from kubernetes import client, config
 
 from adapters.redis_process import free_port, private_redis
-from broker import main as composition
-from broker.config import load_fleet_config
+from broker.app import main as composition
+from broker.config.settings import load_fleet_config
 from kubesim.fleet import parse_fleet
 from kubesim.sim import Simulation
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from broker import capacity, dra
-from broker.capacity_index import CapacityIndex
-from broker.model import ClusterTraits, Health
+from broker.capacity import dra, kube_objects
+from broker.capacity.index import CapacityIndex
+from broker.core.model import ClusterTraits, Health
 from kubesim.catalog import gpu_model, mig_layout
 from kubesim.dra import NodeGpus, render_slices
 
@@ -58,7 +58,7 @@ def main() -> None:
         slices = render_slices("n0", cfg)
         devices = [d["name"] for s in slices for d in s["spec"].get("devices") or []]
         used = frozenset(("gpu.nvidia.com", "n0", d) for d in devices if d.endswith("-9-4"))  # 3g partitions
-        base = capacity.node_facts(node("n0"), [], None)
+        base = kube_objects.node_facts(node("n0"), [], None)
         parsed = [dra.parse_slice(s) for s in slices]
         raw: list[Any] = list(slices)
         ms = median_ms(functools.partial(dra.merge, base, raw, used))
@@ -72,7 +72,7 @@ def main() -> None:
     def build() -> None:
         index = CapacityIndex("c0")
         for name, slices in per_node:
-            index.upsert(dra.merge(capacity.node_facts(node(name), [], None), slices, frozenset()))
+            index.upsert(dra.merge(kube_objects.node_facts(node(name), [], None), slices, frozenset()))
         index.summary(ClusterTraits("c0"), Health.HEALTHY, 0.0)
 
     ms = median_ms(build, repeat=3)

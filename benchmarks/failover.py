@@ -44,8 +44,8 @@ def wait(pred: Any, timeout: float, what: str, interval: float = 0.5) -> None:
 
 
 def main() -> None:
-    from broker import main as composition
-    from broker.config import load_fleet_config
+    from broker.app import main as composition
+    from broker.config.settings import load_fleet_config
     from kubesim.fleet import synthetic_fleet
     from kubesim.sim import Simulation
     from tests.conftest import free_port

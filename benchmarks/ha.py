@@ -8,7 +8,7 @@ failover  two broker processes on the demo fleet; each round SIGKILLs the leader
           job to the survivor: the time from the kill until that job is PLACED (the new leader is placing
           jobs). The killed broker is started again (and waited for) before the next round.
 rebuild   `jobs` Jobs spread over `clusters` synthetic kubesim clusters, each created as the broker would
-          (hints.build_workload with the recovery annotations; suspended so no pod is scheduled); the store
+          (manifest.build_workload with the recovery annotations; suspended so no pod is scheduled); the store
           starts empty and StoreRecovery.check() rebuilds every record: wall time, records per second.
 """
 
@@ -83,7 +83,7 @@ def _ready(port: int) -> bool:
 
 def failover(kills: int, lease: float) -> None:
     from adapters import redis_process
-    from broker.demo import write_demo_config
+    from broker.app.demo import write_demo_config
     from kubesim.fleet import load_fleet
     from kubesim.sim import Simulation
 
@@ -140,9 +140,9 @@ def rebuild(clusters: int, jobs: int) -> None:
     from adapters.kube_rest import KubeRest
     from adapters.redis_store import RedisStateStore
     from adapters.system_clock import SystemClock
-    from broker import hints
-    from broker.model import ClusterTraits, JobRequest, Placement
-    from broker.recovery import StoreRecovery
+    from broker.core.model import ClusterTraits, JobRequest, Placement
+    from broker.ha.recovery import StoreRecovery
+    from broker.workload import manifest
     from kubesim.fleet import synthetic_fleet
     from kubesim.sim import Simulation
 
@@ -162,8 +162,8 @@ def rebuild(clusters: int, jobs: int) -> None:
             job_id = f"j{uuid.uuid4().hex[:12]}"
             request = JobRequest(f"job-{i}", gpus_per_pod=1, duration_seconds=3600)
             where = Placement(cluster, "H100-80GB", "nvidia.com/gpu", 1, pods=1, score=0)
-            annotations = hints.recovery_annotations(request, time.time(), f"key-{i}", prefix)
-            m = hints.build_workload(job_id, 1, request, where, traits[cluster], annotations)
+            annotations = manifest.recovery_annotations(request, time.time(), f"key-{i}", prefix)
+            m = manifest.build_workload(job_id, 1, request, where, traits[cluster], annotations)
             m.job["spec"]["suspend"] = True  # no pods: the benchmark measures the rebuild, not kubesim
             gateway.create_workload(cluster, m.job, m.companions)
 

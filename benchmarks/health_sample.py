@@ -4,7 +4,7 @@ Starts kubesim (`synthetic_fleet(C, N)`, controllers off: nothing changes, the f
 Redis, and the product's poller fleet on real Ray (adapters.ray_actors.PollerFleet: `--shards` PollerShard
 actors and their supervisor, default health thresholds, clusterLostSeconds 10). Once every cluster's summary
 reads healthy it samples every summary in Redis every `--interval` s for `--seconds` s, as a reader of
-/v1/clusters would believe it (broker.health.observed_health: stale summaries read unreachable), and
+/v1/clusters would believe it (broker.health.machine.observed_health: stale summaries read unreachable), and
 counts the samples that are not healthy, and the health transitions the shards saw. Then it reports the
 processes Ray runs for the broker (every descendant process of this one, Redis excluded) and the resident
 memory of each shard actor and of all of them.
@@ -87,8 +87,8 @@ def main() -> None:
     from adapters.ray_actors import PollerFleet, PollerSpec
     from adapters.redis_process import private_redis
     from adapters.redis_store import RedisStateStore
-    from broker.health import HealthThresholds, observed_health
-    from broker.model import ClusterTraits, Health
+    from broker.core.model import ClusterTraits, Health
+    from broker.health.machine import HealthThresholds, observed_health
     from kubesim.fleet import synthetic_fleet
     from kubesim.sim import Simulation
 

@@ -1,4 +1,4 @@
-"""Benchmark: the fleet view's per-node table (broker.node_detail) of a 1,000-node cluster, as the pollers
+"""Benchmark: the fleet view's per-node table (broker.capacity.node_detail) of a 1,000-node cluster, as the pollers
 write it to Redis every 5 s: time to build it from NodeFacts, its JSON size, and the put_nodes/get_nodes
 round trip on a local Redis.
 
@@ -14,8 +14,8 @@ import time
 from pydantic import TypeAdapter
 
 from adapters.redis_store import RedisStateStore
-from broker.model import GpuProduct, NodeFacts, NumaZone, Taint
-from broker.node_detail import NodeDetail, nodes_table
+from broker.capacity.node_detail import NodeDetail, nodes_table
+from broker.core.model import GpuProduct, NodeFacts, NumaZone, Taint
 
 H100 = GpuProduct(name="H100-80GB", memory_mib=81559)
 

@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.http_load import encode_request, run_httpx_load, run_load
-from broker import reservations
-from broker.batch_placement import BatchPlacer
-from broker.model import (
+from broker.cache import reservations
+from broker.core.model import (
     ClusterSnapshot,
     ClusterSummary,
     ClusterTraits,
@@ -48,7 +47,8 @@ from broker.model import (
     Reservation,
     Tier,
 )
-from broker.placement import PlacementPolicy, place
+from broker.scheduler.batch_placement import BatchPlacer
+from broker.scheduler.placement import PlacementPolicy, place
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 PRODUCTS = (("H100-80GB", 81559), ("A100-80GB", 81920), ("H200-141GB", 143771), ("L40S", 46068))
@@ -174,7 +174,7 @@ def _cleanup(store: Any) -> None:
 
 
 def bench_reserve(clusters: int) -> None:
-    from broker.fleet_cache import FleetCache
+    from broker.cache.fleet_cache import FleetCache
 
     store = _store("bench" + uuid.uuid4().hex[:8])
     try:
@@ -235,9 +235,9 @@ def serve_api(prefix: str, port: int, clusters: int) -> None:
     import uvicorn
 
     from adapters.system_clock import SystemClock
-    from broker.api import create_app
-    from broker.main import settle_startup_heap
-    from broker.service import BrokerService
+    from broker.api.routes import create_app
+    from broker.app.main import settle_startup_heap
+    from broker.controller.service import BrokerService
 
     store = _store(prefix)
     traits = {s.cluster: ClusterTraits(s.cluster) for s in fleet(clusters, nodes=10)}
@@ -361,10 +361,10 @@ def bench_burst(jobs: int = 1000) -> None:
     from adapters.job_informer import WatchingGateway
     from adapters.kube_rest import KubeRest
     from adapters.system_clock import SystemClock
-    from broker import capacity, capacity_rollup
-    from broker.control_loop import ControlLoop
-    from broker.dispatch import ConcurrentDispatcher
-    from broker.service import BrokerService
+    from broker.capacity import kube_objects, rollup
+    from broker.controller.control_loop import ControlLoop
+    from broker.controller.dispatch import ConcurrentDispatcher
+    from broker.controller.service import BrokerService
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
@@ -382,9 +382,9 @@ def bench_burst(jobs: int = 1000) -> None:
         summaries = {}
         for n in names:
             nodes = rests[n].request("GET", "/api/v1/nodes")["items"]
-            facts = tuple(capacity.node_facts(node, (), None) for node in nodes)
+            facts = tuple(kube_objects.node_facts(node, (), None) for node in nodes)
             snap = ClusterSnapshot(cluster=n, nodes=facts, observed_at=clock.now())
-            summaries[n] = capacity_rollup.summarize(snap, traits[n], Health.HEALTHY, clock.now())
+            summaries[n] = rollup.summarize(snap, traits[n], Health.HEALTHY, clock.now())
         stop = threading.Event()
 
         def heartbeats() -> None:

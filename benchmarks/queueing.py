@@ -1,4 +1,4 @@
-"""Benchmark: one pass of the global queue (broker.queueing.plan) over 10,000 queued jobs of 20 tenants.
+"""Benchmark: one pass of the global queue (broker.queue.queueing.plan) over 10,000 queued jobs of 20 tenants.
 
 Run: .venv/bin/python -m benchmarks.queueing [--jobs 10000] [--tenants 20] [--running 2000] [--passes 30] [--no-gc]
 
@@ -20,8 +20,8 @@ import random
 import statistics
 import time
 
-from broker import queueing
-from broker.model import JobRecord, JobRequest, JobState, Placement
+from broker.core.model import JobRecord, JobRequest, JobState, Placement
+from broker.queue import queueing
 
 PRODUCTS = ("H100-80GB", "A100-80GB", "L40S")
 PROFILES = ("1g.10gb", "3g.40gb")

@@ -1,8 +1,8 @@
 """Member API requests per running job per minute: following Jobs by GET per pass vs by watch.
 
 N running Jobs (the broker's labels, status active=1 ready=1) spread over C kubesim clusters, followed
-for S seconds the way the control loop follows them (broker.service.sync_status: read_workload of every
-job every --interval seconds; broker.service.sweep_orphans: list_workloads of every cluster every 30 s),
+for S seconds the way the control loop follows them (broker.controller.service.sync_status: read_workload of every
+job every --interval seconds; broker.controller.service.sweep_orphans: list_workloads of every cluster every 30 s),
 once through each gateway:
     get     adapters.kube_gateway.KubeGateway: a GET per job per pass (the "before")
     watch   adapters.job_informer.WatchingGateway: one label-selected Job informer per cluster; reads
@@ -40,7 +40,7 @@ def job_name(i: int) -> str:
 def run_kubesim(args: argparse.Namespace, out_dir: str, conn: Any) -> None:
     """Serve the clusters with N running Jobs; rewrite one Job's status every --update-every s until
     ("stop",) arrives."""
-    from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
+    from broker.workload.manifest import ATTEMPT_LABEL, JOB_ID_LABEL
     from kubesim.fleet import synthetic_fleet
     from kubesim.sim import Simulation
 

@@ -1,4 +1,4 @@
-"""Benchmark: capacity_rollup.summarize() and placement.place() over synthetic 1,000-node clusters.
+"""Benchmark: rollup.summarize() and placement.place() over synthetic 1,000-node clusters.
 
 Run: .venv/bin/python -m benchmarks.summarize [nodes] [clusters]
 Prints the median time of summarize() for one cluster and of place() over `clusters` summaries (warm:
@@ -13,9 +13,9 @@ import sys
 import time
 from dataclasses import replace
 
-from broker import capacity, capacity_rollup
-from broker.model import ClusterSnapshot, ClusterTraits, Health, JobRequest, Tier
-from broker.placement import PlacementPolicy, explain_and_decide, place
+from broker.capacity import kube_objects, rollup
+from broker.core.model import ClusterSnapshot, ClusterTraits, Health, JobRequest, Tier
+from broker.scheduler.placement import PlacementPolicy, explain_and_decide, place
 
 LABELS = {
     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
@@ -36,7 +36,7 @@ def synthetic_snapshot(cluster: str, nodes: int, busy: int = 0) -> ClusterSnapsh
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
-        facts.append(capacity.node_facts_from_requests(node, {"nvidia.com/gpu": max(busy, i % 9)}, None))
+        facts.append(kube_objects.node_facts_from_requests(node, {"nvidia.com/gpu": max(busy, i % 9)}, None))
     return ClusterSnapshot(cluster=cluster, nodes=tuple(facts))
 
 
@@ -54,9 +54,9 @@ def main() -> None:
     clusters = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     snap = synthetic_snapshot("c0", nodes)
     traits = ClusterTraits("c0")
-    ms = median_ms(lambda: capacity_rollup.summarize(snap, traits, Health.HEALTHY, 0.0))
+    ms = median_ms(lambda: rollup.summarize(snap, traits, Health.HEALTHY, 0.0))
     print(f"summarize: {nodes} nodes, median {ms:.2f} ms")
-    summary = capacity_rollup.summarize(snap, traits, Health.HEALTHY, 0.0)
+    summary = rollup.summarize(snap, traits, Health.HEALTHY, 0.0)
     summaries = [replace(summary, cluster=f"c{i}", tier=Tier.ONPREM) for i in range(clusters)]
     job = JobRequest("bench", gpus_per_pod=4, pods=2)
     policy = PlacementPolicy()
@@ -75,7 +75,7 @@ def main() -> None:
     ms = median_ms(lambda: explain_and_decide(job, summaries, {}, policy, 0.0), repeat=200)
     print(f"explain_and_decide: {clusters} clusters, median {ms:.3f} ms")
     # A busier fleet: 9 clusters in 10 have no node with 4 free GPUs, so they are rejected by gpu-fit.
-    full = capacity_rollup.summarize(synthetic_snapshot("c0", nodes, busy=5), traits, Health.HEALTHY, 0.0)
+    full = rollup.summarize(synthetic_snapshot("c0", nodes, busy=5), traits, Health.HEALTHY, 0.0)
     mixed = [replace(summary if i % 10 == 0 else full, cluster=f"c{i}") for i in range(clusters)]
     ms = median_ms(lambda: place(job, mixed, {}, policy, 0.0), repeat=200)
     print(

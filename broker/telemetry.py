@@ -53,8 +53,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.model import ClusterSummary, Health, JobRecord, JobState
-from broker.placement import ClusterVerdict
+from broker.core.model import ClusterSummary, Health, JobRecord, JobState
+from broker.scheduler.placement import ClusterVerdict
 
 log = logging.getLogger(__name__)
 

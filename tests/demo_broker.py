@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import read_demo_tokens, write_demo_config
+from broker.app import main as composition
+from broker.app.demo import read_demo_tokens, write_demo_config
+from broker.config.settings import load_fleet_config
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
 

@@ -2,7 +2,7 @@
 clusters that are not the subject of the test.
 
 This module owns the two stand-ins those tests share, so that a change to the broker's Clock or
-ClusterGateway port (broker/ports.py) is made here once:
+ClusterGateway port (broker/core/ports.py) is made here once:
 
     NOW                        the epoch second the clock starts at (summaries' heartbeats use it too)
     ManualClock(now=NOW)       a Clock the test moves by hand: `clock.t += 10`
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from broker.model import ClusterSummary, Health, ProductCapacity, WorkloadRef, WorkloadStatus
+from broker.core.model import ClusterSummary, Health, ProductCapacity, WorkloadRef, WorkloadStatus
 
 NOW = 1_800_000_000.0
 

@@ -18,11 +18,11 @@ from fastapi.responses import JSONResponse
 from adapters.kube import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.api import create_app
-from broker.api_follow import add_follow_routes
-from broker.errors import NotFound
-from broker.model import ClusterTraits, JobRequest
-from broker.service import BrokerService
+from broker.api.follow import add_follow_routes
+from broker.api.routes import create_app
+from broker.controller.service import BrokerService
+from broker.core.errors import NotFound
+from broker.core.model import ClusterTraits, JobRequest
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +158,7 @@ async def test_the_follow_routes_show_a_caller_only_the_tenants_it_may_read(
     app = FastAPI()
 
     @app.exception_handler(NotFound)
-    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:  # as broker.api answers it
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:  # as broker.api.routes answers it
         return JSONResponse(status_code=404, content={"error": "not-found", "message": str(exc)})
 
     add_follow_routes(app, app_service, KubeGateway({}), reader=lambda: lambda tenant: tenant == "team-a")

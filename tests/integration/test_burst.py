@@ -21,11 +21,13 @@ import yaml
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
-from broker.api import create_app
-from broker.burst_config import BurstSettings, PoolSettings, TenantBurst
-from broker.burst_gate import BurstGate
-from broker.config import load_tokens
-from broker.model import (
+from broker.api.routes import create_app
+from broker.burst.gate import BurstGate
+from broker.burst.settings import BurstSettings, PoolSettings, TenantBurst
+from broker.burst.spend import Budget, Period
+from broker.config.settings import load_tokens
+from broker.controller.service import BrokerService
+from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
     Health,
@@ -35,8 +37,6 @@ from broker.model import (
     Tier,
     WorkloadStatus,
 )
-from broker.service import BrokerService
-from broker.spend import Budget, Period
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration

@@ -24,10 +24,10 @@ from adapters.kube import KubeGateway
 from adapters.kube_rest import DEFAULT_TIMEOUT
 from adapters.ray_actors import PollerShard, PollerSpec
 from adapters.redis_store import RedisStateStore
-from broker.errors import ClusterUnreachable
-from broker.health import CERTIFICATE_FAILED, CONNECTION_REFUSED, observed_health
-from broker.health import HealthThresholds as Thresholds
-from broker.model import ClusterSummary, ClusterTraits, Health
+from broker.core.errors import ClusterUnreachable
+from broker.core.model import ClusterSummary, ClusterTraits, Health
+from broker.health.machine import CERTIFICATE_FAILED, CONNECTION_REFUSED, observed_health
+from broker.health.machine import HealthThresholds as Thresholds
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from broker import main as composition
-from broker.config import load_fleet_config
+from broker.app import main as composition
+from broker.config.settings import load_fleet_config
 from kubesim.fleet import parse_fleet
 from kubesim.sim import Simulation
 from tests.conftest import admin_tokens, free_port, wait_for

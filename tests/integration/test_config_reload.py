@@ -15,9 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import write_demo_config
+from broker.app import main as composition
+from broker.app.demo import write_demo_config
+from broker.config.settings import load_fleet_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for

@@ -2,7 +2,7 @@
 
 - SIGTERM drains: the process exits 0 within the drain timeout and no process it started (Ray's
   raylet, GCS, agents, workers) is left; SIGKILL leaves none either (the reaper).
-- SIGKILL at each step of a job's dispatch path (GPUFED_CRASH_AT, broker.faults): after a restart the
+- SIGKILL at each step of a job's dispatch path (GPUFED_CRASH_AT, broker.controller.faults): after a restart the
   job finishes exactly once (one Job in the member clusters, attempt 1); a retried submit with its
   Idempotency-Key returns the job; a cancel interrupted before its delete still removes the Job; a
   failover interrupted between its release and its requeue still moves the job, once.
@@ -29,7 +29,7 @@ from kubernetes import client, config
 
 from adapters import redis_process
 from adapters.reaper import descendants
-from broker.demo import write_demo_config
+from broker.app.demo import write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from broker import main as composition
-from broker.config import load_fleet_config
+from broker.app import main as composition
+from broker.config.settings import load_fleet_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import admin_tokens, free_port, wait_for

@@ -27,9 +27,9 @@ from adapters.redis_lease import RedisLease
 from adapters.redis_process import RedisProcess
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.errors import ClusterUnreachable, Fenced, Recovering
-from broker.leadership import Leadership
-from broker.model import (
+from broker.controller.service import BrokerService, ServiceSettings
+from broker.core.errors import ClusterUnreachable, Fenced, Recovering
+from broker.core.model import (
     ClusterTraits,
     JobRecord,
     JobRequest,
@@ -37,8 +37,8 @@ from broker.model import (
     Reservation,
     WorkloadRef,
 )
-from broker.recovery import StoreRecovery
-from broker.service import BrokerService, ServiceSettings
+from broker.ha.leadership import Leadership
+from broker.ha.recovery import StoreRecovery
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
@@ -243,7 +243,7 @@ def test_a_draining_replica_refuses_writes_with_retry_after_and_says_so(redis_ur
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from broker import ha
+    from broker.ha import drain as ha
 
     prefix = "drain" + uuid.uuid4().hex[:6]
     lease = RedisLease(redis_url, prefix, "replica-d", 5.0)
@@ -295,7 +295,7 @@ def test_a_cluster_that_cannot_be_listed_for_a_rebuild_is_said_once_until_it_ans
     gateway = _DownLister()
     recovery = StoreRecovery(store, gateway, ManualClock(), {"east": ClusterTraits("east")}, "gpufed")
     try:
-        with caplog.at_level(logging.WARNING, logger="broker.recovery"):
+        with caplog.at_level(logging.WARNING, logger="broker.ha.recovery"):
             report = recovery.check()  # the store is empty: a rebuild, with east not answering
             assert report is not None and report.clusters_pending == ["east"]
             for _ in range(5):

@@ -17,10 +17,10 @@ import pytest
 
 from adapters.kube import ClusterWatcher, KubeGateway, WatchSettings
 from adapters.redis_store import RedisStateStore
-from broker import capacity_rollup
-from broker.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable
-from broker.health import HealthThresholds
-from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health
+from broker.capacity import rollup
+from broker.core.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable
+from broker.core.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health
+from broker.health.machine import HealthThresholds
 from tests.conftest import poll_for
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def world(tmp_path: Path, redis_url: str) -> Iterator[World]:
             def publish(
                 snap: ClusterSnapshot, health: Health, heartbeat: float, t: ClusterTraits = traits
             ) -> None:
-                store.put_summary(capacity_rollup.summarize(snap, t, health, heartbeat))
+                store.put_summary(rollup.summarize(snap, t, health, heartbeat))
 
             w = ClusterWatcher(
                 name,

@@ -24,11 +24,11 @@ import pytest
 from adapters.job_informer import WatchingGateway
 from adapters.kube_informer import WatchSettings
 from adapters.kube_rest import KubeRest
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.demo import read_demo_tokens, write_demo_config
-from broker.errors import ClusterUnreachable
-from broker.hints import ATTEMPT_LABEL, JOB_ID_LABEL
+from broker.app import main as composition
+from broker.app.demo import read_demo_tokens, write_demo_config
+from broker.config.settings import load_fleet_config
+from broker.core.errors import ClusterUnreachable
+from broker.workload.manifest import ATTEMPT_LABEL, JOB_ID_LABEL
 from kubesim.fleet import load_fleet, synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, poll_for
@@ -259,7 +259,7 @@ def test_kubesim_serves_the_next_request_on_the_connection_of_a_watch_it_ended(s
 def test_the_broker_follows_its_running_jobs_without_a_get_per_pass(
     tmp_path: Path, redis_url: str, ray_session: None
 ) -> None:
-    # The real wiring (broker.main.running_broker): jobs submitted over HTTP run in kubesim clusters;
+    # The real wiring (broker.app.main.running_broker): jobs submitted over HTTP run in kubesim clusters;
     # while they run, the control loop's passes read their status and cost those clusters no GET.
     fleet = load_fleet(Path(__file__).resolve().parents[2] / "kubesim" / "fleets" / "demo.yaml")
     with Simulation(fleet, tmp_path / "sim", speed=1.0) as sim:

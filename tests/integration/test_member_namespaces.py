@@ -19,8 +19,8 @@ from adapters.cluster_watcher import ClusterWatcher
 from adapters.job_informer import WatchingGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.model import ClusterTraits, Health, JobRequest, JobState
-from broker.service import BrokerService
+from broker.controller.service import BrokerService
+from broker.core.model import ClusterTraits, Health, JobRequest, JobState
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for

@@ -17,10 +17,10 @@ from adapters.cluster_watcher import ClusterWatcher
 from adapters.kube_gateway import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import queueing
-from broker.model import ClusterTraits, JobRequest, JobState
-from broker.preemption import PreemptionPolicy
-from broker.service import BrokerService, ServiceSettings
+from broker.controller.service import BrokerService, ServiceSettings
+from broker.core.model import ClusterTraits, JobRequest, JobState
+from broker.queue import queueing
+from broker.scheduler.preemption import PreemptionPolicy
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for

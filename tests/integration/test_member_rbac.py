@@ -17,9 +17,9 @@ import httpx
 import pytest
 import yaml
 
-from broker import main as composition
-from broker.config import load_fleet_config
-from broker.rbac import member_rbac
+from broker.app import main as composition
+from broker.config.settings import load_fleet_config
+from broker.tenancy.rbac import member_rbac
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for

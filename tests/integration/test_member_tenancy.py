@@ -22,9 +22,10 @@ from adapters.cluster_watcher import ClusterWatcher
 from adapters.job_informer import WatchingGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import member_quota, schemas
-from broker.model import ClusterTraits, JobRequest, JobState
-from broker.service import BrokerService
+from broker.api import schemas
+from broker.controller.service import BrokerService
+from broker.core.model import ClusterTraits, JobRequest, JobState
+from broker.tenancy import member_quota
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from adapters.redis_store import RedisStateStore
-from broker.model import (
+from broker.controller.service import BrokerService
+from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
     Health,
@@ -20,7 +21,6 @@ from broker.model import (
     ProductCapacity,
     QuotaStatus,
 )
-from broker.service import BrokerService
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration

@@ -32,17 +32,18 @@ from adapters.kube_rest import KubeRest
 from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import ha, telemetry
-from broker.api import create_app
-from broker.errors import ClusterUnreachable
-from broker.leadership import Leadership
-from broker.main import _records_ready
-from broker.model import (
+from broker import telemetry
+from broker.api.routes import create_app
+from broker.app.main import _records_ready
+from broker.controller.service import BrokerService
+from broker.core.errors import ClusterUnreachable
+from broker.core.model import (
     ClusterTraits,
     JobRequest,
     JobState,
 )
-from broker.service import BrokerService
+from broker.ha import drain as ha
+from broker.ha.leadership import Leadership
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port
@@ -181,11 +182,11 @@ def test_one_trace_per_job_with_a_span_per_step_exported_as_otel_env_asks(
 
     handler = Keep(level=logging.WARNING)
     telemetry.install_log_filter(handler)
-    logging.getLogger("broker.service").addHandler(handler)
+    logging.getLogger("broker.controller.service").addHandler(handler)
     try:
         service.schedule_once()
     finally:
-        logging.getLogger("broker.service").removeHandler(handler)
+        logging.getLogger("broker.controller.service").removeHandler(handler)
     retried = service.get(record.id)
     assert retried.state is JobState.QUEUED and "dispatch-failed" in retried.reason
     service.store.save_job(replace(retried, not_before=0.0), JobState.QUEUED)  # skip the backoff
@@ -259,9 +260,10 @@ import sys
 from adapters.kube import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import ha, telemetry
-from broker.model import ClusterTraits, JobRequest
-from broker.service import BrokerService
+from broker import telemetry
+from broker.ha.drain import drain as ha
+from broker.core.model import ClusterTraits, JobRequest
+from broker.controller.service import BrokerService
 
 telemetry.configure_tracing()  # from the environment, as `gpufed serve` does
 store = RedisStateStore(sys.argv[1], prefix=sys.argv[2])

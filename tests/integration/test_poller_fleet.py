@@ -24,8 +24,8 @@ import pytest
 
 from adapters.ray_actors import PollerFleet, PollerSpec
 from adapters.redis_store import RedisStateStore
-from broker.health import STALE_POLLER, HealthThresholds, observed_health
-from broker.model import ClusterTraits, Health
+from broker.core.model import ClusterTraits, Health
+from broker.health.machine import STALE_POLLER, HealthThresholds, observed_health
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import poll_for

@@ -1,7 +1,7 @@
 """A PollerShard (in this process, no Ray) publishes each cluster's summary from its watcher's index.
 
 kubesim serves three small clusters over real HTTPS; the shard watches them and writes to a private Redis.
-The summary in Redis must be what capacity_rollup.summarize says of the watcher's snapshot, and follow a change
+The summary in Redis must be what rollup.summarize says of the watcher's snapshot, and follow a change
 in the cluster within 2 seconds.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from adapters.ray_actors import PollerShard, PollerSpec
 from adapters.redis_store import RedisStateStore
-from broker import capacity_rollup
-from broker.model import ClusterSummary, ClusterTraits, Health, Tier
+from broker.capacity import rollup
+from broker.core.model import ClusterSummary, ClusterTraits, Health, Tier
 from tests.conftest import poll_for
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
         written = poller.publish_cluster(name)
         snap = watcher.snapshot()
         assert len(snap.nodes) == 4
-        want = capacity_rollup.summarize(snap, spec.traits, watcher.health, written.heartbeat)
+        want = rollup.summarize(snap, spec.traits, watcher.health, written.heartbeat)
         assert written.namespaces_observed  # tenant namespaces: from the watcher, not the node snapshot
         assert written.published_at >= written.heartbeat > 0  # the poller's own liveness, stamped
         assert (

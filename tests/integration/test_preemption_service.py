@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from adapters.redis_store import RedisStateStore
-from broker import queueing, telemetry
-from broker.hints import workload_name
-from broker.model import (
+from broker import telemetry
+from broker.controller.service import BrokerService, ServiceSettings
+from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
     FailoverPolicy,
@@ -22,8 +22,9 @@ from broker.model import (
     JobState,
     ProductCapacity,
 )
-from broker.preemption import PreemptionPolicy
-from broker.service import BrokerService, ServiceSettings
+from broker.queue import queueing
+from broker.scheduler.preemption import PreemptionPolicy
+from broker.workload.manifest import workload_name
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 
 pytestmark = pytest.mark.integration

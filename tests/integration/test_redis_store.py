@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from adapters.redis_store import RedisStateStore
-from broker.errors import Conflict
-from broker.model import (
+from broker.core.errors import Conflict
+from broker.core.model import (
     ClusterSummary,
     Health,
     JobEvent,
@@ -26,7 +26,7 @@ from broker.model import (
     Reservation,
     Tier,
 )
-from broker.ports import ReserveResult
+from broker.core.ports import ReserveResult
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from adapters.redis_store import RedisStateStore
-from broker.model import ClusterTraits, JobRequest, JobState
-from broker.service import BrokerService
+from broker.controller.service import BrokerService
+from broker.core.model import ClusterTraits, JobRequest, JobState
 from tests.integration.test_scheduling_pass import cluster
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 

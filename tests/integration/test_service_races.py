@@ -19,7 +19,8 @@ from adapters.kube import KubeGateway
 from adapters.kube_rest import KubeRest
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.model import (
+from broker.controller.service import BrokerService
+from broker.core.model import (
     ClusterTraits,
     Health,
     JobEvent,
@@ -28,7 +29,6 @@ from broker.model import (
     JobState,
     WorkloadStatus,
 )
-from broker.service import BrokerService
 from tests.service_doubles import idle_h100_node
 
 pytestmark = pytest.mark.integration
@@ -210,7 +210,7 @@ def test_a_refused_create_backs_off_instead_of_retrying_every_pass(
     job = _submit(service)
 
     def refuse() -> None:
-        from broker.errors import ClusterRejected
+        from broker.core.errors import ClusterRejected
 
         raise ClusterRejected("c", "admission webhook said no")
 

@@ -23,12 +23,12 @@ import uvicorn
 import yaml
 
 from adapters.redis_store import RedisStateStore
-from broker import queueing
-from broker.api import create_app
-from broker.config import load_tokens, parse_fleet_config
-from broker.errors import ConfigError
-from broker.main import token_table
-from broker.model import (
+from broker.api.routes import create_app
+from broker.app.main import token_table
+from broker.config.settings import load_tokens, parse_fleet_config
+from broker.controller.service import BrokerService, ServiceSettings
+from broker.core.errors import ConfigError
+from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
     Health,
@@ -36,7 +36,7 @@ from broker.model import (
     JobState,
     ProductCapacity,
 )
-from broker.service import BrokerService, ServiceSettings
+from broker.queue import queueing
 from tests.conftest import free_port, wait_for
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
 

@@ -1,6 +1,6 @@
 """Two broker processes on one Redis and the demo fleet in kubesim: neither over-commits the other.
 
-Both serve the API; the holder of the leader lease runs the control loop (broker/leadership.py), and
+Both serve the API; the holder of the leader lease runs the control loop (broker/ha/leadership.py), and
 the reservation compare-and-set would keep even two loops from over-committing. Jobs are submitted to
 both; a sampler watches the member clusters the whole time, as an operator would with
 kubectl: no pod may ever be Pending for lack of GPUs, and no Kueue Workload may wait for quota the broker
@@ -21,7 +21,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 
-from broker.demo import read_demo_tokens, write_demo_config
+from broker.app.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for

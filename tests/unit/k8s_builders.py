@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.model import (
+from broker.core.model import (
     ClusterSummary,
     Health,
     MigCapacity,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.auth import Principal, Role, parse_static_token_csv, parse_tokens
-from broker.config import load_tokens
-from broker.errors import ConfigError
+from broker.config.settings import load_tokens
+from broker.core.errors import ConfigError
+from broker.tenancy.auth import Principal, Role, parse_static_token_csv, parse_tokens
 
 PLAIN = "a-plain-token-0123456789"
 

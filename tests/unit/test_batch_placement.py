@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from broker import reservations
-from broker.batch_placement import BatchPlacer, fingerprint, shape
-from broker.model import ClusterSummary, JobRequest, NoFit, Placement, Reservation, Tier
-from broker.placement import PlacementPolicy, place
+from broker.cache import reservations
+from broker.core.model import ClusterSummary, JobRequest, NoFit, Placement, Reservation, Tier
+from broker.scheduler.batch_placement import BatchPlacer, fingerprint, shape
+from broker.scheduler.placement import PlacementPolicy, place
 from tests.unit.k8s_builders import mig, product, summary
 
 NOW = 1000.0

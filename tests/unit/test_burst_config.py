@@ -1,4 +1,4 @@
-"""settings.burst (broker.burst_config): every bad field named; max wait job > tenant > fleet."""
+"""settings.burst (broker.burst.settings): every bad field named; max wait job > tenant > fleet."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from broker.burst_config import BurstConfig
-from broker.config import parse_fleet_config
-from broker.errors import ConfigError
-from broker.spend import Budget, Period
+from broker.burst.settings import BurstConfig
+from broker.burst.spend import Budget, Period
+from broker.config.settings import parse_fleet_config
+from broker.core.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Wait or burst (broker.burst_policy.decide): one table row per rule."""
+"""Wait or burst (broker.burst.policy.decide): one table row per rule."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from broker.burst_policy import CloudOffer, Verdict, decide, expected_cost
+from broker.burst.policy import CloudOffer, Verdict, decide, expected_cost
 
 CLOUD = CloudOffer("cloud-a", "H100-80GB", price_per_gpu_hour=4.25)
 COLD = CloudOffer("cloud-b", "H100-80GB", price_per_gpu_hour=2.5, ready_in_seconds=600)

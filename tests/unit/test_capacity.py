@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from broker import capacity, capacity_rollup
-from broker.errors import MalformedObject
-from broker.model import (
+from broker.capacity import kube_objects, rollup
+from broker.core.errors import MalformedObject
+from broker.core.model import (
     ClusterSnapshot,
     ClusterTraits,
     Health,
@@ -77,12 +77,12 @@ GI = 2**30
     ],
 )
 def test_pod_requests(case: str, obj: dict[str, Any], expected: dict[str, int]) -> None:
-    assert capacity.pod_requests(obj) == expected, case
+    assert kube_objects.pod_requests(obj) == expected, case
 
 
 def test_pod_requests_names_a_bad_quantity() -> None:
     with pytest.raises(MalformedObject) as err:
-        capacity.pod_requests(pod(containers=[container({"cpu": "lots"})]))
+        kube_objects.pod_requests(pod(containers=[container({"cpu": "lots"})]))
     assert err.value.field == "spec.containers[0].resources.requests[cpu]"
 
 
@@ -99,7 +99,7 @@ def test_pod_requests_names_a_bad_quantity() -> None:
     ],
 )
 def test_pod_is_active(obj: dict[str, Any], active: bool) -> None:
-    assert capacity.pod_is_active(obj) is active
+    assert kube_objects.pod_is_active(obj) is active
 
 
 # --------------------------------------------------------------------------- nodes
@@ -108,7 +108,7 @@ def test_pod_is_active(obj: dict[str, Any], active: bool) -> None:
 def facts(
     n: dict[str, Any], pods: list[dict[str, Any]] | None = None, topo: dict[str, Any] | None = None
 ) -> NodeFacts:
-    return capacity.node_facts(n, pods or [], topo)
+    return kube_objects.node_facts(n, pods or [], topo)
 
 
 def test_whole_gpus_count_active_pods_only() -> None:
@@ -351,9 +351,9 @@ def test_incremental_requests_match_pod_list() -> None:
     pods = [gpu_pod(2, "a"), gpu_pod(1, "b")]
     summed: dict[str, int] = {}
     for p in pods:
-        for k, v in capacity.pod_requests(p).items():
+        for k, v in kube_objects.pod_requests(p).items():
             summed[k] = summed.get(k, 0) + v
-    assert capacity.node_facts_from_requests(node(), summed, None) == facts(node(), pods)
+    assert kube_objects.node_facts_from_requests(node(), summed, None) == facts(node(), pods)
 
 
 # --------------------------------------------------------------------------- Kueue
@@ -363,7 +363,7 @@ def test_incremental_requests_match_pod_list() -> None:
 def test_queue_headroom_from_reservation(version: str) -> None:
     from tests.unit.k8s_builders import cluster_queue
 
-    rows = capacity.queue_headroom(cluster_queue(version=version))
+    rows = kube_objects.queue_headroom(cluster_queue(version=version))
     gpu = next(q for q in rows if q.resource == "nvidia.com/gpu")
     assert (gpu.cluster_queue, gpu.flavor, gpu.nominal, gpu.used, gpu.borrowing_limit, gpu.headroom) == (
         "gpu-cq",
@@ -382,10 +382,10 @@ def test_queue_headroom_from_reservation(version: str) -> None:
 def test_queue_headroom_falls_back_to_usage_and_to_zero() -> None:
     from tests.unit.k8s_builders import cluster_queue
 
-    usage_only = capacity.queue_headroom(cluster_queue(reserved=None, used="8", borrowing=None))
+    usage_only = kube_objects.queue_headroom(cluster_queue(reserved=None, used="8", borrowing=None))
     gpu = next(q for q in usage_only if q.resource == "nvidia.com/gpu")
     assert (gpu.used, gpu.borrowing_limit) == (8, None)
-    fresh = capacity.queue_headroom(cluster_queue(reserved=None, used=None))
+    fresh = kube_objects.queue_headroom(cluster_queue(reserved=None, used=None))
     assert next(q for q in fresh if q.resource == "nvidia.com/gpu").used == 0
 
 
@@ -393,7 +393,7 @@ def test_queue_headroom_names_bad_quota() -> None:
     from tests.unit.k8s_builders import cluster_queue
 
     with pytest.raises(MalformedObject) as err:
-        capacity.queue_headroom(cluster_queue(nominal="sixty"))
+        kube_objects.queue_headroom(cluster_queue(nominal="sixty"))
     assert err.value.field == "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota"
 
 
@@ -405,7 +405,7 @@ def snapshot(*nodes: NodeFacts, bad: tuple[str, ...] = ()) -> ClusterSnapshot:
 
 
 def summarize(snap: ClusterSnapshot, traits: ClusterTraits | None = None) -> Any:
-    return capacity_rollup.summarize(snap, traits or ClusterTraits("onprem-a"), Health.HEALTHY, 123.0)
+    return rollup.summarize(snap, traits or ClusterTraits("onprem-a"), Health.HEALTHY, 123.0)
 
 
 def test_summary_histograms() -> None:
@@ -516,9 +516,9 @@ def test_summary_carries_traits() -> None:
 def test_single_numa_node_policy_splits_a_node_into_zone_domains_for_whole_gpu_fit() -> None:
     """8 free GPUs split 4+4 across zones under single-numa-node can't take an 8-GPU pod (the kubelet
     answers TopologyAffinityError), but takes two 4-GPU pods."""
-    from broker.capacity import node_facts
-    from broker.capacity_rollup import summarize
-    from broker.model import ClusterSnapshot, ClusterTraits, Health
+    from broker.capacity.kube_objects import node_facts
+    from broker.capacity.rollup import summarize
+    from broker.core.model import ClusterSnapshot, ClusterTraits, Health
 
     labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
     facts = node_facts(node("n1", labels), [], nrt("n1", (4, 4), policy="single-numa-node"))

@@ -1,6 +1,6 @@
-"""CapacityIndex gives exactly what capacity_rollup.summarize gives for the same nodes, after every change.
+"""CapacityIndex gives exactly what rollup.summarize gives for the same nodes, after every change.
 
-Nodes are built the way the informers build them (capacity.node_facts_from_requests over realistic node,
+Nodes are built the way the informers build them (kube_objects.node_facts_from_requests over realistic node,
 NodeResourceTopology and allocated-request dicts from the reference's shapes), drawn at random: whole-GPU
 products, MIG single and mixed (settled or not), time-sliced GPUs, unknown products, NUMA zones under
 each topology policy, GPU/spot/other taints, cordons and NotReady. Random upserts, removes and bad marks
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from broker import capacity, capacity_rollup
-from broker.capacity_index import CapacityIndex
-from broker.model import ClusterSnapshot, ClusterTraits, Health, NodeFacts, QueueHeadroom, Tier
+from broker.capacity import kube_objects, rollup
+from broker.capacity.index import CapacityIndex
+from broker.core.model import ClusterSnapshot, ClusterTraits, Health, NodeFacts, QueueHeadroom, Tier
 from tests.unit import k8s_builders as b
 
 GPU = "nvidia.com/gpu"
@@ -106,7 +106,7 @@ def random_facts(rng: random.Random, name: str) -> NodeFacts:
         unschedulable=rng.choice((None, False, True)) if rng.random() < 0.3 else None,
         taints=_taints(rng),
     )
-    return capacity.node_facts_from_requests(node, allocated, _nrt(rng, name, gpus))
+    return kube_objects.node_facts_from_requests(node, allocated, _nrt(rng, name, gpus))
 
 
 def expected(
@@ -118,7 +118,7 @@ def expected(
         queues=QUEUES,
         bad_nodes=tuple(sorted(bad)),
     )
-    return capacity_rollup.summarize(snapshot, traits, health, hb)
+    return rollup.summarize(snapshot, traits, health, hb)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -161,11 +161,11 @@ def test_a_spot_declaration_changes_what_counts_as_free() -> None:
         facts[f.name] = f
         index.upsert(f)
     spot = ClusterTraits(name="cloud-burst", tier=Tier.CLOUD, spot=True)
-    assert index.summary(spot, Health.DEGRADED, 5.0) == capacity_rollup.summarize(
+    assert index.summary(spot, Health.DEGRADED, 5.0) == rollup.summarize(
         ClusterSnapshot("cloud-burst", tuple(facts[n] for n in sorted(facts))), spot, Health.DEGRADED, 5.0
     )
     plain = ClusterTraits(name="cloud-burst")
-    assert index.summary(plain, Health.HEALTHY, 6.0) == capacity_rollup.summarize(
+    assert index.summary(plain, Health.HEALTHY, 6.0) == rollup.summarize(
         ClusterSnapshot("cloud-burst", tuple(facts[n] for n in sorted(facts))), plain, Health.HEALTHY, 6.0
     )
 
@@ -173,7 +173,7 @@ def test_a_spot_declaration_changes_what_counts_as_free() -> None:
 def test_each_numa_zone_is_a_domain_under_single_numa_node() -> None:
     node = b.node("n1", dict(b.H100), {GPU: "8"})
     index = CapacityIndex("c")
-    index.upsert(capacity.node_facts_from_requests(node, {GPU: 2}, b.nrt("n1", (4, 2), 4)))
+    index.upsert(kube_objects.node_facts_from_requests(node, {GPU: 2}, b.nrt("n1", (4, 2), 4)))
     h100 = index.summary(ClusterTraits(name="c"), Health.HEALTHY, 0.0).product("H100-80GB")
     assert h100 is not None
     assert h100.free == 6
@@ -185,8 +185,8 @@ def test_a_changed_node_replaces_its_old_contribution_and_a_removed_one_leaves_n
     index = CapacityIndex("c")
     traits = ClusterTraits(name="c")
     node = b.node("n1", dict(b.H100), {GPU: "8"})
-    index.upsert(capacity.node_facts_from_requests(node, {GPU: 1}, None))
-    index.upsert(capacity.node_facts_from_requests(node, {GPU: 5}, None))
+    index.upsert(kube_objects.node_facts_from_requests(node, {GPU: 1}, None))
+    index.upsert(kube_objects.node_facts_from_requests(node, {GPU: 5}, None))
     h100 = index.summary(traits, Health.HEALTHY, 0.0).product("H100-80GB")
     assert h100 is not None
     assert (h100.allocated, h100.free, h100.nodes_by_free) == (5, 3, (0, 0, 0, 1))

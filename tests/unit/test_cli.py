@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker import cli
-from broker.cli_client import ago
+from broker.cli import commands
+from broker.cli.client import ago
 from tests.conftest import free_port
 
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
@@ -32,7 +32,7 @@ def gpufed(
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
     capsys.readouterr()
-    code = cli.run(list(argv))
+    code = commands.run(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

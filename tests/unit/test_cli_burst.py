@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker import cli
+from broker.cli import commands
 
 SPEND = {
     "items": [
@@ -102,7 +102,7 @@ def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def test_spend_table_names_the_tenant_over_budget(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.run(["spend", "--server", url, "--token", "t" * 20]) == 0
+    assert commands.run(["spend", "--server", url, "--token", "t" * 20]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["TENANT", "PERIOD", "SPENT", "RUNNING", "BUDGET", "LEFT"]
     assert out[1].split() == [
@@ -122,7 +122,7 @@ def test_spend_table_names_the_tenant_over_budget(url: str, capsys: pytest.Captu
 
 
 def test_get_shows_the_predicted_on_prem_start(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.run(["get", "j1", "--server", url, "--token", "t" * 20]) == 0
+    assert commands.run(["get", "j1", "--server", url, "--token", "t" * 20]) == 0
     out = capsys.readouterr().out
     assert "#2 in queue; wait: ..." in out
     assert out.rstrip().endswith("predicted on-prem start in 42 min on onprem-b (H100-80GB)")
@@ -131,7 +131,9 @@ def test_get_shows_the_predicted_on_prem_start(url: str, capsys: pytest.CaptureF
 def test_explain_shows_where_and_when_it_would_start_on_prem(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.run(["explain", "--gpus", "8", "--server", url, "--token", "t" * 20]) == 1  # nothing fits now
+    assert (
+        commands.run(["explain", "--gpus", "8", "--server", url, "--token", "t" * 20]) == 1
+    )  # nothing fits now
     out = capsys.readouterr().out
     assert (
         "queue: position 4 for tenant ml: behind 3 jobs\npredicted on-prem start in 42 min on onprem-b" in out

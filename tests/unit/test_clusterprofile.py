@@ -1,4 +1,4 @@
-"""ClusterProfile -> member, reconcile, published properties (broker/clusterprofile.py), and the KEP-5339
+"""ClusterProfile -> member, reconcile, published properties (broker/config/clusterprofile.py), and the KEP-5339
 provider file and member kubeconfig (adapters/clusterprofile.py)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import yaml
 
 from adapters.clusterprofile import load_provider_file, member_kubeconfig
 from adapters.kubeconfig_secretreader import PluginError, credential
-from broker import clusterprofile as cp
-from broker.errors import ConfigError
-from broker.model import ClusterSummary, Health, MigCapacity, ProductCapacity
+from broker.config import clusterprofile as cp
+from broker.core.errors import ConfigError
+from broker.core.model import ClusterSummary, Health, MigCapacity, ProductCapacity
 
 
 def profile(
@@ -242,7 +242,7 @@ def test_kubeconfig_secretreader_returns_the_contexts_credentials() -> None:
 
 
 def test_config_with_profiles_only_resolves_paths_and_checks_files(tmp_path: Path) -> None:
-    from broker.config import load_fleet_config
+    from broker.config.settings import load_fleet_config
 
     (tmp_path / "hub.kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
     doc = {

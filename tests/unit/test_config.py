@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker.config import load_fleet_config, parse_fleet_config
-from broker.errors import ConfigError
-from broker.model import Tier
-from broker.placement import DEFAULT_SCORES
-from broker.plugins.binpack import BinPackScore
-from broker.plugins.health import HealthFreshness
-from broker.plugins.price import PriceScore
+from broker.config.settings import load_fleet_config, parse_fleet_config
+from broker.core.errors import ConfigError
+from broker.core.model import Tier
+from broker.scheduler.placement import DEFAULT_SCORES
+from broker.scheduler.plugins.binpack import BinPackScore
+from broker.scheduler.plugins.health import HealthFreshness
+from broker.scheduler.plugins.price import PriceScore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def test_a_redis_prefix_the_store_cannot_use_is_refused_with_the_field_named(
     ],
 )
 def test_the_demo_never_prints_a_redis_password(url: str, shown: str) -> None:
-    from broker.demo import redacted
+    from broker.app.demo import redacted
 
     assert redacted(url) == shown
 

@@ -1,4 +1,4 @@
-"""clusters.yaml read again while running (broker.config_reload): what a changed file changes, table by
+"""clusters.yaml read again while running (broker.config.reload): what a changed file changes, table by
 table, and the watcher that applies a good file once and keeps the running config on a bad one."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from broker import telemetry
-from broker.config import FleetConfig, load_fleet_config, parse_fleet_config
-from broker.config_reload import ConfigWatcher, changes
+from broker.config.reload import ConfigWatcher, changes
+from broker.config.settings import FleetConfig, load_fleet_config, parse_fleet_config
 
 
 def cluster(name: str, **extra: Any) -> dict[str, Any]:

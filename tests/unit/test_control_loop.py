@@ -7,9 +7,9 @@ from typing import cast
 
 import pytest
 
-from broker.control_loop import ControlLoop
-from broker.errors import Fenced
-from broker.service import BrokerService
+from broker.controller.control_loop import ControlLoop
+from broker.controller.service import BrokerService
+from broker.core.errors import Fenced
 
 
 class _Steps:
@@ -64,6 +64,6 @@ def test_a_stale_lease_ends_the_pass_with_one_line_and_no_traceback(caplog: pyte
         loop.run_once()
     assert steps.ran == ["observe_clusters", "sync_status"]  # nothing it would write could land
     assert loop.failures == 0  # not a fault of the step
-    [line] = [r for r in caplog.records if r.name == "broker.control_loop"]
+    [line] = [r for r in caplog.records if r.name == "broker.controller.control_loop"]
     assert "no longer the leader" in line.getMessage()
     assert not line.exc_info

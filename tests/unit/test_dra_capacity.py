@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from broker import capacity, capacity_rollup, dra
-from broker.capacity_index import CapacityIndex
-from broker.errors import MalformedObject
-from broker.model import NodeFacts
+from broker.capacity import dra, kube_objects, rollup
+from broker.capacity.index import CapacityIndex
+from broker.core.errors import MalformedObject
+from broker.core.model import NodeFacts
 
 NODE = "node-a"
 
@@ -162,7 +162,7 @@ def facts(
     claims: Sequence[dict[str, Any]] = (),
     node: dict[str, Any] | None = None,
 ) -> NodeFacts:
-    base = capacity.node_facts(node or bare_node(), [], None)
+    base = kube_objects.node_facts(node or bare_node(), [], None)
     return dra.merge(base, slices, dra.used_devices(claims))
 
 
@@ -264,7 +264,7 @@ def test_summary_counts_dra_and_device_plugin_nodes_of_one_cluster_once() -> Non
     index.upsert(facts([rslice([gpu(i) for i in range(4)])], [claim("gpu-1")]))
     plugin = bare_node(gpus=8)
     plugin["metadata"] = {"name": "node-b", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
-    index.upsert(capacity.node_facts(plugin, [], None))
+    index.upsert(kube_objects.node_facts(plugin, [], None))
     summary = index.summary(traits=_traits(), health=_healthy(), heartbeat=1.0)
     h100 = summary.product("H100-80GB")
     assert h100 is not None
@@ -283,7 +283,7 @@ def test_numa_zones_from_numa_node_attribute() -> None:
         ("numa-0", 2, 1),
         ("numa-1", 2, 2),
     }
-    assert capacity_rollup.numa_block(f) == 2
+    assert rollup.numa_block(f) == 2
 
 
 def test_numa_zones_fall_back_to_the_pcie_root_when_no_numa_node_is_published() -> None:
@@ -297,18 +297,18 @@ def test_numa_zones_fall_back_to_the_pcie_root_when_no_numa_node_is_published() 
         ("pci0000:00", 2, 2),
         ("pci0000:01", 2, 1),
     }
-    assert capacity_rollup.numa_block(f) == 2
+    assert rollup.numa_block(f) == 2
 
 
 def test_dra_mig_resource_is_the_device_class() -> None:
     f = facts([rslice([mig(0, "1g.10gb", 0)])])
-    assert capacity_rollup.mig_resource_name(f, "1g.10gb") == "mig.nvidia.com"
+    assert rollup.mig_resource_name(f, "1g.10gb") == "mig.nvidia.com"
 
 
 def test_slices_of_other_drivers_and_nodes_without_slices_are_untouched() -> None:
     other = rslice([gpu(0)])
     other["spec"]["driver"] = "gpu.example.com"
-    base = capacity.node_facts(bare_node(gpus=8), [], None)
+    base = kube_objects.node_facts(bare_node(gpus=8), [], None)
     assert dra.merge(base, [other], frozenset()) == base
 
 
@@ -320,12 +320,12 @@ def test_malformed_slice_names_the_field() -> None:
 
 
 def _traits() -> Any:
-    from broker.model import ClusterTraits
+    from broker.core.model import ClusterTraits
 
     return ClusterTraits(name="mixed")
 
 
 def _healthy() -> Any:
-    from broker.model import Health
+    from broker.core.model import Health
 
     return Health.HEALTHY

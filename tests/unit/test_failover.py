@@ -1,12 +1,10 @@
-"""broker.failover and lifecycle.failover as tables: effective health, loss, unfencing, job outcomes."""
+"""broker.health.failover and lifecycle.failover as tables: effective health, loss, unfencing, job outcomes."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.failover import effective_health, is_lost, loss_deadline, may_unfence, pollers_silent
-from broker.lifecycle import failover, observe
-from broker.model import (
+from broker.core.model import (
     ClusterSummary,
     FailoverPolicy,
     Health,
@@ -15,6 +13,8 @@ from broker.model import (
     JobState,
     WorkloadStatus,
 )
+from broker.health.failover import effective_health, is_lost, loss_deadline, may_unfence, pollers_silent
+from broker.workload.lifecycle import failover, observe
 
 LOST_AFTER = 10.0
 NOW = 1_000.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.ray_actors import HashRing, PollerSpec, shard_of, spec_from_json, spec_to_json
-from broker.model import ClusterTraits, Tier
+from broker.core.model import ClusterTraits, Tier
 
 CLUSTERS = [f"cluster-{i:04d}" for i in range(1000)]
 

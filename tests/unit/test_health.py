@@ -1,4 +1,4 @@
-"""Cluster health (broker.health): outcomes in, (health, reason, since) out, with hysteresis.
+"""Cluster health (broker.health.machine): outcomes in, (health, reason, since) out, with hysteresis.
 
 Each case is a script of call outcomes at given times and the health a reader must see at given times.
 Default thresholds: lost 10 s, window 10 s, degraded at 30% errors (at least 4 calls) or a median probe
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.health import (
+from broker.core.model import ClusterSummary, Health
+from broker.health.machine import (
     STALE_POLLER,
     HealthMachine,
     HealthThresholds,
@@ -20,7 +21,6 @@ from broker.health import (
     observed_health,
     timeout_cause,
 )
-from broker.model import ClusterSummary, Health
 
 OK, REFUSED, RESET = "ok", "connection refused", "connection reset"
 T0 = 1_000.0

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from broker.config import parse_fleet_config
+from broker.config.settings import parse_fleet_config
 
 REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / "tools" / "bin" / "helm"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from broker import capacity
-from broker.hints import build_workload, workload_name
-from broker.model import ClusterTraits, JobRequest, Placement
+from broker.capacity import kube_objects
+from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.workload.manifest import build_workload, workload_name
 from tests.unit.k8s_builders import pod
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -104,7 +104,7 @@ def test_whole_gpu_job() -> None:
 
 def test_requests_read_back_as_the_placement() -> None:
     w = build_workload("j", 0, JobRequest("t", cpu_millis_per_pod=1500), whole(2), PLAIN)
-    reqs = capacity.pod_requests(pod(containers=pod_spec(w.job)["containers"]))
+    reqs = kube_objects.pod_requests(pod(containers=pod_spec(w.job)["containers"]))
     assert (reqs["nvidia.com/gpu"], reqs["cpu"], reqs["memory"]) == (2, 1500, 1024 * 2**20)
 
 
@@ -213,7 +213,7 @@ def test_spot_cluster_tolerates_spot_taints_and_preferred_nodes() -> None:
     w = build_workload("j", 0, JobRequest("s"), whole(1, preferred_nodes=("n1", "n2")), traits)
     spec = pod_spec(w.job)
     keys = {t["key"] for t in spec["tolerations"]}
-    assert keys == {"nvidia.com/gpu", *capacity.SPOT_TAINT_KEYS}
+    assert keys == {"nvidia.com/gpu", *kube_objects.SPOT_TAINT_KEYS}
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert [p["preference"]["matchExpressions"][0]["values"] for p in preferred] == [["n1"], ["n2"]]
     assert preferred[0]["weight"] > preferred[1]["weight"]

@@ -1,11 +1,11 @@
-"""Level 2 on DRA clusters: a ResourceClaimTemplate instead of GPU limits (broker/hints_dra.py)."""
+"""Level 2 on DRA clusters: a ResourceClaimTemplate instead of GPU limits (broker/workload/dra_claims.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker.hints import build_workload, workload_name
-from broker.model import ClusterTraits, JobRequest, Placement
+from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.workload.manifest import build_workload, workload_name
 from kubesim.cel import compile_selector
 from kubesim.dra import validate
 
@@ -93,7 +93,7 @@ def test_gang_on_a_dra_cluster_keeps_gpus_out_of_the_pod_group() -> None:
 
 
 def test_member_rbac_lets_the_broker_write_claim_templates() -> None:
-    from broker.rbac import member_rbac
+    from broker.tenancy.rbac import member_rbac
 
     role = next(d for d in member_rbac("dra-east") if d["kind"] == "Role")
     assert any(

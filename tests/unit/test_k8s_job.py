@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from fastapi.exceptions import RequestValidationError
 
-from broker import safe_yaml
-from broker.api import spec_of
-from broker.errors import InvalidRequest
-from broker.hints import build_workload
-from broker.model import ClusterTraits, Placement, Tier
+from broker.api.routes import spec_of
+from broker.core import safe_yaml
+from broker.core.errors import InvalidRequest
+from broker.core.model import ClusterTraits, Placement, Tier
+from broker.workload.manifest import build_workload
 
 # What `kubectl create job train --image=... --dry-run=client -o yaml -- python train.py` prints,
 # with GPUs, env, a ConfigMap volume and a placement annotation added by hand.

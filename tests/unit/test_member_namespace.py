@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from broker import member_quota
-from broker.config import parse_fleet_config
-from broker.errors import ConfigError
-from broker.hints import build_workload
-from broker.model import ClusterTraits, JobRequest, Placement, WorkloadRef
-from broker.rbac import member_rbac
-from broker.recovery import StoreRecovery
+from broker.config.settings import parse_fleet_config
+from broker.core.errors import ConfigError
+from broker.core.model import ClusterTraits, JobRequest, Placement, WorkloadRef
+from broker.ha.recovery import StoreRecovery
+from broker.tenancy import member_quota
+from broker.tenancy.rbac import member_rbac
+from broker.workload.manifest import build_workload
 
 REPO = Path(__file__).resolve().parents[2]
 PLACED = Placement("east", "H100-80GB", "nvidia.com/gpu", 2, 1, 80)

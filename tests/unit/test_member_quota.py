@@ -1,4 +1,4 @@
-"""broker.member_quota: a member namespace's ResourceQuota and LimitRange as the API server applies them.
+"""broker.tenancy.member_quota: a member namespace's ResourceQuota and LimitRange as the API server applies them.
 
 Tables per rule: LimitRange objects read as stored (defaulting), LimitRanger's defaults on the broker's
 container, its min/max/ratio refusals, what a Job charges a quota, and the quota's refusal in words."""
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from broker import member_quota
-from broker.model import JobRequest, LimitRangeItem, MemberNamespace, QuotaStatus
+from broker.core.model import JobRequest, LimitRangeItem, MemberNamespace, QuotaStatus
+from broker.tenancy import member_quota
 
 GI = 2**30
 MI = 2**20

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from broker.model import GpuProduct, MigSlices, MigStrategy, NodeFacts, NumaZone, Taint
-from broker.node_detail import node_detail, nodes_table
+from broker.capacity.node_detail import node_detail, nodes_table
+from broker.core.model import GpuProduct, MigSlices, MigStrategy, NodeFacts, NumaZone, Taint
 
 
 def _node(**kw: object) -> NodeFacts:

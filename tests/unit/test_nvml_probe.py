@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from adapters.nvml import ProbeResult, probe, render
-from broker.errors import MalformedObject
-from broker.model import MigStrategy
+from broker.core.errors import MalformedObject
+from broker.core.model import MigStrategy
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_XML = REPO.parent / "shared" / "fixtures" / "gpu-host-h200" / "nvidia-smi-q.xml"

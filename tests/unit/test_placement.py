@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from broker.framework import Code, FilterResult, Option, PreparedJob
-from broker.model import (
+from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
     Health,
@@ -20,7 +19,8 @@ from broker.model import (
     QueueHeadroom,
     Tier,
 )
-from broker.placement import PlacementPolicy, explain, place
+from broker.scheduler.framework import Code, FilterResult, PreparedJob, RunOption
+from broker.scheduler.placement import PlacementPolicy, explain, place
 from tests.unit.k8s_builders import mig, product, summary
 
 NOW = 1000.0
@@ -363,7 +363,7 @@ class Broken:
         summary: ClusterSummary,
         traits: ClusterTraits | None,
         now: float,
-        options: Sequence[Option],
+        options: Sequence[RunOption],
     ) -> FilterResult:
         raise RuntimeError("boom")
 

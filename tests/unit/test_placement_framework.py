@@ -9,12 +9,19 @@ from typing import ClassVar
 
 import pytest
 
-from broker import placement
-from broker.framework import SUCCESS, Code, FilterResult, Option, PreparedJob, Status
-from broker.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement, Tier
-from broker.placement import PlacementPolicy, cluster_options, explain, explain_and_decide, place, prepare
-from broker.plugins import registry
-from broker.plugins.binpack import BinPackScore
+from broker.core.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement, Tier
+from broker.scheduler import placement
+from broker.scheduler.framework import SUCCESS, Code, FilterResult, PreparedJob, RunOption, Status
+from broker.scheduler.placement import (
+    PlacementPolicy,
+    cluster_options,
+    explain,
+    explain_and_decide,
+    place,
+    prepare,
+)
+from broker.scheduler.plugins import registry
+from broker.scheduler.plugins.binpack import BinPackScore
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import NOW, h100, l4
 
@@ -37,7 +44,7 @@ class Counting:
         summary: ClusterSummary,
         traits: ClusterTraits | None,
         now: float,
-        options: Sequence[Option],
+        options: Sequence[RunOption],
     ) -> FilterResult:
         self.seen.append(summary.cluster)
         return options
@@ -56,7 +63,7 @@ class Emptying:
         summary: ClusterSummary,
         traits: ClusterTraits | None,
         now: float,
-        options: Sequence[Option],
+        options: Sequence[RunOption],
     ) -> FilterResult:
         return []
 
@@ -70,7 +77,7 @@ class BrokenScore:
     on: tuple[str, ...] = ()
 
     def score(
-        self, job: PreparedJob, summary: ClusterSummary, traits: ClusterTraits | None, option: Option
+        self, job: PreparedJob, summary: ClusterSummary, traits: ClusterTraits | None, option: RunOption
     ) -> int:
         if summary.cluster in self.on:
             raise ZeroDivisionError("division by zero")
@@ -215,7 +222,7 @@ def test_a_filter_returning_success_keeps_the_options() -> None:
             summary: ClusterSummary,
             traits: ClusterTraits | None,
             now: float,
-            options: Sequence[Option],
+            options: Sequence[RunOption],
         ) -> FilterResult:
             return SUCCESS
 

@@ -1,4 +1,4 @@
-"""broker.preemption: who a high-priority job that fits nowhere evicts, and when the storm limits hold.
+"""broker.scheduler.preemption: who a high-priority job that fits nowhere evicts, and when the storm limits hold.
 
 Victim selection as a table: lower priority only, tenants over their fair share first, then the fewest
 GPU-hours lost, then fewer victims; the cluster where that is cheapest."""
@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from broker import preemption
-from broker.model import ClusterSummary, JobRequest, ProductCapacity
-from broker.preemption import PreemptionPolicy, Victim
+from broker.core.model import ClusterSummary, JobRequest, ProductCapacity
+from broker.scheduler import preemption
+from broker.scheduler.preemption import PreemptionPolicy, Victim
 
 NOW = 100_000.0
 HOUR = 3600.0

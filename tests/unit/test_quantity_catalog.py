@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker import catalog
-from broker.model import MigNeed
-from broker.quantity import QuantityError, to_int, to_millis
+from broker.core import catalog
+from broker.core.model import MigNeed
+from broker.core.quantity import QuantityError, to_int, to_millis
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker import queueing
-from broker.config import parse_fleet_config
-from broker.errors import ConfigError
-from broker.model import (
+from broker.config.settings import parse_fleet_config
+from broker.core.errors import ConfigError
+from broker.core.model import (
     ClusterSummary,
     Health,
     JobRecord,
@@ -21,7 +20,8 @@ from broker.model import (
     Placement,
     ProductCapacity,
 )
-from broker.queueing import QueuePolicy, TenantPolicy
+from broker.queue import queueing
+from broker.queue.queueing import QueuePolicy, TenantPolicy
 
 H100 = "H100-80GB"
 A100 = "A100-80GB"

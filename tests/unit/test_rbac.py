@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 
 from adapters.kube_informer import ALL_RESOURCES
-from broker.rbac import member_rbac
+from broker.tenancy.rbac import member_rbac
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = REPO / "tools" / "bin" / "kubectl"

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from broker import faults, hints
-from broker.config import FleetConfig
-from broker.errors import ConfigError
-from broker.main import with_environment
-from broker.model import ClusterTraits, JobRequest, JobState, MigNeed, Placement, WorkloadRef
-from broker.recovery import newest_attempts, record_of
-from broker.vocabulary import FEDERATION_ANNOTATION, IDEMPOTENCY_ANNOTATION, REQUEST_ANNOTATION
+from broker.app.main import with_environment
+from broker.config.settings import FleetConfig
+from broker.controller import faults
+from broker.core.errors import ConfigError
+from broker.core.k8s_names import FEDERATION_ANNOTATION, IDEMPOTENCY_ANNOTATION, REQUEST_ANNOTATION
+from broker.core.model import ClusterTraits, JobRequest, JobState, MigNeed, Placement, WorkloadRef
+from broker.ha.recovery import newest_attempts, record_of
+from broker.workload import manifest
 
 REQUEST = JobRequest(
     "train",
@@ -31,10 +32,10 @@ def _ref(job_id: str, attempt: int, annotations: dict[str, str]) -> WorkloadRef:
 
 def test_every_job_the_broker_creates_carries_the_request_its_key_and_its_federation() -> None:
     where = Placement("c1", "H100-80GB", "nvidia.com/gpu", 2, pods=2, score=0)
-    notes = hints.recovery_annotations(REQUEST, 12.5, "key-1", "gpufed")
-    job = hints.build_workload("j1", 1, REQUEST, where, ClusterTraits("c1"), notes).job
+    notes = manifest.recovery_annotations(REQUEST, 12.5, "key-1", "gpufed")
+    job = manifest.build_workload("j1", 1, REQUEST, where, ClusterTraits("c1"), notes).job
     annotations = job["metadata"]["annotations"]
-    assert hints.decode_request(annotations[REQUEST_ANNOTATION]) == REQUEST
+    assert manifest.decode_request(annotations[REQUEST_ANNOTATION]) == REQUEST
     assert annotations[IDEMPOTENCY_ANNOTATION] == "key-1"
     assert annotations[FEDERATION_ANNOTATION] == "gpufed"
     assert annotations["gpufed.io/cluster"] == "c1"
@@ -43,18 +44,18 @@ def test_every_job_the_broker_creates_carries_the_request_its_key_and_its_federa
 
 def test_a_mig_request_round_trips_through_its_annotation() -> None:
     mig = JobRequest("m", mig_need=MigNeed(memory_gb=10, compute_slices=2), mig_slices_per_pod=2)
-    text = hints.recovery_annotations(mig, 0.0, None, None)[REQUEST_ANNOTATION]
-    assert hints.decode_request(text) == mig
+    text = manifest.recovery_annotations(mig, 0.0, None, None)[REQUEST_ANNOTATION]
+    assert manifest.decode_request(text) == mig
 
 
 def test_a_bad_request_annotation_is_an_error_naming_it() -> None:
     with pytest.raises(ValueError, match=r"gpufed\.io/request"):
-        hints.decode_request('{"gpus_per_pod": "many"}')
+        manifest.decode_request('{"gpus_per_pod": "many"}')
 
 
 def test_the_rebuild_takes_the_newest_attempt_of_this_federation_only() -> None:
-    mine = hints.recovery_annotations(REQUEST, 50.0, "k", "gpufed")
-    theirs = hints.recovery_annotations(REQUEST, 50.0, None, "other")
+    mine = manifest.recovery_annotations(REQUEST, 50.0, "k", "gpufed")
+    theirs = manifest.recovery_annotations(REQUEST, 50.0, None, "other")
     refs = [
         _ref("j1", 1, mine),
         _ref("j1", 2, mine),

@@ -1,11 +1,11 @@
-"""broker.reservations: what the placer may assume, as tables over the histograms level 1 reads."""
+"""broker.cache.reservations: what the placer may assume, as tables over the histograms level 1 reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.model import ClusterSummary, MigCapacity, ProductCapacity, QueueHeadroom, Reservation
-from broker.reservations import deduct, live, take_best_fit
+from broker.cache.reservations import deduct, live, take_best_fit
+from broker.core.model import ClusterSummary, MigCapacity, ProductCapacity, QueueHeadroom, Reservation
 
 NOW = 1_000.0
 GPU = "nvidia.com/gpu"

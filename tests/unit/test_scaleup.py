@@ -1,12 +1,12 @@
-"""Scale-up headroom (broker.scaleup): a cloud pool's missing nodes count once, reservations included."""
+"""Scale-up headroom (broker.burst.scaleup): a cloud pool's missing nodes count once, reservations included."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker import reservations
-from broker.model import ClusterSummary, ProductCapacity, Reservation, Tier
-from broker.scaleup import grow, needs_scale_up
+from broker.burst.scaleup import grow, needs_scale_up
+from broker.cache import reservations
+from broker.core.model import ClusterSummary, ProductCapacity, Reservation, Tier
 
 NOW = 1_800_000_000.0
 

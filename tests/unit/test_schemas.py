@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from broker.schemas import JobSpec
+from broker.api.schemas import JobSpec
 
 
 def _fields(exc: ValidationError) -> dict[str, str]:

@@ -1,10 +1,10 @@
-"""Spend and budgets (broker.spend): cost = price x GPUs x run time, periods, what is left."""
+"""Spend and budgets (broker.burst.spend): cost = price x GPUs x run time, periods, what is left."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.spend import (
+from broker.burst.spend import (
     Budget,
     Period,
     Run,

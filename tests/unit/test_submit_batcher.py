@@ -1,4 +1,4 @@
-"""broker.submit_batcher: concurrent submits share a write, one at a time; each caller gets its own answer."""
+"""broker.controller.submit_batcher: concurrent submits share a write, one at a time; each caller gets its own answer."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from broker.errors import Conflict, StoreError
-from broker.model import JobEvent, JobRecord, JobRequest, JobState
-from broker.submit_batcher import Outcome, Prepared, SubmitBatcher
+from broker.controller.submit_batcher import Outcome, Prepared, SubmitBatcher
+from broker.core.errors import Conflict, StoreError
+from broker.core.model import JobEvent, JobRecord, JobRequest, JobState
 
 
 def prepared(i: int) -> Prepared:

@@ -1,10 +1,11 @@
-"""Predicted on-prem wait (broker.wait_prediction): run-time estimates and the queue replay."""
+"""Predicted on-prem wait (broker.burst.wait_prediction): run-time estimates and the queue replay."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.model import (
+from broker.burst.wait_prediction import MIN_SAMPLES, RunTimeModel, median, predict_queue, shape_key
+from broker.core.model import (
     ClusterSummary,
     JobRecord,
     JobRequest,
@@ -13,7 +14,6 @@ from broker.model import (
     ProductCapacity,
     Tier,
 )
-from broker.wait_prediction import MIN_SAMPLES, RunTimeModel, median, predict_queue, shape_key
 
 NOW = 1_800_000_000.0
 H100 = "H100-80GB"

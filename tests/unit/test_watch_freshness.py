@@ -1,6 +1,6 @@
 """A quiet, healthy cluster must never look stale to the placer, nor lost to health.
 
-Health (broker.health) counts a cluster unreachable after clusterLostSeconds without a successful call;
+Health (broker.health.machine) counts a cluster unreachable after clusterLostSeconds without a successful call;
 on a quiet cluster the liveness probe is what succeeds, so it must come several times within that limit.
 
 The watcher's heartbeat moves on events, bookmarks and the end of each watch request (timeoutSeconds).
@@ -12,7 +12,7 @@ well inside the staleness limit the placer applies (settings.staleAfterSeconds).
 from __future__ import annotations
 
 from adapters.kube_informer import WatchSettings
-from broker.config import Settings
+from broker.config.settings import Settings
 
 
 def test_a_watch_ends_and_proves_the_cluster_alive_within_the_default_staleness_limit() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.framework import FilterPlugin, FilterResult, Option, PreparedJob, ScorePlugin, Status
-from broker.model import ClusterSummary, ClusterTraits, JobRequest, ProductCapacity
-from broker.placement import PlacementPolicy, cluster_options, prepare
+from broker.core.model import ClusterSummary, ClusterTraits, JobRequest, ProductCapacity
+from broker.scheduler.framework import FilterPlugin, FilterResult, PreparedJob, RunOption, ScorePlugin, Status
+from broker.scheduler.placement import PlacementPolicy, cluster_options, prepare
 from tests.unit.k8s_builders import product
 
 NOW = 1000.0
@@ -37,14 +37,14 @@ def run_filter(
     summary: ClusterSummary,
     traits: ClusterTraits | None = None,
     now: float = NOW,
-) -> tuple[FilterResult, tuple[Option, ...]]:
+) -> tuple[FilterResult, tuple[RunOption, ...]]:
     """The plugin's result on the cluster's options for the job, and those options."""
     pj = prepared(job)
     options = cluster_options(pj, summary)
     return plugin.filter(pj, summary, traits, now, options), options
 
 
-def outcome(result: FilterResult, options: tuple[Option, ...]) -> object:
+def outcome(result: FilterResult, options: tuple[RunOption, ...]) -> object:
     """UNCHANGED (the very options given back), the products (profiles) kept, or (code name, reason, best)."""
     if isinstance(result, Status):
         return (result.code.name, result.reason, result.best)

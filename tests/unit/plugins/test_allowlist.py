@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import JobRequest
-from broker.plugins.allowlist import ClusterAllowList
+from broker.core.model import JobRequest
+from broker.scheduler.plugins.allowlist import ClusterAllowList
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, prepared
 

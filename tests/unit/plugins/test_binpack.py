@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import ClusterSummary, JobRequest
-from broker.plugins.binpack import BinPackScore
+from broker.core.model import ClusterSummary, JobRequest
+from broker.scheduler.plugins.binpack import BinPackScore
 from tests.unit.k8s_builders import mig, summary
 from tests.unit.plugins.helpers import h100, score_of
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import JobRequest, Tier
-from broker.plugins.burst import BurstEligibility
+from broker.core.model import JobRequest, Tier
+from broker.scheduler.plugins.burst import BurstEligibility
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, prepared
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import ClusterSummary, JobRequest, MigNeed
-from broker.plugins.gpu_fit import WholeGpuFit, fit_table
+from broker.core.model import ClusterSummary, JobRequest, MigNeed
+from broker.scheduler.plugins.gpu_fit import WholeGpuFit, fit_table
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, l4, prepared
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import JobRequest, MigNeed
-from broker.plugins.gpu_product import GpuProductMemory, describe_gpu_need
+from broker.core.model import JobRequest, MigNeed
+from broker.scheduler.plugins.gpu_product import GpuProductMemory, describe_gpu_need
 from tests.unit.k8s_builders import mig, summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, l4
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import Health, JobRequest
-from broker.plugins.health import HealthFreshness
+from broker.core.model import Health, JobRequest
+from broker.scheduler.plugins.health import HealthFreshness
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import NOW, UNCHANGED, filter_outcome, h100, prepared
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import ClusterTraits, JobRequest, QueueHeadroom
-from broker.plugins.kueue import KueueHeadroom, QueueHeadroomScore
+from broker.core.model import ClusterTraits, JobRequest, QueueHeadroom
+from broker.scheduler.plugins.kueue import KueueHeadroom, QueueHeadroomScore
 from tests.unit.k8s_builders import mig, summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, l4, prepared, score_of
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import JobRequest, MigCapacity, MigNeed
-from broker.plugins.mig_fit import MigFit
+from broker.core.model import JobRequest, MigCapacity, MigNeed
+from broker.scheduler.plugins.mig_fit import MigFit
 from tests.unit.k8s_builders import mig, summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, prepared
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from broker.model import (
+from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
     JobRequest,
@@ -15,7 +15,7 @@ from broker.model import (
     MemberNamespace,
     QuotaStatus,
 )
-from broker.plugins.namespace_quota import NamespaceQuota
+from broker.scheduler.plugins.namespace_quota import NamespaceQuota
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import ClusterSummary, JobRequest
-from broker.plugins.numa import NumaFit
+from broker.core.model import ClusterSummary, JobRequest
+from broker.scheduler.plugins.numa import NumaFit
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, prepared
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.model import JobRequest, Tier
-from broker.plugins.price import PriceCap, PriceScore
+from broker.core.model import JobRequest, Tier
+from broker.scheduler.plugins.price import PriceCap, PriceScore
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import UNCHANGED, filter_outcome, h100, l4, prepared, score_of
 

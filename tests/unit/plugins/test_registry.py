@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from broker import placement
-from broker.model import JobRequest, NoFit, Placement
-from broker.placement import PlacementPolicy, place
-from broker.plugins import registry
-from broker.plugins.binpack import BinPackScore
-from broker.plugins.health import HealthFreshness
+from broker.core.model import JobRequest, NoFit, Placement
+from broker.scheduler import placement
+from broker.scheduler.placement import PlacementPolicy, place
+from broker.scheduler.plugins import registry
+from broker.scheduler.plugins.binpack import BinPackScore
+from broker.scheduler.plugins.health import HealthFreshness
 from tests.unit.k8s_builders import summary
 from tests.unit.plugins.helpers import NOW, h100
 

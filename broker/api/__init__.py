@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): routes, wire schemas, following jobs (SSE), request limits, the dashboard."""

@@ -1,0 +1,484 @@
+"""The global endpoint: a FastAPI app over BrokerService.
+
+    POST   /v1/jobs              submit a native spec or a plain batch/v1 Job (broker.workload.k8s_job), JSON or
+                                 YAML (Content-Type: application/yaml)
+                                 (header Idempotency-Key: the same key returns the same job)
+    GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
+    GET    /v1/jobs/{id}         one job, with its placement and the reason for its state; a queued one
+                                 with queuePosition and queueReason (broker.queue.queueing), and its
+                                 predicted on-prem start (predictedStart, predictedWait; docs/burst.md)
+    DELETE /v1/jobs/{id}         cancel
+    GET    /v1/jobs/{id}/events  the job's transitions, oldest first; ?watch=1 streams them (SSE)
+    GET    /v1/jobs/{id}/logs    the container log from the member cluster (?follow=1&tailLines=N)
+    GET    /v1/events            every job's transitions; ?watch=1 streams them live (SSE)
+    POST   /v1/explain           dry run: where a job would go and every cluster's verdict, and where it
+                                 would stand in the queue (position, why, whether a quota holds it)
+    GET    /v1/fleet             capacity per cluster and product (whole, MIG, time-sliced, NUMA) beside the
+                                 queued demand per product; ?nodes=true adds each cluster's node table
+    GET    /v1/clusters          the member clusters as declared, with health
+    GET    /v1/spend             each tenant's cloud spend and budget this period (broker.api.burst)
+    GET    /metrics              Prometheus text (broker.telemetry): counters, histograms, fleet gauges
+    GET    /healthz              liveness only: the process serves HTTP
+    GET    /readyz               readiness: 503 with the reason per check (Redis answers; more checks,
+                                 e.g. the leader lease, are passed in by the composition root)
+    GET    /                     the dashboard (static files in broker/api/routes/dashboard, served under /ui/)
+
+Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message"}]} with 404, 409,
+413 (a body over maxRequestBytes), 422 (every bad field named, camelCase as sent; for a Job, its
+field path), 502 (a member cluster failed), 503 (state store down).
+
+Authentication (docs/tenancy.md): every /v1 call carries `Authorization: Bearer <token>`; a token maps to
+a tenant and a role (broker.tenancy.auth). A user sees and cancels only its own tenant's jobs (another tenant's
+job is 404, as if it did not exist), an admin every job, a viewer reads everything and changes nothing.
+401 and 403 are Kubernetes Status objects ({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+"message", "reason": "Unauthorized" | "Forbidden", "code"}). /healthz, /readyz, /metrics and the dashboard's
+static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) every caller is an admin.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
+
+from broker import telemetry
+from broker.api.burst import prediction_view, spend_view
+from broker.api.follow import add_follow_routes
+from broker.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from broker.api.schemas import (
+    JobSpec,
+    JobView,
+    decision_view,
+    node_view,
+    summary_view,
+    verdict_view,
+)
+from broker.controller.service import BrokerService
+from broker.controller.submit_batcher import SubmitBatcher
+from broker.core import safe_yaml
+from broker.core.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.core.model import JobRecord, JobState
+from broker.core.ports import Clock, PodLogs
+from broker.queue import queueing
+from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
+from broker.workload import k8s_job
+
+DASHBOARD = Path(__file__).resolve().parent / "dashboard"
+
+# A readiness check returns normally when its dependency is usable, and raises (the message is the
+# reason shown by /readyz) or returns False when it is not.
+ReadinessCheck = Callable[[], object]
+
+
+def _error(status: int, kind: str, message: str, fields: list[dict[str, str]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": kind, "message": message}
+    if fields:
+        body["fields"] = fields
+    return JSONResponse(status_code=status, content=body)
+
+
+class AuthError(Exception):
+    """401 (no or unknown token) or 403 (the role may not do this), answered as a Kubernetes Status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def _caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The authenticated caller of a /v1 request (the app's token table is in app.state.tokens). Async
+    though it awaits nothing: a token lookup is cheaper than the hop to a worker thread."""
+    tokens: TokenTable | None = request.app.state.tokens
+    if tokens is None:
+        return ANONYMOUS_ADMIN
+    if not authorization:
+        raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError(401, "the Authorization header must be: Bearer <token>")
+    principal = tokens.authenticate(token.strip())
+    if principal is None:
+        raise AuthError(401, "unknown or revoked token")
+    return principal
+
+
+Caller = Annotated[Principal, Depends(_caller)]
+
+
+def status_body(code: int, message: str) -> dict[str, Any]:
+    """A Kubernetes-style Status object (meta/v1 Status) for a refused request."""
+    reason = {401: "Unauthorized", 403: "Forbidden"}.get(code, "Unknown")
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _not_ready(checks: Mapping[str, ReadinessCheck]) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    for name, check in checks.items():
+        try:
+            ok = check()
+        except Exception as exc:  # a readiness probe reports every failure, whatever its kind
+            reasons[name] = str(exc) or type(exc).__name__
+            continue
+        if ok is False:
+            reasons[name] = "not ready"
+    return reasons
+
+
+IDEMPOTENCY_KEY_OPENAPI: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "a retried submit with the same key (per tenant) returns the first job: 200, not 201",
+    "schema": {"type": "string", "maxLength": 200},
+}
+AUTHORIZATION_OPENAPI: dict[str, Any] = {
+    "name": "Authorization",
+    "in": "header",
+    "required": False,
+    "description": "Bearer <token> (docs/tenancy.md)",
+    "schema": {"type": "string"},
+}
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+SUBMISSION_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "a native job spec (JobSpec) or a plain batch/v1 Job, as JSON or YAML",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "object"}},
+        },
+    }
+}
+
+
+async def submission_body(request: Request) -> Any:
+    """The submitted document: JSON, or YAML (Content-Type application/yaml) read by safe_yaml with its
+    alias limit. Size is capped before this by BodyLimit."""
+    raw = await request.body()
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    try:
+        if kind in YAML_TYPES:
+            return safe_yaml.load(raw, "body")
+        return json.loads(raw)
+    except safe_yaml.YamlError as e:
+        raise InvalidRequest("(body)", str(e).removeprefix("body: ")) from None
+    except (ValueError, RecursionError) as e:
+        raise InvalidRequest("(body)", f"not valid JSON: {e}") from None
+
+
+def spec_of(body: object) -> JobSpec:
+    """A submission as a JobSpec: native, or a batch/v1 Job translated (errors name the Job's fields)."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
+    if k8s_job.is_k8s_job(body):
+        assert isinstance(body, Mapping)
+        native = k8s_job.to_native(body)
+        try:
+            return JobSpec.model_validate(native)
+        except ValidationError as e:
+            raise RequestValidationError(
+                [
+                    {
+                        **err,
+                        "loc": (
+                            k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]]),
+                        ),
+                    }
+                    for err in e.errors()
+                ]
+            ) from None
+    try:
+        return JobSpec.model_validate(body)
+    except ValidationError as e:
+        raise RequestValidationError(e.errors()) from None
+
+
+def create_app(
+    service: BrokerService,
+    clock: Clock,
+    readiness: Mapping[str, ReadinessCheck] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    logs: PodLogs | None = None,
+    tokens: TokenTable | None = None,
+) -> FastAPI:
+    """The API. `tokens` None runs without authentication (every caller an admin): the composition root
+    passes None only for an explicit --insecure-no-auth."""
+    app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.state.tokens = tokens
+    batcher = SubmitBatcher(service.submit_many)
+
+    def visible(principal: Principal, job_id: str) -> JobRecord:
+        """The job, if this caller may see it; another tenant's job does not exist for a user."""
+        record = service.get(job_id)
+        if not principal.may_read(record.request.tenant):
+            raise NotFound(f"job {job_id} not found")
+        return record
+
+    def view(record: JobRecord, slots: Mapping[str, queueing.Slot]) -> dict[str, Any]:
+        body = JobView.of(record).model_dump(by_alias=True)
+        slot = slots.get(record.id)
+        body["queuePosition"] = slot.position if slot is not None else None
+        body["queueReason"] = slot.reason if slot is not None else None
+        return body
+
+    def slots_for(records: list[JobRecord]) -> Mapping[str, queueing.Slot]:
+        queued = [r.id for r in records if r.state is JobState.QUEUED]
+        return service.queue_slots(queued) if queued else {}
+
+    @app.exception_handler(AuthError)
+    async def _auth(_: Request, exc: AuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": 'Bearer realm="gpufed"'} if exc.code == 401 else None
+        return JSONResponse(status_code=exc.code, content=status_body(exc.code, str(exc)), headers=headers)
+
+    checks: Mapping[str, ReadinessCheck] = (
+        readiness if readiness is not None else {"redis": service.store.ping}
+    )
+    app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = []
+        for e in exc.errors():
+            loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "header", "path")]
+            fields.append({"field": ".".join(loc) or "(body)", "message": str(e.get("msg", "invalid"))})
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        return _error(422, "invalid", summary, fields)
+
+    @app.exception_handler(InvalidRequest)
+    async def _invalid_request(_: Request, exc: InvalidRequest) -> JSONResponse:
+        return _error(422, "invalid", str(exc), [{"field": exc.field, "message": exc.detail}])
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return _error(404, "not-found", str(exc))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return _error(409, "conflict", str(exc))
+
+    @app.exception_handler(ClusterError)
+    async def _cluster(_: Request, exc: ClusterError) -> JSONResponse:
+        return _error(502, "cluster", str(exc))
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        response = _error(503, "store", str(exc))
+        response.headers["Retry-After"] = "2"  # Redis back, or the records rebuilt (errors.Recovering)
+        return response
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        reasons = _not_ready(checks)
+        if reasons:
+            text = "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+            return JSONResponse(
+                status_code=503, content={"status": "not-ready", "message": text, "reasons": reasons}
+            )
+        return JSONResponse(content={"status": "ready", "checks": sorted(checks)})
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(DASHBOARD / "index.html", media_type="text/html")
+
+    @app.post(
+        "/v1/jobs",
+        status_code=201,
+        response_model=None,
+        openapi_extra=SUBMISSION_OPENAPI | {"parameters": [IDEMPOTENCY_KEY_OPENAPI, AUTHORIZATION_OPENAPI]},
+    )
+    async def submit(request: Request) -> Response:
+        # The busiest route reads its request itself: FastAPI's dependency resolution cost more than the
+        # rest of a submit (benchmarks/placement.py submit). Same checks, same errors as the others.
+        principal = await _caller(request, request.headers.get("authorization"))
+        idempotency_key = request.headers.get("idempotency-key")
+        if idempotency_key is not None and len(idempotency_key) > 200:
+            raise InvalidRequest("Idempotency-Key", "at most 200 characters")
+        spec = spec_of(await submission_body(request))
+        # Checked on the event loop; stored by the group commit with the submits that come meanwhile.
+        if not principal.can_submit:
+            raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
+        job_request = spec.to_request()
+        if "tenant" not in spec.model_fields_set or principal.role is not Role.ADMIN:
+            # The tenant is the token's; a user naming another tenant is refused, not silently moved.
+            if "tenant" in spec.model_fields_set and spec.tenant != principal.tenant:
+                raise AuthError(
+                    403, f"{principal.name} submits for tenant {principal.tenant}, not {spec.tenant}"
+                )
+            job_request = replace(job_request, tenant=principal.tenant)
+        record, created = await batcher.submit(service.prepare_submit(job_request, idempotency_key))
+        return Response(
+            JobView.of(record).model_dump_json(by_alias=True),
+            status_code=201 if created else 200,
+            media_type="application/json",
+        )
+
+    @app.get("/v1/jobs")
+    def list_jobs(
+        principal: Caller, state: Annotated[list[JobState] | None, Query()] = None
+    ) -> dict[str, Any]:
+        records = [
+            r for r in service.jobs(list(state) if state else None) if principal.may_read(r.request.tenant)
+        ]
+        slots = slots_for(records)
+        items = [view(r, slots) for r in records]
+        queued = [r.id for r in records if r.state is JobState.QUEUED]
+        if queued:  # when each would start on-prem (docs/burst.md); computed at most once a second
+            predicted = service.queue_predictions(queued)
+            for body in items:
+                if body["state"] == JobState.QUEUED.value:
+                    body.update(prediction_view(predicted.get(body["id"])))
+        return {"items": items}
+
+    @app.get("/v1/jobs/{job_id}")
+    def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
+        record = visible(principal, job_id)
+        body = view(record, slots_for([record]))
+        if record.state is JobState.QUEUED:  # when it would start on-prem (docs/burst.md)
+            body.update(prediction_view(service.queue_predictions([record.id]).get(record.id)))
+        return body
+
+    @app.delete("/v1/jobs/{job_id}")
+    def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:
+        record = visible(principal, job_id)
+        if not principal.may_cancel(record.request.tenant):
+            raise AuthError(403, f"{principal.name} is a {principal.role}: it may not cancel jobs")
+        return JobView.of(service.cancel(job_id)).model_dump(by_alias=True)
+
+    def tenant_filter(principal: Caller) -> Callable[[str], bool] | None:
+        """What the follow routes (SSE, logs) may show this caller: every tenant for one who reads all."""
+        return None if principal.role is not Role.USER else principal.may_read
+
+    add_follow_routes(app, service, logs, reader=tenant_filter)
+
+    @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
+    def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:
+        spec = spec_of(submitted)
+        request = spec.to_request()
+        if "tenant" not in spec.model_fields_set or principal.role is Role.USER:
+            request = replace(request, tenant=principal.tenant)  # the queue as the caller would see it
+        decision, verdicts = service.explain(request)
+        body = decision_view(decision)
+        body["clusters"] = [verdict_view(v) for v in verdicts]
+        slot = service.explain_queue(request)
+        body.update(prediction_view(service.explain_wait(request)))
+        body["queue"] = {
+            "tenant": request.tenant,
+            "position": slot.position,
+            "reason": slot.reason,
+            "heldByQuota": slot.blocked is not None,
+            "borrowing": list(slot.borrowing),
+        }
+        return body
+
+    @app.get("/v1/fleet")
+    def fleet(principal: Caller, nodes: bool = False) -> dict[str, Any]:
+        now = clock.now()
+        summaries = service.fleet()
+        demand = telemetry.queued_demand(service.jobs([JobState.QUEUED]))
+        clusters = []
+        for s in summaries:
+            view = summary_view(s, now)
+            if nodes:
+                table = service.store.get_nodes(s.cluster)
+                view["nodeDetail"] = (
+                    None
+                    if table is None
+                    else {
+                        "ageSeconds": round(max(0.0, now - table[1]), 1),
+                        "items": [node_view(d) for d in table[0]],
+                    }
+                )
+            clusters.append(view)
+        totals: dict[str, dict[str, int]] = {}
+        for s in summaries:
+            for p in s.products:
+                t = totals.setdefault(p.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
+                t["free"] += p.free
+                t["allocatable"] += p.allocatable
+                t["sharedFree"] += p.shared_free
+            for m in s.mig:
+                t = totals.setdefault(m.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
+                t["migFree"] += m.free
+        products = [
+            {"product": name, **t, "queued": demand.get(name, 0)} for name, t in sorted(totals.items())
+        ]
+        products += [
+            {"product": name, "free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0, "queued": units}
+            for name, units in sorted(demand.items())
+            if name not in totals
+        ]
+        return {"clusters": clusters, "products": products}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        try:
+            sample = telemetry.FleetSample(
+                summaries=tuple(service.fleet()),
+                jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
+                now=clock.now(),
+                event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
+            )
+        except StoreError:
+            # Redis is down: still serve this process's counters, with gpufed_store_up 0
+            sample = telemetry.FleetSample(summaries=(), now=clock.now(), store_up=False)
+        return Response(content=telemetry.exposition(sample), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/spend")
+    def spend(principal: Caller) -> dict[str, Any]:
+        return spend_view(service, principal)
+
+    @app.get("/v1/clusters")
+    def clusters(principal: Caller, events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
+        """Member clusters as declared, with their effective health (cause and since), whether they are
+        fenced after a loss, and their latest health events; `recovery` is the last rebuild of the job
+        records from the clusters after Redis came back empty (None if there was none)."""
+        healths = service.cluster_health()
+        beats = {s.cluster: s.heartbeat for s in service.fleet()}
+        fenced = service.store.fenced()
+        items = []
+        for name, t in sorted(service.traits.items()):
+            h = healths[name]
+            items.append(
+                {
+                    "name": name,
+                    "tier": str(t.tier),
+                    "region": t.region,
+                    "labels": dict(t.labels),
+                    "kueue": t.kueue_local_queue,
+                    "health": str(h.health),
+                    "healthReason": h.reason,
+                    "healthSince": h.since,
+                    "heartbeat": beats.get(name, 0.0),
+                    "fenced": fenced.get(name),
+                    "events": [
+                        {"at": e.at, "health": str(e.health), "reason": e.reason}
+                        for e in (service.store.cluster_events(name, events) if events else [])
+                    ],
+                }
+            )
+        report = service.store.recovery_report()
+        return {"items": items, "recovery": json.loads(report) if report else None}
+
+    return app

@@ -1,0 +1,1 @@
+"""Composition roots: `gpufed serve` wiring (the one place adapters meet the broker) and the demo."""

@@ -1,0 +1,637 @@
+"""Composition root: the one broker module that wires adapters into ports.
+
+build_service(cfg)            BrokerService over RedisStateStore + WatchingGateway (a KubeGateway whose Job
+                              status reads come from one Job informer per cluster) + SystemClock
+running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, the leader elector (the
+                              control loop runs while this replica holds the lease), HTTP API, and the
+                              ClusterProfile sync when configured; all stopped on exit
+serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
+                              Retry-After for writes, the pass finishes, the lease is released, Ray
+                              stops); a reaper process makes sure no process it started outlives it;
+                              REDIS_URL overrides the config file's settings.redisUrl,
+                              GPUFED_TOKENS_FILE its auth.tokensFile. Both refuse to start without a
+                              tokens file unless insecure_no_auth (`gpufed serve --insecure-no-auth`).
+
+Two services share the process: the API's (plain store; submits refused while the store is rebuilt)
+and the leader's (its store sends the lease's fencing token with every control-loop write).
+probe(xml, fmt)               `gpufed probe`
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import gc
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from pydantic import ValidationError
+
+from adapters import nvml
+from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
+from adapters.job_informer import WatchingGateway
+from adapters.kube_rest import KubeRest
+from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.reaper import Reaper
+from adapters.redis_burst import RedisBurstLedger
+from adapters.redis_lease import RedisLease
+from adapters.redis_store import RedisStateStore
+from adapters.system_clock import SystemClock
+from broker import telemetry
+from broker.api.routes import create_app
+from broker.burst.gate import BurstGate
+from broker.config import clusterprofile
+from broker.config.reload import ConfigChanges, ConfigWatcher, changes
+from broker.config.settings import AuthConfig, ClusterConfig, FleetConfig, load_fleet_config, load_tokens
+from broker.controller.control_loop import ControlLoop
+from broker.controller.dispatch import ConcurrentDispatcher
+from broker.controller.service import BrokerService, ServiceSettings
+from broker.core.errors import ConfigError, StoreError
+from broker.core.model import ClusterSummary, ClusterTraits
+from broker.core.ports import Clock
+from broker.ha import drain as ha
+from broker.ha.leadership import Leadership, take_over
+from broker.ha.recovery import StoreRecovery
+from broker.health.machine import HealthThresholds
+from broker.tenancy.auth import TokenTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Broker:
+    service: BrokerService
+    store: RedisStateStore
+    gateway: WatchingGateway
+    loop: ControlLoop
+    pollers: PollerFleet
+    leadership: Leadership
+    drain: ha.Drain
+    leader_service: BrokerService
+    profiles: ClusterProfileSync | None = None
+    members: FleetMembers | None = None
+    reloader: ConfigWatcher | None = None
+
+    def store_cleanup(self) -> int:
+        """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
+        client = self.store.client
+        keys = list(client.scan_iter(match=f"{self.store.prefix}:*", count=1000))
+        return int(client.delete(*keys)) if keys else 0
+
+
+def build_service(
+    cfg: FleetConfig,
+    store: RedisStateStore | None = None,
+    gateway: WatchingGateway | None = None,
+    clock: Clock | None = None,
+) -> tuple[BrokerService, RedisStateStore, WatchingGateway]:
+    """The service and its adapters, not started: the gateway's Job informers start with start().
+    A given store or gateway is used instead of a new one (the leader's service shares the gateway);
+    a given clock instead of the wall clock (benchmarks/burst_replay.py: kubesim's simulated clock)."""
+    settings = cfg.settings
+    store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
+    gateway = gateway or WatchingGateway.watching(
+        {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
+        {c.name: _followed_namespace(c) for c in cfg.clusters},
+    )
+    policy = settings.placement_policy()
+    service = BrokerService(
+        store,
+        gateway,
+        clock or SystemClock(),
+        cfg.traits(),
+        policy,
+        ServiceSettings(
+            reservation_ttl_seconds=settings.reservation_ttl_seconds,
+            cluster_lost_seconds=settings.cluster_lost_seconds,
+            federation=settings.redis_prefix,
+            queue=settings.queue_policy(),
+            preemption=settings.preemption.policy() if settings.preemption else None,
+        ),
+        dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
+        burst=BurstGate(RedisBurstLedger(store.client, store.prefix), settings.burst.settings()),
+    )
+    return service, store, gateway
+
+
+def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
+    return [
+        PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
+        for c in cfg.clusters
+    ]
+
+
+class StartupError(RuntimeError):
+    """The broker cannot start; the message is one line naming the cause."""
+
+
+def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
+    """What would otherwise fail deep inside a start, checked first: Redis answers, the port is free."""
+    url = cfg.settings.redis_url
+    shown = url.split("@")[-1]  # never print a password
+    try:
+        store = RedisStateStore(url, prefix=cfg.settings.redis_prefix)
+    except (ValueError, OSError) as e:
+        raise StartupError(f"redisUrl {shown!r}: {e}") from None
+    try:
+        if not store.ping():
+            raise StartupError(f"redisUrl {shown!r}: Redis does not answer")
+    except StoreError as e:
+        raise StartupError(f"redisUrl {shown!r}: {e}") from None
+    finally:
+        store.close()
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as e:
+        raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def token_table(cfg: FleetConfig, insecure_no_auth: bool, warn: bool = True) -> TokenTable | None:
+    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error.
+    `warn`: say that the API is open (once per broker: the check before start-up passes False)."""
+    if cfg.auth is not None:
+        if insecure_no_auth:
+            raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
+        return load_tokens(cfg.auth.tokens_file)
+    if insecure_no_auth:
+        if warn:
+            log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
+        return None
+    raise ConfigError(
+        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
+        "or pass --insecure-no-auth for local play"
+    )
+
+
+def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
+    """The pollers' health machine, with settings.clusterLostSeconds."""
+    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
+
+
+class FleetMembers:
+    """The member clusters this process places on, changed while it runs: from clusters.yaml (read again
+    by config_reload) and from ClusterProfiles. An added cluster gets a gateway client, its Jobs
+    followed, a poller and its traits (placeable from the next pass); a removed one is drained: no new
+    placements, its poller and summary go, and the jobs already there are still followed to their end.
+    A name in clusters.yaml wins over a ClusterProfile of the same name. One change at a time."""
+
+    def __init__(
+        self,
+        cfg: FleetConfig,
+        services: Sequence[BrokerService],
+        store: RedisStateStore,
+        gateway: WatchingGateway,
+        pollers: PollerFleet,
+    ) -> None:
+        self._services, self._store, self._gateway, self._pollers = services, store, gateway, pollers
+        self._traits = dict(services[0].traits)  # the services take copies (set_traits)
+        self._from_config = {c.name for c in cfg.clusters}
+        self._lock = threading.RLock()
+
+    def declared(self, name: str) -> bool:
+        """The cluster is one of clusters.yaml's (now)."""
+        with self._lock:
+            return name in self._from_config
+
+    def add(self, traits: ClusterTraits, kubeconfig: Path, context: str | None, followed: str) -> None:
+        """Place on one more cluster; `followed` is the namespace its Jobs are watched in ("": all)."""
+        with self._lock:
+            self._gateway.add_cluster(KubeRest.from_kubeconfig(traits.name, kubeconfig, context), followed)
+            self._pollers.add_cluster(PollerSpec(traits.name, str(kubeconfig), context, traits))
+            self._traits[traits.name] = traits
+            self._publish()
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._traits.pop(name, None)
+            self._publish()  # no new placement lands there from the next pass on
+            self._pollers.remove_cluster(name)
+            self._store.delete_summary(name)
+
+    def redeclare(self, traits: ClusterTraits, kubeconfig: Path, context: str | None) -> None:
+        """Same cluster, other traits: the poller's summaries and the next pass use them."""
+        with self._lock:
+            self._pollers.add_cluster(PollerSpec(traits.name, str(kubeconfig), context, traits))
+            self._traits[traits.name] = traits
+            self._publish()
+
+    def reconnect(self, c: ClusterConfig) -> None:
+        """Same cluster, another connection (kubeconfig, context, followed namespace, GPU allocation): a
+        new gateway client and Job watch; the poller re-points itself on a new kubeconfig or context (a
+        new watcher, whose summaries replace the old one's) and takes the rest as traits. Jobs already
+        there are followed through the new connection."""
+        with self._lock:
+            self._gateway.reconnect_cluster(
+                KubeRest.from_kubeconfig(c.name, c.kubeconfig, c.context), _followed_namespace(c)
+            )
+            self.redeclare(c.traits(), c.kubeconfig, c.context)
+
+    def apply_config(self, change: ConfigChanges) -> None:
+        """A changed clusters.yaml: its clusters added, removed, re-declared and re-connected now; other
+        sections logged (they take effect at the next start)."""
+        with self._lock:
+            for name in change.removed:
+                self._from_config.discard(name)
+                self.remove(name)
+            for c in change.added:
+                if c.name in self._traits:  # a ClusterProfile member of that name: the file's wins
+                    self.remove(c.name)
+                self._from_config.add(c.name)
+                self.add(c.traits(), c.kubeconfig, c.context, _followed_namespace(c))
+            for c in change.redeclared:
+                self.redeclare(c.traits(), c.kubeconfig, c.context)
+            for c in change.reconnected:
+                self.reconnect(c)
+        if change.applied_now:
+            log.info("clusters.yaml reloaded: %s", change.text())
+        if change.restart:
+            log.warning(
+                "clusters.yaml: %s changed: that takes effect when the broker restarts",
+                ", ".join(change.restart),
+            )
+
+    def _publish(self) -> None:
+        for service in self._services:  # the leader's (its next pass places on it) and the API's
+            service.set_traits(self._traits, at_once=service is not self._services[0])
+
+
+def _followed_namespace(c: ClusterConfig) -> str:
+    """The namespace whose Jobs the gateway watches on this cluster ("": every one, for tenant namespaces,
+    docs/tenancy.md)."""
+    return "" if c.tenant_namespace else c.namespace
+
+
+def start_config_reload(
+    cfg: FleetConfig, members: FleetMembers, path: Path, load: Callable[[], FleetConfig]
+) -> ConfigWatcher | None:
+    """Watch clusters.yaml (settings.configReloadSeconds; 0: not at all) and apply what changed in it."""
+    interval = cfg.settings.config_reload_seconds
+    if interval <= 0:
+        return None
+    running = [cfg]
+
+    def apply(new: FleetConfig) -> None:
+        members.apply_config(changes(running[0], new))
+        running[0] = new
+
+    watcher = ConfigWatcher(path, load, apply, interval_seconds=interval)
+    watcher.start()
+    return watcher
+
+
+def start_cluster_profiles(
+    cfg: FleetConfig, members: FleetMembers, store: RedisStateStore, workdir: Path
+) -> ClusterProfileSync | None:
+    """Members from ClusterProfiles on the hub (cfg.clusterProfiles), joined and drained through
+    `members`."""
+    cpc = cfg.cluster_profiles
+    if cpc is None:
+        return None
+    providers = load_provider_file(cpc.provider_file)
+    hub = ClusterProfileHub(
+        KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
+        cpc.namespace,
+        clusterprofile.label_selector(cpc.cluster_manager, cpc.clusterset),
+    )
+
+    def on_add(member: clusterprofile.ProfileMember, kubeconfig: Path) -> None:
+        if members.declared(member.name):
+            log.warning("clusterprofile %s: a cluster of that name is in clusters.yaml; ignored", member.name)
+            return
+        traits = ClusterTraits(
+            name=member.name,
+            region=member.region,
+            labels=dict(member.labels),
+            namespace=cpc.member_namespace,
+            dra=cpc.gpu_allocation == "dra",
+            tenant_namespace=cfg.settings.tenant_namespace,  # the fleet's tenancy (docs/tenancy.md)
+            create_namespaces=cfg.settings.create_namespaces,
+        )
+        # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
+        followed = "" if cfg.settings.tenant_namespace else cpc.member_namespace  # "": every namespace
+        members.add(traits, kubeconfig, None, followed)
+
+    def on_remove(name: str) -> None:
+        if not members.declared(name):
+            members.remove(name)
+
+    def summary_of(name: str) -> ClusterSummary | None:
+        # every member with a profile gets its capacity published, clusters.yaml ones included
+        return store.get_summary(name)
+
+    sync = ClusterProfileSync(
+        hub,
+        providers,
+        workdir,
+        on_add,
+        on_remove,
+        summary_of if cpc.publish else None,
+        poll_seconds=cpc.poll_seconds,
+        publish_seconds=cpc.publish_seconds,
+    )
+    sync.start()
+    return sync
+
+
+def settle_startup_heap() -> None:
+    """Leave what start-up built (modules, config, the app, clients) out of the garbage collections made
+    while serving. Under load a full collection otherwise rescans all of it and stalls every request in
+    flight: the p99 of POST /v1/jobs at 32 clients is 16-22 ms with it, 48-50 ms without
+    (benchmarks/placement.py submit, docs/benchmarks.md)."""
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def running_broker(
+    cfg: FleetConfig,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    insecure_no_auth: bool = False,
+    clock: Clock | None = None,
+    reload_from: tuple[Path, Callable[[], FleetConfig]] | None = None,
+) -> Iterator[Broker]:
+    """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
+    and tls_key, the API serves HTTPS. Refuses to start without auth.tokensFile unless
+    `insecure_no_auth`. `clock`: the services' clock (default the wall clock; the pollers' heartbeats
+    stay on the wall clock). `reload_from`: clusters.yaml's path and how to load it, to apply changes to
+    its clusters while running (settings.configReloadSeconds)."""
+    tokens = token_table(cfg, insecure_no_auth)
+    if cfg.cluster_profiles is not None:
+        load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
+    settings = cfg.settings
+    service, store, gateway = build_service(
+        cfg,
+        store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True),
+        clock=clock,
+    )
+    holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    lease = RedisLease(settings.redis_url, settings.redis_prefix, holder, settings.lease_seconds)
+    electors: list[Leadership] = []  # the elector, once built: the leader store's token source
+    leader_store = RedisStateStore(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        fencing_token=lambda: electors[0].current_token() if electors else None,
+    )
+    leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway, clock=clock)
+    recovery = StoreRecovery(
+        leader_store,
+        gateway,
+        leader_service.clock,
+        lambda: leader_service.traits,
+        settings.redis_prefix,
+        tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
+    )
+    telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
+    pollers = PollerFleet(
+        poller_specs(cfg),
+        redis_url=cfg.settings.redis_url,
+        prefix=cfg.settings.redis_prefix,
+        shards=cfg.settings.poller_shards,
+        summary_interval_seconds=cfg.settings.summary_interval_seconds,
+        health=health_thresholds(cfg),
+    )
+    loop = ControlLoop(
+        leader_service,
+        settings.schedule_interval_seconds,
+        settings.sweep_interval_seconds,
+        first_steps=[("recover_store", recovery.check)],
+    )
+
+    def elected() -> None:
+        try:
+            released, resumed = take_over(leader_service)
+            if released or resumed:
+                log.info(
+                    "took over: %d stale reservation(s) released, %d create(s) resumed", released, resumed
+                )
+        except StoreError as exc:  # the loop runs anyway: reservations expire, a lost Job is requeued
+            log.warning("taking over the previous leader's half-done steps failed: %s", exc)
+        finally:
+            loop.start()
+
+    leadership = Leadership(
+        lease, on_elected=elected, on_deposed=loop.stop, renew_seconds=settings.lease_renew_seconds
+    )
+    electors.append(leadership)
+    drain = ha.Drain()
+    app = create_app(
+        service,
+        service.clock,
+        max_body_bytes=cfg.settings.max_request_bytes,
+        logs=gateway,
+        tokens=tokens,
+        readiness={
+            "redis": store.ping,
+            "lease": leadership.readiness,
+            "records": lambda: _records_ready(store),
+            "draining": drain.readiness,
+        },
+    )
+    ha.install(app, drain, leadership, lease.holder_now, store)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            ssl_certfile=str(tls_cert) if tls_cert else None,
+            ssl_keyfile=str(tls_key) if tls_key else None,
+        )
+    )
+    thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
+    pollers.start()
+    profiles: ClusterProfileSync | None = None
+    reloader: ConfigWatcher | None = None
+    workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
+    members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
+    try:
+        gateway.start()
+        profiles = start_cluster_profiles(cfg, members, store, workdir)
+        if reload_from is not None:
+            reloader = start_config_reload(cfg, members, *reload_from)
+        leadership.start()
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not server.started:
+            raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
+        _await_records(store, deadline=time.monotonic() + 30)
+        settle_startup_heap()
+        yield Broker(
+            service,
+            store,
+            gateway,
+            loop,
+            pollers,
+            leadership,
+            drain,
+            leader_service,
+            profiles,
+            members,
+            reloader,
+        )
+    finally:
+        gc.unfreeze()  # what start-up built may be collected again once this broker stops
+        drain.begin()
+        leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
+        loop.stop()
+        server.should_exit = True
+        if thread.ident is not None:  # started
+            thread.join(timeout=10)
+        if reloader is not None:
+            reloader.stop()
+        if profiles is not None:
+            profiles.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        leader_service.dispatcher.close()
+        service.dispatcher.close()
+        pollers.stop()
+        gateway.close()
+        lease.close()
+        leader_store.close()
+        store.close()
+        telemetry.shutdown_tracing()
+
+
+def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
+    """The settings the Helm chart passes as environment variables, over the config file's: REDIS_URL
+    (with its password), GPUFED_LEASE_SECONDS and GPUFED_LEASE_RENEW_SECONDS. (GPUFED_LEADER_ELECTION
+    needs nothing: every broker elects; a single replica is always the leader.)"""
+    raw: dict[str, object] = cfg.settings.model_dump(by_alias=True)
+    for var, key in (
+        ("REDIS_URL", "redisUrl"),
+        ("GPUFED_LEASE_SECONDS", "leaseSeconds"),
+        ("GPUFED_LEASE_RENEW_SECONDS", "leaseRenewSeconds"),
+    ):
+        if env.get(var):
+            raw[key] = env[var]
+    try:
+        settings = type(cfg.settings).model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"settings from the environment: {exc}") from exc
+    return cfg.model_copy(update={"settings": settings})
+
+
+def _records_ready(store: RedisStateStore) -> bool:
+    """Readiness: the store holds the federation's records (not being rebuilt after a Redis loss)."""
+    if store.run_marker() is None:
+        raise RuntimeError("the state store is empty: the leader is rebuilding the job records")
+    return True
+
+
+def _await_records(store: RedisStateStore, deadline: float) -> None:
+    """Wait (bounded) until the leader has initialised or rebuilt the store, so submits are taken."""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(StoreError):
+            if store.run_marker() is not None:
+                return
+        time.sleep(0.05)
+    log.warning("the state store is not initialised yet: submits are refused (503) until the leader does it")
+
+
+def serve(
+    config_path: Path,
+    host: str,
+    port: int,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    insecure_no_auth: bool = False,
+) -> None:
+    """`gpufed serve`: run until interrupted. Startup problems raise StartupError or ConfigError (one
+    line each)."""
+    logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
+    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
+
+    def load() -> FleetConfig:
+        """clusters.yaml as this process runs it: with the environment's settings and tokens file."""
+        cfg = with_environment(load_fleet_config(config_path), os.environ)
+        if tokens_file:
+            cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
+        return cfg
+
+    cfg = load()
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            raise StartupError(f"{flag}: no such file: {path}")
+    if (tls_cert is None) != (tls_key is None):
+        raise StartupError("--tls-cert and --tls-key go together")
+    check_startup(cfg, host, port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    token_table(cfg, insecure_no_auth, warn=False)  # refuse before anything starts
+    scheme = "https" if tls_cert else "http"
+    reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
+    try:
+        with running_broker(
+            cfg,
+            host,
+            port,
+            tls_cert,
+            tls_key,
+            insecure_no_auth=insecure_no_auth,
+            reload_from=(config_path, load),
+        ) as broker:
+            # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            log.info(
+                "gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters)
+            )
+            with contextlib.suppress(KeyboardInterrupt):
+                while not stop.wait(0.5):
+                    pass
+            log.info("draining: refusing new work, finishing the pass, handing the lease over")
+            _exit_after(cfg.settings.drain_timeout_seconds, reaper)  # the whole shutdown is bounded
+            broker.drain.begin()
+            _bounded(broker.leadership.stop, cfg.settings.drain_timeout_seconds)
+    finally:
+        reaper.close()
+    log.info("gpufed broker stopped")
+
+
+def _exit_after(seconds: float, reaper: Reaper) -> None:
+    """A shutdown that outlives the drain timeout (a member cluster or Ray that does not answer) ends
+    anyway: the threads' stacks go to the log, the reaper ends Ray's processes, and the exit code is 0
+    (the lease is released or expires, every step is resumable)."""
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        log.warning("shutdown did not finish within %.0f s; exiting now. Threads:", seconds)
+        faulthandler.dump_traceback(all_threads=True)
+        reaper.close()
+        os._exit(0)
+
+    threading.Thread(target=watchdog, name="gpufed-shutdown-watchdog", daemon=True).start()
+
+
+def _bounded(fn: Callable[[], None], seconds: float) -> None:
+    """Run fn on a thread for at most `seconds` (a drain must not outlive its timeout)."""
+    worker = threading.Thread(target=fn, name="gpufed-drain", daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    if worker.is_alive():
+        log.warning("the drain did not finish within %.0f s; stopping anyway", seconds)
+
+
+def probe(nvidia_smi_xml: Path | None, fmt: str) -> str:
+    """`gpufed probe`: this host's GPUs as NodeFacts and GFD-style labels."""
+    return nvml.render(nvml.probe(nvidia_smi_xml), fmt)

@@ -1,0 +1,151 @@
+"""settings.burst of the cluster config: wait-or-burst thresholds, tenant budgets, cloud pools (docs/burst.md).
+
+Owns the pydantic models of that section and their translation into the plain settings the burst gate
+reads (`BurstSettings`). Every error names the field:
+
+    settings:
+      burst:
+        maxWaitSeconds: 600            # a job that allows burst waits at most this long (its own
+                                       # maxWaitSeconds wins; 0 = burst as soon as nothing fits on-prem)
+        defaultRunSeconds: 3600        # expected run time when nothing is known of a job's shape
+        tenants:
+          ml-research:
+            maxWaitSeconds: 300
+            budget: {amount: 200, period: month}     # day | week | month (UTC)
+        pools:                         # cloud clusters: what the decision needs beyond the price
+          cloud-burst: {provisioningDelaySeconds: 90, minNodes: 0, maxNodes: 4, gpusPerNode: 8,
+                        product: L4, interruptionsPerHour: 0.5}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from broker.burst.spend import Budget, Period
+
+__all__ = ["BurstConfig", "BurstSettings", "PoolSettings", "TenantBurst"]
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+MAX_WAIT_LIMIT = 30 * 86400.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class BudgetConfig(_Strict):
+    amount: float = Field(ge=0, le=1e9, allow_inf_nan=False)
+    period: Period = Period.MONTH
+    # true: once spent, the tenant's running cloud jobs are stopped and requeued (docs/burst.md)
+    hard: bool = False
+
+
+class TenantBurstConfig(_Strict):
+    max_wait_seconds: float | None = Field(
+        default=None, alias="maxWaitSeconds", ge=0, le=MAX_WAIT_LIMIT, allow_inf_nan=False
+    )
+    budget: BudgetConfig | None = None
+
+
+class PoolConfig(_Strict):
+    provisioning_delay_seconds: float = Field(
+        default=0.0, alias="provisioningDelaySeconds", ge=0, le=86400, allow_inf_nan=False
+    )
+    min_nodes: int = Field(default=0, alias="minNodes", ge=0, le=100_000)
+    max_nodes: int = Field(default=0, alias="maxNodes", ge=0, le=100_000)
+    gpus_per_node: int = Field(default=8, alias="gpusPerNode", ge=1, le=64)
+    product: str | None = None  # the GPU product its nodes carry (catalog name)
+    interruptions_per_hour: float = Field(
+        default=0.0, alias="interruptionsPerHour", ge=0, le=100, allow_inf_nan=False
+    )
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> PoolConfig:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(f"minNodes ({self.min_nodes}) must not exceed maxNodes ({self.max_nodes})")
+        if self.max_nodes and not self.product:
+            raise ValueError("product: a pool that scales up names the GPU product of its nodes")
+        return self
+
+
+class BurstConfig(_Strict):
+    max_wait_seconds: float = Field(
+        default=0.0, alias="maxWaitSeconds", ge=0, le=MAX_WAIT_LIMIT, allow_inf_nan=False
+    )
+    default_run_seconds: float = Field(
+        default=3600.0, alias="defaultRunSeconds", gt=0, le=MAX_WAIT_LIMIT, allow_inf_nan=False
+    )
+    tenants: dict[str, TenantBurstConfig] = Field(default_factory=dict)
+    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, v: dict[str, TenantBurstConfig]) -> dict[str, TenantBurstConfig]:
+        for name in v:
+            if not re.match(_DNS_LABEL, name):
+                raise ValueError(f"{name!r}: a tenant name is a DNS label")
+        return v
+
+    def settings(self) -> BurstSettings:
+        return BurstSettings(
+            max_wait_seconds=self.max_wait_seconds,
+            default_run_seconds=self.default_run_seconds,
+            tenants={
+                n: TenantBurst(
+                    t.max_wait_seconds,
+                    Budget(t.budget.amount, t.budget.period, t.budget.hard) if t.budget else None,
+                )
+                for n, t in self.tenants.items()
+            },
+            pools={
+                n: PoolSettings(
+                    p.provisioning_delay_seconds,
+                    p.min_nodes,
+                    p.max_nodes,
+                    p.gpus_per_node,
+                    p.product,
+                    p.interruptions_per_hour,
+                )
+                for n, p in self.pools.items()
+            },
+        )
+
+
+@dataclass(frozen=True)
+class TenantBurst:
+    max_wait_seconds: float | None = None
+    budget: Budget | None = None
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    provisioning_delay_seconds: float = 0.0
+    min_nodes: int = 0
+    max_nodes: int = 0
+    gpus_per_node: int = 8
+    product: str | None = None
+    interruptions_per_hour: float = 0.0
+
+
+@dataclass(frozen=True)
+class BurstSettings:
+    max_wait_seconds: float = 0.0
+    default_run_seconds: float = 3600.0
+    tenants: Mapping[str, TenantBurst] = field(default_factory=dict)
+    pools: Mapping[str, PoolSettings] = field(default_factory=dict)
+
+    def max_wait(self, tenant: str, own: float | None) -> float:
+        """The job's own maxWaitSeconds, else its tenant's, else the fleet's."""
+        if own is not None:
+            return own
+        t = self.tenants.get(tenant)
+        if t is not None and t.max_wait_seconds is not None:
+            return t.max_wait_seconds
+        return self.max_wait_seconds
+
+    def budgets(self) -> dict[str, Budget]:
+        return {n: t.budget for n, t in self.tenants.items() if t.budget is not None}

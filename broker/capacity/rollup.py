@@ -1,0 +1,234 @@
+"""Capacity roll-up: NodeFacts -> ClusterSummary (what level 1 reads).
+
+Owns which nodes take the broker's pods (readiness, cordon, tolerated taints), a node's placement
+domains (the node, or each NUMA zone under single-numa-node), and the per-product histograms of free
+GPUs, MIG slices and NUMA blocks. Pure: no I/O, no clock. Kubernetes objects become NodeFacts in
+broker.capacity.kube_objects (the parsing side).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from broker.core import catalog
+from broker.core.k8s_names import (
+    DRA_MIG_CLASS,
+    GPU,
+    GPU_TAINT_KEY,
+    L_PRODUCT,
+    SPOT_TAINT_KEYS,
+    mig_resource,
+)
+from broker.core.model import (
+    ClusterSnapshot,
+    ClusterSummary,
+    ClusterTraits,
+    Health,
+    MigCapacity,
+    MigStrategy,
+    NodeFacts,
+    ProductCapacity,
+    QueueHeadroom,
+)
+
+_BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+# --------------------------------------------------------------------------- summary
+
+
+def tolerated_taint_keys(spot: bool) -> frozenset[str]:
+    """Taint keys the broker's workloads tolerate in a cluster (level 2 writes these tolerations)."""
+    return frozenset((GPU_TAINT_KEY, *SPOT_TAINT_KEYS)) if spot else frozenset((GPU_TAINT_KEY,))
+
+
+def accepts_broker_pods(node: NodeFacts, tolerated: frozenset[str]) -> bool:
+    """Ready, not cordoned, and no NoSchedule/NoExecute taint the broker's workloads don't tolerate."""
+    if not node.schedulable:
+        return False
+    return all(t.effect not in _BLOCKING_EFFECTS or t.key in tolerated for t in node.taints)
+
+
+def gpu_domains(node: NodeFacts) -> tuple[int, ...]:
+    """Free whole GPUs of each placement domain of a node (what nodes_by_free counts).
+
+    A domain is the node, or under topology policy single-numa-node each NUMA zone: the kubelet's
+    topology manager refuses a pod whose GPUs can't come from one zone (TopologyAffinityError).
+    """
+    node_free = node.gpus_free
+    if node.topology_policy == "single-numa-node" and node.numa_zones:
+        return tuple(min(z.gpus_available, node_free) for z in node.numa_zones)
+    return (node_free,)
+
+
+def numa_block(node: NodeFacts) -> int:
+    """The largest free GPU block inside one NUMA zone of a node, bounded by its free GPUs."""
+    return min(node.largest_numa_gpu_block, node.gpus_free)
+
+
+def takes_whole_gpus(node: NodeFacts, tolerated: frozenset[str]) -> bool:
+    """The node counts towards free whole GPUs: it has some and takes the broker's pods."""
+    return node.gpus_allocatable > 0 and accepts_broker_pods(node, tolerated)
+
+
+def gfd_parent(node: NodeFacts) -> str | None:
+    """The parent gpu.product label value of a node (no -MIG-/-SHARED suffix), None without the label."""
+    label = node.labels.get(L_PRODUCT)
+    return catalog.split_product_label(label)[0] if label else None
+
+
+def mig_resource_name(node: NodeFacts, profile: str) -> str:
+    """The extended resource a pod asks for to get one slice of `profile` on this node; on a DRA node the
+    DeviceClass `mig.nvidia.com` (level 2 writes a ResourceClaimTemplate for it)."""
+    if node.dra:
+        return DRA_MIG_CLASS
+    if node.mig_strategy is MigStrategy.SINGLE:
+        return GPU
+    return mig_resource(profile)
+
+
+def histogram(counts: Mapping[int, int]) -> tuple[int, ...]:
+    """(count of 0, count of 1, ..., count of the largest value with a non-zero count)."""
+    top = max((v for v, n in counts.items() if n), default=-1)
+    return tuple(counts.get(k, 0) for k in range(top + 1))
+
+
+def _histogram(values: Iterable[int]) -> tuple[int, ...]:
+    counts: dict[int, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return histogram(counts)
+
+
+def cluster_summary(
+    cluster: str,
+    traits: ClusterTraits,
+    health: Health,
+    heartbeat: float,
+    *,
+    products: tuple[ProductCapacity, ...],
+    mig: tuple[MigCapacity, ...],
+    queues: tuple[QueueHeadroom, ...],
+    nodes_total: int,
+    nodes_ready: int,
+    bad_nodes: int,
+) -> ClusterSummary:
+    """A ClusterSummary from its aggregates and the operator's declared traits."""
+    return ClusterSummary(
+        cluster=cluster,
+        tier=traits.tier,
+        region=traits.region,
+        health=health,
+        heartbeat=heartbeat,
+        products=products,
+        mig=mig,
+        queues=queues,
+        price_per_gpu_hour=dict(traits.price_per_gpu_hour),
+        nodes_total=nodes_total,
+        nodes_ready=nodes_ready,
+        bad_nodes=bad_nodes,
+        labels=dict(traits.labels),
+    )
+
+
+def summarize(
+    snapshot: ClusterSnapshot, traits: ClusterTraits, health: Health, heartbeat: float
+) -> ClusterSummary:
+    """The cluster's summary: per-product whole-GPU capacity with histograms, MIG capacity, Kueue headroom.
+
+    Free capacity counts only nodes that take the broker's pods (ready, uncordoned, no untolerated
+    taint); `total` counts every physical GPU. MIG free slices count settled nodes only.
+    (broker.capacity.index.CapacityIndex keeps the same summary incrementally.)
+    """
+    tolerated = tolerated_taint_keys(traits.spot)
+    per_product: dict[str, list[NodeFacts]] = {}
+    mig_acc: dict[tuple[str, str, str], list[int]] = {}  # [allocatable, free, largest, unsettled]
+    mig_gfd: dict[tuple[str, str, str], set[str]] = {}
+    ready = 0
+    for node in snapshot.nodes:
+        if node.ready:
+            ready += 1
+        if node.product is None:
+            continue
+        per_product.setdefault(node.product.name, []).append(node)
+        if not node.mig:
+            continue
+        usable = accepts_broker_pods(node, tolerated)
+        parent = gfd_parent(node)
+        for s in node.mig:
+            key = (node.product.name, s.profile, mig_resource_name(node, s.profile))
+            acc = mig_acc.setdefault(key, [0, 0, 0, 0])
+            acc[0] += s.allocatable
+            if not node.mig_settled:
+                acc[3] += 1
+            elif usable:
+                acc[1] += s.free
+                acc[2] = max(acc[2], s.free)
+            if parent:
+                mig_gfd.setdefault(key, set()).add(parent)
+
+    products = []
+    for name in sorted(per_product):
+        nodes = per_product[name]
+        total = allocatable = allocated = free = shared_alloc = shared_free = 0
+        frees: list[int] = []
+        usable_nodes = 0
+        blocks: list[int] = []
+        gfd: set[str] = set()
+        memory = nodes[0].product.memory_mib if nodes[0].product else 0
+        for node in nodes:
+            total += node.gpu_count
+            if node.shared_allocatable and accepts_broker_pods(node, tolerated):
+                shared_alloc += node.shared_allocatable
+                shared_free += max(0, node.shared_allocatable - node.shared_allocated)
+            if not takes_whole_gpus(node, tolerated):
+                continue
+            allocatable += node.gpus_allocatable
+            allocated += node.gpus_allocated
+            free += node.gpus_free
+            usable_nodes += 1
+            frees.extend(gpu_domains(node))
+            blocks.append(numa_block(node))
+            parent = gfd_parent(node)
+            if parent:
+                gfd.add(parent)
+        products.append(
+            ProductCapacity(
+                product=name,
+                memory_mib=memory,
+                total=total,
+                allocatable=allocatable,
+                allocated=allocated,
+                free=free,
+                nodes_by_free=_histogram(frees),
+                numa_blocks=_histogram(blocks),
+                nodes=usable_nodes,
+                gfd_products=tuple(sorted(gfd)),
+                shared_allocatable=shared_alloc,
+                shared_free=shared_free,
+            )
+        )
+    mig = tuple(
+        MigCapacity(
+            product=product,
+            profile=profile,
+            resource_name=resource,
+            allocatable=acc[0],
+            free=acc[1],
+            largest_free_on_node=acc[2],
+            settled=acc[3] == 0,
+            gfd_products=tuple(sorted(mig_gfd.get((product, profile, resource), ()))),
+        )
+        for (product, profile, resource), acc in sorted(mig_acc.items())
+    )
+    return cluster_summary(
+        snapshot.cluster,
+        traits,
+        health,
+        heartbeat,
+        products=tuple(products),
+        mig=mig,
+        queues=snapshot.queues,
+        nodes_total=len(snapshot.nodes),
+        nodes_ready=ready,
+        bad_nodes=len(snapshot.bad_nodes),
+    )

@@ -1,0 +1,5 @@
+"""The `gpufed` command line: a client of the HTTP API, plus `serve` and `demo`."""
+
+from broker.cli.commands import app, main
+
+__all__ = ["app", "main"]

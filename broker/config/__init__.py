@@ -1,0 +1,1 @@
+"""Configuration: clusters.yaml and settings (pydantic), reload without a restart, ClusterProfile members."""

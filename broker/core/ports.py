@@ -1,0 +1,256 @@
+"""Ports: the Protocols the service layer needs from the outside world. Adapters implement them.
+
+Clock           now() in epoch seconds; the only time source the service sees
+ClusterGateway  create / delete / read the broker's Jobs in a member cluster
+StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
+                production)
+LeaderLease     the leader lease with its fencing token (broker.ha.leadership runs the control loop in the
+                holder only)
+BurstLedger     observed run times by shape, cloud runs for spend, each job's last wait-or-burst verdict
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from broker.core.errors import Conflict, StoreError
+from broker.core.model import (
+    ClusterEvent,
+    ClusterSummary,
+    JobEvent,
+    JobRecord,
+    JobState,
+    Reservation,
+    WorkloadRef,
+    WorkloadStatus,
+)
+from broker.core.records import NodeDetail, Run
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the placer's cache knows of one cluster in Redis: its summary and reservations, with the
+    summary version and reservation ledger a reserve must still find (compare-and-set)."""
+
+    summary: ClusterSummary
+    reservations: tuple[Reservation, ...]
+    ledger: int
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    """The answer of a compare-and-set reserve: RESERVED, STALE (the cluster changed since it was read:
+    refresh and decide again), HELD (another placer or a newer attempt holds this job) or NO_CLUSTER."""
+
+    status: str
+    version: int
+    ledger: int
+
+    RESERVED: ClassVar[str] = "reserved"
+    STALE: ClassVar[str] = "stale"
+    HELD: ClassVar[str] = "held"
+    NO_CLUSTER: ClassVar[str] = "no-cluster"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == ReserveResult.RESERVED
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class ClusterGateway(Protocol):
+    def create_workload(
+        self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """Create the companions (e.g. a PodGroup) first, then the batch/v1 Job. Already-exists is success."""
+        ...
+
+    def delete_workload(self, cluster: str, namespace: str, name: str) -> None:
+        """Delete the Job and its pods (propagation Background). Not-found is success."""
+        ...
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        """The Job's status; exists=False when the cluster has no such Job."""
+        ...
+
+    def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        """Every Job in the namespace that carries the gpufed.io/job-id label."""
+        ...
+
+
+class PodLogs(Protocol):
+    """The container logs of a job's pods in its member cluster (the gateway implements it)."""
+
+    def job_pods(self, cluster: str, namespace: str, job_id: str, attempt: int) -> list[str]:
+        """Names of the pods of one attempt of a job (gpufed.io/job-id and gpufed.io/attempt labels)."""
+        ...
+
+    def pod_logs(
+        self,
+        cluster: str,
+        namespace: str,
+        pod: str,
+        follow: bool = False,
+        tail_lines: int | None = None,
+        timestamps: bool = False,
+    ) -> Iterator[bytes]:
+        """A pod's container log in chunks; with follow, until the container exits."""
+        ...
+
+
+class StateStore(Protocol):
+    def ping(self) -> bool:
+        """True when the store answers; raises StoreError (with the cause) when it does not."""
+        ...
+
+    # --- capacity
+    def put_summary(self, summary: ClusterSummary) -> ClusterSummary:
+        """Store the observed summary; returns it with its new version."""
+        ...
+
+    def observed_summaries(self) -> list[ClusterSummary]: ...
+
+    def event_lags(
+        self, buckets: Sequence[float]
+    ) -> dict[str, tuple[list[tuple[float, float]], float, float]]:
+        """Per cluster, the pollers' event-to-Redis histogram: ([(bound, cumulative count)], sum, count)."""
+        ...
+
+    def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
+        """The per-node table the pollers last wrote for a cluster, and when; None before the first."""
+        ...
+
+    def placeable_summaries(self, now: float | None = None) -> list[ClusterSummary]:
+        """Observed summaries minus live reservations (broker.cache.reservations.deduct)."""
+        ...
+
+    # --- the placer's cache: incremental reads (Kueue's cache -> snapshot)
+    def cluster_versions(self, clusters: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """(summary version, reservation ledger) per cluster that has a summary."""
+        ...
+
+    def cluster_states(self, clusters: Sequence[str]) -> dict[str, ClusterState]: ...
+
+    # --- reservations (assume / forget)
+    def reserve(self, reservation: Reservation, now: float, version: int, ledger: int) -> ReserveResult:
+        """Compare-and-set: hold it only if the cluster is still at that summary version and ledger."""
+        ...
+
+    def release(self, job_id: str, attempt: int | None = None, owner: str | None = None) -> bool: ...
+
+    def prune_expired(self, now: float) -> int: ...
+
+    def live_reservations(self, now: float) -> list[Reservation]: ...
+
+    # --- jobs
+    def create_job(self, record: JobRecord, event: JobEvent | None = None) -> JobRecord:
+        """Store a new job and its first event; with an idempotency key already seen, returns the
+        existing job instead."""
+        ...
+
+    def create_jobs(
+        self, jobs: Sequence[tuple[JobRecord, JobEvent | None]]
+    ) -> list[JobRecord | StoreError | Conflict]:
+        """create_job for many jobs in one round trip: per job, in order, its record or its error."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    def save_job(
+        self,
+        record: JobRecord,
+        expected_state: JobState | None = None,
+        event: JobEvent | None = None,
+        expected_attempt: int | None = None,
+    ) -> JobRecord:
+        """Write the record (and its event, atomically); with expected_state (and expected_attempt),
+        only if the stored state (and attempt) are still those (else Conflict)."""
+        ...
+
+    def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...
+
+    # --- events
+    def append_event(self, event: JobEvent) -> None: ...
+
+    def job_events(self, job_id: str) -> list[JobEvent]: ...
+
+    def read_events(
+        self, job_id: str | None = None, after: str = "0-0", block_ms: int | None = None, count: int = 1000
+    ) -> list[tuple[str, JobEvent]]:
+        """Events after stream id `after`, with their ids; job_id None is the fleet stream; block_ms waits."""
+        ...
+
+    def last_event_id(self, job_id: str | None = None) -> str:
+        """The id of the newest event of the job (or fleet-wide); "0-0" when none."""
+        ...
+
+    # --- clusters: fences (failover) and health events
+    def fence(self, cluster: str, reason: str) -> bool: ...
+
+    def unfence(self, cluster: str) -> bool: ...
+
+    def fenced(self) -> dict[str, str]: ...
+
+    def append_cluster_event(self, event: ClusterEvent) -> None: ...
+
+    def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]: ...
+
+    # --- the last rebuild of the records after the store came back empty (broker.ha.recovery), as JSON
+    def recovery_report(self) -> str | None: ...
+
+
+class LeaderLease(Protocol):
+    holder: str
+    lease_seconds: float
+
+    def acquire_or_renew(self) -> int | None:
+        """Take or keep the lease: the fencing token while held, None while another replica holds it;
+        raises StoreError when the store does not answer."""
+        ...
+
+    def release(self) -> bool:
+        """Give the lease up if still held (shutdown). Returns whether it was."""
+        ...
+
+
+class RecoveryStore(Protocol):
+    """What broker.ha.recovery needs of the store beyond StateStore: the run marker and restores."""
+
+    def run_marker(self) -> str | None: ...
+
+    def set_run_marker(self, run_id: str, report: str | None = None) -> str: ...
+
+    def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool: ...
+
+    def restore_jobs(self, items: Sequence[tuple[JobRecord, JobEvent | None]]) -> list[bool]: ...
+
+    def job_ids(self, state: JobState) -> set[str]: ...
+
+    def recovery_report(self) -> str | None: ...
+
+
+class BurstLedger(Protocol):
+    """What the burst gate keeps (docs/burst.md): run times per shape key (newest first, bounded),
+    the runs that cost money (one per job attempt, counted once), and each queued job's last verdict."""
+
+    def run_times(self) -> dict[str, list[float]]: ...
+
+    def add_run_time(self, key: str, seconds: float) -> None: ...
+
+    def add_run(self, run: Run) -> bool:
+        """Count one attempt's run; False when that attempt was already counted."""
+        ...
+
+    def runs(self, since: float) -> list[Run]:
+        """The runs that ended at or after `since`."""
+        ...
+
+    def verdict(self, job_id: str) -> str | None: ...
+
+    def set_verdict(self, job_id: str, verdict: str) -> None: ...
+
+    def forget(self, job_id: str) -> None: ...

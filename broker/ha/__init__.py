@@ -1,0 +1,1 @@
+"""High availability: leader election (the lease), draining on shutdown, rebuilding after a Redis loss."""

@@ -1,0 +1,135 @@
+"""Pure failover rules: a cluster's effective health, which clusters are lost, what happens to their jobs,
+and when a cluster that came back may take work again (fencing).
+
+    effective_health(summary, now, lost_after)  the poller's verdict, overruled by freshness: a summary
+                                                whose last success is older than `lost_after` reads
+                                                unreachable whatever it says (a dead poller, a silent
+                                                cluster), so no cluster stays "healthy" unobserved
+    is_lost(health)                             unreachable, or credentials rejected, for `lost_after`:
+                                                its jobs are failed over (lifecycle.failover: requeue or
+                                                FAILED by the job's policy) and the cluster is fenced.
+                                                A cluster that is only *silent* (no summary written: our
+                                                poller may be restarting) is not placed on, but its jobs
+                                                are moved only after SILENT_LOSS_FACTOR x `lost_after`;
+                                                one whose poller reported failing calls (degraded or
+                                                unreachable, with a cause) is lost at heartbeat + `lost_after`
+    loss_deadline(summary)                      that instant, for a failing cluster: the control loop
+                                                wakes for it
+    pollers_silent(summaries)                   no poller wrote any summary for `lost_after`: the broker
+                                                is blind (its pollers, Ray or their path to Redis stalled),
+                                                and silence then says nothing about the clusters, so no
+                                                cluster is lost *for silence* meanwhile (is_lost's
+                                                `blind`): Kubernetes' node lifecycle controller stops
+                                                evicting when a whole zone goes NotReady at once, for the
+                                                same reason. Verdicts with a cause still count.
+    may_unfence(health)                         a fenced cluster is healthy again: after its stale
+                                                attempts are swept it is offered to placement again
+
+The guarantee these rules give (docs/reliability.md): a job starts at least once; once a lost cluster
+is reachable again and its sweep has run, at most one attempt of a job runs anywhere. While a cluster is
+partitioned, the attempt there may still run beside the requeued one: the broker cannot stop what it
+cannot reach. No I/O, no clock: `now` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from broker.core.model import ClusterSummary, Health
+
+__all__ = [
+    "ClusterHealth",
+    "effective_health",
+    "is_lost",
+    "loss_deadline",
+    "may_unfence",
+    "pollers_silent",
+]
+
+_LOST = (Health.UNREACHABLE, Health.FORBIDDEN)
+# What a poller reports of a cluster whose calls fail: with no success for `lost_after` it is lost as it
+# stands (the poller's own UNREACHABLE verdict would come only at its next evaluation and publish).
+_FAILING = (Health.UNREACHABLE, Health.DEGRADED)
+# A restarted poller shard reports again within seconds: silence alone moves jobs only after this many
+# times clusterLostSeconds (the cluster itself may be fine).
+SILENT_LOSS_FACTOR = 3.0
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    cluster: str
+    health: Health
+    reason: str
+    since: float
+    silent: bool = False  # unreachable only because no summary arrived (the poller's own verdict is older)
+
+    @property
+    def text(self) -> str:
+        return str(self.health) + (f" ({self.reason})" if self.reason else "")
+
+
+def effective_health(
+    cluster: str, summary: ClusterSummary | None, now: float, lost_after: float
+) -> ClusterHealth:
+    """The cluster's health as failover and operators must read it at `now`."""
+    if summary is None:
+        return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
+    silent = now - summary.heartbeat
+    if summary.heartbeat > 0 and silent > lost_after and summary.health is not Health.FORBIDDEN:
+        why = summary.health_reason if summary.health in _FAILING and summary.health_reason else ""
+        if why and summary.health is Health.DEGRADED:
+            # the poller saw calls fail and no success since: lost now, not at its next verdict
+            why = f"{why}; no successful call for {lost_after:g} s"
+        reason = why or f"no successful call for {silent:.0f} s (the cluster is silent or its poller is down)"
+        return ClusterHealth(
+            cluster, Health.UNREACHABLE, reason, summary.heartbeat + lost_after, silent=not why
+        )
+    if summary.heartbeat == 0 and summary.health is Health.UNKNOWN:
+        return ClusterHealth(cluster, Health.UNKNOWN, "not yet observed", 0.0)
+    since = summary.health_since or summary.heartbeat
+    return ClusterHealth(cluster, summary.health, summary.health_reason, since)
+
+
+def loss_deadline(summary: ClusterSummary | None, lost_after: float) -> float | None:
+    """When a cluster whose poller reports failing calls becomes lost if no call succeeds meanwhile
+    (epoch seconds), or None (healthy, unknown, or silent: silence has its own, longer, rule). The
+    control loop wakes for it, so detection is not rounded up to its next pass."""
+    if (
+        summary is None
+        or summary.heartbeat <= 0
+        or summary.health not in _FAILING
+        or not summary.health_reason
+    ):
+        return None
+    return summary.heartbeat + lost_after
+
+
+def pollers_silent(summaries: Iterable[ClusterSummary], now: float, lost_after: float) -> bool:
+    """True when there are summaries and none was written by its poller within `lost_after` of `now`.
+
+    A summary's write time is its `published_at`, or its heartbeat where the poller did not say (a
+    summary written by an older broker): a poller writes every cluster's summary every few seconds,
+    failing or not, so only a stalled poller side leaves every one of them old at once."""
+    written = [s.published_at or s.heartbeat for s in summaries]
+    return bool(written) and all(now - w > lost_after for w in written)
+
+
+def is_lost(h: ClusterHealth, now: float, lost_after: float, blind: bool = False) -> bool:
+    """Unreachable (the poller already waited `lost_after` without a success, or the summary went
+    silent that long, unless the broker is `blind`: see pollers_silent), or credentials rejected for
+    `lost_after`."""
+    if h.health is Health.UNREACHABLE:
+        if h.silent and blind:
+            return False
+        return not h.silent or now - h.since >= (SILENT_LOSS_FACTOR - 1) * lost_after
+    return h.health is Health.FORBIDDEN and now - h.since >= lost_after
+
+
+def may_unfence(h: ClusterHealth) -> bool:
+    """A fenced cluster may be swept and offered again once it answers normally."""
+    return h.health in (Health.HEALTHY, Health.DEGRADED)
+
+
+def lost_health(h: ClusterHealth) -> bool:
+    return h.health in _LOST

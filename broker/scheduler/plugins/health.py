@@ -1,0 +1,42 @@
+"""Filter: the cluster is reachable and its summary is fresh (heartbeat within the staleness limit)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from broker.core.model import ClusterSummary, ClusterTraits, Health
+from broker.scheduler.framework import FilterResult, PreparedJob, RunOption, Status
+
+_UNHEALTHY = {
+    Health.UNREACHABLE: "unreachable",
+    Health.FORBIDDEN: "credentials rejected",
+    Health.UNKNOWN: "not yet observed",
+}
+
+
+@dataclass(frozen=True)
+class HealthFreshness:
+    """`staleness_limit_seconds`: a summary whose heartbeat is older than this is "stale"."""
+
+    name: ClassVar[str] = "health"
+    staleness_limit_seconds: float = 120.0
+
+    def applies(self, job: PreparedJob) -> bool:
+        return True
+
+    def filter(
+        self,
+        job: PreparedJob,
+        summary: ClusterSummary,
+        traits: ClusterTraits | None,
+        now: float,
+        options: Sequence[RunOption],
+    ) -> FilterResult:
+        unhealthy = _UNHEALTHY.get(summary.health)
+        if unhealthy is not None:
+            return Status.unschedulable(unhealthy)
+        if now - summary.heartbeat > self.staleness_limit_seconds:
+            return Status.unschedulable("stale")
+        return options

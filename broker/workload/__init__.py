@@ -1,0 +1,5 @@
+"""What the broker writes into and reads from a member: the Job manifest with level-2 hints, DRA claims,
+pod templates, plain-Job translation, and the job lifecycle judged from the member.
+
+Pure: no I/O, no clock.
+"""
