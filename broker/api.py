@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -51,6 +52,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from broker import k8s_job, queueing, safe_yaml, telemetry
+from broker.api_audit import AuditMiddleware, add_audit_routes, note
 from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
@@ -68,6 +70,10 @@ from broker.schemas import (
 )
 from broker.service import BrokerService
 from broker.submit_batcher import SubmitBatcher
+from broker.tenancy.audit import AuditLog
+from broker.tenancy.audit_writer import AuditWriter
+from broker.tenancy.credentials import Credentials
+from broker.tenancy.oidc_claims import Refusal
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
 
@@ -92,20 +98,27 @@ class AuthError(Exception):
 
 
 async def _caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The authenticated caller of a /v1 request (the app's token table is in app.state.tokens). Async
-    though it awaits nothing: a token lookup is cheaper than the hop to a worker thread."""
-    tokens: TokenTable | None = request.app.state.tokens
-    if tokens is None:
+    """The authenticated caller of a /v1 request (the app's credentials are in app.state.tokens, replaced
+    while the broker runs: broker.tenancy.credentials). Async: a static token's lookup is cheaper than the
+    hop to a worker thread; an OIDC token, which may need the issuer's keys fetched, takes that hop."""
+    credentials: Credentials | None = request.app.state.tokens
+    if credentials is None:
+        request.state.principal = ANONYMOUS_ADMIN
         return ANONYMOUS_ADMIN
     if not authorization:
         raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
     scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise AuthError(401, "the Authorization header must be: Bearer <token>")
-    principal = tokens.authenticate(token.strip())
-    if principal is None:
-        raise AuthError(401, "unknown or revoked token")
-    return principal
+    if credentials.slow(token):
+        found = await run_in_threadpool(credentials.authenticate, token)
+    else:
+        found = credentials.authenticate(token)
+    if isinstance(found, Refusal):
+        raise AuthError(found.code, found.reason)
+    request.state.principal = found
+    return found
 
 
 Caller = Annotated[Principal, Depends(_caller)]
@@ -213,13 +226,18 @@ def create_app(
     readiness: Mapping[str, ReadinessCheck] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     logs: PodLogs | None = None,
-    tokens: TokenTable | None = None,
+    tokens: TokenTable | Credentials | None = None,
+    audit: AuditWriter | None = None,
+    audit_log: AuditLog | None = None,
 ) -> FastAPI:
     """The API. `tokens` None runs without authentication (every caller an admin): the composition root
-    passes None only for an explicit --insecure-no-auth."""
+    passes None only for an explicit --insecure-no-auth; Credentials are replaced while it runs. `audit`
+    records every write and refusal (broker.api_audit), `audit_log` serves GET /v1/audit."""
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.state.tokens = tokens
+    if audit is not None:
+        app.add_middleware(AuditMiddleware, writer=audit)  # outside BodyLimit: a 413 is recorded too
+    app.state.tokens = Credentials(static=tokens) if isinstance(tokens, TokenTable) else tokens
     batcher = SubmitBatcher(service.submit_many)
 
     def visible(principal: Principal, job_id: str) -> JobRecord:
@@ -324,7 +342,9 @@ def create_app(
                     403, f"{principal.name} submits for tenant {principal.tenant}, not {spec.tenant}"
                 )
             job_request = replace(job_request, tenant=principal.tenant)
+        note(request, tenant=job_request.tenant)
         record, created = await batcher.submit(service.prepare_submit(job_request, idempotency_key))
+        note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
             JobView.of(record).model_dump_json(by_alias=True),
             status_code=201 if created else 200,
@@ -357,8 +377,10 @@ def create_app(
         return body
 
     @app.delete("/v1/jobs/{job_id}")
-    def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:
+    def cancel_job(job_id: str, principal: Caller, request: Request) -> dict[str, Any]:
+        note(request, verb="cancel", obj=f"job/{job_id}")
         record = visible(principal, job_id)
+        note(request, tenant=record.request.tenant, trace_id=telemetry.trace_id_of(record.trace_parent))
         if not principal.may_cancel(record.request.tenant):
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not cancel jobs")
         return JobView.of(service.cancel(job_id)).model_dump(by_alias=True)
@@ -368,6 +390,7 @@ def create_app(
         return None if principal.role is not Role.USER else principal.may_read
 
     add_follow_routes(app, service, logs, reader=tenant_filter)
+    add_audit_routes(app, audit_log, _caller, AuthError)
 
     @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
     def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:
