@@ -326,6 +326,7 @@ def create_app(
     async def submit(request: Request) -> Response:
         # The busiest route reads its request itself: FastAPI's dependency resolution cost more than the
         # rest of a submit (benchmarks/placement.py submit). Same checks, same errors as the others.
+        note(request, verb="submit", obj="jobs")
         principal = await _caller(request, request.headers.get("authorization"))
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and len(idempotency_key) > 200:

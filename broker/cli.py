@@ -36,7 +36,7 @@ from httpx_sse import EventSource, SSEError
 from rich.console import Console
 from typer.exceptions import TyperException
 
-from broker import safe_yaml
+from broker import cli_audit, safe_yaml
 from broker.cli_client import (
     EXIT_FAILED,
     EXIT_UNREACHABLE,
@@ -853,6 +853,9 @@ def rbac(
         raise CliError(str(exc), EXIT_USAGE) from None
     sys.stdout.write(f"# gpufed member-cluster RBAC for {cluster}: apply in that cluster\n")
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+cli_audit.register(app, _api)  # `gpufed audit` (broker.cli_audit)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
