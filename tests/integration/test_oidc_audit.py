@@ -310,7 +310,8 @@ def test_no_token_or_secret_is_ever_in_a_record(broker: Broker, issuer: LocalIss
     broker.call("not-a-known-token-0123456789", "DELETE", "/v1/jobs/j-1")
     broker.call(None, "POST", "/v1/jobs", json={"name": "t", "gpus": 1})
     assert broker.auth.writer.flush()
-    stored = " ".join(str(f) for _, f in broker.store.client.xrange(broker.auth.log.key))
+    rows: Any = broker.store.client.xrange(broker.auth.log.key)
+    stored = " ".join(str(fields) for _, fields in rows)
     logged = broker.audit_file.read_text()
     assert len(broker.audit()["items"]) == 5
     for secret in [*TOKENS.values(), "not-a-known-token-0123456789", sso, expired, sso.split(".")[2]]:

@@ -27,7 +27,7 @@ from broker import queueing
 from broker.api import create_app
 from broker.config import load_tokens, parse_fleet_config
 from broker.errors import ConfigError
-from broker.main import token_table
+from broker.main_auth import token_table
 from broker.model import (
     ClusterSummary,
     ClusterTraits,
