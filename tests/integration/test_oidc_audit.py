@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -398,3 +399,44 @@ def test_the_cli_submits_with_an_sso_token_and_shows_the_audit(
     assert row.split()[1:5] == ["ana", "ml", "user", "submit"] and "success" in row
     refused = _gpufed("audit", "--server", served, token=sso)
     assert refused.returncode == 4 and "admins and viewers" in refused.stderr
+
+
+def test_the_cli_gets_an_sso_token_from_an_exec_credential_plugin(
+    broker: Broker, issuer: LocalIssuer, served: str, tmp_path: Path
+) -> None:
+    """kubectl's model: the context names a plugin that prints an ExecCredential (kubelogin would sign
+    the user in); the CLI sends its token."""
+    token_file = tmp_path / "id_token"
+    token_file.write_text(issuer.token(sub="ana", groups=["ml-team"]))
+    plugin = tmp_path / "login.py"
+    plugin.write_text(
+        "import json, pathlib, sys\n"
+        "token = pathlib.Path(sys.argv[1]).read_text()\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
+        " 'status': {'token': token}}))\n"
+    )
+    config = tmp_path / "gpufed-config.yaml"
+    exec_block = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": sys.executable,
+        "args": [str(plugin), str(token_file)],
+    }
+    config.write_text(
+        yaml.safe_dump(
+            {"current-context": "sso", "contexts": [{"name": "sso", "server": served, "exec": exec_block}]}
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUFED_TOKEN", "GPUFED_URL", "GPUFED_CONTEXT")}
+    env["GPUFED_CONFIG"] = str(config)
+    done = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "gpufed"), "submit", "via-plugin", "--gpus", "1"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (job,) = [j for j in broker.service.jobs() if j.request.name == "via-plugin"]
+    assert job.request.tenant == "ml"
+    assert [r["subject"] for r in broker.audit(verb="submit")["items"]] == ["ana"]
