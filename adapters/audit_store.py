@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +88,13 @@ class RedisAuditLog:
         except redis.RedisError as e:
             raise StoreError(f"redis: audit append: {e}") from e
 
-    def cursor(self, start: str) -> str:
+    def cursor(self, start: Callable[[], str]) -> str:
         try:
-            self._r.set(self._cursor, start, nx=True)
-            return _text(self._r.get(self._cursor) or start)
+            now = self._r.get(self._cursor)
+            if now is not None:
+                return _text(now)
+            self._r.set(self._cursor, start(), nx=True)
+            return _text(self._r.get(self._cursor) or "0-0")
         except redis.RedisError as e:
             raise StoreError(f"redis: audit cursor: {e}") from e
 

@@ -111,8 +111,8 @@ class DerivedAuditLog(Protocol):
         `before`; False when another replica moved it first."""
         ...
 
-    def cursor(self, start: str) -> str:
-        """The cursor (set to `start` if there is none yet)."""
+    def cursor(self, start: Callable[[], str]) -> str:
+        """The cursor (set to `start()` if there is none yet)."""
         ...
 
 
@@ -143,7 +143,7 @@ class EventAuditor:
 
     def step(self) -> int:
         """One read of the stream past the shared cursor: the number of records this replica wrote."""
-        before = self._derived.cursor(self._start())
+        before = self._derived.cursor(self._start)
         events = self._read(before, self._block_ms)
         if not events:
             return 0
