@@ -25,7 +25,7 @@ from fastapi import Depends, FastAPI, Query, Request
 
 from broker import telemetry
 from broker.auth import Principal, Role
-from broker.errors import InvalidRequest
+from broker.errors import InvalidRequest, NotFound
 from broker.tenancy.audit import (
     ANONYMOUS,
     OUTCOMES,
@@ -136,7 +136,7 @@ def add_audit_routes(
     caller: Callable[..., Any],
     refuse: Callable[[int, str], Exception],
 ) -> None:
-    """GET /v1/audit over `log` (422 naming "(audit)" when the broker keeps no trail); `caller` is the
+    """GET /v1/audit over `log` (404 when the broker keeps no trail); `caller` is the
     API's dependency that authenticates a request, `refuse(code, message)` its refusal (a Status)."""
 
     @app.get("/v1/audit")
@@ -158,7 +158,7 @@ def add_audit_routes(
         if outcome is not None and outcome not in OUTCOMES:
             raise InvalidRequest("outcome", f"one of {', '.join(OUTCOMES)}")
         if log is None:
-            raise InvalidRequest("(audit)", "this broker keeps no audit trail")
+            raise NotFound("this broker keeps no audit trail")
         query = AuditQuery(subject, verb, tenant, outcome, since, until)
         try:
             after = decode_continue(cont, query) if cont else None

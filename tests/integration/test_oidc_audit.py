@@ -243,6 +243,20 @@ def test_an_unknown_kid_fetches_the_keys_once_per_interval_never_per_request(iss
         issuer.rotate("k1")
 
 
+def test_an_issuer_that_cannot_be_reached_or_is_another_keeps_the_keys_known() -> None:
+    now = [0.0]
+    with LocalIssuer().serving() as issuer:
+        keys = IssuerKeys(issuer.url, min_refetch_seconds=1, max_age_seconds=60, clock=lambda: now[0])
+        assert keys.signing_key("k1") is not None
+        wrong = IssuerKeys(issuer.url + "/realms/other", clock=lambda: now[0])
+        assert wrong.signing_key("k1") is None  # its discovery is not there: nothing trusted
+        wrong.close()
+    now[0] += 120  # the set is old and the issuer is gone: the known key still verifies
+    assert keys.signing_key("k1") is not None
+    assert keys.signing_key("k-new") is None
+    keys.close()
+
+
 def test_a_token_removed_from_the_tokens_file_is_refused_within_seconds_without_a_restart(
     broker: Broker,
 ) -> None:
