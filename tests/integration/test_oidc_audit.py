@@ -21,6 +21,7 @@ import pytest
 import uvicorn
 import yaml
 
+from adapters.audit_store import RedisAuditLog
 from adapters.oidc_keys import IssuerKeys
 from adapters.redis_store import RedisStateStore
 from broker.api import create_app
@@ -28,6 +29,7 @@ from broker.config import FleetConfig, parse_fleet_config
 from broker.main_auth import AuthRuntime, token_table
 from broker.model import ClusterTraits, JobEvent, JobRequest, JobState
 from broker.service import BrokerService
+from broker.tenancy.audit import AuditQuery, AuditRecord
 from tests.conftest import free_port, wait_for
 from tests.oidc_issuer import AUDIENCE, LocalIssuer
 from tests.service_doubles import ManualClock, RecordingGateway
@@ -454,3 +456,38 @@ def test_the_cli_gets_an_sso_token_from_an_exec_credential_plugin(
     (job,) = [j for j in broker.service.jobs() if j.request.name == "via-plugin"]
     assert job.request.tenant == "ml"
     assert [r["subject"] for r in broker.audit(verb="submit")["items"]] == ["ana"]
+
+
+def test_the_trail_in_redis_is_bounded_by_count_and_by_age(redis_url: str) -> None:
+    store = RedisStateStore(redis_url, prefix="bounded" + uuid.uuid4().hex[:8])
+    try:
+        records = [
+            AuditRecord(
+                at=float(i),
+                subject="ana",
+                tenant="ml",
+                role="user",
+                verb="submit",
+                object=f"job/{i}",
+                outcome="success",
+            )
+            for i in range(2000)
+        ]
+        capped = RedisAuditLog(store.client, store.prefix, max_records=300)
+        for i in range(0, 2000, 100):
+            capped.append(records[i : i + 100])
+        length: Any = store.client.xlen(capped.key)
+        assert 300 <= length < 600  # trimmed by whole stream nodes (MAXLEN ~), never below the cap
+        newest, _ = capped.page(AuditQuery(), 1, None)
+        assert newest[0][1].object == "job/1999"
+
+        aged = RedisAuditLog(store.client, store.prefix, retention_seconds=0.001)
+
+        def trimmed() -> bool:
+            aged.append(records[:1])  # each append trims what is past the retention
+            return int(store.client.xlen(aged.key)) < 300
+
+        wait_for(trimmed, timeout=10, what="records past the retention to be trimmed (MINID ~)")
+    finally:
+        store.client.delete(f"{store.prefix}:audit")
+        store.close()
