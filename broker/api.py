@@ -17,6 +17,8 @@
                                  queued demand per product; ?nodes=true adds each cluster's node table
     GET    /v1/clusters          the member clusters as declared, with health
     GET    /v1/spend             each tenant's cloud spend and budget this period (broker.api_burst)
+    GET    /v1/audit             who did what: every write and refused call, filtered and paged (admins and
+                                 viewers; broker.api_audit, docs/tenancy.md)
     GET    /metrics              Prometheus text (broker.telemetry): counters, histograms, fleet gauges
     GET    /healthz              liveness only: the process serves HTTP
     GET    /readyz               readiness: 503 with the reason per check (Redis answers; more checks,
@@ -27,8 +29,8 @@ Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message
 413 (a body over maxRequestBytes), 422 (every bad field named, camelCase as sent; for a Job, its
 field path), 502 (a member cluster failed), 503 (state store down).
 
-Authentication (docs/tenancy.md): every /v1 call carries `Authorization: Bearer <token>`; a token maps to
-a tenant and a role (broker.auth). A user sees and cancels only its own tenant's jobs (another tenant's
+Authentication (docs/tenancy.md): every /v1 call carries `Authorization: Bearer <token>`, a static token
+(broker.auth) or an OIDC ID token (broker.tenancy.oidc); a token maps to a tenant and a role. A user sees and cancels only its own tenant's jobs (another tenant's
 job is 404, as if it did not exist), an admin every job, a viewer reads everything and changes nothing.
 401 and 403 are Kubernetes Status objects ({"kind": "Status", "apiVersion": "v1", "status": "Failure",
 "message", "reason": "Unauthorized" | "Forbidden", "code"}). /healthz, /readyz, /metrics and the dashboard's

@@ -50,7 +50,7 @@ def token_table(cfg: FleetConfig, insecure_no_auth: bool, warn: bool = True) -> 
     `warn`: say that the API is open (once per broker: the check before start-up passes False)."""
     if cfg.auth is not None:
         if insecure_no_auth:
-            raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
+            raise ConfigError("auth is set (tokensFile or oidc) and --insecure-no-auth was given: choose one")
         return load_tokens(cfg.auth.tokens_file) if cfg.auth.tokens_file else TokenTable({})  # OIDC only
     if insecure_no_auth:
         if warn:
