@@ -230,8 +230,12 @@ def bench_reserve(clusters: int) -> None:
 # --------------------------------------------------------------------------- submit
 
 
-def serve_api(prefix: str, port: int, clusters: int) -> None:
-    """The broker's HTTP API over the Redis store (no control loop, no clusters): what a submit costs."""
+BENCH_TOKEN = "bench-token-0123456789abcdef"
+
+
+def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> None:
+    """The broker's HTTP API over the Redis store (no control loop, no clusters): what a submit costs.
+    `audited`: with a bearer token and the audit trail to Redis, as `gpufed serve` runs it."""
     import uvicorn
 
     from adapters.system_clock import SystemClock
@@ -242,7 +246,18 @@ def serve_api(prefix: str, port: int, clusters: int) -> None:
     store = _store(prefix)
     traits = {s.cluster: ClusterTraits(s.cluster) for s in fleet(clusters, nodes=10)}
     service = BrokerService(store, _NoClusters(), SystemClock(), traits)
-    app = create_app(service, service.clock)
+    if audited:
+        from adapters.audit_store import RedisAuditLog
+        from broker.api.audit_writer import AuditWriter
+        from broker.tenancy.auth import parse_tokens
+
+        log = RedisAuditLog(store.client, prefix)
+        tokens = parse_tokens(
+            [{"name": "bench", "tenant": "bench", "role": "user", "token": BENCH_TOKEN}], "bench"
+        )
+        app = create_app(service, service.clock, tokens=tokens, audit=AuditWriter([log]), audit_log=log)
+    else:
+        app = create_app(service, service.clock)
     settle_startup_heap()  # as `gpufed serve` does once started
     uvicorn.run(
         app,
@@ -263,8 +278,11 @@ class _NoClusters:
     delete_workload = read_workload = list_workloads = create_workload
 
 
-def bench_submit(clusters: int, clients: int = 32, total: int = 6000, client: str = "lean") -> None:
-    """`client` "lean" (benchmarks/http_load.run_load) or "httpx" (the same loop through httpx)."""
+def bench_submit(
+    clusters: int, clients: int = 32, total: int = 6000, client: str = "lean", audited: bool = False
+) -> None:
+    """`client` "lean" (benchmarks/http_load.run_load) or "httpx" (the same loop through httpx);
+    `audited`: a bearer token on every submit and each one recorded in the audit trail."""
     from tests.conftest import free_port  # a free local port, as the tests pick them
 
     prefix = "bench" + uuid.uuid4().hex[:8]
@@ -284,6 +302,7 @@ def bench_submit(clusters: int, clients: int = 32, total: int = 6000, client: st
             str(port),
             "--clusters",
             str(clusters),
+            *(["--audited"] if audited else []),
         ],
     )
     try:
@@ -297,7 +316,8 @@ def bench_submit(clusters: int, clients: int = 32, total: int = 6000, client: st
                 )
             )
         else:
-            request = encode_request("POST", "/v1/jobs", f"127.0.0.1:{port}", body, {})
+            headers = {"Authorization": f"Bearer {BENCH_TOKEN}"} if audited else {}
+            request = encode_request("POST", "/v1/jobs", f"127.0.0.1:{port}", body, headers)
             result = asyncio.run(
                 run_load("127.0.0.1", port, request, clients=clients, total=total, expect=201)
             )
@@ -307,7 +327,7 @@ def bench_submit(clusters: int, clients: int = 32, total: int = 6000, client: st
             f"POST /v1/jobs, {clients} clients, {clusters} clusters in Redis: {rate:,.0f} submits/s, "
             f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
             f"{errors} errors; broker CPU {cpu_ms:.2f} ms per submit "
-            f"({client} load generator on the same 2 cores)"
+            f"({client} load generator on the same 2 cores{'; token + audit trail' if audited else ''})"
         )
     finally:
         server.terminate()
@@ -455,6 +475,7 @@ BENCHES: dict[str, Callable[[int], None]] = {
     "reserve": bench_reserve,
     "submit": bench_submit,
     "submit-httpx": lambda clusters: bench_submit(clusters, client="httpx"),
+    "submit-audited": lambda clusters: bench_submit(clusters, audited=True),
     "burst": lambda _clusters: bench_burst(),
     "status": bench_status,
 }
@@ -466,9 +487,10 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=100)
     parser.add_argument("--prefix", default="bench")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--audited", action="store_true", help="serve-api: with a token and the audit trail")
     args = parser.parse_args()
     if args.what == "serve-api":
-        serve_api(args.prefix, args.port, args.clusters)
+        serve_api(args.prefix, args.port, args.clusters, audited=args.audited)
         return
     for name, fn in BENCHES.items():
         if args.what in (name, "all"):

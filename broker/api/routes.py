@@ -17,18 +17,20 @@
                                  queued demand per product; ?nodes=true adds each cluster's node table
     GET    /v1/clusters          the member clusters as declared, with health
     GET    /v1/spend             each tenant's cloud spend and budget this period (broker.api.burst)
+    GET    /v1/audit             who did what: every write and refused call, filtered and paged (admins and
+                                 viewers; broker.api.audit, docs/tenancy.md)
     GET    /metrics              Prometheus text (broker.telemetry): counters, histograms, fleet gauges
     GET    /healthz              liveness only: the process serves HTTP
     GET    /readyz               readiness: 503 with the reason per check (Redis answers; more checks,
                                  e.g. the leader lease, are passed in by the composition root)
-    GET    /                     the dashboard (static files in broker/api/routes/dashboard, served under /ui/)
+    GET    /                     the dashboard (static files in broker/api/dashboard, served under /ui/)
 
 Errors are JSON: {"error": <kind>, "message": ..., "fields": [{"field", "message"}]} with 404, 409,
 413 (a body over maxRequestBytes), 422 (every bad field named, camelCase as sent; for a Job, its
 field path), 502 (a member cluster failed), 503 (state store down).
 
-Authentication (docs/tenancy.md): every /v1 call carries `Authorization: Bearer <token>`; a token maps to
-a tenant and a role (broker.tenancy.auth). A user sees and cancels only its own tenant's jobs (another tenant's
+Authentication (docs/tenancy.md): every /v1 call carries `Authorization: Bearer <token>`, a static token
+(broker.tenancy.auth) or an OIDC ID token (broker.tenancy.oidc); a token maps to a tenant and a role. A user sees and cancels only its own tenant's jobs (another tenant's
 job is 404, as if it did not exist), an admin every job, a viewer reads everything and changes nothing.
 401 and 403 are Kubernetes Status objects ({"kind": "Status", "apiVersion": "v1", "status": "Failure",
 "message", "reason": "Unauthorized" | "Forbidden", "code"}). /healthz, /readyz, /metrics and the dashboard's
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -51,7 +54,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from broker import telemetry
+from broker.api.audit import AuditMiddleware, add_audit_routes, note
+from broker.api.audit_writer import AuditWriter
 from broker.api.burst import prediction_view, spend_view
+from broker.api.credentials import Credentials
 from broker.api.follow import add_follow_routes
 from broker.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.api.schemas import (
@@ -69,7 +75,9 @@ from broker.core.errors import ClusterError, Conflict, InvalidRequest, NotFound,
 from broker.core.model import JobRecord, JobState
 from broker.core.ports import Clock, PodLogs
 from broker.queue import queueing
+from broker.tenancy.audit import AuditLog
 from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
+from broker.tenancy.oidc_claims import Refusal
 from broker.workload import k8s_job
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
@@ -95,20 +103,27 @@ class AuthError(Exception):
 
 
 async def _caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The authenticated caller of a /v1 request (the app's token table is in app.state.tokens). Async
-    though it awaits nothing: a token lookup is cheaper than the hop to a worker thread."""
-    tokens: TokenTable | None = request.app.state.tokens
-    if tokens is None:
+    """The authenticated caller of a /v1 request (the app's credentials are in app.state.tokens, replaced
+    while the broker runs: broker.api.credentials). Async: a static token's lookup is cheaper than the
+    hop to a worker thread; an OIDC token, which may need the issuer's keys fetched, takes that hop."""
+    credentials: Credentials | None = request.app.state.tokens
+    if credentials is None:
+        request.state.principal = ANONYMOUS_ADMIN
         return ANONYMOUS_ADMIN
     if not authorization:
         raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
     scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise AuthError(401, "the Authorization header must be: Bearer <token>")
-    principal = tokens.authenticate(token.strip())
-    if principal is None:
-        raise AuthError(401, "unknown or revoked token")
-    return principal
+    if credentials.slow(token):
+        found = await run_in_threadpool(credentials.authenticate, token)
+    else:
+        found = credentials.authenticate(token)
+    if isinstance(found, Refusal):
+        raise AuthError(found.code, found.reason)
+    request.state.principal = found
+    return found
 
 
 Caller = Annotated[Principal, Depends(_caller)]
@@ -216,13 +231,18 @@ def create_app(
     readiness: Mapping[str, ReadinessCheck] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     logs: PodLogs | None = None,
-    tokens: TokenTable | None = None,
+    tokens: TokenTable | Credentials | None = None,
+    audit: AuditWriter | None = None,
+    audit_log: AuditLog | None = None,
 ) -> FastAPI:
     """The API. `tokens` None runs without authentication (every caller an admin): the composition root
-    passes None only for an explicit --insecure-no-auth."""
+    passes None only for an explicit --insecure-no-auth; Credentials are replaced while it runs. `audit`
+    records every write and refusal (broker.api.audit), `audit_log` serves GET /v1/audit."""
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.state.tokens = tokens
+    if audit is not None:
+        app.add_middleware(AuditMiddleware, writer=audit)  # outside BodyLimit: a 413 is recorded too
+    app.state.tokens = Credentials(static=tokens) if isinstance(tokens, TokenTable) else tokens
     batcher = SubmitBatcher(service.submit_many)
 
     def visible(principal: Principal, job_id: str) -> JobRecord:
@@ -311,6 +331,7 @@ def create_app(
     async def submit(request: Request) -> Response:
         # The busiest route reads its request itself: FastAPI's dependency resolution cost more than the
         # rest of a submit (benchmarks/placement.py submit). Same checks, same errors as the others.
+        note(request, verb="submit", obj="jobs")
         principal = await _caller(request, request.headers.get("authorization"))
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and len(idempotency_key) > 200:
@@ -327,7 +348,9 @@ def create_app(
                     403, f"{principal.name} submits for tenant {principal.tenant}, not {spec.tenant}"
                 )
             job_request = replace(job_request, tenant=principal.tenant)
+        note(request, tenant=job_request.tenant)
         record, created = await batcher.submit(service.prepare_submit(job_request, idempotency_key))
+        note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
             JobView.of(record).model_dump_json(by_alias=True),
             status_code=201 if created else 200,
@@ -360,8 +383,10 @@ def create_app(
         return body
 
     @app.delete("/v1/jobs/{job_id}")
-    def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:
+    def cancel_job(job_id: str, principal: Caller, request: Request) -> dict[str, Any]:
+        note(request, verb="cancel", obj=f"job/{job_id}")
         record = visible(principal, job_id)
+        note(request, tenant=record.request.tenant, trace_id=telemetry.trace_id_of(record.trace_parent))
         if not principal.may_cancel(record.request.tenant):
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not cancel jobs")
         return JobView.of(service.cancel(job_id)).model_dump(by_alias=True)
@@ -371,6 +396,7 @@ def create_app(
         return None if principal.role is not Role.USER else principal.may_read
 
     add_follow_routes(app, service, logs, reader=tenant_filter)
+    add_audit_routes(app, audit_log, _caller, AuthError)
 
     @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
     def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:

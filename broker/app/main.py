@@ -50,10 +50,11 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
 from broker.api.routes import create_app
+from broker.app.auth import AuthRuntime, token_table
 from broker.burst.gate import BurstGate
 from broker.config import clusterprofile
 from broker.config.reload import ConfigChanges, ConfigWatcher, changes
-from broker.config.settings import AuthConfig, ClusterConfig, FleetConfig, load_fleet_config, load_tokens
+from broker.config.settings import AuthConfig, ClusterConfig, FleetConfig, load_fleet_config
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
 from broker.controller.service import BrokerService, ServiceSettings
@@ -64,7 +65,6 @@ from broker.ha import drain as ha
 from broker.ha.leadership import Leadership, take_over
 from broker.ha.recovery import StoreRecovery
 from broker.health.machine import HealthThresholds
-from broker.tenancy.auth import TokenTable
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class Broker:
     profiles: ClusterProfileSync | None = None
     members: FleetMembers | None = None
     reloader: ConfigWatcher | None = None
+    auth: AuthRuntime | None = None  # credentials (reloaded while running) and the audit trail
 
     def store_cleanup(self) -> int:
         """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
@@ -157,23 +158,6 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
             sock.bind((host, port))
     except OSError as e:
         raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-
-
-def token_table(cfg: FleetConfig, insecure_no_auth: bool, warn: bool = True) -> TokenTable | None:
-    """The API's tokens (auth.tokensFile), or None for an explicit --insecure-no-auth; neither is an error.
-    `warn`: say that the API is open (once per broker: the check before start-up passes False)."""
-    if cfg.auth is not None:
-        if insecure_no_auth:
-            raise ConfigError("auth.tokensFile is set and --insecure-no-auth was given: choose one")
-        return load_tokens(cfg.auth.tokens_file)
-    if insecure_no_auth:
-        if warn:
-            log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
-        return None
-    raise ConfigError(
-        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
-        "or pass --insecure-no-auth for local play"
-    )
 
 
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
@@ -275,19 +259,28 @@ def _followed_namespace(c: ClusterConfig) -> str:
 
 
 def start_config_reload(
-    cfg: FleetConfig, members: FleetMembers, path: Path, load: Callable[[], FleetConfig]
+    cfg: FleetConfig,
+    members: FleetMembers,
+    path: Path,
+    load: Callable[[], FleetConfig],
+    auth: AuthRuntime | None = None,
 ) -> ConfigWatcher | None:
-    """Watch clusters.yaml (settings.configReloadSeconds; 0: not at all) and apply what changed in it."""
+    """Watch clusters.yaml (settings.configReloadSeconds; 0: not at all) and apply what changed in it
+    (its clusters, and its `auth` section through `auth`, which audits every reload)."""
     interval = cfg.settings.config_reload_seconds
     if interval <= 0:
         return None
     running = [cfg]
 
     def apply(new: FleetConfig) -> None:
-        members.apply_config(changes(running[0], new))
+        change = changes(running[0], new)
+        members.apply_config(change)
+        if auth is not None:
+            auth.apply_config(running[0], new, [change.text(), *change.restart])
         running[0] = new
 
-    watcher = ConfigWatcher(path, load, apply, interval_seconds=interval)
+    refused = auth.config_refused if auth is not None else None
+    watcher = ConfigWatcher(path, load, apply, interval_seconds=interval, on_invalid=refused)
     watcher.start()
     return watcher
 
@@ -430,12 +423,15 @@ def running_broker(
     )
     electors.append(leadership)
     drain = ha.Drain()
+    auth = AuthRuntime(cfg, tokens, store)
     app = create_app(
         service,
         service.clock,
         max_body_bytes=cfg.settings.max_request_bytes,
         logs=gateway,
-        tokens=tokens,
+        tokens=auth.credentials,
+        audit=auth.writer,
+        audit_log=auth.log,
         readiness={
             "redis": store.ping,
             "lease": leadership.readiness,
@@ -463,9 +459,10 @@ def running_broker(
     members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
     try:
         gateway.start()
+        auth.start()
         profiles = start_cluster_profiles(cfg, members, store, workdir)
         if reload_from is not None:
-            reloader = start_config_reload(cfg, members, *reload_from)
+            reloader = start_config_reload(cfg, members, *reload_from, auth=auth)
         leadership.start()
         thread.start()
         deadline = time.monotonic() + 10
@@ -487,6 +484,7 @@ def running_broker(
             profiles,
             members,
             reloader,
+            auth,
         )
     finally:
         gc.unfreeze()  # what start-up built may be collected again once this broker stops
@@ -498,6 +496,7 @@ def running_broker(
             thread.join(timeout=10)
         if reloader is not None:
             reloader.stop()
+        auth.stop()
         if profiles is not None:
             profiles.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -566,7 +565,9 @@ def serve(
         """clusters.yaml as this process runs it: with the environment's settings and tokens file."""
         cfg = with_environment(load_fleet_config(config_path), os.environ)
         if tokens_file:
-            cfg = cfg.model_copy(update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file})})
+            oidc = cfg.auth.oidc if cfg.auth is not None else None  # the file's auth.oidc is kept
+            auth = AuthConfig.model_validate({"tokensFile": tokens_file, "oidc": oidc})
+            cfg = cfg.model_copy(update={"auth": auth})
         return cfg
 
     cfg = load()

@@ -8,6 +8,8 @@ Owns
                                   - name: lab
                                     server: https://gpufed.lab.example:8443
                                     token: ...              # optional, sent as Authorization: Bearer
+                                    exec: {command: ..., args: [...]}   # or: a credential plugin
+                                                            # prints it, as kubectl's (broker.cli.exec_credential)
                                     certificateAuthority: /etc/gpufed/ca.pem   # optional: trust this CA
                                     insecureSkipTlsVerify: false
     Api                       one HTTP client; every failure becomes CliError with the exit code
@@ -107,6 +109,10 @@ def resolve_target(server: str | None, token: str | None, context: str | None) -
     if not url.startswith(("http://", "https://")):
         raise CliError(f"--server: {url!r} is not an http:// or https:// URL", EXIT_USAGE)
     tok = token or (str(ctx["token"]) if ctx.get("token") else None)
+    if tok is None and ctx.get("exec"):  # a credential plugin, as kubectl's (broker.cli.exec_credential)
+        from broker.cli.exec_credential import exec_token
+
+        tok = exec_token(ctx["exec"], f"context {ctx.get('name')!r}")
     verify: bool | ssl.SSLContext = not bool(ctx.get("insecureSkipTlsVerify"))
     ca = ctx.get("certificateAuthority")
     if ca:

@@ -37,6 +37,7 @@ from rich.console import Console
 from typer.exceptions import TyperException
 
 from broker.app.fleet_tables import demand_table, fleet_table, nodes_table
+from broker.cli import audit as cli_audit
 from broker.cli.client import (
     EXIT_FAILED,
     EXIT_UNREACHABLE,
@@ -853,6 +854,9 @@ def rbac(
         raise CliError(str(exc), EXIT_USAGE) from None
     sys.stdout.write(f"# gpufed member-cluster RBAC for {cluster}: apply in that cluster\n")
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+cli_audit.register(app, _api)  # `gpufed audit` (broker.cli.audit)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -5,13 +5,13 @@ changes(old, new) -> ConfigChanges   what the new file changes, pure: the cluste
                                      schedulers, spot, tenancy) and re-connected (kubeconfig path, context,
                                      followed namespace, GPU allocation: a new client, Job watch and
                                      poller), all applied without a restart; and the other sections that
-                                     changed (settings, auth, clusterProfiles), which take effect at the
-                                     next start.
+                                     changed (settings, clusterProfiles), which take effect at the next
+                                     start. (`auth` is applied at once by broker.app.auth.)
 ConfigWatcher(path, load, apply)     a daemon thread that loads the file again when its modification time
                                      or size changes (checked every `interval_seconds`). A file that does not
                                      load is logged with its error and counted; the running config is kept
                                      and nothing already accepted is touched. `apply(new)` gets each file
-                                     that loads, once.
+                                     that loads, once; `on_invalid(message)` each that does not.
 
 The broker's composition root (broker.app.main) applies the changes to the running fleet: docs/health.md.
 """
@@ -89,7 +89,7 @@ def changes(old: FleetConfig, new: FleetConfig) -> ConfigChanges:
         else:
             redeclared.append(now)
     restart: list[str] = []
-    for section in ("settings", "auth", "clusterProfiles"):
+    for section in ("settings", "clusterProfiles"):  # auth: applied at once (broker.app.auth)
         restart += _changed_keys(
             section,
             old.model_dump(by_alias=True, mode="json").get(section),
@@ -107,9 +107,10 @@ class ConfigWatcher:
         load: Callable[[], FleetConfig],
         apply: Callable[[FleetConfig], None],
         interval_seconds: float = 5.0,
+        on_invalid: Callable[[str], None] | None = None,
     ) -> None:
         self.path = path
-        self._load, self._apply = load, apply
+        self._load, self._apply, self._on_invalid = load, apply, on_invalid
         self._interval = interval_seconds
         self._seen = self._stamp()
         self._stop = threading.Event()
@@ -143,6 +144,8 @@ class ConfigWatcher:
             self.last_error = str(exc)
             telemetry.config_reloads.labels("invalid").inc()
             log.warning("%s changed but was not applied: %s; the running config is kept", self.path, exc)
+            if self._on_invalid is not None:
+                self._on_invalid(str(exc))
             return False
         self.last_error = None
         self._apply(cfg)

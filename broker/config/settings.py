@@ -34,6 +34,7 @@ from broker.scheduler import preemption
 from broker.scheduler.placement import PlacementPolicy
 from broker.scheduler.plugins import registry
 from broker.tenancy import auth
+from broker.tenancy.auth_config import AuditConfig, OidcConfig
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -283,6 +284,8 @@ class Settings(_Strict):
     tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
     create_namespaces: bool = Field(default=False, alias="createNamespaces")
     preemption: PreemptionConfig | None = None
+    # The audit trail (docs/tenancy.md): retention in Redis and an optional JSON-lines file.
+    audit: AuditConfig = Field(default_factory=AuditConfig)
 
     @field_validator("tenant_namespace")
     @classmethod
@@ -332,9 +335,17 @@ class Settings(_Strict):
 
 
 class AuthConfig(_Strict):
-    """auth: who may call the API (docs/tenancy.md). A relative path is resolved against the config file."""
+    """auth: who may call the API (docs/tenancy.md): static tokens, OIDC single sign-on, or both. A relative
+    path is resolved against the config file. Both are read again while the broker runs (broker.app.auth)."""
 
-    tokens_file: Path = Field(alias="tokensFile")
+    tokens_file: Path | None = Field(default=None, alias="tokensFile")
+    oidc: OidcConfig | None = None
+
+    @model_validator(mode="after")
+    def _some_credential(self) -> AuthConfig:
+        if self.tokens_file is None and self.oidc is None:
+            raise ValueError("tokensFile or oidc: at least one is required")
+        return self
 
 
 class ClusterProfilesConfig(_Strict):
@@ -422,7 +433,7 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
             )
         )
     update: dict[str, Any] = {"clusters": resolved}
-    if cfg.auth is not None:
+    if cfg.auth is not None and cfg.auth.tokens_file is not None:
         tokens = cfg.auth.tokens_file
         tokens = tokens if tokens.is_absolute() else base_dir / tokens
         update["auth"] = cfg.auth.model_copy(update={"tokens_file": tokens.resolve()})

@@ -1,4 +1,5 @@
-"""Tenancy: who calls (tokens, roles), the RBAC a member needs, tenant namespaces and their quotas.
+"""Tenancy: who calls (static tokens, OIDC claims) in which role, the audit record of what they did, and
+the tenants' namespaces, quotas and RBAC inside the member clusters.
 
-Pure: no I/O, no clock.
+Pure: no I/O, no clock (the live credentials and the audit writer's thread are in broker.api).
 """

@@ -24,7 +24,7 @@ import yaml
 
 from adapters.redis_store import RedisStateStore
 from broker.api.routes import create_app
-from broker.app.main import token_table
+from broker.app.auth import token_table
 from broker.config.settings import load_tokens, parse_fleet_config
 from broker.controller.service import BrokerService, ServiceSettings
 from broker.core.errors import ConfigError

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / "tools" / "bin" / "helm"
 CHART = REPO / "charts" / "gpufed"
 VALUES = REPO / "tests" / "fixtures" / "helm"
-GOOD = ["minimal.yaml", "ha-external-redis.yaml", "no-networkpolicy.yaml"]
+GOOD = ["minimal.yaml", "ha-external-redis.yaml", "no-networkpolicy.yaml", "sso.yaml"]
 
 
 def _helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -71,6 +71,15 @@ def test_the_config_map_is_a_config_the_broker_accepts(values: str, tmp_path: Pa
     source = yaml.safe_load((VALUES / values).read_text())
     assert [c.name for c in cfg.clusters] == [c["name"] for c in source["clusters"]]
     assert all(str(c.kubeconfig) == f"/etc/gpufed/kubeconfigs/{c.name}.kubeconfig" for c in cfg.clusters)
+
+
+def test_single_sign_on_and_audit_retention_reach_the_brokers_config(tmp_path: Path) -> None:
+    text = _render("sso.yaml")[("ConfigMap", "rel-gpufed-config")]["data"]["clusters.yaml"]
+    cfg = parse_fleet_config(yaml.safe_load(text), "configmap", tmp_path)
+    assert cfg.auth is not None and cfg.auth.oidc is not None
+    assert cfg.auth.oidc.issuer_url == "https://keycloak.example.com/realms/gpu"
+    assert cfg.auth.oidc.policy().tenants_from_groups == {"ml-team": "ml", "vision-team": "vision"}
+    assert (cfg.settings.audit.retention_days, cfg.settings.audit.max_records) == (90, 500000)
 
 
 def test_internal_redis_by_default_with_aof_and_its_own_network_policy() -> None:

@@ -1,0 +1,164 @@
+"""Getting audit records to where they are kept, off the request path.
+
+AuditWriter     `record(r)` queues a record (never blocks a request); one daemon thread hands what is
+                queued, in batches, to each sink (the Redis stream, the JSON-lines file). A sink that fails
+                is logged and the batch tried on it again at the next round (up to `retries` rounds);
+                the other sinks are not held up. `flush()` waits until every queued record is written.
+EventAuditor    follows the fleet-wide job event stream and turns the broker's own acts in it (preemption,
+                failover, budget stop; broker.tenancy.audit.from_job_event) into records. Every replica
+                may run one: the records of a span of events are written only by the replica that moves
+                the shared cursor over that span (a compare-and-set in the store), so each act is
+                recorded once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from broker.core.model import JobEvent
+from broker.tenancy.audit import AuditRecord, AuditSink, from_job_event
+
+__all__ = ["AuditWriter", "DerivedAuditLog", "EventAuditor"]
+
+log = logging.getLogger(__name__)
+
+
+class AuditWriter:
+    def __init__(
+        self, sinks: Sequence[AuditSink], max_queue: int = 100_000, batch: int = 500, retries: int = 3
+    ) -> None:
+        self._sinks = list(sinks)
+        self._queue: queue.Queue[AuditRecord] = queue.Queue(maxsize=max_queue)
+        self._batch, self._retries = batch, retries
+        self._pending: dict[int, tuple[list[AuditRecord], int]] = {}  # sink index -> (failed batch, tries)
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="gpufed-audit", daemon=True)
+        self._thread.start()
+
+    def record(self, r: AuditRecord) -> None:
+        with self._idle:
+            try:
+                self._queue.put_nowait(r)
+            except queue.Full:
+                full = True
+            else:
+                full = False
+                self._busy += 1
+        if full:
+            self.dropped += 1
+            log.error("audit queue full: a record of %s %s by %s was dropped", r.verb, r.object, r.subject)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """True once every record queued before the call is handed to its sinks (or given up on)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout=timeout)
+
+    def close(self) -> None:
+        self.flush()
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _take(self) -> list[AuditRecord]:
+        try:
+            first = self._queue.get(timeout=0.2)
+        except queue.Empty:
+            return []
+        batch = [first]
+        while len(batch) < self._batch:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _write(self, index: int, sink: AuditSink, records: list[AuditRecord]) -> None:
+        try:
+            sink.append(records)
+        except Exception as exc:  # a sink down (Redis, a full disk) must not stop the others
+            _, tries = self._pending.get(index, ([], 0))
+            if tries + 1 >= self._retries:
+                log.error("audit: %d record(s) could not be written to %s: %s", len(records), sink, exc)
+                self._pending.pop(index, None)
+            else:
+                log.warning("audit: writing to %s failed (%s); trying again", sink, exc)
+                self._pending[index] = (records, tries + 1)
+            return
+        self._pending.pop(index, None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._take()
+            for index, sink in enumerate(self._sinks):
+                held, _ = self._pending.get(index, ([], 0))
+                if held or batch:
+                    self._write(index, sink, held + batch)
+            if batch:
+                with self._idle:
+                    self._busy -= len(batch)
+                    self._idle.notify_all()
+
+
+class DerivedAuditLog(Protocol):
+    def advance(self, before: str, after: str, records: Sequence[AuditRecord]) -> bool:
+        """Append `records` and move the cursor from `before` to `after`, only if it is still at
+        `before`; False when another replica moved it first."""
+        ...
+
+    def cursor(self, start: Callable[[], str]) -> str:
+        """The cursor (set to `start()` if there is none yet)."""
+        ...
+
+
+class EventAuditor:
+    def __init__(
+        self,
+        read_events: Callable[[str, int], list[tuple[str, JobEvent]]],
+        tenant_of: Callable[[str], str],
+        derived: DerivedAuditLog,
+        start: Callable[[], str],
+        also: Sequence[AuditSink] = (),
+        block_ms: int = 1000,
+    ) -> None:
+        """`read_events(after, block_ms)`: fleet-wide events after a stream id; `tenant_of(job_id)`;
+        `start()`: where a new cursor starts (the newest event now: history is not replayed)."""
+        self._read, self._tenant_of, self._derived = read_events, tenant_of, derived
+        self._start, self._also, self._block_ms = start, list(also), block_ms
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpufed-audit-events", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
+
+    def step(self) -> int:
+        """One read of the stream past the shared cursor: the number of records this replica wrote."""
+        before = self._derived.cursor(self._start)
+        events = self._read(before, self._block_ms)
+        if not events:
+            return 0
+        records = [r for _, e in events if (r := from_job_event(e, self._tenant_of(e.job_id))) is not None]
+        if not self._derived.advance(before, events[-1][0], records):
+            return 0  # another replica wrote these
+        if records:
+            for sink in self._also:
+                sink.append(records)
+        return len(records)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # Redis away: tried again, the cursor keeps the place
+                log.warning("audit: following the job events failed: %s", exc)
+                self._stop.wait(2.0)
