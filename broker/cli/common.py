@@ -1,0 +1,78 @@
+"""The CLI's one typer app, the options every client command shares, and its way to the broker.
+
+Owns app (commands register on it from the modules beside this one), the --server/--token/--context/-o
+options, the global `gpufed --token T <command>`, JOB shell completion, connect/fetch (one Api per
+command) and the terminal job states.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from broker.cli.output import Output
+from broker.cli_client import Api, CliError, resolve_target
+
+app = typer.Typer(
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="gpufed: one endpoint for a fleet of GPU clusters",
+)
+
+ServerOpt = Annotated[str | None, typer.Option("--server", envvar="GPUFED_URL", help="broker URL")]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", envvar="GPUFED_TOKEN", help="bearer token", show_default=False)
+]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", envvar="GPUFED_CONTEXT", help="context in the config file")
+]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json | yaml | wide")]
+TERMINAL_OK = "SUCCEEDED"
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+# `gpufed --token T <command>`: a token given before the command, for every command that calls the broker
+# (a command's own --token, then $GPUFED_TOKEN, win over it only when given).
+_global_token: str | None = None
+
+
+@app.callback()
+def _global_options(
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", envvar="GPUFED_TOKEN", help="bearer token for every command", show_default=False
+        ),
+    ] = None,
+) -> None:
+    global _global_token
+    _global_token = token or None
+
+
+def complete_jobs(incomplete: str) -> list[str]:
+    """Shell completion of JOB: names and ids of the jobs the broker lists (from $GPUFED_URL or the
+    config's context); nothing when it does not answer within 2 s."""
+    try:
+        target = resolve_target(os.environ.get("GPUFED_URL"), os.environ.get("GPUFED_TOKEN"), None)
+        with Api(target, timeout=2.0) as api:
+            items = api.call("GET", "/v1/jobs")["items"]
+    except (CliError, KeyError, TypeError):
+        return []
+    names = {j["name"] for j in items} | {j["id"] for j in items}
+    return sorted(n for n in names if n.startswith(incomplete))
+
+
+def connect(server: str | None, token: str | None, context: str | None) -> Api:
+    return Api(resolve_target(server, token or _global_token, context))
+
+
+def fetch(
+    method: str, path: str, server: str | None, token: str | None, context: str | None, **kw: Any
+) -> Any:
+    """One call to the broker on a connection of its own: the answer's JSON body (CliError when refused)."""
+    with connect(server, token, context) as api:
+        return api.call(method, path, **kw)

@@ -1,0 +1,76 @@
+"""How the CLI prints: kubectl-style columns, JSON/YAML, the jobs table, rich tables captured as text.
+
+Owns Output (the -o choices), out / columns / emit, job_rows (the jobs table) and rich_text (a rich
+renderable as plain text, for the fleet tables). No markup anywhere: brackets in messages survive.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+
+from broker.cli_client import ago, render
+
+console = Console(width=None if sys.stdout.isatty() else 150, highlight=False, markup=False)
+
+
+class Output(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+    WIDE = "wide"
+
+
+def out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """kubectl-style columns: no boxes, no markup, two spaces apart."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def emit(data: Any, output: Output, table: Callable[[bool], str]) -> None:
+    if output in (Output.JSON, Output.YAML):
+        out(render(data, output.value))
+    else:
+        out(table(output == Output.WIDE))
+
+
+def job_rows(items: Sequence[dict[str, Any]], wide: bool) -> str:
+    headers = ["ID", "NAME", "STATE", "CLUSTER", "AGE", "REASON"]
+    if wide:
+        headers[4:4] = ["TENANT", "GPUS", "ATTEMPT", "WORKLOAD"]
+    rows = []
+    now = time.time()
+    for j in items:
+        req = j.get("request") or {}
+        row = [j["id"], j["name"], j["state"], j.get("cluster") or "-", ago(j.get("createdAt"), now)]
+        if wide:
+            gpus = (
+                f"{req.get('gpus', 0)}x{req.get('pods', 1)}"
+                if req.get("gpus")
+                else f"mig x{req.get('pods', 1)}"
+            )
+            row[4:4] = [j.get("tenant", "-"), gpus, str(j.get("attempt", 0)), j.get("workload") or "-"]
+        reason = str(j.get("reason") or "")
+        if j.get("queuePosition") is not None:
+            reason = f"#{j['queuePosition']} in queue; {reason}"
+        rows.append([*row, reason if wide else reason[:80]])
+    return columns(headers, rows)
+
+
+def rich_text(renderable: Any) -> str:
+    with console.capture() as cap:
+        console.print(renderable)
+    return cap.get().rstrip("\n")
