@@ -10,7 +10,7 @@ from broker.cli.common import ContextOpt, OutputOpt, ServerOpt, TokenOpt, app, f
 from broker.cli.output import Output, columns, emit, out, rich_text
 from broker.cli.submit import read_spec, spec_from_flags
 from broker.cli_client import EXIT_FAILED, ago
-from broker.fleet_tables import demand_table, fleet_table, nodes_table
+from broker.fleet_tables import demand_table, fleet_table, nodes_table, numa_notes
 
 
 @app.command()
@@ -32,6 +32,7 @@ def fleet(
             for c in body["clusters"]
             if c.get("healthReason")
         ]
+        parts += numa_notes(body["clusters"])
         if body.get("products"):
             parts.append(rich_text(demand_table(body["products"])))
         if nodes or wide:
