@@ -55,7 +55,7 @@ from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
-from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.errors import AlreadyExists, ClusterError, Conflict, InvalidRequest, NotFound, StoreError
 from broker.model import JobRecord, JobState
 from broker.ports import Clock, PodLogs
 from broker.schemas import (
@@ -269,7 +269,7 @@ def create_app(
 
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
-        return _error(409, "conflict", str(exc))
+        return _error(409, "already-exists" if isinstance(exc, AlreadyExists) else "conflict", str(exc))
 
     @app.exception_handler(ClusterError)
     async def _cluster(_: Request, exc: ClusterError) -> JSONResponse:

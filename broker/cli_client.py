@@ -202,6 +202,9 @@ class Api:
         matches = [j for j in self.call("GET", "/v1/jobs")["items"] if j.get("name") == ref]
         if not matches:
             raise CliError(f"no job with id or name {ref!r}")
+        live = [j for j in matches if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+        if len(matches) > 1 and len(live) == 1:  # names are unique among live jobs: the name means it
+            return dict(live[0])
         if len(matches) > 1:
             ids = ", ".join(j["id"] for j in matches[:5]) + (", ..." if len(matches) > 5 else "")
             raise CliError(f"{len(matches)} jobs are named {ref!r} ({ids}): give an id", EXIT_USAGE)

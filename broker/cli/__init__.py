@@ -9,7 +9,7 @@
     gpufed probe [--nvidia-smi-xml FILE]         this host's GPUs as the broker sees them
     gpufed rbac --cluster NAME [-c clusters.yaml]  least-privilege manifests for a member cluster
 
-JOB is an id or a name (a name several jobs share is refused). Every read command takes
+JOB is an id or a name (one live job holds a name; several finished ones sharing it: give the id). Every read command takes
 `-o table|json|yaml|wide`. The endpoint and token come from --server/--token, $GPUFED_URL/$GPUFED_TOKEN,
 or the current context of ~/.config/gpufed/config.yaml (broker.cli_client). Exit codes: 0 ok, 1 the
 job failed / nothing fits / the broker refused, 2 usage, 3 broker unreachable, 4 not authenticated or not

@@ -1,0 +1,118 @@
+"""Issue 28, what a new user meets in the first hour, against the real API (create_app over BrokerService
+on a real Redis, served by uvicorn in a thread) with the CLI run in-process (broker.cli.run): one live job
+per name (409 AlreadyExists), the whole reason in `get`, GPU product aliases, validation in plain words,
+RFC 3339 times, and the kubectl habits (describe, -l, -o jsonpath, --version)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from adapters.kube import KubeGateway
+from adapters.redis_store import RedisStateStore
+from broker import cli
+from broker.api import create_app
+from broker.model import ClusterTraits
+from broker.service import BrokerService
+from tests.conftest import free_port, wait_for
+from tests.service_doubles import ManualClock, idle_h100_node
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PREFIX = "gpufed-first-hour"
+
+
+@pytest.fixture
+def service(redis_url: str) -> Iterator[BrokerService]:
+    store = RedisStateStore(redis_url, prefix=PREFIX, unique_names=True)
+    clock = ManualClock()
+    svc = BrokerService(store, KubeGateway({}), clock, {"onprem-a": ClusterTraits(name="onprem-a")})
+    store.put_summary(idle_h100_node("onprem-a", clock.now()))
+    yield svc
+    keys = list(store.client.scan_iter(match=f"{PREFIX}:*"))
+    if keys:
+        store.client.delete(*keys)
+    store.close()
+
+
+@pytest.fixture
+def url(service: BrokerService) -> Iterator[str]:
+    app = create_app(service, service.clock, logs=KubeGateway({}))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=30, what="the API to listen")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUFED_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.config/gpufed/config.yaml of the machine's user
+    for var in ("GPUFED_URL", "GPUFED_TOKEN", "GPUFED_CONTEXT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def gpufed(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.run(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _post(url: str, body: dict[str, Any] | str, **headers: str) -> httpx.Response:
+    if isinstance(body, str):
+        return httpx.post(
+            f"{url}/v1/jobs", content=body, headers={"content-type": "application/yaml", **headers}
+        )
+    return httpx.post(f"{url}/v1/jobs", json=body, headers=headers)
+
+
+# --------------------------------------------------------------------------- 4: one live job per name
+
+
+def test_a_second_live_job_with_the_same_name_is_409_already_exists(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = (REPO / "examples" / "job.yaml").read_text()
+    first = _post(url, job)
+    assert first.status_code == 201, first.text
+    second = _post(url, job)
+    assert second.status_code == 409, second.text
+    body = second.json()
+    assert body["error"] == "already-exists"
+    assert (
+        "a job named 'finetune' already exists" in body["message"] and first.json()["id"] in body["message"]
+    )
+
+    # the same Idempotency-Key is a retry, not a second job: the first answer again, not 409
+    keyed = _post(url, {"name": "keyed", "gpus": 1}, **{"Idempotency-Key": "k1"})
+    again = _post(url, {"name": "keyed", "gpus": 1}, **{"Idempotency-Key": "k1"})
+    assert (keyed.status_code, again.status_code) == (201, 200) and keyed.json()["id"] == again.json()["id"]
+
+    # the CLI says it in one line and exits 1, as kubectl create does
+    code, _, err = gpufed(capsys, "submit", "-f", str(REPO / "examples" / "job.yaml"), "--server", url)
+    assert code == 1 and "409 a job named 'finetune' already exists" in err
+
+    # a finished (here: cancelled) job's name may be reused; the name then means the live job
+    assert httpx.delete(f"{url}/v1/jobs/{first.json()['id']}").status_code == 200
+    reused = _post(url, job)
+    assert reused.status_code == 201, reused.text
+    code, out, _ = gpufed(capsys, "get", "finetune", "-o", "json", "--server", url)
+    assert code == 0 and json.loads(out)["id"] == reused.json()["id"]
