@@ -40,7 +40,7 @@ def jobs(
     if not body["items"] and output in (Output.TABLE, Output.WIDE):
         out("No jobs.")
         return
-    emit(body, output, lambda wide: job_rows(body["items"], wide))
+    emit(body, output, lambda wide: job_rows(body["items"], wide, cut=True))
 
 
 @app.command()

@@ -47,7 +47,11 @@ def emit(data: Any, output: Output, table: Callable[[bool], str]) -> None:
         out(table(output == Output.WIDE))
 
 
-def job_rows(items: Sequence[dict[str, Any]], wide: bool) -> str:
+REASON_CUT = 100  # the jobs list cuts a reason here (marked "..."); -o wide, get and describe never do
+
+
+def job_rows(items: Sequence[dict[str, Any]], wide: bool, cut: bool = False) -> str:
+    """The jobs table; `cut`: the list's long reasons end in "..." (one job is always shown whole)."""
     headers = ["ID", "NAME", "STATE", "CLUSTER", "AGE", "REASON"]
     if wide:
         headers[4:4] = ["TENANT", "GPUS", "ATTEMPT", "WORKLOAD"]
@@ -66,7 +70,9 @@ def job_rows(items: Sequence[dict[str, Any]], wide: bool) -> str:
         reason = str(j.get("reason") or "")
         if j.get("queuePosition") is not None:
             reason = f"#{j['queuePosition']} in queue; {reason}"
-        rows.append([*row, reason if wide else reason[:80]])
+        if cut and not wide and len(reason) > REASON_CUT:
+            reason = reason[: REASON_CUT - 3] + "..."
+        rows.append([*row, reason])
     return columns(headers, rows)
 
 

@@ -5,6 +5,7 @@ RFC 3339 times, and the kubectl habits (describe, -l, -o jsonpath, --version).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -116,3 +117,21 @@ def test_a_second_live_job_with_the_same_name_is_409_already_exists(
     assert reused.status_code == 201, reused.text
     code, out, _ = gpufed(capsys, "get", "finetune", "-o", "json", "--server", url)
     assert code == 0 and json.loads(out)["id"] == reused.json()["id"]
+
+
+# --------------------------------------------------------------------------- 3: the whole reason
+
+
+def test_get_shows_the_whole_reason_and_the_list_marks_a_cut(
+    url: str, service: BrokerService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reason = "0/3 clusters are available: " + ", ".join(
+        f"{i} no room for {i} pods x 8 H100-80GB" for i in range(1, 9)
+    )
+    job = _post(url, {"name": "long-reason", "gpus": 1}).json()
+    record = service.get(job["id"])
+    service.store.save_job(dataclasses.replace(record, reason=reason))  # as the control loop writes one
+    code, out, _ = gpufed(capsys, "get", "long-reason", "--server", url)
+    assert code == 0 and reason in out
+    code, out, _ = gpufed(capsys, "jobs", "--server", url)
+    assert reason not in out and reason[:50] in out and "..." in out
