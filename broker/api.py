@@ -312,7 +312,8 @@ def create_app(
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and len(idempotency_key) > 200:
             raise InvalidRequest("Idempotency-Key", "at most 200 characters")
-        spec = spec_of(await submission_body(request))
+        body = await submission_body(request)
+        spec = spec_of(body)
         # Checked on the event loop; stored by the group commit with the submits that come meanwhile.
         if not principal.can_submit:
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
@@ -324,7 +325,11 @@ def create_app(
                     403, f"{principal.name} submits for tenant {principal.tenant}, not {spec.tenant}"
                 )
             job_request = replace(job_request, tenant=principal.tenant)
-        record, created = await batcher.submit(service.prepare_submit(job_request, idempotency_key))
+        try:
+            prepared = service.prepare_submit(job_request, idempotency_key)
+        except InvalidRequest as e:  # a plain Job's refusal names the Job's field (its annotation), not ours
+            raise (k8s_job.as_job_error(e) if k8s_job.is_k8s_job(body) else e) from None
+        record, created = await batcher.submit(prepared)
         return Response(
             JobView.of(record).model_dump_json(by_alias=True),
             status_code=201 if created else 200,

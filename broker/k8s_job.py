@@ -23,7 +23,7 @@ from broker.errors import InvalidRequest
 from broker.quantity import QuantityError, parse_quantity
 from broker.vocabulary import DURATION_ANNOTATION, GPU, MIG_PREFIX
 
-__all__ = ["ANNOTATIONS", "is_k8s_job", "job_field", "to_native"]
+__all__ = ["ANNOTATIONS", "as_job_error", "is_k8s_job", "job_field", "to_native"]
 
 POD = "spec.template.spec"
 CONTAINER = f"{POD}.containers[0]"
@@ -97,6 +97,13 @@ def job_field(loc: Sequence[str | int]) -> str:
     for part in rest:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
     return out
+
+
+def as_job_error(e: InvalidRequest) -> InvalidRequest:
+    """A refusal of the native spec made from a Job, re-said with the Job's field: gpuProducts[0] ->
+    metadata.annotations[gpufed.io/gpu-products]."""
+    head = e.field.split("[", 1)[0].split(".", 1)[0]
+    return InvalidRequest(job_field([head]) if head in _ORIGIN else e.field, e.detail)
 
 
 def _mapping(value: object, field: str) -> Mapping[str, Any]:

@@ -231,14 +231,13 @@ class BrokerService:
         cluster (unknown products keep their raw GFD name) is refused, as is a MIG profile no product has."""
         products: list[str] = []
         for i, name in enumerate(request.gpu_products):
-            known = catalog.entry(name)
+            known = catalog.lookup(name)  # a name, a GFD label value or an unambiguous short name
             if known is not None:
                 products.append(known.name)
             elif name in self._fleet_products(refresh_if_missing=name):
                 products.append(name)
             else:
-                choices = ", ".join(sorted(set(catalog.names()) | self._known_products))
-                raise InvalidRequest(f"gpuProducts[{i}]", f"unknown GPU product {name!r}; known: {choices}")
+                raise InvalidRequest(f"gpuProducts[{i}]", catalog.unknown_product(name, self._known_products))
         profile = request.mig_profile
         if profile is not None and not any(catalog.mig_profile(n, profile) for n in catalog.names()):
             raise InvalidRequest("mig.profile", f"no GPU product has the MIG profile {profile!r}")

@@ -135,3 +135,47 @@ def test_get_shows_the_whole_reason_and_the_list_marks_a_cut(
     assert code == 0 and reason in out
     code, out, _ = gpufed(capsys, "jobs", "--server", url)
     assert reason not in out and reason[:50] in out and "..." in out
+
+
+# --------------------------------------------------------------------------- 6: product names as users write them
+
+
+def _plain_job(name: str, annotations: dict[str, str], gpus: Any = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                        }
+                    ],
+                }
+            }
+        },
+    }
+
+
+def test_gpu_products_take_short_names_and_node_label_values_else_did_you_mean(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = gpufed(capsys, "submit", "short", "--product", "h100", "-o", "json", "--server", url)
+    assert code == 0, err
+    assert json.loads(out)["request"]["gpuProducts"] == ["H100-80GB"]
+    r = _post(url, {"name": "label", "gpus": 1, "gpuProducts": ["NVIDIA-H100-80GB-HBM3"]})
+    assert r.status_code == 201 and r.json()["request"]["gpuProducts"] == ["H100-80GB"]
+
+    code, _, err = gpufed(capsys, "submit", "two", "--product", "a100", "--server", url)
+    assert code == 1 and "did you mean A100-40GB or A100-80GB?" in err and "gpuProducts[0]" in err
+
+    r = _post(url, _plain_job("plain", {"gpufed.io/gpu-products": "H10"}))
+    assert r.status_code == 422
+    (field,) = r.json()["fields"]
+    assert field["field"] == "metadata.annotations[gpufed.io/gpu-products]"  # what the user wrote
+    assert "did you mean H100-80GB or H100-NVL-94GB?" in field["message"]
