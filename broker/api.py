@@ -50,7 +50,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from broker import k8s_job, queueing, safe_yaml, telemetry
+from broker import k8s_job, queueing, safe_yaml, telemetry, validation_text
 from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
@@ -255,7 +255,7 @@ def create_app(
         fields = []
         for e in exc.errors():
             loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "header", "path")]
-            fields.append({"field": ".".join(loc) or "(body)", "message": str(e.get("msg", "invalid"))})
+            fields.append({"field": ".".join(loc) or "(body)", "message": validation_text.plain(e)})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return _error(422, "invalid", summary, fields)
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from broker.cli.output import Output
-from broker.cli_client import Api, CliError, resolve_target
+from broker.cli_client import EXIT_USAGE, Api, CliError, resolve_target
 
 app = typer.Typer(
     add_completion=True,
@@ -33,6 +33,15 @@ ContextOpt = Annotated[
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json | yaml | wide")]
 TERMINAL_OK = "SUCCEEDED"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+STATES = ("QUEUED", "PLACED", "ADMITTED", "RUNNING", *TERMINAL)
+
+
+def job_states(given: list[str]) -> list[tuple[str, str]]:
+    """--state values as query parameters; a state that does not exist is a usage error (exit 2)."""
+    bad = [s for s in given if s.upper() not in STATES]
+    if bad:
+        raise CliError(f"--state: {bad[0]!r} is not a job state (one of {', '.join(STATES)})", EXIT_USAGE)
+    return [("state", s.upper()) for s in given]
 
 
 # `gpufed --token T <command>`: a token given before the command, for every command that calls the broker

@@ -22,6 +22,7 @@ from broker.cli.common import (
     complete_jobs,
     connect,
     fetch,
+    job_states,
 )
 from broker.cli.output import Output, columns, emit, job_rows, out
 from broker.cli_client import EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
@@ -36,7 +37,7 @@ def jobs(
     context: ContextOpt = None,
 ) -> None:
     """List jobs, oldest first."""
-    body = fetch("GET", "/v1/jobs", server, token, context, params=[("state", s.upper()) for s in state])
+    body = fetch("GET", "/v1/jobs", server, token, context, params=job_states(state))
     if not body["items"] and output in (Output.TABLE, Output.WIDE):
         out("No jobs.")
         return

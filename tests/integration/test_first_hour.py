@@ -179,3 +179,24 @@ def test_gpu_products_take_short_names_and_node_label_values_else_did_you_mean(
     (field,) = r.json()["fields"]
     assert field["field"] == "metadata.annotations[gpufed.io/gpu-products]"  # what the user wrote
     assert "did you mean H100-80GB or H100-NVL-94GB?" in field["message"]
+
+
+# --------------------------------------------------------------------------- 7: validation in plain words
+
+
+def test_every_bad_field_is_named_in_plain_words(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    r = _post(url, {"name": "Bad_Name", "gpus": 128, "pods": "two"})
+    assert r.status_code == 422
+    fields = {f["field"]: f["message"] for f in r.json()["fields"]}
+    assert fields["name"] == (
+        "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit "
+        "(got 'Bad_Name')"
+    )
+    assert fields["gpus"].startswith(
+        "must be at most 64 per pod (got 128); for more GPUs ask for several pods"
+    )
+    assert fields["pods"] == "must be a whole number (got 'two')"
+    assert "should" not in r.json()["message"]  # no pydantic phrasing
+
+    code, _, err = gpufed(capsys, "submit", "Bad_Name", "--gpus", "128", "--server", url)
+    assert code == 1 and "name: must be a DNS label" in err and "gpus: must be at most 64 per pod" in err

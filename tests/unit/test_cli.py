@@ -72,6 +72,7 @@ def _bomb() -> str:
         (["jobs", "--context", "lab"], None, 2, "--context lab: no config file"),
         (["probe", "--nvidia-smi-xml", "/no/such.xml"], None, 2, "no such file"),
         (["bogus-command"], None, 2, "No such command"),
+        (["jobs", "--state", "bogus", "--server", DEAD], None, 2, "--state: 'bogus' is not a job state"),
     ],
 )
 def test_each_bad_input_is_one_line_and_an_exit_code(
