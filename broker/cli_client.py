@@ -80,6 +80,15 @@ def config_path() -> Path:
 
 def _context(name: str | None) -> Mapping[str, Any]:
     path = config_path()
+    explicit = os.environ.get("GPUFED_CONFIG")
+    if explicit == os.devnull:  # GPUFED_CONFIG=/dev/null: no config file, on purpose
+        if name:
+            raise CliError(f"--context {name}: no config file (GPUFED_CONFIG={explicit})", EXIT_USAGE)
+        return {}
+    if explicit and not path.is_file():  # named, not there: say so rather than call without a token
+        raise CliError(
+            f"GPUFED_CONFIG={explicit}: no such file (unset it, or /dev/null for none)", EXIT_USAGE
+        )
     if not path.is_file():
         if name:
             raise CliError(f"--context {name}: no config file at {path}", EXIT_USAGE)

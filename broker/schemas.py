@@ -259,6 +259,8 @@ class JobView(_Wire):
                 "command": list(req.command),
                 "args": list(req.args),
                 "env": [dict(e) for e in req.env],
+                "labels": dict(req.labels),
+                "priorityClass": req.priority_class,
             },
         )
 

@@ -38,7 +38,7 @@ from broker.cli_client import EXIT_FAILED, EXIT_USAGE, CliError
 __all__ = ["app", "main", "run"]
 
 # The command modules register their commands on `app` when imported, in the order `--help` lists them.
-COMMAND_MODULES = ("server", "submit", "jobs", "fleet", "rbac")
+COMMAND_MODULES = ("server", "submit", "jobs", "describe", "fleet", "gpus", "rbac")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"broker.cli.{_module}")
 

@@ -8,6 +8,7 @@ command) and the terminal job states.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -49,8 +50,24 @@ def job_states(given: list[str]) -> list[tuple[str, str]]:
 _global_token: str | None = None
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("gpufed")
+        except PackageNotFoundError:
+            number = "unknown (not installed)"
+        sys.stdout.write(f"gpufed {number}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="print gpufed's version and exit", is_eager=True, callback=_version),
+    ] = False,
     token: Annotated[
         str | None,
         typer.Option(

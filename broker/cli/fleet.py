@@ -132,7 +132,7 @@ def explain(
     file: Annotated[
         str | None, typer.Option("--file", "-f", help="a job file (native or batch/v1 Job)")
     ] = None,
-    gpus: Annotated[int, typer.Option(help="whole GPUs per pod")] = 1,
+    gpus: Annotated[str, typer.Option(help="whole GPUs per pod: 8, or PRODUCT:COUNT as in H100:8")] = "1",
     pods: Annotated[int, typer.Option(help="pods")] = 1,
     product: Annotated[list[str], typer.Option(help="acceptable GPU product (repeat)")] = [],  # noqa: B006
     mig_profile: Annotated[str | None, typer.Option(help="MIG profile by name")] = None,

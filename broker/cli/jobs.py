@@ -24,7 +24,7 @@ from broker.cli.common import (
     fetch,
     job_states,
 )
-from broker.cli.output import Output, columns, emit, job_rows, out
+from broker.cli.output import Output, columns, emit, job_rows, out, rfc3339
 from broker.cli_client import EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
 
 
@@ -99,7 +99,7 @@ RESUME_ATTEMPTS = 5
 
 def _print_event(e: dict[str, Any], output: Output) -> None:
     if output in (Output.JSON, Output.YAML):
-        out(json.dumps(e) if output == Output.JSON else render([e], "yaml"))
+        out(json.dumps(rfc3339(e)) if output == Output.JSON else render([rfc3339(e)], "yaml"))
     else:
         out("  ".join(_event_line(e, True, True)))
 

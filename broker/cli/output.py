@@ -10,6 +10,7 @@ import enum
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -40,9 +41,31 @@ def columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+_TIME_KEYS = ("at", "heartbeat")
+
+
+def rfc3339(data: Any) -> Any:
+    """The broker's epoch-second times (createdAt, updatedAt, at, healthSince, heartbeat ...) as RFC 3339
+    UTC strings, as kubectl prints them in JSON and YAML: 2026-12-02T07:01:05.123Z."""
+    if isinstance(data, dict):
+        return {
+            k: _stamp(v) if (k in _TIME_KEYS or k.endswith(("At", "Since"))) else rfc3339(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [rfc3339(v) for v in data]
+    return data
+
+
+def _stamp(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return value
+    return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def emit(data: Any, output: Output, table: Callable[[bool], str]) -> None:
     if output in (Output.JSON, Output.YAML):
-        out(render(data, output.value))
+        out(render(rfc3339(data), output.value))
     else:
         out(table(output == Output.WIDE))
 

@@ -3,6 +3,7 @@ They reach adapters only through broker.main (the composition root) or broker.de
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,15 @@ import typer
 from broker.cli.common import OutputOpt, app
 from broker.cli.output import Output, out
 from broker.cli_client import EXIT_USAGE, CliError
+
+
+def quiet_ray() -> None:
+    """No colour codes in Ray's worker-log prefixes (they land in files and pipes), and no notice that
+    token authentication is on for the local Ray it starts: said explicitly, as Ray's own default is.
+    A Ray cluster reached through RAY_ADDRESS keeps whatever mode it was given."""
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    if not os.environ.get("RAY_ADDRESS"):
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 @app.command()
@@ -34,24 +44,41 @@ def serve(
     """Run the broker: the HTTP API, the scheduling loop and the Ray poller actors. $REDIS_URL overrides
     the config's redisUrl."""
     from broker import main as composition
+    from broker.errors import ConfigError
 
+    quiet_ray()
     try:
         composition.serve(config, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth)
     except composition.StartupError as e:
         raise CliError(f"cannot start: {e}") from None
+    except ConfigError as e:  # a startup problem like the others: exit 1 (README), with where to begin
+        hint = ""
+        if not config.exists() and Path("clusters.example.yaml").is_file():
+            hint = f" (start from the example: --config clusters.example.yaml, or cp clusters.example.yaml {config})"
+        raise CliError(f"{e}{hint}") from None
 
 
 @app.command()
 def demo(
     speed: Annotated[float, typer.Option(help="simulated seconds per real second")] = 20.0,
-    workdir: Annotated[Path, typer.Option(help="where kubeconfigs and the config are written")] = Path(
-        ".demo"
-    ),
+    workdir: Annotated[
+        Path,
+        typer.Option(
+            help="where kubeconfigs and the config are written (not the README's .demo/kubeconfigs)"
+        ),
+    ] = Path(".demo/demo"),
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep", help="keep the fleet and the broker running afterwards; print the dashboard URL"
+        ),
+    ] = False,
 ) -> None:
     """Start three simulated clusters and the broker, submit jobs, show where they went, print the fleet."""
     from broker import demo as demo_mod
 
-    raise typer.Exit(demo_mod.run(speed=speed, workdir=workdir))
+    quiet_ray()
+    raise typer.Exit(demo_mod.run(speed=speed, workdir=workdir, keep=keep))
 
 
 @app.command()

@@ -61,9 +61,22 @@ def _env_pairs(env: Sequence[str]) -> list[dict[str, str]]:
     return out
 
 
+def gpu_shorthand(value: str) -> tuple[int, list[str]]:
+    """--gpus as a count (8) or SkyPilot's PRODUCT:COUNT (H100:8; H100 alone is one GPU): the count and
+    the product it names, if any (the broker resolves short names: h100 -> H100-80GB)."""
+    product, sep, count = value.rpartition(":")
+    if value.strip().startswith("-"):
+        raise CliError(f"--gpus: {value!r} is not a count or PRODUCT:COUNT (e.g. 8 or H100:8)", EXIT_USAGE)
+    if not sep and not value.strip().isdigit():
+        product, count = value, "1"
+    if not count.strip().isdigit() or (sep and not product.strip()):
+        raise CliError(f"--gpus: {value!r} is not a count or PRODUCT:COUNT (e.g. 8 or H100:8)", EXIT_USAGE)
+    return int(count), ([product.strip()] if product.strip() else [])
+
+
 def spec_from_flags(
     name: str,
-    gpus: int,
+    gpus: str,
     pods: int,
     product: list[str],
     mig_profile: str | None,
@@ -74,7 +87,10 @@ def spec_from_flags(
     tenant: str | None,
     priority_class: str | None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": name, "gpus": gpus, "pods": pods}
+    count, shorthand = gpu_shorthand(gpus)
+    spec: dict[str, Any] = {"name": name, "gpus": count, "pods": pods}
+    if shorthand:
+        product = [*shorthand, *product]
     if tenant:  # else the token's tenant (only an admin may name another)
         spec["tenant"] = tenant
     if product:
@@ -152,7 +168,7 @@ def submit(
     ] = None,
     arg: Annotated[list[str], typer.Option("--arg", help="an argument (repeat)")] = [],  # noqa: B006
     env: Annotated[list[str], typer.Option("--env", "-e", help="NAME=VALUE (repeat)")] = [],  # noqa: B006
-    gpus: Annotated[int, typer.Option(help="whole GPUs per pod")] = 1,
+    gpus: Annotated[str, typer.Option(help="whole GPUs per pod: 8, or PRODUCT:COUNT as in H100:8")] = "1",
     pods: Annotated[int, typer.Option(help="pods; > 1 is a gang")] = 1,
     product: Annotated[list[str], typer.Option(help="acceptable GPU product (repeat)")] = [],  # noqa: B006
     mig_profile: Annotated[str | None, typer.Option(help="MIG profile by name, e.g. 1g.10gb")] = None,

@@ -31,6 +31,12 @@ async function api(path) {
   const token = localStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = "Bearer " + token;
   const r = await fetch(path, { headers });
+  if (r.status === 401 && !token) {
+    // nothing typed yet: a prompt, not an error
+    const e = new Error("this broker asks for an API token: enter it above");
+    e.needsToken = true;
+    throw e;
+  }
   if (r.status === 401 || r.status === 403) throw new Error("the broker refused the token (" + r.status + ")");
   if (!r.ok) {
     let msg = r.statusText;
@@ -298,6 +304,12 @@ function select(id) {
 
 function showError(err) {
   const s = $("#status");
+  if (err.needsToken) {
+    s.textContent = err.message;
+    s.classList.remove("error");
+    $("#token").focus();
+    return;
+  }
   s.textContent = "Error: " + err.message;
   s.classList.add("error");
 }
@@ -325,6 +337,12 @@ async function refresh() {
 }
 
 function start() {
+  // a link with #token=... (gpufed demo --keep prints one) signs in and leaves no token in the address bar
+  const given = location.hash.match(/^#token=(.+)$/);
+  if (given) {
+    localStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
   const token = $("#token");
   token.value = localStorage.getItem(TOKEN_KEY) || "";
   $("#login").addEventListener("submit", (e) => {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +201,16 @@ def test_every_bad_field_is_named_in_plain_words(url: str, capsys: pytest.Captur
 
     code, _, err = gpufed(capsys, "submit", "Bad_Name", "--gpus", "128", "--server", url)
     assert code == 1 and "name: must be a DNS label" in err and "gpus: must be at most 64 per pod" in err
+
+
+# --------------------------------------------------------------------------- 10: RFC 3339 times
+
+
+def test_times_are_rfc3339_in_json_and_yaml(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    stamp = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"
+    _post(url, {"name": "timed", "gpus": 1})
+    code, out, _ = gpufed(capsys, "get", "timed", "-o", "yaml", "--server", url)
+    job = yaml.safe_load(out)
+    assert code == 0 and re.match(stamp, job["createdAt"]) and re.match(stamp, job["updatedAt"])
+    code, out, _ = gpufed(capsys, "events", "timed", "-o", "json", "--server", url)
+    assert all(re.match(stamp, e["at"]) for e in json.loads(out)["items"])

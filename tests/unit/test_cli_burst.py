@@ -4,6 +4,7 @@ answers in the API's shapes (the shapes themselves are asserted in tests/integra
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -89,7 +90,7 @@ class _Canned(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("GPUFED_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("GPUFED_CONFIG", os.devnull)  # no config file (a named missing one is an error)
     for var in ("GPUFED_URL", "GPUFED_TOKEN", "GPUFED_CONTEXT"):
         monkeypatch.delenv(var, raising=False)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
