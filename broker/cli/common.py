@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.cli.output import Output
+from broker.cli.output import Output, OutputType
 from broker.cli_client import EXIT_USAGE, Api, CliError, resolve_target
 
 app = typer.Typer(
@@ -31,7 +31,12 @@ TokenOpt = Annotated[
 ContextOpt = Annotated[
     str | None, typer.Option("--context", envvar="GPUFED_CONTEXT", help="context in the config file")
 ]
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json | yaml | wide")]
+OutputOpt = Annotated[
+    Output,
+    typer.Option(
+        "--output", "-o", help="table | json | yaml | wide | jsonpath=TEMPLATE", parser=OutputType.parse
+    ),
+]
 TERMINAL_OK = "SUCCEEDED"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 STATES = ("QUEUED", "PLACED", "ADMITTED", "RUNNING", *TERMINAL)

@@ -1,6 +1,5 @@
 """`gpufed describe JOB`: one job the way `kubectl describe` shows an object. Its spec, where it runs and
-why, every cluster's verdict while it waits, and its events, in labelled blocks for a person to read.
-Also `-l/--selector` for the jobs list (labels a job carries, kubectl's equality syntax)."""
+why, every cluster's verdict while it waits, and its events, in labelled blocks for a person to read."""
 
 from __future__ import annotations
 
@@ -11,37 +10,7 @@ import typer
 
 from broker.cli.common import ContextOpt, ServerOpt, TokenOpt, app, complete_jobs, connect
 from broker.cli.output import columns, out, rfc3339
-from broker.cli_client import EXIT_USAGE, CliError, ago
-
-
-def parse_selector(selector: str | None) -> list[tuple[str, str, str]]:
-    """`team=nlp,tier!=batch,gpu` -> [(key, op, value)], op one of =, != and `exists` (a key alone)."""
-    terms: list[tuple[str, str, str]] = []
-    for raw in (selector or "").split(","):
-        term = raw.strip()
-        if not term:
-            continue
-        op = "!=" if "!=" in term else ("==" if "==" in term else ("=" if "=" in term else "exists"))
-        key, _, value = term.partition(op) if op != "exists" else (term, "", "")
-        if not key.strip():
-            raise CliError(f"--selector: {raw!r} has no label key", EXIT_USAGE)
-        terms.append(
-            (key.strip(), "!=" if op == "!=" else ("exists" if op == "exists" else "="), value.strip())
-        )
-    return terms
-
-
-def matches(job: dict[str, Any], terms: list[tuple[str, str, str]]) -> bool:
-    """Whether a job's labels satisfy every term (kubectl: a != term also matches a job without the key)."""
-    labels = (job.get("request") or {}).get("labels") or {}
-    for key, op, value in terms:
-        if op == "exists" and key not in labels:
-            return False
-        if op == "=" and labels.get(key) != value:
-            return False
-        if op == "!=" and labels.get(key) == value:
-            return False
-    return True
+from broker.cli_client import CliError, ago
 
 
 def _block(title: str, pairs: list[tuple[str, Any]]) -> list[str]:

@@ -25,19 +25,26 @@ from broker.cli.common import (
     job_states,
 )
 from broker.cli.output import Output, columns, emit, job_rows, out, rfc3339
+from broker.cli.selector import matches, parse_selector
 from broker.cli_client import EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
 
 
 @app.command()
 def jobs(
     state: Annotated[list[str], typer.Option("--state", help="only jobs in this state (repeat)")] = [],  # noqa: B006
+    selector: Annotated[
+        str | None, typer.Option("--selector", "-l", help="only jobs with these labels: team=nlp,tier!=batch")
+    ] = None,
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
     """List jobs, oldest first."""
+    terms = parse_selector(selector)
     body = fetch("GET", "/v1/jobs", server, token, context, params=job_states(state))
+    if terms:
+        body["items"] = [j for j in body["items"] if matches(j, terms)]
     if not body["items"] and output in (Output.TABLE, Output.WIDE):
         out("No jobs.")
         return
@@ -98,7 +105,9 @@ RESUME_ATTEMPTS = 5
 
 
 def _print_event(e: dict[str, Any], output: Output) -> None:
-    if output in (Output.JSON, Output.YAML):
+    if output == Output.JSONPATH:
+        emit(e, output, lambda _: "")
+    elif output in (Output.JSON, Output.YAML):
         out(json.dumps(rfc3339(e)) if output == Output.JSON else render([rfc3339(e)], "yaml"))
     else:
         out("  ".join(_event_line(e, True, True)))

@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import typer
 from rich.console import Console
 
-from broker.cli_client import ago, render
+from broker.cli.jsonpath import JsonPathError, render_jsonpath
+from broker.cli_client import EXIT_USAGE, CliError, ago, render
 
 console = Console(width=None if sys.stdout.isatty() else 150, highlight=False, markup=False)
 
@@ -25,6 +27,28 @@ class Output(enum.StrEnum):
     JSON = "json"
     YAML = "yaml"
     WIDE = "wide"
+    JSONPATH = "jsonpath"  # -o jsonpath=TEMPLATE (the template: OutputType.template)
+
+
+class OutputType:
+    """-o: table, json, yaml, wide, or kubectl's jsonpath=TEMPLATE. One command runs per process, so the
+    template of the command being run is kept here, where emit reads it."""
+
+    template = ""
+
+    @staticmethod
+    def parse(value: Any) -> Output:
+        if isinstance(value, Output):
+            return value
+        text = str(value)
+        if text.startswith("jsonpath="):
+            OutputType.template = text.removeprefix("jsonpath=")
+            return Output.JSONPATH
+        if text in ("table", "json", "yaml", "wide"):
+            return Output(text)
+        raise typer.BadParameter(
+            f"{text!r} is not one of 'table', 'json', 'yaml', 'wide', 'jsonpath=TEMPLATE'."
+        )
 
 
 def out(text: str) -> None:
@@ -64,7 +88,12 @@ def _stamp(value: Any) -> Any:
 
 
 def emit(data: Any, output: Output, table: Callable[[bool], str]) -> None:
-    if output in (Output.JSON, Output.YAML):
+    if output == Output.JSONPATH:
+        try:
+            out(render_jsonpath(OutputType.template, rfc3339(data)))
+        except JsonPathError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
+    elif output in (Output.JSON, Output.YAML):
         out(render(rfc3339(data), output.value))
     else:
         out(table(output == Output.WIDE))

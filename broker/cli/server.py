@@ -91,6 +91,8 @@ def probe(
     """This host's GPUs, MIG profiles and NUMA affinity, as NodeFacts and GFD-style labels."""
     from broker import main as composition
 
+    if output == Output.JSONPATH:
+        raise CliError("-o jsonpath: probe prints table, json or yaml", EXIT_USAGE)
     fmt = "table" if output == Output.WIDE else output.value
     if nvidia_smi_xml is not None and not nvidia_smi_xml.is_file():
         raise CliError(f"--nvidia-smi-xml: no such file: {nvidia_smi_xml}", EXIT_USAGE)

@@ -214,3 +214,65 @@ def test_times_are_rfc3339_in_json_and_yaml(url: str, capsys: pytest.CaptureFixt
     assert code == 0 and re.match(stamp, job["createdAt"]) and re.match(stamp, job["updatedAt"])
     code, out, _ = gpufed(capsys, "events", "timed", "-o", "json", "--server", url)
     assert all(re.match(stamp, e["at"]) for e in json.loads(out)["items"])
+
+
+# --------------------------------------------------------------------------- kubectl and SkyPilot habits
+
+
+def test_describe_selector_jsonpath_shorthand_and_show_gpus(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = gpufed(
+        capsys,
+        "submit",
+        "big",
+        "--gpus",
+        "H100:8",
+        "-o",
+        "jsonpath={.request.gpus} {.request.gpuProducts[0]}",
+        "--server",
+        url,
+    )
+    assert (code, out.strip()) == (0, "8 H100-80GB"), err
+    _post(url, {"name": "nlp-a", "gpus": 1, "labels": {"team": "nlp"}})
+    _post(url, {"name": "cv-b", "gpus": 16, "labels": {"team": "cv"}})
+
+    code, out, _ = gpufed(
+        capsys, "jobs", "-l", "team=nlp", "-o", "jsonpath={.items[*].name}", "--server", url
+    )
+    assert (code, out.strip()) == (0, "nlp-a")
+    code, out, _ = gpufed(
+        capsys,
+        "jobs",
+        "--selector",
+        "team!=nlp",
+        "-o",
+        'jsonpath={range .items[*]}{.name}{"\\n"}{end}',
+        "--server",
+        url,
+    )
+    assert code == 0 and out.split() == ["big", "cv-b"]
+    code, _, err = gpufed(capsys, "jobs", "-o", "jsonpath={.items[0].nope}", "--server", url)
+    assert code == 2 and "jsonpath: .items[0].nope is not found" in err
+
+    code, out, _ = gpufed(capsys, "describe", "cv-b", "--server", url)
+    assert code == 0
+    for says in (
+        "Name:",
+        "cv-b",
+        "Labels:",
+        "team=cv",
+        "Spec:",
+        "16 x 1 pod(s)",
+        "Verdicts (if placed now):",
+        "Events:",
+    ):
+        assert says in out, out
+    verdict = next(line for line in out.splitlines() if line.strip().startswith("onprem-a"))
+    assert "no node with 16 free" in verdict
+
+    code, out, _ = gpufed(capsys, "show-gpus", "--server", url)
+    row = next(line for line in out.splitlines() if line.startswith("H100-80GB"))
+    assert code == 0 and row.split()[:6] == ["H100-80GB", "80", "GiB", "onprem-a", "on-prem", "8/8"]
+    code, out, _ = gpufed(capsys, "show-gpus", "h200", "--server", url)
+    assert code == 0 and out.strip() == "No GPUs matching 'h200'."
