@@ -392,11 +392,15 @@ class BrokerService:
         now = self.clock.now()
         self.cache.refresh()
         fleet = self._offered_fleet()
-        offered = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        placeable = self.cache.placeable_all(now)
+        offered = [self._charged(s) for s in placeable if s.cluster not in self._fenced]
         for s in offered:
             if s.heartbeat:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
-        placer = BatchPlacer(offered, self.traits, self.policy, now)
+        # fenced clusters are placed on by no one, but counted in every reason (as explain counts them)
+        placer = BatchPlacer(
+            [*offered, *failover.fenced_for_placement(placeable, self._fenced)], self.traits, self.policy, now
+        )
         changed: list[JobRecord] = []
         slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
         if self.burst is not None:
