@@ -186,21 +186,22 @@ def spec_of(body: object) -> JobSpec:
         raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
     if k8s_job.is_k8s_job(body):
         assert isinstance(body, Mapping)
-        native = k8s_job.to_native(body)
+        native, problems = k8s_job.to_native_all(body)  # one problem per part of the Job, not the first only
+        errors: list[dict[str, Any]] = [
+            {"loc": (p.field,), "msg": p.detail, "type": "value_error"} for p in problems
+        ]
         try:
-            return JobSpec.model_validate(native)
+            spec = JobSpec.model_validate(native)
         except ValidationError as e:
-            raise RequestValidationError(
-                [
-                    {
-                        **err,
-                        "loc": (
-                            k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]]),
-                        ),
-                    }
-                    for err in e.errors()
-                ]
-            ) from None
+            reported = {p.field for p in problems}
+            for err in e.errors():
+                field = k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]])
+                if field not in reported and not (problems and not err["loc"]):  # no echo of a part refused
+                    errors.append({**err, "loc": (field,)})
+        else:
+            if not errors:
+                return spec
+        raise RequestValidationError(errors)
     try:
         return JobSpec.model_validate(body)
     except ValidationError as e:

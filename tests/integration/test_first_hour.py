@@ -276,3 +276,15 @@ def test_describe_selector_jsonpath_shorthand_and_show_gpus(
     assert code == 0 and row.split()[:6] == ["H100-80GB", "80", "GiB", "onprem-a", "on-prem", "8/8"]
     code, out, _ = gpufed(capsys, "show-gpus", "h200", "--server", url)
     assert code == 0 and out.strip() == "No GPUs matching 'h200'."
+
+
+def test_a_plain_job_with_two_bad_fields_hears_of_both(url: str) -> None:
+    job = _plain_job("Bad_Name", {}, gpus="two")
+    r = _post(url, job)
+    assert r.status_code == 422
+    fields = {f["field"]: f["message"] for f in r.json()["fields"]}
+    assert fields.keys() == {
+        "metadata.name",
+        "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+    }
+    assert fields["metadata.name"].startswith("must be a DNS label")
