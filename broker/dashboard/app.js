@@ -387,13 +387,20 @@ async function refresh() {
   }
 }
 
-function start() {
-  // a link with #token=... (gpufed demo --keep prints one) signs in and leaves no token in the address bar
+// a link with #token=... (gpufed demo --keep prints one) signs in and leaves no token in the address bar
+function tokenFromLink() {
   const given = location.hash.match(/^#token=(.+)$/);
-  if (given) {
-    localStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
-    history.replaceState(null, "", location.pathname + location.search);
-  }
+  if (!given) return false;
+  localStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+  const field = document.querySelector("#token");
+  if (field) field.value = localStorage.getItem(TOKEN_KEY);
+  return true;
+}
+
+function start() {
+  tokenFromLink();
+  window.addEventListener("hashchange", () => { if (tokenFromLink()) refresh(); });
   const token = $("#token");
   token.value = localStorage.getItem(TOKEN_KEY) || "";
   $("#login").addEventListener("submit", (e) => {
