@@ -7,11 +7,12 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 export REDIS_URL
 export PATH := $(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: help setup tools redis browser lint typecheck contracts unit test demo bench clean
+.PHONY: help setup tools redis browser lint typecheck contracts unit test demo image bench clean
 
 help:
 	@echo "make demo   - set up, then run the demo (three simulated clusters, the broker, jobs placed)"
 	@echo "make test   - set up, then lint, type-check, check layer contracts and run every test"
+	@echo "make image  - build the broker's image from the Containerfile (IMAGE=..., CONTAINER=podman)"
 	@echo "make bench  - run the benchmarks at full scale (minutes; figures and commands: docs/benchmarks.md)"
 
 $(STAMP): pyproject.toml
@@ -54,7 +55,15 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest tests/unit -q
 
 demo: setup
-	$(VENV)/bin/gpufed demo
+	$(VENV)/bin/gpufed demo $(ARGS)
+
+# The broker's image from the Containerfile (docker, or CONTAINER=podman). The default tag is the chart's
+# default image, gpufed:<appVersion>; IMAGE=registry.example.com/gpufed/gpufed:0.1.0 to push it somewhere.
+CONTAINER ?= docker
+APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/gpufed/Chart.yaml)
+IMAGE ?= gpufed:$(APP_VERSION)
+image:
+	$(CONTAINER) build -f Containerfile -t $(IMAGE) .
 
 # The full-scale runs behind docs/benchmarks.md. Each prints its figures; none is a test.
 bench: setup redis

@@ -56,7 +56,7 @@ from pydantic import TypeAdapter
 
 from broker.cache import reservations
 from broker.capacity.node_detail import NodeDetail
-from broker.core.errors import Conflict, Fenced, Recovering, StoreError
+from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
 from broker.core.model import (
     ClusterEvent,
     ClusterSummary,
@@ -182,9 +182,10 @@ end
 """
 
 # KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events, run-id marker. ARGV: id, json, state, idem key present ('1'/'0'), job-key prefix, event json,
-# stream maxlen, marker required ('1'/'0').
-# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''}.
+# events, run-id marker, name:<tenant>:<name>. ARGV: id, json, state, idem key present ('1'/'0'),
+# job-key prefix, event json, stream maxlen, marker required ('1'/'0').
+# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''} or
+# {'name-taken', '<id> <state>'} (a live job of the tenant holds the name; a finished one's is taken over).
 _CREATE_JOB = (
     _APPEND_EVENT
     + """
@@ -197,6 +198,14 @@ if ARGV[4] == '1' then
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ''} end
+local holder = KEYS[8] ~= '' and redis.call('GET', KEYS[8])
+if holder then
+  local held = redis.call('HGET', ARGV[5] .. holder, 'state')
+  if held and held ~= 'SUCCEEDED' and held ~= 'FAILED' and held ~= 'CANCELLED' then
+    return {'name-taken', holder .. ' ' .. held}
+  end
+end
+if KEYS[8] ~= '' then redis.call('SET', KEYS[8], ARGV[1]) end
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
@@ -286,9 +295,12 @@ class RedisStateStore:
         prefix: str = "gpufed",
         fencing_token: Callable[[], int | None] | None = None,
         require_marker: bool = False,
+        unique_names: bool = False,
     ) -> None:
         """`fencing_token`: the leader lease's current token (None while not held), sent with every
-        control-loop write; `require_marker`: refuse submits while the store is being rebuilt."""
+        control-loop write; `require_marker`: refuse submits while the store is being rebuilt;
+        `unique_names`: refuse a job whose name a live job of its tenant holds (AlreadyExists), as the
+        API's store does (broker.app.main)."""
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
         # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
@@ -301,6 +313,7 @@ class RedisStateStore:
         self._p = prefix
         self._token = fencing_token
         self._require_marker = require_marker
+        self._unique_names = unique_names
         self._fence = self._r.register_script(_FENCE)
         self._restore_job = self._r.register_script(_RESTORE_JOB)
         self._put_summary = self._r.register_script(_PUT_SUMMARY)
@@ -579,6 +592,8 @@ class RedisStateStore:
             self._k("events", record.id),
             self._k("events"),
             self._k("run-id"),
+            # one live job per tenant and name (kubectl's AlreadyExists); a finished job's name is free
+            self._k("name", record.request.tenant, record.request.name) if self._unique_names else "",
         ]
         args: list[Any] = [
             record.id,
@@ -600,6 +615,12 @@ class RedisStateStore:
             )
         if status == b"exists":
             raise Conflict(f"job {record.id} already exists")
+        if status == b"name-taken":
+            holder, _, state = raw.decode().partition(" ")
+            raise AlreadyExists(
+                f"a job named {record.request.name!r} already exists in tenant {record.request.tenant} "
+                f"({holder}, {state}): pick another name, or cancel it first (a finished job's name may be reused)"
+            )
         return _JOB.validate_json(raw)
 
     def get_job(self, job_id: str) -> JobRecord | None:

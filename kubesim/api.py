@@ -67,9 +67,14 @@ SUB_VERBS = {
     "binding": ["create"],
     "eviction": ["create"],
     "log": ["get"],
+    "token": ["create"],
 }
 # Subresources whose kind is not the parent's: (group, version, kind).
-SUB_KINDS = {"binding": ("", "v1", "Binding"), "eviction": ("policy", "v1", "Eviction")}
+SUB_KINDS = {
+    "binding": ("", "v1", "Binding"),
+    "eviction": ("policy", "v1", "Eviction"),
+    "token": ("authentication.k8s.io", "v1", "TokenRequest"),
+}
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 # Custom resources (served from CRDs on a real cluster) accept no strategic merge patch.
 CRD_GROUPS = {"kueue.x-k8s.io", "topology.node.k8s.io", "scheduling.x-k8s.io", "multicluster.x-k8s.io"}
@@ -787,6 +792,8 @@ class ClusterApi:
                     return self._bind(req, ns or "", name)
                 if sub == "eviction":
                     return self._evict(req, rt, version, ns or "", name)
+                if sub == "token":
+                    return self._token_request(req, ns or "", name)
             elif method == "PUT" and name is not None:
                 return self._update(req, rt, version, ns or "", name, sub)
             elif method == "PATCH" and name is not None:
@@ -1328,6 +1335,37 @@ class ClusterApi:
             return self._out(rt, old, version)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         return self._commit_update(req, rt, version, old, new, None, applied=True)
+
+    def _token_request(self, req: Request, ns: str, name: str) -> Response:
+        """POST serviceaccounts/{name}/token (authentication.k8s.io/v1 TokenRequest, `kubectl create token`):
+        a new bearer token that authenticates as system:serviceaccount:<ns>:<name>, in the groups
+        system:serviceaccounts, system:serviceaccounts:<ns> and system:authenticated; RBAC decides the
+        rest. The expiry is reported (spec.expirationSeconds, default 3600) but not enforced."""
+        body = self._body(req) if req.body else {}
+        if not isinstance(body, dict) or body.get("kind") not in (None, "TokenRequest"):
+            raise _bad_request("the request body must be an authentication.k8s.io/v1 TokenRequest")
+        self.store.get("serviceaccounts", ns, name)  # 404 as a real API server answers for a missing one
+        spec = dict(body.get("spec") or {})
+        seconds = spec.get("expirationSeconds", 3600)
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 600:
+            raise _bad_request("spec.expirationSeconds: may not specify a duration less than 10 minutes")
+        token = self.add_user(
+            f"system:serviceaccount:{ns}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{ns}", rbac.AUTHENTICATED),
+        )
+        now = self.clock.now()
+        answer = {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": rfc3339(now)},
+            "spec": {
+                **spec,
+                "expirationSeconds": seconds,
+                "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
+            },
+            "status": {"token": token, "expirationTimestamp": rfc3339(now + seconds)},
+        }
+        return self._json(answer, status=201)
 
     def _evict(self, req: Request, rt: ResourceType, version: str, ns: str, name: str) -> Response:
         """POST pods/{name}/eviction (policy/v1 Eviction): delete the pod if its disruption budget allows."""

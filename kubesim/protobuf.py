@@ -4,7 +4,8 @@ kubectl 1.37 sends `DeleteOptions` (kubectl delete, kubectl drain), `policy/v1 E
 `authorization.k8s.io/v1 SelfSubjectAccessReview` (kubectl auth can-i), `authentication.k8s.io/v1
 SelfSubjectReview` (kubectl auth whoami) and the objects of its typed `kubectl create <kind>` commands as
 protobuf, and does not fall back to JSON on a 415. Decoded objects: Namespace, ResourceQuota (hard,
-scopes), Role/ClusterRole (rules), RoleBinding/ClusterRoleBinding, PriorityClass; ObjectMeta's name,
+scopes), Role/ClusterRole (rules), RoleBinding/ClusterRoleBinding, PriorityClass, ServiceAccount and
+TokenRequest (`kubectl create token`: audiences, expirationSeconds); ObjectMeta's name,
 generateName, namespace, labels, annotations and finalizers. A protobuf body is the 4-byte magic `k8s\\0` and a `runtime.Unknown` message: field 1 TypeMeta
 (apiVersion = 1, kind = 2), field 2 the raw message, fields 3/4 the content encoding and type. This module
 decodes those kinds (and SubjectAccessReview, LocalSubjectAccessReview) into the JSON shape the API handles;
@@ -217,7 +218,30 @@ def _priority_class(raw: bytes) -> Obj:
     return out
 
 
+def _service_account(raw: bytes) -> Obj:
+    """v1 ServiceAccount (`kubectl create serviceaccount`): metadata = 1 (its secrets are not kept)."""
+    return {"metadata": next((_object_meta(_msg(v)) for n, v in _fields(raw) if n == 1), {})}
+
+
+def _token_request(raw: bytes) -> Obj:
+    """authentication.k8s.io/v1 TokenRequest (`kubectl create token`): metadata = 1, spec = 2 (audiences =
+    1, boundObjectRef = 3 (not kept), expirationSeconds = 4)."""
+    out: Obj = {"metadata": {}, "spec": {}}
+    for n, v in _fields(raw):
+        if n == 1:
+            out["metadata"] = _object_meta(_msg(v))
+        elif n == 2:
+            for sn, sv in _fields(_msg(v)):
+                if sn == 1:
+                    out["spec"].setdefault("audiences", []).append(_str(sv))
+                elif sn == 4 and isinstance(sv, int):
+                    out["spec"]["expirationSeconds"] = _int64(sv)
+    return out
+
+
 _OBJECTS = {
+    "ServiceAccount": _service_account,
+    "TokenRequest": _token_request,
     "Namespace": _namespace,
     "ResourceQuota": _resource_quota,
     "Role": _role,

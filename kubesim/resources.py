@@ -43,7 +43,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", ("v1",), "resourcequotas", "ResourceQuota", True, ("quota",)),
     ResourceType("", ("v1",), "limitranges", "LimitRange", True, ("limits",), ()),
     ResourceType("", ("v1",), "secrets", "Secret", True, (), ()),
-    ResourceType("", ("v1",), "serviceaccounts", "ServiceAccount", True, ("sa",), ()),
+    ResourceType("", ("v1",), "serviceaccounts", "ServiceAccount", True, ("sa",), ("token",)),
     ResourceType("batch", ("v1",), "jobs", "Job", True, (), ("status",), ("all",)),
     ResourceType("policy", ("v1",), "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     ResourceType("rbac.authorization.k8s.io", ("v1",), "roles", "Role", True, (), ()),

@@ -54,6 +54,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from broker import telemetry
+from broker.api import validation_text
 from broker.api.audit import AuditMiddleware, add_audit_routes, note
 from broker.api.audit_writer import AuditWriter
 from broker.api.burst import prediction_view, spend_view
@@ -71,7 +72,7 @@ from broker.api.schemas import (
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
 from broker.core import safe_yaml
-from broker.core.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.core.errors import AlreadyExists, ClusterError, Conflict, InvalidRequest, NotFound, StoreError
 from broker.core.model import JobRecord, JobState
 from broker.core.ports import Clock, PodLogs
 from broker.queue import queueing
@@ -204,21 +205,22 @@ def spec_of(body: object) -> JobSpec:
         raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
     if k8s_job.is_k8s_job(body):
         assert isinstance(body, Mapping)
-        native = k8s_job.to_native(body)
+        native, problems = k8s_job.to_native_all(body)  # one problem per part of the Job, not the first only
+        errors: list[dict[str, Any]] = [
+            {"loc": (p.field,), "msg": p.detail, "type": "value_error"} for p in problems
+        ]
         try:
-            return JobSpec.model_validate(native)
+            spec = JobSpec.model_validate(native)
         except ValidationError as e:
-            raise RequestValidationError(
-                [
-                    {
-                        **err,
-                        "loc": (
-                            k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]]),
-                        ),
-                    }
-                    for err in e.errors()
-                ]
-            ) from None
+            reported = {p.field for p in problems}
+            for err in e.errors():
+                field = k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]])
+                if field not in reported and not (problems and not err["loc"]):  # no echo of a part refused
+                    errors.append({**err, "loc": (field,)})
+        else:
+            if not errors:
+                return spec
+        raise RequestValidationError(errors)
     try:
         return JobSpec.model_validate(body)
     except ValidationError as e:
@@ -278,7 +280,7 @@ def create_app(
         fields = []
         for e in exc.errors():
             loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "header", "path")]
-            fields.append({"field": ".".join(loc) or "(body)", "message": str(e.get("msg", "invalid"))})
+            fields.append({"field": ".".join(loc) or "(body)", "message": validation_text.plain(e)})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return _error(422, "invalid", summary, fields)
 
@@ -292,7 +294,7 @@ def create_app(
 
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
-        return _error(409, "conflict", str(exc))
+        return _error(409, "already-exists" if isinstance(exc, AlreadyExists) else "conflict", str(exc))
 
     @app.exception_handler(ClusterError)
     async def _cluster(_: Request, exc: ClusterError) -> JSONResponse:
@@ -336,7 +338,8 @@ def create_app(
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and len(idempotency_key) > 200:
             raise InvalidRequest("Idempotency-Key", "at most 200 characters")
-        spec = spec_of(await submission_body(request))
+        body = await submission_body(request)
+        spec = spec_of(body)
         # Checked on the event loop; stored by the group commit with the submits that come meanwhile.
         if not principal.can_submit:
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
@@ -349,7 +352,11 @@ def create_app(
                 )
             job_request = replace(job_request, tenant=principal.tenant)
         note(request, tenant=job_request.tenant)
-        record, created = await batcher.submit(service.prepare_submit(job_request, idempotency_key))
+        try:
+            prepared = service.prepare_submit(job_request, idempotency_key)
+        except InvalidRequest as e:  # a plain Job's refusal names the Job's field (its annotation), not ours
+            raise (k8s_job.as_job_error(e) if k8s_job.is_k8s_job(body) else e) from None
+        record, created = await batcher.submit(prepared)
         note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
             JobView.of(record).model_dump_json(by_alias=True),

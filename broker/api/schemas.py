@@ -259,6 +259,8 @@ class JobView(_Wire):
                 "command": list(req.command),
                 "args": list(req.args),
                 "env": [dict(e) for e in req.env],
+                "labels": dict(req.labels),
+                "priorityClass": req.priority_class,
             },
         )
 
@@ -306,6 +308,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "maxFreeOnOneNode": p.max_free_on_one_node,
                 "nodesByFree": list(p.nodes_by_free),
                 "numaBlocks": list(p.numa_blocks),
+                "singleNumaNodeFree": p.single_numa_node_free,
                 "sharedAllocatable": p.shared_allocatable,
                 "sharedFree": p.shared_free,
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),

@@ -213,8 +213,39 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
     return table
 
 
-def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240.0) -> int:
-    """Run the demo; returns the process exit code (0 when every job ended where it should)."""
+# The demo's own directory: the README's by-hand run writes .demo/kubeconfigs, and the two must not
+# overwrite each other's kubeconfigs (each simulation has its own CA, ports and tokens).
+DEFAULT_WORKDIR = Path(".demo") / "demo"
+
+
+def _keep_running(base: str, tokens: Mapping[str, str], workdir: Path) -> None:
+    """--keep: say how to reach the running demo, then wait for Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    console.rule("the demo keeps running (Ctrl-C stops it)")
+    console.print(f"dashboard  {base}/#token={tokens['admin']}", markup=False, soft_wrap=True)
+    console.print(
+        f"CLI        export GPUFED_URL={base} GPUFED_TOKEN={tokens['admin']}", markup=False, soft_wrap=True
+    )
+    console.print(
+        f"           gpufed fleet --nodes; gpufed submit try --gpus 8 --product h100 --duration 60 --wait"
+        f"\ntokens of each tenant's user: {workdir / TOKENS_FILE}",
+        markup=False,
+        soft_wrap=True,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        while not stop.wait(0.5):
+            pass
+
+
+def run(
+    speed: float = 20.0, workdir: Path = DEFAULT_WORKDIR, timeout: float = 240.0, keep: bool = False
+) -> int:
+    """Run the demo; returns the process exit code (0 when every job ended where it should). With
+    `keep`, the fleet and the broker stay up after it, until Ctrl-C or SIGTERM."""
     from broker.app import main as composition
     from kubesim.fleet import load_fleet
     from kubesim.sim import Simulation
@@ -231,17 +262,16 @@ def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240
         with Simulation(fleet, workdir / "kubeconfigs", speed=speed) as sim:
             kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
             for name, path in kubeconfigs.items():
-                console.print(f"  {name:<12} {sim.server_url(name)}  kubeconfig {path}")
+                console.print(
+                    f"  {name:<12} {sim.server_url(name)}  kubeconfig {path}", markup=False, soft_wrap=True
+                )
             config_path = write_demo_config(workdir, kubeconfigs, redis_url, prefix)
             cfg = load_fleet_config(config_path)
             port = free_port()
             tokens = read_demo_tokens(workdir)
             with composition.running_broker(cfg, host="127.0.0.1", port=port) as broker:
                 base = f"http://127.0.0.1:{port}"
-                console.print(
-                    f"broker API on {base}, tokens in {workdir / TOKENS_FILE} "
-                    f"(try: GPUFED_URL={base} GPUFED_TOKEN={tokens['admin']} gpufed fleet)"
-                )
+                console.print(f"broker API on {base}, tokens in {workdir / TOKENS_FILE}", markup=False)
                 admin = {"Authorization": f"Bearer {tokens['admin']}"}
                 with httpx.Client(base_url=base, timeout=30, headers=admin) as http:
                     fresh = _wait(
@@ -289,6 +319,8 @@ def run(speed: float = 20.0, workdir: Path = Path(".demo"), timeout: float = 240
                     console.print(_jobs_table(final))
                     console.rule("fleet capacity")
                     console.print(fleet_table(http.get("/v1/fleet").json()["clusters"]))
+                    if keep:
+                        _keep_running(base, tokens, workdir)
                     broker.store_cleanup()
             ok = done and all(
                 (j["state"] == "SUCCEEDED") if j["name"] != "too-big-16gpu" else (j["state"] == "QUEUED")

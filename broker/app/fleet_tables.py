@@ -10,7 +10,22 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["demand_table", "fleet_table", "nodes_table"]
+__all__ = ["demand_table", "fleet_table", "nodes_table", "numa_notes"]
+
+
+def numa_notes(clusters: list[dict[str, Any]]) -> list[str]:
+    """One line per cluster and product whose nodes have more free GPUs than one pod can get, because
+    their topology policy is single-numa-node: what "8-GPU SLOTS 0" beside 8 free on a node means."""
+    notes = []
+    for c in clusters:
+        for p in c["products"]:
+            whole = p.get("singleNumaNodeFree", 0)
+            if whole > p["maxFreeOnOneNode"]:
+                notes.append(
+                    f"{c['cluster']} {p['product']}: topology policy single-numa-node: a pod's GPUs must share "
+                    f"one NUMA zone ({whole} free on one node, at most {p['maxFreeOnOneNode']} in one zone)"
+                )
+    return notes
 
 
 def demand_table(products: list[dict[str, Any]]) -> Table:
@@ -40,7 +55,7 @@ def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
         "WHOLE FREE",
         "MIG FREE",
         "SHARED FREE",
-        "NUMA (free/alloc)",
+        "NUMA (free/alloc) POLICY",
         "TAINTS",
         "OFFERS",
     ):
@@ -51,6 +66,8 @@ def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
     for n in detail["items"]:
         mig = ", ".join(f"{m['profile']} {m['free']}/{m['allocatable']}" for m in n["mig"]) or "-"
         numa = " ".join(f"{z['gpusAvailable']}/{z['gpusAllocatable']}" for z in n["numa"]) or "-"
+        if n.get("topologyPolicy") not in (None, "none"):
+            numa += f" {n['topologyPolicy']}"
         shared = f"{n['sharedFree']}/{n['sharedAllocatable']}" if n["sharedAllocatable"] else "-"
         table.add_row(
             n["name"],

@@ -370,7 +370,9 @@ def running_broker(
     settings = cfg.settings
     service, store, gateway = build_service(
         cfg,
-        store=RedisStateStore(settings.redis_url, prefix=settings.redis_prefix, require_marker=True),
+        store=RedisStateStore(
+            settings.redis_url, prefix=settings.redis_prefix, require_marker=True, unique_names=True
+        ),
         clock=clock,
     )
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -74,6 +74,7 @@ class _Contribution:
     mig: tuple[_MigPart, ...]
     shared_allocatable: int = 0  # time-sliced replicas, when the node takes the broker's pods
     shared_free: int = 0
+    split: int = 0  # capacity.single_numa_node_free
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
@@ -127,6 +128,7 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         mig=mig,
         shared_allocatable=shared,
         shared_free=shared_free,
+        split=rollup.single_numa_node_free(node),
     )
 
 
@@ -144,6 +146,7 @@ class _ProductAgg:
     gfd: dict[str, int] = field(default_factory=dict)  # label parent -> usable nodes
     shared_allocatable: int = 0
     shared_free: int = 0
+    splits: dict[int, int] = field(default_factory=dict)  # free GPUs of a single-numa-node node -> nodes
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
@@ -160,6 +163,8 @@ class _ProductAgg:
         for d in c.domains:
             _bump(self.domains, d, sign)
         _bump(self.blocks, c.block, sign)
+        if c.split:
+            _bump(self.splits, c.split, sign)
         if c.gfd:
             _bump(self.gfd, c.gfd, sign)
 
@@ -324,6 +329,7 @@ class CapacityIndex:
             gfd_products=tuple(sorted(agg.gfd)),
             shared_allocatable=agg.shared_allocatable,
             shared_free=agg.shared_free,
+            single_numa_node_free=max((k for k, n in agg.splits.items() if n), default=0),
         )
 
     def _memory_of(self, product: str, memory: Mapping[int, int]) -> int:

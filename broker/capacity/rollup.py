@@ -60,6 +60,13 @@ def gpu_domains(node: NodeFacts) -> tuple[int, ...]:
     return (node_free,)
 
 
+def single_numa_node_free(node: NodeFacts) -> int:
+    """The node's free GPUs when its topology policy is single-numa-node (zones summed), else 0."""
+    if node.topology_policy == "single-numa-node" and node.numa_zones:
+        return node.gpus_free
+    return 0
+
+
 def numa_block(node: NodeFacts) -> int:
     """The largest free GPU block inside one NUMA zone of a node, bounded by its free GPUs."""
     return min(node.largest_numa_gpu_block, node.gpus_free)
@@ -173,6 +180,7 @@ def summarize(
         frees: list[int] = []
         usable_nodes = 0
         blocks: list[int] = []
+        split = 0  # most free GPUs on one single-numa-node node
         gfd: set[str] = set()
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
@@ -188,6 +196,7 @@ def summarize(
             usable_nodes += 1
             frees.extend(gpu_domains(node))
             blocks.append(numa_block(node))
+            split = max(split, single_numa_node_free(node))
             parent = gfd_parent(node)
             if parent:
                 gfd.add(parent)
@@ -205,6 +214,7 @@ def summarize(
                 gfd_products=tuple(sorted(gfd)),
                 shared_allocatable=shared_alloc,
                 shared_free=shared_free,
+                single_numa_node_free=split,
             )
         )
     mig = tuple(

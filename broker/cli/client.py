@@ -82,6 +82,15 @@ def config_path() -> Path:
 
 def _context(name: str | None) -> Mapping[str, Any]:
     path = config_path()
+    explicit = os.environ.get("GPUFED_CONFIG")
+    if explicit == os.devnull:  # GPUFED_CONFIG=/dev/null: no config file, on purpose
+        if name:
+            raise CliError(f"--context {name}: no config file (GPUFED_CONFIG={explicit})", EXIT_USAGE)
+        return {}
+    if explicit and not path.is_file():  # named, not there: say so rather than call without a token
+        raise CliError(
+            f"GPUFED_CONFIG={explicit}: no such file (unset it, or /dev/null for none)", EXIT_USAGE
+        )
     if not path.is_file():
         if name:
             raise CliError(f"--context {name}: no config file at {path}", EXIT_USAGE)
@@ -208,6 +217,9 @@ class Api:
         matches = [j for j in self.call("GET", "/v1/jobs")["items"] if j.get("name") == ref]
         if not matches:
             raise CliError(f"no job with id or name {ref!r}")
+        live = [j for j in matches if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+        if len(matches) > 1 and len(live) == 1:  # names are unique among live jobs: the name means it
+            return dict(live[0])
         if len(matches) > 1:
             ids = ", ".join(j["id"] for j in matches[:5]) + (", ..." if len(matches) > 5 else "")
             raise CliError(f"{len(matches)} jobs are named {ref!r} ({ids}): give an id", EXIT_USAGE)

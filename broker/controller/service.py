@@ -228,14 +228,13 @@ class BrokerService:
         cluster (unknown products keep their raw GFD name) is refused, as is a MIG profile no product has."""
         products: list[str] = []
         for i, name in enumerate(request.gpu_products):
-            known = catalog.entry(name)
+            known = catalog.lookup(name)  # a name, a GFD label value or an unambiguous short name
             if known is not None:
                 products.append(known.name)
             elif name in self._fleet_products(refresh_if_missing=name):
                 products.append(name)
             else:
-                choices = ", ".join(sorted(set(catalog.names()) | self._known_products))
-                raise InvalidRequest(f"gpuProducts[{i}]", f"unknown GPU product {name!r}; known: {choices}")
+                raise InvalidRequest(f"gpuProducts[{i}]", catalog.unknown_product(name, self._known_products))
         profile = request.mig_profile
         if profile is not None and not any(catalog.mig_profile(n, profile) for n in catalog.names()):
             raise InvalidRequest("mig.profile", f"no GPU product has the MIG profile {profile!r}")
@@ -390,11 +389,15 @@ class BrokerService:
         now = self.clock.now()
         self.cache.refresh()
         fleet = self._offered_fleet()
-        offered = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
+        placeable = self.cache.placeable_all(now)
+        offered = [self._charged(s) for s in placeable if s.cluster not in self._fenced]
         for s in offered:
             if s.heartbeat:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
-        placer = BatchPlacer(offered, self.traits, self.policy, now)
+        # fenced clusters are placed on by no one, but counted in every reason (as explain counts them)
+        placer = BatchPlacer(
+            [*offered, *failover.fenced_for_placement(placeable, self._fenced)], self.traits, self.policy, now
+        )
         changed: list[JobRecord] = []
         slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
         if self.burst is not None:

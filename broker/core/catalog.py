@@ -8,7 +8,9 @@ known=False: the broker never drops a GPU it does not recognise.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker.core.k8s_names import canonical_profile
@@ -18,6 +20,7 @@ __all__ = [
     "CatalogEntry",
     "entry",
     "gfd_products",
+    "lookup",
     "mig_profile",
     "mig_profiles",
     "names",
@@ -26,6 +29,7 @@ __all__ = [
     "profile_for_need",
     "profile_satisfies",
     "split_product_label",
+    "unknown_product",
 ]
 
 
@@ -88,6 +92,11 @@ _ENTRIES: tuple[CatalogEntry, ...] = (
 )
 _BY_NAME = {e.name.upper(): e for e in _ENTRIES}
 _BY_GFD = {g.upper(): e for e in _ENTRIES for g in e.gfd}
+# Short names a user types: a catalog name without its memory ("H100" for H100-80GB, "H100-NVL"), when
+# only one product has it ("A100" names two: it gets a "did you mean" instead).
+_SHORT: dict[str, list[CatalogEntry]] = {}
+for _e in _ENTRIES:
+    _SHORT.setdefault(re.sub(r"-\d+GB$", "", _e.name).upper(), []).append(_e)
 _PROFILE = re.compile(r"^(?P<g>[1-9]\d*)g\.(?P<mem>[1-9]\d*)gb(?P<me>\+me)?$")
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>.+)$", re.IGNORECASE)
 
@@ -100,6 +109,31 @@ def names() -> tuple[str, ...]:
 def entry(name: str) -> CatalogEntry | None:
     """The catalog entry of a catalog name (case-insensitive), or None."""
     return _BY_NAME.get(name.upper())
+
+
+def lookup(name: str) -> CatalogEntry | None:
+    """The catalog product a user means: its name (any case), a GFD gpu.product value as the nodes
+    carry it (NVIDIA-H100-80GB-HBM3), or a short name only one product has (h100 -> H100-80GB)."""
+    key = name.strip().upper()
+    found = _BY_NAME.get(key) or _BY_GFD.get(key)
+    if found is None and len(_SHORT.get(key, ())) == 1:
+        found = _SHORT[key][0]
+    return found
+
+
+def unknown_product(name: str, others: Iterable[str] = ()) -> str:
+    """Why `name` is no GPU product, with what was probably meant: "unknown GPU product 'a100'; did you
+    mean A100-40GB or A100-80GB? (known: ...)". `others`: products seen in the fleet, not in the catalog."""
+    known = sorted(set(names()) | set(others))
+    key = name.strip().upper()
+    guesses = [e.name for e in _SHORT.get(key, ())]
+    if not guesses:
+        by_upper = {k.upper(): k for k in known}
+        guesses = [by_upper[m] for m in difflib.get_close_matches(key, list(by_upper), n=3, cutoff=0.6)]
+    if not guesses:
+        guesses = [k for k in known if key and key in k.upper()][:3]
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    return f"unknown GPU product {name!r}{hint} (known: {', '.join(known)})"
 
 
 def split_product_label(gfd_product: str) -> tuple[str, str | None, bool]:

@@ -5,7 +5,8 @@ GpufedError                     base of everything gpufed raises on purpose
 ├── InvalidRequest              a bad job submission; `field` names the offending field
 ├── NotFound                    no such job / cluster
 ├── Conflict                    a state change that lost a race (stale version, already terminal)
-│   └── Fenced                  a write by a control loop whose leader lease (fencing token) is stale
+│   ├── Fenced                  a write by a control loop whose leader lease (fencing token) is stale
+│   └── AlreadyExists           a second live job of a tenant with the same name (409, as kubectl's)
 ├── MalformedObject             a Kubernetes object the broker cannot read (reported, skipped)
 ├── ClusterError                a member cluster did not do what was asked
 │   ├── ClusterUnreachable      connection refused, timeout, TLS failure
@@ -41,6 +42,11 @@ class NotFound(GpufedError):
 
 class Conflict(GpufedError):
     """A state change that lost a race or is not allowed from the current state."""
+
+
+class AlreadyExists(Conflict):
+    """A submit whose name a live (not finished) job of the same tenant holds: names are unique among
+    live jobs, like a Kubernetes object's in its namespace; a finished job's name may be reused."""
 
 
 class Fenced(Conflict):

@@ -218,6 +218,9 @@ class ProductCapacity:
                        refuses a pod whose GPUs span zones there), so "one pod of g GPUs fits" reads the
                        same for both.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
+    single_numa_node_free = the most free GPUs on one node (zones summed) among the nodes whose policy
+                       is single-numa-node: when it reaches a pod's GPUs while nodes_by_free does not,
+                       the policy is why the pod does not fit, and the reason says so.
     """
 
     product: str
@@ -232,6 +235,7 @@ class ProductCapacity:
     gfd_products: tuple[str, ...] = ()  # the gpu.product label values seen (parent product, no suffix)
     shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
     shared_free: int = 0  # of those, not requested by pods
+    single_numa_node_free: int = 0
 
     @property
     def max_free_on_one_node(self) -> int:

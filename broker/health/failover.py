@@ -34,13 +34,14 @@ cannot reach. No I/O, no clock: `now` is an argument.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.core.model import ClusterSummary, Health
 
 __all__ = [
     "ClusterHealth",
     "effective_health",
+    "fenced_for_placement",
     "is_lost",
     "loss_deadline",
     "may_unfence",
@@ -133,3 +134,15 @@ def may_unfence(h: ClusterHealth) -> bool:
 
 def lost_health(h: ClusterHealth) -> bool:
     return h.health in _LOST
+
+
+def fenced_for_placement(summaries: Iterable[ClusterSummary], fenced: Iterable[str]) -> list[ClusterSummary]:
+    """The fenced clusters' summaries as level 1 should see them: lost (their own unreachable or
+    forbidden verdict, else unreachable), so a job's reason still counts them ("0/3 clusters are
+    available: ..., 1 credentials rejected") rather than leaving them out of the count."""
+    gone = set(fenced)
+    return [
+        s if s.health in _LOST else replace(s, health=Health.UNREACHABLE)
+        for s in summaries
+        if s.cluster in gone
+    ]

@@ -23,7 +23,7 @@ from broker.core.errors import InvalidRequest
 from broker.core.k8s_names import DURATION_ANNOTATION, GPU, MIG_PREFIX
 from broker.core.quantity import QuantityError, parse_quantity
 
-__all__ = ["ANNOTATIONS", "is_k8s_job", "job_field", "to_native"]
+__all__ = ["ANNOTATIONS", "as_job_error", "is_k8s_job", "job_field", "to_native", "to_native_all"]
 
 POD = "spec.template.spec"
 CONTAINER = f"{POD}.containers[0]"
@@ -97,6 +97,13 @@ def job_field(loc: Sequence[str | int]) -> str:
     for part in rest:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
     return out
+
+
+def as_job_error(e: InvalidRequest) -> InvalidRequest:
+    """A refusal of the native spec made from a Job, re-said with the Job's field: gpuProducts[0] ->
+    metadata.annotations[gpufed.io/gpu-products]."""
+    head = e.field.split("[", 1)[0].split(".", 1)[0]
+    return InvalidRequest(job_field([head]) if head in _ORIGIN else e.field, e.detail)
 
 
 def _mapping(value: object, field: str) -> Mapping[str, Any]:
@@ -206,21 +213,48 @@ def _container(container: Mapping[str, Any], native: dict[str, Any]) -> None:
 
 
 def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The native submission for a batch/v1 Job manifest. InvalidRequest names the Job's field."""
+    """The native submission for a batch/v1 Job manifest. InvalidRequest names the Job's field (the
+    first problem; to_native_all reports one per part of the Job)."""
+    native, problems = to_native_all(job)
+    if problems:
+        raise problems[0]
+    return native
+
+
+def to_native_all(job: Mapping[str, Any]) -> tuple[dict[str, Any], list[InvalidRequest]]:
+    """The native submission so far and every problem found: the Job's metadata, its spec and its pod
+    template are read independently, so a Job with a bad name and a bad GPU limit hears of both."""
     if job.get("apiVersion") != "batch/v1" or job.get("kind") != "Job":
         raise InvalidRequest(
             "kind", f"expected apiVersion batch/v1 kind Job, got {job.get('apiVersion')} {job.get('kind')}"
         )
-    _refuse_unknown(job, {"apiVersion", "kind", "metadata", "spec", "status"}, "", "unknown top-level field")
-    meta = _mapping(job.get("metadata"), "metadata")
-    _refuse_unknown(meta, _META_KEYS, "metadata", "not kept (generateName is not supported: give a name)")
     native: dict[str, Any] = {}
+    labels: dict[str, Any] = {}
+    problems: list[InvalidRequest] = []
+    for part in (_top, _metadata, _job_spec, _template):
+        try:
+            part(job, native, labels)
+        except InvalidRequest as e:
+            problems.append(e)
+    if labels:
+        native["labels"] = labels
+    return native, problems
+
+
+def _top(job: Mapping[str, Any], native: dict[str, Any], labels: dict[str, Any]) -> None:
+    _refuse_unknown(job, {"apiVersion", "kind", "metadata", "spec", "status"}, "", "unknown top-level field")
+
+
+def _metadata(job: Mapping[str, Any], native: dict[str, Any], labels: dict[str, Any]) -> None:
+    meta = _mapping(job.get("metadata"), "metadata")
+    if "name" in meta:
+        native["name"] = meta["name"]
+    _refuse_unknown(meta, _META_KEYS, "metadata", "not kept (generateName is not supported: give a name)")
     if "name" not in meta:
         raise InvalidRequest("metadata.name", "required")
-    native["name"] = meta["name"]
     if meta.get("namespace"):
         native["namespace"] = meta["namespace"]
-    labels = dict(_mapping(meta.get("labels"), "metadata.labels"))
+    labels.update(_mapping(meta.get("labels"), "metadata.labels"))
     for key, value in _mapping(meta.get("annotations"), "metadata.annotations").items():
         if key in ANNOTATIONS:
             _annotation(key, value, native)
@@ -228,6 +262,8 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
             known = ", ".join(sorted(ANNOTATIONS))
             raise InvalidRequest(f"metadata.annotations[{key}]", f"unknown gpufed annotation; known: {known}")
 
+
+def _job_spec(job: Mapping[str, Any], native: dict[str, Any], labels: dict[str, Any]) -> None:
     spec = _mapping(job.get("spec"), "spec")
     _refuse_unknown(spec, _JOB_SPEC_KEYS, "spec", "the broker sets it (or cannot honour it across clusters)")
     parallelism, completions = spec.get("parallelism"), spec.get("completions")
@@ -251,7 +287,9 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
             "spec.suspend", "a suspended Job cannot be placed; the broker suspends for Kueue itself"
         )
 
-    template = _mapping(spec.get("template"), "spec.template")
+
+def _template(job: Mapping[str, Any], native: dict[str, Any], labels: dict[str, Any]) -> None:
+    template = _mapping(_mapping(job.get("spec"), "spec").get("template"), "spec.template")
     _refuse_unknown(template, {"metadata", "spec"}, "spec.template", "unknown field")
     tmeta = _mapping(template.get("metadata"), "spec.template.metadata")
     _refuse_unknown(
@@ -268,9 +306,6 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
             raise InvalidRequest(
                 f"spec.template.metadata.annotations[{DURATION_ANNOTATION}]", "a number of seconds"
             ) from None
-    if labels:
-        native["labels"] = labels
-
     pod = _mapping(template.get("spec"), POD)
     _refuse_unknown(
         pod, _POD_KEYS, POD, "the broker writes scheduling fields itself; use gpufed.io/* annotations"
@@ -287,4 +322,3 @@ def to_native(job: Mapping[str, Any]) -> dict[str, Any]:
         native["volumes"] = pod["volumes"]
     if pod.get("priorityClassName") is not None:
         native["priorityClass"] = pod["priorityClassName"]
-    return native

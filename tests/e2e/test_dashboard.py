@@ -160,3 +160,53 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     _shot(page, tmp_path, "timeline")
 
     assert all(h.get("authorization") == f"Bearer {token}" for h in sent[-3:])
+
+
+def test_a_new_user_signs_in_by_link_sees_numa_and_cancels_and_reads_logs_from_the_jobs_table(
+    broker_url: str, page: Page
+) -> None:
+    """Issue 28 point 8: before a token is typed the page asks for one (no red 401); the link `gpufed demo
+    --keep` prints (#token=) signs in and leaves the address bar clean; onprem-b's cards say its nodes run
+    single-numa-node; the jobs table has tenant and GPU columns, and cancel and logs actions."""
+    page.goto(broker_url + "/")
+    status = page.locator("#status")
+    expect(status).to_contain_text("asks for an API token")
+    expect(status).not_to_have_class("error")
+
+    token = AUTH["Authorization"].removeprefix("Bearer ")
+    page.goto(broker_url + "/#token=" + token)
+    expect(status).to_contain_text("Live")
+    assert "token" not in page.url
+
+    # with onprem-b's whole-node H100 busy, its free H100s sit on single-numa-node nodes (4 + 4): said so
+    filler = httpx.post(
+        f"{broker_url}/v1/jobs",
+        json={"name": "fill-h100", "gpus": 8, "gpuProducts": ["H100-80GB"], "durationSeconds": 600},
+        headers=AUTH,
+    ).json()
+    try:
+        expect(page.locator("#clusters .numa-note").first).to_contain_text("single-numa-node", timeout=30_000)
+        expect(page.get_by_text("pod slots (NUMA zones) by free GPUs").first).to_be_visible()
+    finally:
+        httpx.delete(f"{broker_url}/v1/jobs/{filler['id']}", headers=AUTH)  # the other test counts free H100s
+
+    queued = httpx.post(
+        f"{broker_url}/v1/jobs", json={"name": "cancel-me", "gpus": 16, "tenant": "nlp"}, headers=AUTH
+    ).json()
+    row = page.locator("#jobs-table tbody tr", has_text="cancel-me")
+    expect(row).to_contain_text("nlp", timeout=30_000)  # the tenant column
+    expect(row).to_contain_text("16 GPUs")  # the GPU column
+    page.on("dialog", lambda d: d.accept())
+    row.get_by_role("button", name="Cancel cancel-me").click()
+    wait_for(
+        lambda: (
+            httpx.get(f"{broker_url}/v1/jobs/{queued['id']}", headers=AUTH).json()["state"] == "CANCELLED"
+        ),
+        timeout=30,
+        what="the job cancelled from the dashboard",
+    )
+    expect(row).to_contain_text("CANCELLED", timeout=30_000)
+
+    row.get_by_role("button", name="Logs of cancel-me").click()
+    expect(page.get_by_label("Job log")).to_be_visible()
+    expect(page.get_by_label("Job log")).to_contain_text("No log")  # it never ran: said, not an error

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -21,19 +23,44 @@ def _processes_mentioning(token: str) -> list[str]:
 
 
 def test_demo_places_every_job_where_expected_and_leaves_no_process(tmp_path: Path, redis_url: str) -> None:
+    """With --keep the demo stays up after its run and says how to reach it (the dashboard URL with a
+    token); SIGTERM then ends it cleanly. Its output has no Ray notices or raw colour codes."""
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
+    for var in ("RAY_COLOR_PREFIX", "RAY_AUTH_MODE"):
+        env.pop(var, None)
     workdir = tmp_path / "demo"
     demo = subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", "demo", "--workdir", str(workdir), "--speed", "40"],
+        [sys.executable, "-m", "broker.cli", "demo", "--workdir", str(workdir), "--speed", "40", "--keep"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    out, _ = demo.communicate(timeout=600)
+    assert demo.stdout is not None
+    lines: list[str] = []
+    url = ""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        line = demo.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("dashboard "):
+            url = line.split()[1]
+            break
+    assert url, "".join(lines)[-6000:]
+    base, _, token = url.partition("/#token=")
+    fleet = httpx.get(f"{base}/v1/fleet", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert fleet.status_code == 200 and len(fleet.json()["clusters"]) == 3  # still serving after the run
+    assert httpx.get(base + "/", timeout=30).status_code == 200
+    demo.send_signal(signal.SIGTERM)
+    rest, _ = demo.communicate(timeout=120)
+    out = "".join(lines) + rest
     assert demo.returncode == 0, out[-6000:]
     assert "demo finished: every job ended where expected" in out
+    assert "\x1b[" not in out and "Token authentication is enabled" not in out
+    assert str(workdir / "kubeconfigs") in out  # its own directory, not the README's .demo/kubeconfigs
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 4}
     assert "onprem-b" in rows["llm-pretrain-h100x8"]
     assert "cloud-burst" in rows["h200-burst"]

@@ -50,7 +50,7 @@ def test_every_command_of_the_readme_runs_as_written(tmp_path: Path, redis_url: 
         **os.environ,
         "REDIS_URL": redis_url,
         "PYTHONUNBUFFERED": "1",
-        "GPUFED_CONFIG": str(tmp_path / "none"),
+        "GPUFED_CONFIG": os.devnull,
     }
     env.pop("GPUFED_URL", None)
     servers: list[tuple[subprocess.Popen[bytes], Path]] = []

@@ -2,7 +2,7 @@
 `wait`, `watch`, `logs -f`, and the CLI's answers when things go wrong (one line, an exit code).
 
 The demo fleet in kubesim over HTTPS, a private Redis, the broker on a free port (the walking skeleton's
-fixtures); the CLI runs in-process through broker.cli.commands.run, the Job is read back with the official client.
+fixtures); the CLI runs in-process through broker.cli.cli.run, the Job is read back with the official client.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import yaml
 from httpx_sse import connect_sse
 from kubernetes import client, config
 
+from broker import cli
 from broker.app import demo
 from broker.app import main as composition
 from broker.app.demo import write_demo_config
-from broker.cli import commands
 from broker.config.settings import load_fleet_config
 from kubesim.certs import make_cluster_tls
 from kubesim.sim import Simulation
@@ -93,7 +93,7 @@ def gpufed(
     if token and "GPUFED_TOKEN" not in os.environ:  # a test's own broker sets its own
         monkeypatch.setenv("GPUFED_TOKEN", token)
     capsys.readouterr()
-    code = commands.run(list(argv))
+    code = cli.run(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

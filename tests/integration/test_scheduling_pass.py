@@ -260,6 +260,8 @@ def test_a_job_that_fits_only_a_fenced_cluster_is_placed_there_once_the_fence_is
     svc.observe_clusters()
     svc.schedule_once()
     assert svc.get(job.id).state is JobState.QUEUED and "no H100-80GB" in svc.get(job.id).reason
+    assert svc.get(job.id).reason.startswith("0/2 clusters are available")  # the lost one still counted
+    assert "1 unreachable" in svc.get(job.id).reason
 
     # a answers again and its sweep lifts the fence (seen by the next pass's observe, as in the control
     # loop): the parked job is decided again and goes back to a

@@ -231,11 +231,11 @@ def test_metrics_expose_fleet_capacity_for_prometheus(broker_url: str) -> None:
 
 def test_gpu_products_are_checked_and_spelled_canonically(broker_url: str) -> None:
     r = httpx.post(
-        f"{broker_url}/v1/jobs", json={"name": "typo", "gpus": 1, "gpuProducts": ["H100"]}, headers=AUTH
+        f"{broker_url}/v1/jobs", json={"name": "typo", "gpus": 1, "gpuProducts": ["H10"]}, headers=AUTH
     )
     assert r.status_code == 422
     assert r.json()["fields"][0]["field"] == "gpuProducts[0]"
-    assert "H100-80GB" in r.json()["message"]  # the known names are listed
+    assert "did you mean H100-80GB or H100-NVL-94GB?" in r.json()["message"]  # and the known names listed
     r = httpx.post(
         f"{broker_url}/v1/jobs", json={"name": "bad-mig", "mig": {"profile": "5g.50gb"}}, headers=AUTH
     )

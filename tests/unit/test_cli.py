@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker.cli import commands
+from broker import cli
 from broker.cli.client import ago
 from tests.conftest import free_port
 
+REPO = Path(__file__).resolve().parents[2]
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
 
 
@@ -32,14 +33,14 @@ def gpufed(
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
     capsys.readouterr()
-    code = commands.run(list(argv))
+    code = cli.run(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
 
 @pytest.fixture(autouse=True)
 def _no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUFED_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("GPUFED_CONFIG", os.devnull)  # no config file (a named missing one is an error)
     for var in ("GPUFED_URL", "GPUFED_TOKEN", "GPUFED_CONTEXT"):
         monkeypatch.delenv(var, raising=False)
 
@@ -72,6 +73,7 @@ def _bomb() -> str:
         (["jobs", "--context", "lab"], None, 2, "--context lab: no config file"),
         (["probe", "--nvidia-smi-xml", "/no/such.xml"], None, 2, "no such file"),
         (["bogus-command"], None, 2, "No such command"),
+        (["jobs", "--state", "bogus", "--server", DEAD], None, 2, "--state: 'bogus' is not a job state"),
     ],
 )
 def test_each_bad_input_is_one_line_and_an_exit_code(
@@ -217,7 +219,11 @@ def test_serve_startup_errors_are_one_line_naming_the_cause(
     assert code == 1 and "--tls-cert and --tls-key go together" in err
 
     code, _, err = gpufed(capsys, monkeypatch, "serve", "-c", str(tmp_path / "nope.yaml"))
-    assert code == 2 and "cannot read" in err and len(err.strip().splitlines()) == 1
+    assert code == 1 and "cannot read" in err and len(err.strip().splitlines()) == 1  # README: exit 1
+
+    monkeypatch.chdir(REPO)  # a bare `gpufed serve` in a fresh clone points at the example
+    code, _, err = gpufed(capsys, monkeypatch, "serve")
+    assert code == 1 and "clusters.yaml: cannot read" in err and "--config clusters.example.yaml" in err
 
 
 def _completion(variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -257,3 +263,24 @@ def test_a_token_before_the_command_is_sent_too(
     _Recorder.status = 403
     code, _, _ = gpufed(capsys, monkeypatch, "--token", "global-t", "jobs", "--server", auth_server)
     assert code == 4 and _Recorder.seen[-1]["Authorization"] == "Bearer global-t"
+
+
+def test_version_and_a_named_config_file_that_is_not_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = gpufed(capsys, monkeypatch, "--version")
+    assert code == 0 and out.startswith("gpufed ") and out.split()[1][0].isdigit()
+    monkeypatch.setenv("GPUFED_CONFIG", str(tmp_path / "typo.yaml"))
+    code, _, err = gpufed(capsys, monkeypatch, "jobs")  # not silently ignored (then a 401 puzzle)
+    assert code == 2 and f"GPUFED_CONFIG={tmp_path / 'typo.yaml'}: no such file" in err
+
+
+def test_tokens_files_are_never_committed() -> None:
+    ignored = subprocess.run(
+        ["git", "check-ignore", "tokens.yaml", "deploy/tokens.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ignored.stdout.split() == ["tokens.yaml", "deploy/tokens.yaml"]

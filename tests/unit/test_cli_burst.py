@@ -4,6 +4,7 @@ answers in the API's shapes (the shapes themselves are asserted in tests/integra
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import commands
+from broker import cli
 
 SPEND = {
     "items": [
@@ -89,7 +90,7 @@ class _Canned(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("GPUFED_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("GPUFED_CONFIG", os.devnull)  # no config file (a named missing one is an error)
     for var in ("GPUFED_URL", "GPUFED_TOKEN", "GPUFED_CONTEXT"):
         monkeypatch.delenv(var, raising=False)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
@@ -102,7 +103,7 @@ def url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def test_spend_table_names_the_tenant_over_budget(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert commands.run(["spend", "--server", url, "--token", "t" * 20]) == 0
+    assert cli.run(["spend", "--server", url, "--token", "t" * 20]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["TENANT", "PERIOD", "SPENT", "RUNNING", "BUDGET", "LEFT"]
     assert out[1].split() == [
@@ -122,7 +123,7 @@ def test_spend_table_names_the_tenant_over_budget(url: str, capsys: pytest.Captu
 
 
 def test_get_shows_the_predicted_on_prem_start(url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert commands.run(["get", "j1", "--server", url, "--token", "t" * 20]) == 0
+    assert cli.run(["get", "j1", "--server", url, "--token", "t" * 20]) == 0
     out = capsys.readouterr().out
     assert "#2 in queue; wait: ..." in out
     assert out.rstrip().endswith("predicted on-prem start in 42 min on onprem-b (H100-80GB)")
@@ -131,9 +132,7 @@ def test_get_shows_the_predicted_on_prem_start(url: str, capsys: pytest.CaptureF
 def test_explain_shows_where_and_when_it_would_start_on_prem(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        commands.run(["explain", "--gpus", "8", "--server", url, "--token", "t" * 20]) == 1
-    )  # nothing fits now
+    assert cli.run(["explain", "--gpus", "8", "--server", url, "--token", "t" * 20]) == 1  # nothing fits now
     out = capsys.readouterr().out
     assert (
         "queue: position 4 for tenant ml: behind 3 jobs\npredicted on-prem start in 42 min on onprem-b" in out

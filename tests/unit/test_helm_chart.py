@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / "tools" / "bin" / "helm"
 CHART = REPO / "charts" / "gpufed"
 VALUES = REPO / "tests" / "fixtures" / "helm"
-GOOD = ["minimal.yaml", "ha-external-redis.yaml", "no-networkpolicy.yaml", "sso.yaml"]
+GOOD = ["minimal.yaml", "ha-external-redis.yaml", "no-networkpolicy.yaml", "sso.yaml", "documented.yaml"]
 
 
 def _helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,7 +93,11 @@ def test_internal_redis_by_default_with_aof_and_its_own_network_policy() -> None
         e["name"]: e.get("value")
         for e in docs[("Deployment", "rel-gpufed")]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env["REDIS_URL"] == "redis://rel-gpufed-redis:6379/0"
+    # the chart's own Redis has a password, from a Secret the chart makes (random, kept across upgrades)
+    assert env["REDIS_URL"] == "redis://:$(REDIS_PASSWORD)@rel-gpufed-redis:6379/0"
+    password = docs[("Secret", "rel-gpufed-redis-password")]
+    assert len(password["data"]["redis-password"]) >= 32
+    assert "--requirepass" in args
     secret = docs[("Secret", "rel-gpufed-kubeconfigs")]
     assert set(secret["data"]) == {"onprem-a.kubeconfig"}
     assert not any(kind == "ServiceMonitor" for kind, _ in docs)
@@ -138,6 +142,8 @@ def test_network_policy_can_be_left_out() -> None:
     [
         ("bad-two-replicas-no-lease.yaml", "replicas > 1 needs leaderElection.enabled=true"),
         ("bad-schema.yaml", "allowPrivilegeEscalation"),
+        ("bad-settings-typo.yaml", "additional properties 'priorityClass' not allowed"),
+        ("bad-ingress-no-hosts.yaml", "ingress.hosts: name at least one host"),
     ],
 )
 def test_unsafe_values_are_refused_with_the_reason(values: str, message: str) -> None:
@@ -155,6 +161,8 @@ _MODELS = {
     "ServiceAccount": "V1ServiceAccount",
     "NetworkPolicy": "V1NetworkPolicy",
     "PodDisruptionBudget": "V1PodDisruptionBudget",
+    "Ingress": "V1Ingress",
+    "Pod": "V1Pod",
 }
 
 
@@ -168,3 +176,84 @@ def test_every_rendered_object_is_a_real_kubernetes_object(values: str) -> None:
             continue  # a CRD (monitoring.coreos.com/v1): not in the client's models
         model = api.deserialize(json.dumps(obj), _MODELS[kind], "application/json")
         assert api.sanitize_for_serialization(model) == obj, (kind, name)  # type: ignore[no-untyped-call]
+
+
+def test_every_documented_setting_reaches_the_broker(tmp_path: Path) -> None:
+    """settings.priorityClasses, tenants, preemption, placement and burst, and a cluster's gpuAllocation,
+    tenantNamespace and Kueue clusterQueue (docs/tenancy.md, placement.md, burst.md, dra.md) pass the
+    chart's schema and arrive in the clusters.yaml the broker parses."""
+    docs = _render("documented.yaml")
+    text = docs[("ConfigMap", "rel-gpufed-config")]["data"]["clusters.yaml"]
+    cfg = parse_fleet_config(yaml.safe_load(text), "configmap", tmp_path)
+    s = cfg.settings
+    assert s.priority_classes == {"production": 1000, "default": 0, "preemptible": -100}
+    assert s.tenants["ml-research"].weight == 2 and s.tenants["vision"].quotas == {"H100-80GB": 8}
+    assert s.preemption is not None and s.preemption.priority_classes == ["production"]
+    assert s.placement.scores["binpack"].weight == 3 and s.placement.filters["numa-fit"].enabled is False
+    assert s.burst.max_wait_seconds == 600 and s.burst.pools["cloud-burst"].max_nodes == 4
+    assert s.tenant_namespace == "gpufed-{tenant}"
+    clusters = {c.name: c for c in cfg.clusters}
+    assert clusters["dra-lab"].gpu_allocation == "dra"
+    assert clusters["onprem-b"].tenant_namespace == "{tenant}-gpu"
+    assert clusters["onprem-b"].kueue is not None and clusters["onprem-b"].kueue.cluster_queue == "gpu-cq"
+    assert clusters["cloud-burst"].spot is True and clusters["cloud-burst"].price_per_gpu_hour["L4"] == 0.8
+
+
+def test_the_schema_for_settings_and_clusters_is_the_brokers_own() -> None:
+    """values.schema.json's settings and clusters[] are derived from broker.config's models: a setting the
+    broker gains is accepted by the chart once tools/chart_schema.py has been run (this fails until then)."""
+    import subprocess as sp
+    import sys
+
+    out = sp.run(
+        [sys.executable, str(REPO / "tools" / "chart_schema.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_ingress_terminates_tls_for_the_api_and_dashboard() -> None:
+    docs = _render("documented.yaml")
+    ingress = docs[("Ingress", "rel-gpufed")]["spec"]
+    assert ingress["ingressClassName"] == "nginx"
+    assert ingress["tls"] == [{"hosts": ["gpufed.example.com"], "secretName": "gpufed-tls"}]
+    (rule,) = ingress["rules"]
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert rule["host"] == "gpufed.example.com" and backend == {
+        "name": "rel-gpufed",
+        "port": {"name": "http"},
+    }
+    assert not any(kind == "Ingress" for kind, _ in _render("minimal.yaml"))  # off by default
+
+
+def test_helm_test_pod_asks_the_service_for_readyz() -> None:
+    docs = _render("documented.yaml")
+    pod = docs[("Pod", "rel-gpufed-test")]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "registry.example.com/gpufed/gpufed:0.1.0"  # the broker's own image
+    script = container["command"][-1]
+    assert "http://rel-gpufed:8080" in script and "/readyz" in script
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # with ingressFrom set, the NetworkPolicy still lets the test pod in
+    sources = docs[("NetworkPolicy", "rel-gpufed")]["spec"]["ingress"][0]["from"]
+    assert any(
+        s.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "test"
+        for s in sources
+    )
+
+
+def test_the_default_image_is_the_one_make_image_builds() -> None:
+    """No registry serves a gpufed image: the chart's default is the local tag `make image` gives the
+    Containerfile's build, and the Makefile target exists."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    make = subprocess.run(
+        ["make", "-n", "image"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert make.returncode == 0, make.stderr
+    assert "-f Containerfile" in make.stdout
+    assert f"{values['image']['repository']}:{app_version}" in make.stdout

@@ -31,6 +31,12 @@ async function api(path) {
   const token = localStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = "Bearer " + token;
   const r = await fetch(path, { headers });
+  if (r.status === 401 && !token) {
+    // nothing typed yet: a prompt, not an error
+    const e = new Error("this broker asks for an API token: enter it above");
+    e.needsToken = true;
+    throw e;
+  }
   if (r.status === 401 || r.status === 403) throw new Error("the broker refused the token (" + r.status + ")");
   if (!r.ok) {
     let msg = r.statusText;
@@ -101,23 +107,34 @@ function renderProducts(products) {
   if (!products.length) body.append(el("tr", {}, el("td", { colspan: 5 }, "No capacity reported yet.")));
 }
 
+// a cluster placement does not use: its capacity is only what it last reported, never shown as free
+const NOT_PLACEABLE = ["forbidden", "unreachable", "stale", "unknown"];
+
 function clusterCard(c) {
-  const card = el("article", { class: "card", "aria-labelledby": "c-" + c.cluster });
+  const lost = NOT_PLACEABLE.includes(c.health);
+  const freeCls = lost ? "lost" : "free";
+  const card = el("article", { class: "card" + (lost ? " lost" : ""), "aria-labelledby": "c-" + c.cluster });
   card.append(el("h3", { id: "c-" + c.cluster }, c.cluster, " ",
     el("span", { class: "badge h-" + c.health }, c.health), " ",
     el("span", { class: "meta" }, c.tier + (c.region ? " · " + c.region : "") + " · nodes " + c.nodes.ready + "/" + c.nodes.total + " ready")));
+  if (lost) card.append(el("p", { class: "warn lost-note" }, "Not offered to placement (" + c.health + "): the figures below are what it last reported."));
   for (const p of c.products) {
     const used = p.allocated;
     card.append(el("div", { class: "prod" },
       el("div", { class: "prod-h" }, el("strong", {}, p.product), " ", el("span", { class: "num" }, p.free + " / " + p.allocatable + " free"),
         p.pricePerGpuHour !== null && p.pricePerGpuHour !== undefined ? el("span", { class: "meta" }, " · $" + p.pricePerGpuHour.toFixed(2) + "/GPU-h") : null),
-      bar([{ cls: "used", value: used, name: "in use" }, { cls: "free", value: p.free, name: "free" }], Math.max(p.allocatable, used + p.free),
-        p.product + " on " + c.cluster + ": " + p.free + " of " + p.allocatable + " GPUs free"),
+      bar([{ cls: "used", value: used, name: "in use" }, { cls: freeCls, value: p.free, name: lost ? "last known free" : "free" }], Math.max(p.allocatable, used + p.free),
+        p.product + " on " + c.cluster + ": " + p.free + " of " + p.allocatable + " GPUs " + (lost ? "free when last seen (" + c.health + ")" : "free")),
       p.sharedAllocatable ? el("div", { class: "sub-row" }, "time-sliced: ",
         bar([{ cls: "shared", value: p.sharedFree, name: "shared free" }, { cls: "used", value: p.sharedAllocatable - p.sharedFree, name: "in use" }],
           p.sharedAllocatable, p.sharedFree + " of " + p.sharedAllocatable + " shared replicas free"),
         el("span", { class: "num" }, p.sharedFree + " / " + p.sharedAllocatable)) : null,
-      histogram(p.nodesByFree, "nodes by free GPUs"),
+      (p.singleNumaNodeFree || 0) > p.maxFreeOnOneNode
+        ? el("p", { class: "meta numa-note" }, "topology policy single-numa-node: a pod's GPUs must share one NUMA zone (" +
+            p.singleNumaNodeFree + " free on one node, at most " + p.maxFreeOnOneNode + " in one zone)")
+        : null,
+      // under single-numa-node each NUMA zone is its own slot for a pod: then the histogram counts slots
+      histogram(p.nodesByFree, (p.singleNumaNodeFree || 0) > 0 ? "pod slots (NUMA zones) by free GPUs" : "nodes by free GPUs"),
       p.numaBlocks.some((n) => n) ? histogram(p.numaBlocks, "largest free block in one NUMA zone") : null));
   }
   for (const m of c.mig) {
@@ -261,10 +278,49 @@ function renderJobs(jobs) {
     body.append(el("tr", { class: j.id === state.selected ? "selected" : "" },
       el("th", { scope: "row" }, el("button", { type: "button", class: "link", "aria-pressed": j.id === state.selected ? "true" : "false",
         onclick: () => select(j.id) }, j.id)),
-      el("td", {}, j.name), el("td", {}, el("span", { class: "badge s-" + j.state }, j.state)),
-      el("td", {}, j.cluster || "-"), el("td", {}, since(j.updatedAt)), el("td", { class: "reason" }, j.reason)));
+      el("td", {}, j.name), el("td", {}, j.tenant), el("td", {}, asks(j)),
+      el("td", {}, el("span", { class: "badge s-" + j.state }, j.state)),
+      el("td", {}, j.cluster || "-"), el("td", {}, since(j.updatedAt)), el("td", { class: "reason" }, j.reason),
+      el("td", { class: "actions" },
+        el("button", { type: "button", "aria-label": "Logs of " + j.name, onclick: () => showLogs(j) }, "Logs"),
+        TERMINAL.includes(j.state) ? null
+          : el("button", { type: "button", "aria-label": "Cancel " + j.name, onclick: () => cancelJob(j) }, "Cancel"))));
   }
-  if (!shown.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No job matches.")));
+  if (!shown.length) body.append(el("tr", {}, el("td", { colspan: 9 }, "No job matches.")));
+}
+
+const TERMINAL = ["SUCCEEDED", "FAILED", "CANCELLED"];
+
+function authHeaders() {
+  const token = localStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
+async function cancelJob(j) {
+  if (!confirm("Cancel " + j.name + " (" + j.id + ")? Its workload is deleted from " + (j.cluster || "the queue") + ".")) return;
+  const r = await fetch("/v1/jobs/" + encodeURIComponent(j.id), { method: "DELETE", headers: authHeaders() });
+  if (!r.ok) {
+    let msg = r.statusText;
+    try { msg = (await r.json()).message || msg; } catch (e) { /* not JSON */ }
+    showError(new Error("cancel " + j.name + ": " + r.status + " " + msg));
+    return;
+  }
+  refresh();
+}
+
+async function showLogs(j) {
+  select(j.id);
+  const pre = $("#logs");
+  pre.hidden = false;
+  pre.textContent = "loading the log of " + j.name + " ...";
+  const r = await fetch("/v1/jobs/" + encodeURIComponent(j.id) + "/logs?tailLines=200", { headers: authHeaders() });
+  if (!r.ok) {
+    let msg = r.statusText;
+    try { msg = (await r.json()).message || msg; } catch (e) { /* not JSON */ }
+    pre.textContent = "No log: " + msg;
+    return;
+  }
+  pre.textContent = (await r.text()) || "(the log is empty so far)";
 }
 
 async function renderTimeline() {
@@ -288,6 +344,7 @@ async function renderTimeline() {
 }
 
 function select(id) {
+  if (id !== state.selected) $("#logs").hidden = true;
   state.selected = id;
   renderJobs(state.jobs);
   renderTimeline().catch(showError);
@@ -298,6 +355,12 @@ function select(id) {
 
 function showError(err) {
   const s = $("#status");
+  if (err.needsToken) {
+    s.textContent = err.message;
+    s.classList.remove("error");
+    $("#token").focus();
+    return;
+  }
   s.textContent = "Error: " + err.message;
   s.classList.add("error");
 }
@@ -324,7 +387,20 @@ async function refresh() {
   }
 }
 
+// a link with #token=... (gpufed demo --keep prints one) signs in and leaves no token in the address bar
+function tokenFromLink() {
+  const given = location.hash.match(/^#token=(.+)$/);
+  if (!given) return false;
+  localStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+  const field = document.querySelector("#token");
+  if (field) field.value = localStorage.getItem(TOKEN_KEY);
+  return true;
+}
+
 function start() {
+  tokenFromLink();
+  window.addEventListener("hashchange", () => { if (tokenFromLink()) refresh(); });
   const token = $("#token");
   token.value = localStorage.getItem(TOKEN_KEY) || "";
   $("#login").addEventListener("submit", (e) => {

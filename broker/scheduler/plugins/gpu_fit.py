@@ -15,7 +15,9 @@ from broker.capacity.kube_objects import GPU
 from broker.core.model import ClusterSummary, ClusterTraits
 from broker.scheduler.framework import Code, FilterResult, PreparedJob, RunOption, Status, memo
 
-__all__ = ["WholeGpuFit", "fit_table"]
+__all__ = ["NUMA_POLICY_NOTE", "WholeGpuFit", "fit_table"]
+
+NUMA_POLICY_NOTE = "topology policy single-numa-node"
 
 
 def _fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
@@ -85,8 +87,12 @@ class WholeGpuFit:
     def _rejection(self, whole: Sequence[RunOption], pods: int) -> Status:
         g = whole[0].units_per_pod
         what = _label(whole)
+        # Nodes with g free GPUs that the kubelet's single-numa-node policy still refuses (no zone holds g):
+        # the policy is the cause, and the reason names it rather than "best: 4" with no why.
+        numa = any(o.capacity.single_numa_node_free >= g for o in whole if o.capacity)
+        why = f" in one NUMA zone ({NUMA_POLICY_NOTE})" if numa else ""
         if pods == 1:
             best = max((o.capacity.max_free_on_one_node for o in whole if o.capacity), default=0)
-            return Status(Code.UNSCHEDULABLE, f"no node with {g} free {what}", self.name, best)
+            return Status(Code.UNSCHEDULABLE, f"no node with {g} free {what}{why}", self.name, best)
         best = max((o.capacity.pods_that_fit(g) for o in whole if o.capacity), default=0)
-        return Status(Code.UNSCHEDULABLE, f"no room for {pods} pods x {g} {what}", self.name, best)
+        return Status(Code.UNSCHEDULABLE, f"no room for {pods} pods x {g} {what}{why}", self.name, best)

@@ -76,3 +76,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "gpufed.kubeconfigSecret" -}}
 {{- default (printf "%s-kubeconfigs" (include "gpufed.fullname" .)) .Values.kubeconfigs.existingSecret -}}
 {{- end -}}
+
+{{/* The Secret holding the Redis password: the operator's, else (the chart's own Redis) one the chart
+makes. Empty when Redis runs without a password (an external Redis without existingSecret, or
+redis.internal.auth=false). */}}
+{{- define "gpufed.redisSecret" -}}
+{{- if .Values.redis.existingSecret -}}
+{{- .Values.redis.existingSecret -}}
+{{- else if and (include "gpufed.internalRedis" .) .Values.redis.internal.auth -}}
+{{- printf "%s-redis-password" (include "gpufed.fullname" .) -}}
+{{- end -}}
+{{- end -}}
