@@ -57,7 +57,7 @@ def token_table(cfg: FleetConfig, insecure_no_auth: bool, warn: bool = True) -> 
             log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
         return None
     raise ConfigError(
-        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
+        "no authentication configured: set auth.tokensFile or auth.oidc in the config (docs/tenancy.md), "
         "or pass --insecure-no-auth for local play"
     )
 
