@@ -51,14 +51,14 @@ from adapters.system_clock import SystemClock
 from broker import clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.burst_gate import BurstGate
-from broker.config import AuthConfig, ClusterConfig, FleetConfig, load_fleet_config
+from broker.config import ClusterConfig, FleetConfig, load_fleet_config
 from broker.config_reload import ConfigChanges, ConfigWatcher, changes
 from broker.control_loop import ControlLoop
 from broker.dispatch import ConcurrentDispatcher
 from broker.errors import ConfigError, StoreError
 from broker.health import HealthThresholds
 from broker.leadership import Leadership, take_over
-from broker.main_auth import AuthRuntime, token_table
+from broker.main_auth import AuthRuntime, token_table, with_tokens_file
 from broker.model import ClusterSummary, ClusterTraits
 from broker.ports import Clock
 from broker.recovery import StoreRecovery
@@ -562,11 +562,7 @@ def serve(
     def load() -> FleetConfig:
         """clusters.yaml as this process runs it: with the environment's settings and tokens file."""
         cfg = with_environment(load_fleet_config(config_path), os.environ)
-        if tokens_file:
-            oidc = cfg.auth.oidc if cfg.auth is not None else None  # the file's auth.oidc is kept
-            auth = AuthConfig.model_validate({"tokensFile": tokens_file, "oidc": oidc})
-            cfg = cfg.model_copy(update={"auth": auth})
-        return cfg
+        return with_tokens_file(cfg, tokens_file) if tokens_file else cfg
 
     cfg = load()
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
