@@ -93,6 +93,18 @@ config_reloads = Counter(
     ["result"],
     registry=REGISTRY,
 )
+audit_records = Counter(
+    "gpufed_audit_records",
+    "Audit records made (docs/tenancy.md), by outcome: success, denied, unauthenticated, failure",
+    ["outcome"],
+    registry=REGISTRY,
+)
+audit_lost = Counter(
+    "gpufed_audit_records_lost",
+    "Audit records not kept: by where (queue: the writer's queue was full; else the sink given up on)",
+    ["where"],
+    registry=REGISTRY,
+)
 burst_decisions = Counter(
     "gpufed_burst_decisions",
     "Wait-or-burst decisions of jobs that allow bursting, counted when a job's verdict changes",

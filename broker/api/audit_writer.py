@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from broker import telemetry
 from broker.core.model import JobEvent
 from broker.tenancy.audit import AuditRecord, AuditSink, from_job_event
 
@@ -53,6 +54,9 @@ class AuditWriter:
                 self._busy += 1
         if full:
             self.dropped += 1
+            telemetry.audit_lost.labels("queue").inc()
+        else:
+            telemetry.audit_records.labels(r.outcome).inc()
             log.error("audit queue full: a record of %s %s by %s was dropped", r.verb, r.object, r.subject)
 
     def flush(self, timeout: float = 10.0) -> bool:
@@ -85,6 +89,7 @@ class AuditWriter:
             _, tries = self._pending.get(index, ([], 0))
             if tries + 1 >= self._retries:
                 log.error("audit: %d record(s) could not be written to %s: %s", len(records), sink, exc)
+                telemetry.audit_lost.labels(type(sink).__name__).inc(len(records))
                 self._pending.pop(index, None)
             else:
                 log.warning("audit: writing to %s failed (%s); trying again", sink, exc)

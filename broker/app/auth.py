@@ -38,7 +38,7 @@ from broker.tenancy.audit import AuditRecord, AuditSink
 from broker.tenancy.auth import TokenTable
 from broker.tenancy.oidc import OidcAuthenticator
 
-__all__ = ["AuthRuntime", "oidc_authenticator", "token_table"]
+__all__ = ["AuthRuntime", "oidc_authenticator", "token_table", "with_tokens_file"]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,17 @@ def token_table(cfg: FleetConfig, insecure_no_auth: bool, warn: bool = True) -> 
             log.warning("serving WITHOUT authentication (--insecure-no-auth): every caller is an admin")
         return None
     raise ConfigError(
-        "no authentication configured: set auth.tokensFile in the config (docs/tenancy.md), "
+        "no authentication configured: set auth.tokensFile or auth.oidc in the config (docs/tenancy.md), "
         "or pass --insecure-no-auth for local play"
+    )
+
+
+def with_tokens_file(cfg: FleetConfig, tokens_file: str) -> FleetConfig:
+    """The config with GPUFED_TOKENS_FILE (the Helm chart's mounted Secret) as auth.tokensFile; the file's
+    auth.oidc is kept."""
+    oidc = cfg.auth.oidc if cfg.auth is not None else None
+    return cfg.model_copy(
+        update={"auth": AuthConfig.model_validate({"tokensFile": tokens_file, "oidc": oidc})}
     )
 
 

@@ -50,11 +50,11 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
 from broker.api.routes import create_app
-from broker.app.auth import AuthRuntime, token_table
+from broker.app.auth import AuthRuntime, token_table, with_tokens_file
 from broker.burst.gate import BurstGate
 from broker.config import clusterprofile
 from broker.config.reload import ConfigChanges, ConfigWatcher, changes
-from broker.config.settings import AuthConfig, ClusterConfig, FleetConfig, load_fleet_config
+from broker.config.settings import ClusterConfig, FleetConfig, load_fleet_config
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
 from broker.controller.service import BrokerService, ServiceSettings
@@ -566,11 +566,7 @@ def serve(
     def load() -> FleetConfig:
         """clusters.yaml as this process runs it: with the environment's settings and tokens file."""
         cfg = with_environment(load_fleet_config(config_path), os.environ)
-        if tokens_file:
-            oidc = cfg.auth.oidc if cfg.auth is not None else None  # the file's auth.oidc is kept
-            auth = AuthConfig.model_validate({"tokensFile": tokens_file, "oidc": oidc})
-            cfg = cfg.model_copy(update={"auth": auth})
-        return cfg
+        return with_tokens_file(cfg, tokens_file) if tokens_file else cfg
 
     cfg = load()
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):

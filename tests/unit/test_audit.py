@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
+from broker.app.auth import with_tokens_file
 from broker.burst.spend import Budget, BudgetStop, Period
+from broker.cli.audit import parse_time
+from broker.cli.client import CliError
 from broker.config.settings import parse_fleet_config
 from broker.core.errors import ConfigError
 from broker.core.model import JobEvent, JobRecord, JobRequest, JobState
@@ -178,3 +181,30 @@ def test_oidc_alone_is_enough_and_loopback_issuers_may_be_http(tmp_path: Any) ->
     )
     assert cfg.auth is not None and cfg.auth.tokens_file is None and cfg.auth.oidc is not None
     assert cfg.auth.oidc.policy().tenants_from_groups == {"ml-team": "ml"}
+
+
+def test_the_helm_charts_tokens_file_keeps_the_configs_oidc(tmp_path: Any) -> None:
+    cfg = parse_fleet_config({**BASE, "auth": {"oidc": OIDC}}, "clusters.yaml", tmp_path)
+    mounted = with_tokens_file(cfg, "/etc/gpufed/auth/tokens.yaml")
+    assert cfg.auth is not None and mounted.auth is not None
+    assert mounted.auth.oidc == cfg.auth.oidc
+    assert str(mounted.auth.tokens_file) == "/etc/gpufed/auth/tokens.yaml"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", 1000.0 - 90),
+        ("15m", 100.0),
+        ("2h", 1000.0 - 7200),
+        ("1700000000", 1.7e9),
+        ("2026-12-01T00:00:00Z", 1796083200.0),
+    ],
+)
+def test_audit_times_on_the_command_line(text: str, expected: float) -> None:
+    assert parse_time(text, "--since", now=1000.0) == expected
+
+
+def test_a_bad_time_on_the_command_line_names_the_flag() -> None:
+    with pytest.raises(CliError, match=r"--until: 'yesterday' is not 2h"):
+        parse_time("yesterday", "--until", now=0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from broker import telemetry
 from broker.api.audit_writer import AuditWriter
 from broker.tenancy.audit import AuditRecord
 
@@ -35,7 +36,12 @@ class Kept:
         self.records.extend(records)
 
 
+def _lost(where: str) -> float:
+    return telemetry.REGISTRY.get_sample_value("gpufed_audit_records_lost_total", {"where": where}) or 0.0
+
+
 def test_every_sink_gets_every_record_and_a_failing_one_is_tried_again() -> None:
+    lost_before = _lost("Kept")
     good, flaky, broken = Kept(), Kept(failures=1), Kept(failures=10**6)
     writer = AuditWriter([good, flaky, broken], retries=3)
     try:
@@ -46,7 +52,8 @@ def test_every_sink_gets_every_record_and_a_failing_one_is_tried_again() -> None
         assert writer.flush(timeout=10)
         assert [r.object for r in good.records] == [f"job/j-{i}" for i in range(51)]
         assert sorted(r.at for r in flaky.records) == [float(i) for i in range(51)]
-        assert broken.records == []  # given up on, logged; the others were not held up
+        assert broken.records == []  # given up on, logged and counted; the others were not held up
+        assert _lost("Kept") > lost_before
     finally:
         writer.close()
 
@@ -57,6 +64,6 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking_a_request() -> None:
         for i in range(2000):
             writer.record(_record(i))
         assert writer.flush(timeout=10)
-        assert writer.dropped > 0
+        assert writer.dropped > 0 and _lost("queue") >= writer.dropped
     finally:
         writer.close()
