@@ -470,6 +470,13 @@ def gpu_domains(node: NodeFacts) -> tuple[int, ...]:
     return (node_free,)
 
 
+def gpu_domain_sizes(node: NodeFacts) -> tuple[int, ...]:
+    """Allocatable whole GPUs of each placement domain of a node (the domains gpu_domains counts)."""
+    if node.topology_policy == "single-numa-node" and node.numa_zones:
+        return tuple(min(z.gpus_allocatable, node.gpus_allocatable) for z in node.numa_zones)
+    return (node.gpus_allocatable,)
+
+
 def single_numa_node_free(node: NodeFacts) -> int:
     """The node's free GPUs when its topology policy is single-numa-node (zones summed), else 0."""
     if node.topology_policy == "single-numa-node" and node.numa_zones:
@@ -591,6 +598,7 @@ def summarize(
         usable_nodes = 0
         blocks: list[int] = []
         split = 0  # most free GPUs on one single-numa-node node
+        sizes: list[int] = []
         gfd: set[str] = set()
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
@@ -607,6 +615,7 @@ def summarize(
             frees.extend(gpu_domains(node))
             blocks.append(numa_block(node))
             split = max(split, single_numa_node_free(node))
+            sizes.extend(gpu_domain_sizes(node))
             parent = gfd_parent(node)
             if parent:
                 gfd.add(parent)
@@ -625,6 +634,7 @@ def summarize(
                 shared_allocatable=shared_alloc,
                 shared_free=shared_free,
                 single_numa_node_free=split,
+                domains_by_size=_histogram(sizes),
             )
         )
     mig = tuple(
