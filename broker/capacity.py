@@ -599,6 +599,7 @@ def summarize(
         blocks: list[int] = []
         split = 0  # most free GPUs on one single-numa-node node
         sizes: list[int] = []
+        node_frees: list[int] = []
         gfd: set[str] = set()
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
@@ -616,6 +617,7 @@ def summarize(
             blocks.append(numa_block(node))
             split = max(split, single_numa_node_free(node))
             sizes.extend(gpu_domain_sizes(node))
+            node_frees.append(node.gpus_free)
             parent = gfd_parent(node)
             if parent:
                 gfd.add(parent)
@@ -635,6 +637,7 @@ def summarize(
                 shared_free=shared_free,
                 single_numa_node_free=split,
                 domains_by_size=_histogram(sizes),
+                whole_nodes_by_free=_histogram(node_frees),
             )
         )
     mig = tuple(

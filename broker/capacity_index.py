@@ -150,6 +150,7 @@ class _ProductAgg:
     shared_free: int = 0
     splits: dict[int, int] = field(default_factory=dict)  # free GPUs of a single-numa-node node -> nodes
     sizes: dict[int, int] = field(default_factory=dict)  # allocatable GPUs of a domain -> domains
+    node_free: dict[int, int] = field(default_factory=dict)  # free GPUs of a node -> nodes
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
@@ -170,6 +171,7 @@ class _ProductAgg:
             _bump(self.splits, c.split, sign)
         for k in c.sizes:
             _bump(self.sizes, k, sign)
+        _bump(self.node_free, c.free, sign)
         if c.gfd:
             _bump(self.gfd, c.gfd, sign)
 
@@ -336,6 +338,7 @@ class CapacityIndex:
             shared_free=agg.shared_free,
             single_numa_node_free=max((k for k, n in agg.splits.items() if n), default=0),
             domains_by_size=capacity.histogram(agg.sizes),
+            whole_nodes_by_free=capacity.histogram(agg.node_free),
         )
 
     def _memory_of(self, product: str, memory: Mapping[int, int]) -> int:

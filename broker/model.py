@@ -239,6 +239,7 @@ class ProductCapacity:
     shared_free: int = 0  # of those, not requested by pods
     single_numa_node_free: int = 0
     domains_by_size: tuple[int, ...] = ()  # [k] = placement domains (as nodes_by_free counts) of k GPUs
+    whole_nodes_by_free: tuple[int, ...] = ()  # [k] = nodes with k free GPUs, zones summed (for people)
 
     @property
     def max_free_on_one_node(self) -> int:

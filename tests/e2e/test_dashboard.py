@@ -190,6 +190,11 @@ def test_a_new_user_signs_in_by_link_sees_numa_and_cancels_and_reads_logs_from_t
     try:
         expect(page.locator("#clusters .numa-note").first).to_contain_text("single-numa-node", timeout=30_000)
         expect(page.get_by_text("pod slots (NUMA zones) by free GPUs").first).to_be_visible()
+        # "nodes by free GPUs" counts nodes: onprem-b's two single-numa-node nodes have 8 free each
+        card = page.locator("#clusters article", has=page.locator("h3", has_text="onprem-b"))
+        expect(
+            card.get_by_role("img", name=re.compile(r"^nodes by free GPUs: .*2 with 8 free"))
+        ).to_be_visible()
     finally:
         httpx.delete(f"{broker_url}/v1/jobs/{filler['id']}", headers=AUTH)  # the other test counts free H100s
 

@@ -48,6 +48,10 @@ def test_the_incremental_index_carries_the_same_figure() -> None:
     assert built.products[0].single_numa_node_free == 8
     assert _summary("onprem-b", "single-numa-node").products[0].single_numa_node_free == 8
     assert _summary("onprem-a", "none").products[0].single_numa_node_free == 0
+    # for people, the node has 8 free; for placement, two slots of 4 (its zones)
+    assert built.products[0].whole_nodes_by_free == (0,) * 8 + (1,)
+    assert built.products[0].nodes_by_free == (0,) * 4 + (2,)
+    assert built.products[0].slots_for(8) == 0 and built.products[0].slots_for(4) == 2
 
 
 def test_the_fleet_view_explains_zero_8_gpu_slots() -> None:
