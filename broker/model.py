@@ -218,11 +218,9 @@ class ProductCapacity:
                        refuses a pod whose GPUs span zones there), so "one pod of g GPUs fits" reads the
                        same for both.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
-    domains_by_size[k] = placement domains holding k allocatable GPUs, busy or not: how many pods of g
-                       GPUs the product could ever run at once (the queue's predicted starts use it).
-    single_numa_node_free = the most free GPUs on one node (zones summed) among the nodes whose policy
-                       is single-numa-node: when it reaches a pod's GPUs while nodes_by_free does not,
-                       the policy is why the pod does not fit, and the reason says so.
+    domains_by_size[k] = domains of k allocatable GPUs, busy or not (pods of g GPUs run at once, at most).
+    single_numa_node_free = most free GPUs on one single-numa-node node (zones summed): when it reaches a
+                       pod's GPUs and nodes_by_free does not, the policy is why, and the reason says so.
     """
 
     product: str
@@ -250,12 +248,6 @@ class ProductCapacity:
         if gpus_per_pod <= 0:
             return 0
         return sum(n * (k // gpus_per_pod) for k, n in enumerate(self.nodes_by_free))
-
-    def slots_for(self, gpus_per_pod: int) -> int | None:
-        """Pods of `gpus_per_pod` GPUs the product runs at once when all its GPUs are free (None: unknown)."""
-        if not self.domains_by_size or gpus_per_pod <= 0:
-            return None
-        return sum(n * (k // gpus_per_pod) for k, n in enumerate(self.domains_by_size))
 
     def nodes_with_numa_block(self, gpus: int) -> int:
         return sum(n for k, n in enumerate(self.numa_blocks) if k >= gpus)

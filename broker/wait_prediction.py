@@ -28,11 +28,12 @@ MIG jobs are not predicted (no pool model of slices yet): the burst rule treats 
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker.model import ClusterSummary, JobRecord, JobRequest, JobState, Tier
+from broker.model import ClusterSummary, JobRecord, JobRequest, JobState, ProductCapacity, Tier
 
 __all__ = [
     "DEFAULT_RUN_SECONDS",
@@ -259,6 +260,15 @@ class _Pool:
         heapq.heappush(self.releases, (start + run_seconds, units))
 
 
+def slots_for(capacity: ProductCapacity, gpus_per_pod: int) -> int:
+    """Pods of `gpus_per_pod` GPUs the product runs at once when all its GPUs are free."""
+    return (
+        sum(n * (k // gpus_per_pod) for k, n in enumerate(capacity.domains_by_size))
+        if gpus_per_pod > 0
+        else 0
+    )
+
+
 def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
     pools = []
     for s in sorted(summaries, key=lambda s: s.cluster):
@@ -278,7 +288,7 @@ def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
                         now,
                         largest,
                         p.pods_that_fit if p.nodes_by_free else None,
-                        p.slots_for,
+                        functools.partial(slots_for, p) if p.domains_by_size else None,
                     )
                 )
     return pools

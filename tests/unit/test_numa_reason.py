@@ -10,6 +10,7 @@ from broker.fleet_tables import numa_notes
 from broker.model import ClusterSnapshot, ClusterSummary, ClusterTraits, Health, JobRequest, NoFit
 from broker.placement import PlacementPolicy, place
 from broker.schemas import summary_view
+from broker.wait_prediction import slots_for
 from tests.unit.k8s_builders import node, nrt
 
 LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
@@ -51,7 +52,7 @@ def test_the_incremental_index_carries_the_same_figure() -> None:
     # for people, the node has 8 free; for placement, two slots of 4 (its zones)
     assert built.products[0].whole_nodes_by_free == (0,) * 8 + (1,)
     assert built.products[0].nodes_by_free == (0,) * 4 + (2,)
-    assert built.products[0].slots_for(8) == 0 and built.products[0].slots_for(4) == 2
+    assert slots_for(built.products[0], 8) == 0 and slots_for(built.products[0], 4) == 2
 
 
 def test_the_fleet_view_explains_zero_8_gpu_slots() -> None:
