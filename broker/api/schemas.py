@@ -309,6 +309,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "nodesByFree": list(p.nodes_by_free),
                 "numaBlocks": list(p.numa_blocks),
                 "singleNumaNodeFree": p.single_numa_node_free,
+                "nodesByNodeFree": list(p.whole_nodes_by_free),
                 "sharedAllocatable": p.shared_allocatable,
                 "sharedFree": p.shared_free,
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),

@@ -28,11 +28,12 @@ MIG jobs are not predicted (no pool model of slices yet): the burst rule treats 
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker.core.model import ClusterSummary, JobRecord, JobRequest, JobState, Tier
+from broker.core.model import ClusterSummary, JobRecord, JobRequest, JobState, ProductCapacity, Tier
 
 __all__ = [
     "DEFAULT_RUN_SECONDS",
@@ -178,6 +179,8 @@ class _Pool:
         "now",
         "product",
         "releases",
+        "slots",
+        "users",
     )
 
     def __init__(
@@ -189,8 +192,12 @@ class _Pool:
         now: float,
         largest_pod: int | None = None,
         fit_now: Callable[[int], int] | None = None,
+        slots: Callable[[int], int | None] | None = None,
     ) -> None:
-        """`fit_now(gpus_per_pod)`: how many such pods fit on the nodes now (None: count GPUs only)."""
+        """`fit_now(gpus_per_pod)`: how many such pods fit on the nodes now (None: count GPUs only);
+        `slots(gpus_per_pod)`: how many such pods the pool runs at once when empty (None: unknown), so
+        jobs ahead take slots as well as GPUs: three 8-GPU jobs queued for one 8-GPU slot get three
+        different starts, though the pool's GPU count would take them together."""
         self.cluster = cluster
         self.product = product
         self.key = f"{cluster}/{product}"
@@ -201,6 +208,8 @@ class _Pool:
         self.fit_now = fit_now
         self.not_before = now  # jobs start in order: none before the last start
         self.releases: list[tuple[float, int]] = []  # heap of (time, gpus)
+        self.slots = slots
+        self.users: list[tuple[float, int, int]] = []  # (end, GPUs per pod, pods) of jobs holding slots
 
     def start_of(self, units: int, per_pod: int | None = None, pods: int = 1) -> float | None:
         """When `units` GPUs would be free here, without changing the pool; None: never (more GPUs than
@@ -209,13 +218,33 @@ class _Pool:
         if units > self.capacity or (per_pod is not None and per_pod > self.largest_pod):
             return None
         free, at = self.free, self.not_before
-        if free >= units and not self._spread_now(at, per_pod, pods):
+        if free >= units and not self._spread_now(at, per_pod, pods) and self._has_slots(at, per_pod, pods):
             return at
         for t, n in sorted(self.releases):
             free += n
-            if free >= units and not self._spread_now(max(at, t), per_pod, pods):
-                return max(at, t)
+            when = max(at, t)
+            if (
+                free >= units
+                and not self._spread_now(when, per_pod, pods)
+                and self._has_slots(when, per_pod, pods)
+            ):
+                return when
         return None  # the GPUs held outside the broker's view never come back
+
+    def _has_slots(self, at: float, per_pod: int | None, pods: int) -> bool:
+        """`pods` pods of `per_pod` GPUs have domains of their own at `at`, besides the pods of at least
+        that size still running then (True when the pool's slots are not known)."""
+        if per_pod is None or per_pod <= 0 or self.slots is None:
+            return True
+        total = self.slots(per_pod)
+        if total is None:
+            return True
+        held = sum(n * (p // per_pod) for end, p, n in self.users if end > at and p >= per_pod)
+        return total - held >= pods
+
+    def hold(self, end: float, per_pod: int, pods: int) -> None:
+        """A job holds `pods` domains of `per_pod` GPUs until `end`."""
+        self.users.append((end, per_pod, pods))
 
     def _spread_now(self, at: float, per_pod: int | None, pods: int) -> bool:
         """At `now`, enough GPUs are free by count but spread so that the pods do not fit on the nodes."""
@@ -229,6 +258,15 @@ class _Pool:
         self.free -= units
         self.not_before = start
         heapq.heappush(self.releases, (start + run_seconds, units))
+
+
+def slots_for(capacity: ProductCapacity, gpus_per_pod: int) -> int:
+    """Pods of `gpus_per_pod` GPUs the product runs at once when all its GPUs are free."""
+    return (
+        sum(n * (k // gpus_per_pod) for k, n in enumerate(capacity.domains_by_size))
+        if gpus_per_pod > 0
+        else 0
+    )
 
 
 def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
@@ -250,6 +288,7 @@ def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
                         now,
                         largest,
                         p.pods_that_fit if p.nodes_by_free else None,
+                        functools.partial(slots_for, p) if p.domains_by_size else None,
                     )
                 )
     return pools
@@ -289,6 +328,7 @@ def predict_queue(
         began = starts.get(r.id, r.updated_at if r.state is JobState.RUNNING else now)
         end = now + model.remaining(r.request, where.product, max(0.0, now - began))
         heapq.heappush(pool.releases, (end, where.total_units))
+        pool.hold(end, where.units_per_pod, where.pods)
     out: dict[str, Prediction] = {}
     placed_ahead = 0
     for r in queue:
@@ -312,5 +352,6 @@ def predict_queue(
         run = model.expected(req, pool.product)
         out[r.id] = Prediction(r.id, pool.cluster, pool.product, at, at - now, placed_ahead, run, per_pool)
         pool.take(units, at, run.seconds)
+        pool.hold(at + run.seconds, req.gpus_per_pod, req.pods)
         placed_ahead += 1
     return out

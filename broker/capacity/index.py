@@ -75,6 +75,7 @@ class _Contribution:
     shared_allocatable: int = 0  # time-sliced replicas, when the node takes the broker's pods
     shared_free: int = 0
     split: int = 0  # capacity.single_numa_node_free
+    sizes: tuple[int, ...] = ()  # capacity.gpu_domain_sizes
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
@@ -129,6 +130,7 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         shared_allocatable=shared,
         shared_free=shared_free,
         split=rollup.single_numa_node_free(node),
+        sizes=rollup.gpu_domain_sizes(node),
     )
 
 
@@ -147,6 +149,8 @@ class _ProductAgg:
     shared_allocatable: int = 0
     shared_free: int = 0
     splits: dict[int, int] = field(default_factory=dict)  # free GPUs of a single-numa-node node -> nodes
+    sizes: dict[int, int] = field(default_factory=dict)  # allocatable GPUs of a domain -> domains
+    node_free: dict[int, int] = field(default_factory=dict)  # free GPUs of a node -> nodes
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
@@ -165,6 +169,9 @@ class _ProductAgg:
         _bump(self.blocks, c.block, sign)
         if c.split:
             _bump(self.splits, c.split, sign)
+        for k in c.sizes:
+            _bump(self.sizes, k, sign)
+        _bump(self.node_free, c.free, sign)
         if c.gfd:
             _bump(self.gfd, c.gfd, sign)
 
@@ -330,6 +337,8 @@ class CapacityIndex:
             shared_allocatable=agg.shared_allocatable,
             shared_free=agg.shared_free,
             single_numa_node_free=max((k for k, n in agg.splits.items() if n), default=0),
+            domains_by_size=rollup.histogram(agg.sizes),
+            whole_nodes_by_free=rollup.histogram(agg.node_free),
         )
 
     def _memory_of(self, product: str, memory: Mapping[int, int]) -> int:

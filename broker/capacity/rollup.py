@@ -60,6 +60,13 @@ def gpu_domains(node: NodeFacts) -> tuple[int, ...]:
     return (node_free,)
 
 
+def gpu_domain_sizes(node: NodeFacts) -> tuple[int, ...]:
+    """Allocatable whole GPUs of each placement domain of a node (the domains gpu_domains counts)."""
+    if node.topology_policy == "single-numa-node" and node.numa_zones:
+        return tuple(min(z.gpus_allocatable, node.gpus_allocatable) for z in node.numa_zones)
+    return (node.gpus_allocatable,)
+
+
 def single_numa_node_free(node: NodeFacts) -> int:
     """The node's free GPUs when its topology policy is single-numa-node (zones summed), else 0."""
     if node.topology_policy == "single-numa-node" and node.numa_zones:
@@ -181,6 +188,8 @@ def summarize(
         usable_nodes = 0
         blocks: list[int] = []
         split = 0  # most free GPUs on one single-numa-node node
+        sizes: list[int] = []
+        node_frees: list[int] = []
         gfd: set[str] = set()
         memory = nodes[0].product.memory_mib if nodes[0].product else 0
         for node in nodes:
@@ -197,6 +206,8 @@ def summarize(
             frees.extend(gpu_domains(node))
             blocks.append(numa_block(node))
             split = max(split, single_numa_node_free(node))
+            sizes.extend(gpu_domain_sizes(node))
+            node_frees.append(node.gpus_free)
             parent = gfd_parent(node)
             if parent:
                 gfd.add(parent)
@@ -215,6 +226,8 @@ def summarize(
                 shared_allocatable=shared_alloc,
                 shared_free=shared_free,
                 single_numa_node_free=split,
+                domains_by_size=_histogram(sizes),
+                whole_nodes_by_free=_histogram(node_frees),
             )
         )
     mig = tuple(

@@ -4,13 +4,14 @@
     gpufed demo                                  simulated clusters, the broker, jobs placed, fleet view
     gpufed submit NAME --gpus 8 --product H100-80GB --image IMG --command "python train.py" --env K=V
     gpufed submit -f job.yaml [--wait]           a native spec or a plain batch/v1 Job; `-f -` reads stdin
-    gpufed jobs | get JOB | events JOB | wait JOB | watch [JOB] | logs JOB [-f] | cancel JOB
-    gpufed explain ... | fleet [--nodes] | clusters
+    gpufed jobs [-l team=nlp] | get JOB | describe JOB | events JOB | wait JOB | watch [JOB] | logs JOB [-f]
+    gpufed cancel JOB | explain ... | fleet [--nodes] | show-gpus [PRODUCT] | clusters | spend
+    gpufed demo --keep                           ... and keep the fleet and broker running (dashboard URL)
     gpufed probe [--nvidia-smi-xml FILE]         this host's GPUs as the broker sees them
     gpufed rbac --cluster NAME [-c clusters.yaml]  least-privilege manifests for a member cluster
 
 JOB is an id or a name (one live job holds a name; several finished ones sharing it: give the id). Every read command takes
-`-o table|json|yaml|wide`. The endpoint and token come from --server/--token, $GPUFED_URL/$GPUFED_TOKEN,
+`-o table|json|yaml|wide|jsonpath=TEMPLATE`; --gpus takes a count or PRODUCT:COUNT (H100:8). The endpoint and token come from --server/--token, $GPUFED_URL/$GPUFED_TOKEN,
 or the current context of ~/.config/gpufed/config.yaml (broker.cli.client). Exit codes: 0 ok, 1 the
 job failed / nothing fits / the broker refused, 2 usage, 3 broker unreachable, 4 not authenticated or not
 allowed (tokens and tenants: docs/tenancy.md). Errors are one line on stderr. Commands that need adapters (serve, demo, probe) reach them
@@ -18,7 +19,8 @@ through broker.app.main, the composition root.
 
 The package, one module per concern: common (the app, shared options, the way to the broker), output
 (tables, JSON/YAML), server (serve, demo, probe), submit (submit, wait), jobs (jobs, get, events, watch,
-logs, cancel), fleet (fleet, spend, clusters, explain), rbac, audit (who did what). This module runs them: `run(argv)` and
+logs, cancel), selector (-l), describe, jsonpath (-o jsonpath=), fleet (fleet, spend, clusters,
+explain), gpus (show-gpus), rbac, audit (who did what). This module runs them: `run(argv)` and
 `main()` (the console script `gpufed = broker.cli:main`).
 """
 

@@ -218,9 +218,9 @@ class ProductCapacity:
                        refuses a pod whose GPUs span zones there), so "one pod of g GPUs fits" reads the
                        same for both.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
-    single_numa_node_free = the most free GPUs on one node (zones summed) among the nodes whose policy
-                       is single-numa-node: when it reaches a pod's GPUs while nodes_by_free does not,
-                       the policy is why the pod does not fit, and the reason says so.
+    domains_by_size[k] = domains of k allocatable GPUs, busy or not (pods of g GPUs run at once, at most).
+    single_numa_node_free = most free GPUs on one single-numa-node node (zones summed): when it reaches a
+                       pod's GPUs and nodes_by_free does not, the policy is why, and the reason says so.
     """
 
     product: str
@@ -236,6 +236,8 @@ class ProductCapacity:
     shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
     shared_free: int = 0  # of those, not requested by pods
     single_numa_node_free: int = 0
+    domains_by_size: tuple[int, ...] = ()  # [k] = placement domains (as nodes_by_free counts) of k GPUs
+    whole_nodes_by_free: tuple[int, ...] = ()  # [k] = nodes with k free GPUs, zones summed (for people)
 
     @property
     def max_free_on_one_node(self) -> int:

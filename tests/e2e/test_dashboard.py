@@ -9,6 +9,7 @@ Screenshots land in the test's tmp directory (printed in the test output).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 # The demo config runs with auth on: the admin token of its tokens.yaml, set by the broker fixture.
 AUTH: dict[str, str] = {}
+SIM: list[Simulation] = []  # the module's simulation, for the test that makes a cluster fail
 
 
 def chromium_path() -> str:
@@ -44,6 +46,7 @@ def broker_url(redis_url: str, ray_session: None, tmp_path_factory: pytest.TempP
         demo_broker(sim, tmp_path_factory.mktemp("broker"), redis_url, "gpufed-dashboard") as broker,
     ):
         AUTH.update(broker.auth)
+        SIM.append(sim)
         yield broker.url
 
 
@@ -187,6 +190,11 @@ def test_a_new_user_signs_in_by_link_sees_numa_and_cancels_and_reads_logs_from_t
     try:
         expect(page.locator("#clusters .numa-note").first).to_contain_text("single-numa-node", timeout=30_000)
         expect(page.get_by_text("pod slots (NUMA zones) by free GPUs").first).to_be_visible()
+        # "nodes by free GPUs" counts nodes: onprem-b's two single-numa-node nodes have 8 free each
+        card = page.locator("#clusters article", has=page.locator("h3", has_text="onprem-b"))
+        expect(
+            card.get_by_role("img", name=re.compile(r"^nodes by free GPUs: .*2 with 8 free"))
+        ).to_be_visible()
     finally:
         httpx.delete(f"{broker_url}/v1/jobs/{filler['id']}", headers=AUTH)  # the other test counts free H100s
 
@@ -210,3 +218,28 @@ def test_a_new_user_signs_in_by_link_sees_numa_and_cancels_and_reads_logs_from_t
     row.get_by_role("button", name="Logs of cancel-me").click()
     expect(page.get_by_label("Job log")).to_be_visible()
     expect(page.get_by_label("Job log")).to_contain_text("No log")  # it never ran: said, not an error
+
+
+def test_a_cluster_that_became_forbidden_shows_no_green_free_bars(broker_url: str, page: Page) -> None:
+    """Issue 28 point 8: a cluster whose credentials were refused keeps only its last-known figures, in
+    grey and said so, not green "free" bars. (Last in this file: the cluster is made healthy again.)"""
+    faults = SIM[0].faults("cloud-burst")
+    faults.expire_token()
+    try:
+        wait_for(
+            lambda: any(
+                c["name"] == "cloud-burst" and c["health"] == "forbidden"
+                for c in httpx.get(f"{broker_url}/v1/clusters", headers=AUTH).json()["items"]
+            ),
+            timeout=60,
+            what="cloud-burst forbidden",
+        )
+        page.goto(broker_url + "/#token=" + AUTH["Authorization"].removeprefix("Bearer "))
+        card = page.locator("#clusters article", has=page.locator("h3", has_text="cloud-burst"))
+        expect(card).to_contain_text("Not offered to placement (forbidden)", timeout=30_000)
+        expect(card.locator(".seg.free")).to_have_count(0)
+        expect(card.get_by_role("img", name="H200-141GB on cloud-burst").first).to_have_attribute(
+            "aria-label", re.compile("free when last seen \\(forbidden\\)")
+        )
+    finally:
+        faults.expire_token(False)

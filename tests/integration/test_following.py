@@ -246,8 +246,12 @@ def test_the_sse_stream_delivers_every_transition_in_order(broker_url: str) -> N
         (["explain", "--gpus", "64"], 1, "0/3 clusters are available"),
         (["jobs", "-o", "xml"], 2, "'xml' is not one of"),
         (["submit", "dup", "--gpus", "64"], 0, ""),
-        (["submit", "dup", "--gpus", "64"], 0, ""),
-        (["get", "dup"], 2, "2 jobs are named 'dup'"),
+        (
+            ["submit", "dup", "--gpus", "64"],
+            1,
+            "409 a job named 'dup' already exists",
+        ),  # kubectl's AlreadyExists
+        (["get", "dup"], 0, "dup"),  # one live job holds the name
     ],
 )
 def test_the_cli_answers_errors_from_the_broker_in_one_line_with_an_exit_code(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from broker.api.schemas import summary_view
 from broker.app.fleet_tables import numa_notes
+from broker.burst.wait_prediction import slots_for
 from broker.capacity.index import CapacityIndex
 from broker.capacity.kube_objects import node_facts
 from broker.capacity.rollup import summarize
@@ -49,6 +50,10 @@ def test_the_incremental_index_carries_the_same_figure() -> None:
     assert built.products[0].single_numa_node_free == 8
     assert _summary("onprem-b", "single-numa-node").products[0].single_numa_node_free == 8
     assert _summary("onprem-a", "none").products[0].single_numa_node_free == 0
+    # for people, the node has 8 free; for placement, two slots of 4 (its zones)
+    assert built.products[0].whole_nodes_by_free == (0,) * 8 + (1,)
+    assert built.products[0].nodes_by_free == (0,) * 4 + (2,)
+    assert slots_for(built.products[0], 8) == 0 and slots_for(built.products[0], 4) == 2
 
 
 def test_the_fleet_view_explains_zero_8_gpu_slots() -> None:

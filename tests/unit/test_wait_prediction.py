@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from broker.burst.wait_prediction import MIN_SAMPLES, RunTimeModel, median, predict_queue, shape_key
@@ -156,3 +158,23 @@ def test_a_runs_cost_is_reckoned_with_the_mean_of_its_shape_and_its_wait_with_th
     # nothing known: both fall back to the job's durationSeconds
     declared = JobRequest(name="d", tenant="nlp", gpus_per_pod=8, duration_seconds=900)
     assert model.expected_for_cost(declared, H100).seconds == 900
+
+
+def test_jobs_ahead_take_slots_not_only_gpus() -> None:
+    """Issue 28: onprem-b's 24 free H100s are one whole 8-GPU node and two single-numa-node nodes (4 + 4
+    zones): one 8-GPU slot. Three queued 8-GPU jobs start one after another there, not all at once."""
+    domains = (0, 0, 0, 0, 4, 0, 0, 0, 1)  # four 4-GPU zones and one 8-GPU node, all free
+    onprem_b = ProductCapacity(H100, 81920, 24, 24, 0, 24, domains, nodes=3, domains_by_size=domains)
+    fleet = [ClusterSummary("onprem-b", tier=Tier.ONPREM, products=(onprem_b,))]
+
+    got = predict_queue([queued(f"big-{i}", 8) for i in range(3)], [], fleet, RunTimeModel(), NOW)
+
+    starts = [got[f"big-{i}"].start_at for i in range(3)]
+    assert starts[0] == NOW
+    assert starts[0] is not None and starts[1] is not None and starts[2] is not None
+    assert starts[0] < starts[1] < starts[2]  # each waits for the one slot
+    # without the domain sizes (an older summary) the GPU count alone is what is known
+    unknown = [
+        ClusterSummary("onprem-b", tier=Tier.ONPREM, products=(replace(onprem_b, domains_by_size=()),))
+    ]
+    assert predict_queue([queued("big-0", 8)], [], unknown, RunTimeModel(), NOW)["big-0"].start_at == NOW

@@ -133,8 +133,9 @@ function clusterCard(c) {
         ? el("p", { class: "meta numa-note" }, "topology policy single-numa-node: a pod's GPUs must share one NUMA zone (" +
             p.singleNumaNodeFree + " free on one node, at most " + p.maxFreeOnOneNode + " in one zone)")
         : null,
-      // under single-numa-node each NUMA zone is its own slot for a pod: then the histogram counts slots
-      histogram(p.nodesByFree, (p.singleNumaNodeFree || 0) > 0 ? "pod slots (NUMA zones) by free GPUs" : "nodes by free GPUs"),
+      // nodes as a person counts them; under single-numa-node a node's zones are separate slots for a pod
+      histogram(p.nodesByNodeFree && p.nodesByNodeFree.length ? p.nodesByNodeFree : p.nodesByFree, "nodes by free GPUs"),
+      (p.singleNumaNodeFree || 0) > 0 ? histogram(p.nodesByFree, "pod slots (NUMA zones) by free GPUs") : null,
       p.numaBlocks.some((n) => n) ? histogram(p.numaBlocks, "largest free block in one NUMA zone") : null));
   }
   for (const m of c.mig) {
