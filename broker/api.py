@@ -3,7 +3,8 @@
     POST   /v1/jobs              submit a native spec or a plain batch/v1 Job (broker.k8s_job), JSON or
                                  YAML (Content-Type: application/yaml)
                                  (header Idempotency-Key: the same key returns the same job)
-    GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
+    GET    /v1/jobs              list, paged as Kubernetes lists (?limit=N&continue=TOKEN; filters state,
+                                 tenant, cluster, name; broker.api_lists)
     GET    /v1/jobs/{id}         one job, with its placement and the reason for its state; a queued one
                                  with queuePosition and queueReason (broker.queueing), and its
                                  predicted on-prem start (predictedStart, predictedWait; docs/burst.md)
@@ -50,14 +51,15 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from broker import k8s_job, queueing, safe_yaml, telemetry
+from broker import k8s_job, safe_yaml, telemetry
 from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from broker.api_lists import add_list_routes, queue_bodies
 from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
 from broker.model import JobRecord, JobState
-from broker.ports import Clock, PodLogs
+from broker.ports import Clock, JobLister, PodLogs
 from broker.schemas import (
     JobSpec,
     JobView,
@@ -214,9 +216,11 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     logs: PodLogs | None = None,
     tokens: TokenTable | None = None,
+    jobs: JobLister | None = None,
 ) -> FastAPI:
     """The API. `tokens` None runs without authentication (every caller an admin): the composition root
-    passes None only for an explicit --insecure-no-auth."""
+    passes None only for an explicit --insecure-no-auth. `jobs`: where job lists are paged from (the
+    composition root passes the store's lister; default the service's store)."""
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.state.tokens = tokens
@@ -228,17 +232,6 @@ def create_app(
         if not principal.may_read(record.request.tenant):
             raise NotFound(f"job {job_id} not found")
         return record
-
-    def view(record: JobRecord, slots: Mapping[str, queueing.Slot]) -> dict[str, Any]:
-        body = JobView.of(record).model_dump(by_alias=True)
-        slot = slots.get(record.id)
-        body["queuePosition"] = slot.position if slot is not None else None
-        body["queueReason"] = slot.reason if slot is not None else None
-        return body
-
-    def slots_for(records: list[JobRecord]) -> Mapping[str, queueing.Slot]:
-        queued = [r.id for r in records if r.state is JobState.QUEUED]
-        return service.queue_slots(queued) if queued else {}
 
     @app.exception_handler(AuthError)
     async def _auth(_: Request, exc: AuthError) -> JSONResponse:
@@ -331,30 +324,11 @@ def create_app(
             media_type="application/json",
         )
 
-    @app.get("/v1/jobs")
-    def list_jobs(
-        principal: Caller, state: Annotated[list[JobState] | None, Query()] = None
-    ) -> dict[str, Any]:
-        records = [
-            r for r in service.jobs(list(state) if state else None) if principal.may_read(r.request.tenant)
-        ]
-        slots = slots_for(records)
-        items = [view(r, slots) for r in records]
-        queued = [r.id for r in records if r.state is JobState.QUEUED]
-        if queued:  # when each would start on-prem (docs/burst.md); computed at most once a second
-            predicted = service.queue_predictions(queued)
-            for body in items:
-                if body["state"] == JobState.QUEUED.value:
-                    body.update(prediction_view(predicted.get(body["id"])))
-        return {"items": items}
+    add_list_routes(app, service, jobs if jobs is not None else service.store, _caller)
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
-        record = visible(principal, job_id)
-        body = view(record, slots_for([record]))
-        if record.state is JobState.QUEUED:  # when it would start on-prem (docs/burst.md)
-            body.update(prediction_view(service.queue_predictions([record.id]).get(record.id)))
-        return body
+        return queue_bodies(service, [visible(principal, job_id)])[0]
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:

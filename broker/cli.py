@@ -38,6 +38,7 @@ from typer.exceptions import TyperException
 
 from broker import safe_yaml
 from broker.cli_client import (
+    DEFAULT_CHUNK_SIZE,
     EXIT_FAILED,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
@@ -103,7 +104,7 @@ def _complete_jobs(incomplete: str) -> list[str]:
     try:
         target = resolve_target(os.environ.get("GPUFED_URL"), os.environ.get("GPUFED_TOKEN"), None)
         with Api(target, timeout=2.0) as api:
-            items = api.call("GET", "/v1/jobs")["items"]
+            items = api.list_all("/v1/jobs")
     except (CliError, KeyError, TypeError):
         return []
     names = {j["name"] for j in items} | {j["id"] for j in items}
@@ -450,9 +451,15 @@ def jobs(
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
+    chunk_size: Annotated[
+        int,
+        typer.Option("--chunk-size", min=0, help="jobs per request while listing (0: all in one request)"),
+    ] = DEFAULT_CHUNK_SIZE,
 ) -> None:
-    """List jobs, oldest first."""
-    body = _fetch("GET", "/v1/jobs", server, token, context, params=[("state", s.upper()) for s in state])
+    """List jobs, oldest first (fetched in pages of --chunk-size, as kubectl does)."""
+    params = [("state", s.upper()) for s in state]
+    with _api(server, token, context) as api:
+        body = {"items": api.list_all("/v1/jobs", params, chunk_size)}
     if not body["items"] and output in (Output.TABLE, Output.WIDE):
         _out("No jobs.")
         return

@@ -434,6 +434,7 @@ def running_broker(
         max_body_bytes=cfg.settings.max_request_bytes,
         logs=gateway,
         tokens=tokens,
+        jobs=store,
         readiness={
             "redis": store.ping,
             "lease": leadership.readiness,
