@@ -56,16 +56,15 @@ from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.api_lists import add_list_routes, queue_bodies
+from broker.api_views import FleetViews
 from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
-from broker.model import JobRecord, JobState
+from broker.model import JobRecord
 from broker.ports import Clock, JobLister, PodLogs
 from broker.schemas import (
     JobSpec,
     JobView,
     decision_view,
-    node_view,
-    summary_view,
     verdict_view,
 )
 from broker.service import BrokerService
@@ -217,10 +216,13 @@ def create_app(
     logs: PodLogs | None = None,
     tokens: TokenTable | None = None,
     jobs: JobLister | None = None,
+    views: FleetViews | None = None,
 ) -> FastAPI:
     """The API. `tokens` None runs without authentication (every caller an admin): the composition root
     passes None only for an explicit --insecure-no-auth. `jobs`: where job lists are paged from (the
-    composition root passes the store's lister; default the service's store)."""
+    composition root passes the store's lister; default the service's store). `views`: the read views over
+    the published fleet snapshot (default: built beside `service`)."""
+    fleet_views = views if views is not None else FleetViews.of(service)
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.state.tokens = tokens
@@ -238,9 +240,7 @@ def create_app(
         headers = {"WWW-Authenticate": 'Bearer realm="gpufed"'} if exc.code == 401 else None
         return JSONResponse(status_code=exc.code, content=status_body(exc.code, str(exc)), headers=headers)
 
-    checks: Mapping[str, ReadinessCheck] = (
-        readiness if readiness is not None else {"redis": service.store.ping}
-    )
+    checks: Mapping[str, ReadinessCheck] = readiness if readiness is not None else {"redis": fleet_views.ping}
     app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
 
     @app.exception_handler(RequestValidationError)
@@ -324,11 +324,11 @@ def create_app(
             media_type="application/json",
         )
 
-    add_list_routes(app, service, jobs if jobs is not None else service.store, _caller)
+    add_list_routes(app, fleet_views, jobs if jobs is not None else service.store, _caller)
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
-        return queue_bodies(service, [visible(principal, job_id)])[0]
+        return queue_bodies(fleet_views, [visible(principal, job_id)])[0]
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel_job(job_id: str, principal: Caller) -> dict[str, Any]:
@@ -349,11 +349,11 @@ def create_app(
         request = spec.to_request()
         if "tenant" not in spec.model_fields_set or principal.role is Role.USER:
             request = replace(request, tenant=principal.tenant)  # the queue as the caller would see it
-        decision, verdicts = service.explain(request)
+        decision, verdicts = fleet_views.explain(request)
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]
-        slot = service.explain_queue(request)
-        body.update(prediction_view(service.explain_wait(request)))
+        slot = fleet_views.explain_queue(request)
+        body.update(prediction_view(fleet_views.explain_wait(request)))
         body["queue"] = {
             "tenant": request.tenant,
             "position": slot.position,
@@ -365,52 +365,12 @@ def create_app(
 
     @app.get("/v1/fleet")
     def fleet(principal: Caller, nodes: bool = False) -> dict[str, Any]:
-        now = clock.now()
-        summaries = service.fleet()
-        demand = telemetry.queued_demand(service.jobs([JobState.QUEUED]))
-        clusters = []
-        for s in summaries:
-            view = summary_view(s, now)
-            if nodes:
-                table = service.store.get_nodes(s.cluster)
-                view["nodeDetail"] = (
-                    None
-                    if table is None
-                    else {
-                        "ageSeconds": round(max(0.0, now - table[1]), 1),
-                        "items": [node_view(d) for d in table[0]],
-                    }
-                )
-            clusters.append(view)
-        totals: dict[str, dict[str, int]] = {}
-        for s in summaries:
-            for p in s.products:
-                t = totals.setdefault(p.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
-                t["free"] += p.free
-                t["allocatable"] += p.allocatable
-                t["sharedFree"] += p.shared_free
-            for m in s.mig:
-                t = totals.setdefault(m.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
-                t["migFree"] += m.free
-        products = [
-            {"product": name, **t, "queued": demand.get(name, 0)} for name, t in sorted(totals.items())
-        ]
-        products += [
-            {"product": name, "free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0, "queued": units}
-            for name, units in sorted(demand.items())
-            if name not in totals
-        ]
-        return {"clusters": clusters, "products": products}
+        return fleet_views.fleet_body(nodes)
 
     @app.get("/metrics")
     def metrics() -> Response:
         try:
-            sample = telemetry.FleetSample(
-                summaries=tuple(service.fleet()),
-                jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
-                now=clock.now(),
-                event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
-            )
+            sample = fleet_views.metrics_sample()
         except StoreError:
             # Redis is down: still serve this process's counters, with gpufed_store_up 0
             sample = telemetry.FleetSample(summaries=(), now=clock.now(), store_up=False)
@@ -418,38 +378,13 @@ def create_app(
 
     @app.get("/v1/spend")
     def spend(principal: Caller) -> dict[str, Any]:
-        return spend_view(service, principal)
+        return spend_view(fleet_views, principal)
 
     @app.get("/v1/clusters")
     def clusters(principal: Caller, events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
         """Member clusters as declared, with their effective health (cause and since), whether they are
         fenced after a loss, and their latest health events; `recovery` is the last rebuild of the job
         records from the clusters after Redis came back empty (None if there was none)."""
-        healths = service.cluster_health()
-        beats = {s.cluster: s.heartbeat for s in service.fleet()}
-        fenced = service.store.fenced()
-        items = []
-        for name, t in sorted(service.traits.items()):
-            h = healths[name]
-            items.append(
-                {
-                    "name": name,
-                    "tier": str(t.tier),
-                    "region": t.region,
-                    "labels": dict(t.labels),
-                    "kueue": t.kueue_local_queue,
-                    "health": str(h.health),
-                    "healthReason": h.reason,
-                    "healthSince": h.since,
-                    "heartbeat": beats.get(name, 0.0),
-                    "fenced": fenced.get(name),
-                    "events": [
-                        {"at": e.at, "health": str(e.health), "reason": e.reason}
-                        for e in (service.store.cluster_events(name, events) if events else [])
-                    ],
-                }
-            )
-        report = service.store.recovery_report()
-        return {"items": items, "recovery": json.loads(report) if report else None}
+        return fleet_views.clusters_body(events)
 
     return app

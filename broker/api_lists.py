@@ -30,12 +30,12 @@ from fastapi.responses import JSONResponse
 
 from broker import queueing
 from broker.api_burst import prediction_view
+from broker.api_views import FleetViews
 from broker.auth import Principal, Role
 from broker.job_list import MAX_LIMIT, BadContinue, JobQuery, decode_continue, encode_continue
 from broker.model import JobRecord, JobState
 from broker.ports import JobLister
 from broker.schemas import JobView
-from broker.service import BrokerService
 
 __all__ = ["add_list_routes", "job_body"]
 
@@ -49,22 +49,20 @@ def job_body(record: JobRecord, slots: Mapping[str, queueing.Slot]) -> dict[str,
     return body
 
 
-def queue_bodies(service: BrokerService, records: Sequence[JobRecord]) -> list[dict[str, Any]]:
+def queue_bodies(views: FleetViews, records: Sequence[JobRecord]) -> list[dict[str, Any]]:
     """Job bodies with the queue's view of the queued ones (positions, predicted starts)."""
     queued = [r.id for r in records if r.state is JobState.QUEUED]
-    slots = service.queue_slots(queued) if queued else {}
+    slots = views.queue_slots(queued) if queued else {}
     items = [job_body(r, slots) for r in records]
     if queued:  # when each would start on-prem (docs/burst.md); computed at most once a second
-        predicted = service.queue_predictions(queued)
+        predicted = views.queue_predictions(queued)
         for body in items:
             if body["state"] == JobState.QUEUED.value:
                 body.update(prediction_view(predicted.get(body["id"])))
     return items
 
 
-def add_list_routes(
-    app: FastAPI, service: BrokerService, jobs: JobLister, caller: Callable[..., Any]
-) -> None:
+def add_list_routes(app: FastAPI, views: FleetViews, jobs: JobLister, caller: Callable[..., Any]) -> None:
     """GET /v1/jobs over `jobs`; `caller` is the app's authentication dependency."""
 
     @app.exception_handler(BadContinue)
@@ -102,7 +100,7 @@ def add_list_routes(
         after = decode_continue(query, continue_) if continue_ else None
         page = jobs.page_jobs(query, after)
         token = encode_continue(query, page.next_after) if page.next_after is not None else None
-        return _answer(queue_bodies(service, page.items), token)
+        return _answer(queue_bodies(views, page.items), token)
 
 
 def _answer(items: list[dict[str, Any]], token: str | None) -> Response:

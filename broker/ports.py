@@ -176,6 +176,10 @@ class StateStore(Protocol):
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...
 
+    def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
+        """One page of a job list in submission order (see JobLister)."""
+        ...
+
     # --- events
     def append_event(self, event: JobEvent) -> None: ...
 

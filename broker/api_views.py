@@ -1,0 +1,269 @@
+"""The API's read views over one published fleet snapshot and the jobs: fleet, clusters, explain,
+queue positions and predicted starts, spend, the metrics sample.
+
+Every view reads the same FleetSnapshot (broker.cache.fleet_snapshot: the placeable model the
+scheduler places on, refreshed incrementally), so `explain`, the queue positions and `/v1/fleet` agree
+with each other and with the scheduler. The queue's view (each queued job's position and reason, its
+predicted on-prem start) is computed once per snapshot and at most once a second however many readers
+poll (the dashboard, `gpufed get`), unless a job asked about is not in it yet (submitted since).
+
+Owns no decision: queueing.plan, placement.explain_and_decide, failover.effective_health and the
+burst gate decide; this module feeds them the snapshot and shapes nothing but what they return.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker import failover, placement, queueing, telemetry
+from broker.burst_gate import BurstGate
+from broker.cache.fleet_snapshot import FleetSnapshot, SnapshotPublisher
+from broker.failover import ClusterHealth
+from broker.model import ClusterTraits, JobRecord, JobRequest, JobState, NoFit, Placement
+from broker.ports import Clock, StateStore
+from broker.schemas import node_view, summary_view
+from broker.spend import TenantSpend
+from broker.wait_prediction import Prediction
+
+__all__ = ["FleetViews"]
+
+QUEUE_VIEW_TTL_SECONDS = 1.0  # the queue view is computed again at most this often
+_ACTIVE = [JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]
+
+
+@dataclass(frozen=True)
+class _QueueView:
+    fleet: FleetSnapshot
+    at: float
+    slots: dict[str, queueing.Slot]
+    predicted: dict[str, Prediction] | None = None
+
+
+class FleetViews:
+    def __init__(
+        self,
+        store: StateStore,
+        clock: Clock,
+        traits: Callable[[], Mapping[str, ClusterTraits]],
+        queue_policy: Callable[[], queueing.QueuePolicy],
+        placement_policy: placement.PlacementPolicy,
+        lost_after_seconds: float,
+        burst: BurstGate | None = None,
+    ) -> None:
+        """`traits` and `queue_policy`: the declared clusters and the queue's rules now (a config
+        reload changes them); `lost_after_seconds`: silence after which a cluster reads lost."""
+        self._store = store
+        self._clock = clock
+        self._traits = traits
+        self._queue_policy = queue_policy
+        self._policy = placement_policy
+        self._lost_after = lost_after_seconds
+        self.burst = burst
+        grow = burst.grow if burst is not None else None
+        self.snapshots = SnapshotPublisher(store, clock, lambda: traits().keys(), grow=grow)
+        self._queue: _QueueView | None = None
+        self._queue_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, service: Any) -> FleetViews:
+        """The views beside a BrokerService (its store, clock, clusters, policies and burst gate)."""
+        return cls(
+            service.store,
+            service.clock,
+            lambda: service.traits,
+            service.settings.queue_policy,
+            service.policy,
+            service.settings.cluster_lost_seconds,
+            service.burst,
+        )
+
+    def ping(self) -> bool:
+        """The store answers (readiness); raises StoreError with the cause when it does not."""
+        return self._store.ping()
+
+    @property
+    def traits(self) -> Mapping[str, ClusterTraits]:
+        return self._traits()
+
+    # ------------------------------------------------------------------ the queue
+
+    def _queued(self) -> list[JobRecord]:
+        # the index and the records are read apart: a record may have moved on in between
+        return [r for r in self._store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+
+    def _active(self) -> list[JobRecord]:
+        return self._store.list_jobs(_ACTIVE)
+
+    def _plan(self, queued: list[JobRecord], fleet: FleetSnapshot) -> list[queueing.Slot]:
+        """queueing.plan over the snapshot; the placed jobs are read only when shares or quotas need
+        them (one tenant without quotas is ordered by priority and age)."""
+        policy = self._queue_policy()
+        tenants = {r.request.tenant for r in queued}
+        needs_usage = len(tenants) > 1 or any(policy.has_quotas(t) for t in tenants)
+        capacity, free = queueing.fleet_capacity(fleet.placeable)
+        return queueing.plan(queued, self._active() if needs_usage else [], policy, capacity, free)
+
+    def _queue_view(self, including: Iterable[str] = ()) -> _QueueView:
+        fleet = self.snapshots.current()
+        now = self._clock.now()
+        with self._queue_lock:
+            q = self._queue
+            if (
+                q is not None
+                and q.fleet is fleet
+                and 0 <= now - q.at < QUEUE_VIEW_TTL_SECONDS
+                and all(i in q.slots for i in including)
+            ):
+                return q
+            slots = {s.record.id: s for s in self._plan(self._queued(), fleet)}
+            self._queue = _QueueView(fleet, now, slots)
+            return self._queue
+
+    def queue_slots(self, including: Iterable[str] = ()) -> dict[str, queueing.Slot]:
+        """Every queued job's place in the queue, by job id (see the module docstring for how often)."""
+        return self._queue_view(including).slots
+
+    def queue_predictions(self, including: Iterable[str] = ()) -> dict[str, Prediction]:
+        """Every queued job's predicted on-prem start, by job id (docs/burst.md); empty without a burst
+        gate. Computed once per queue view."""
+        if self.burst is None:
+            return {}
+        q = self._queue_view(including)
+        if q.predicted is not None:
+            return q.predicted
+        order = [s.record for s in sorted(q.slots.values(), key=lambda s: s.position)]
+        predicted = self.burst.predict(self._clock.now(), order, self._active(), list(q.fleet.placeable))
+        with self._queue_lock:
+            if self._queue is q:
+                self._queue = _QueueView(q.fleet, q.at, q.slots, predicted)
+        return predicted
+
+    # ------------------------------------------------------------------ dry runs
+
+    def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
+        """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
+        fleet = self.snapshots.current()
+        return placement.explain_and_decide(
+            request, list(fleet.placeable), self.traits, self._policy, self._clock.now()
+        )
+
+    def _probe(self, request: JobRequest) -> tuple[JobRecord, list[queueing.Slot], FleetSnapshot]:
+        now = self._clock.now()
+        # "~" sorts after every job id: the probe stands behind the jobs submitted at the same instant
+        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
+        fleet = self.snapshots.current()
+        return probe, self._plan([*self._queued(), probe], fleet), fleet
+
+    def explain_queue(self, request: JobRequest) -> queueing.Slot:
+        """Where the job would stand in the queue if submitted now, and whether a quota would hold it."""
+        probe, plan, _ = self._probe(request)
+        return next(s for s in plan if s.record is probe)
+
+    def explain_wait(self, request: JobRequest) -> Prediction | None:
+        """When the job would start on-prem if submitted now, where and why (docs/burst.md); None
+        without a burst gate or for a job the prediction does not model."""
+        if self.burst is None:
+            return None
+        probe, plan, fleet = self._probe(request)
+        order = [s.record for s in plan]
+        predicted = self.burst.predict(self._clock.now(), order, self._active(), list(fleet.placeable))
+        return predicted.get(probe.id)
+
+    def spend(self) -> dict[str, TenantSpend]:
+        """Each tenant's cloud spend this period (docs/burst.md); empty without a burst gate."""
+        if self.burst is None:
+            return {}
+        return self.burst.spend_now(self._clock.now(), self._active(), self.traits)
+
+    # ------------------------------------------------------------------ the fleet
+
+    def cluster_health(self, fleet: FleetSnapshot | None = None) -> dict[str, ClusterHealth]:
+        """Every declared cluster's effective health now (the poller's verdict, overruled by freshness)."""
+        observed = (fleet or self.snapshots.current()).observed_by_cluster()
+        now = self._clock.now()
+        return {
+            c: failover.effective_health(c, observed.get(c), now, self._lost_after)
+            for c in sorted(self.traits)
+        }
+
+    def fleet_body(self, nodes: bool = False) -> dict[str, Any]:
+        """GET /v1/fleet: each cluster as observed, totals per product beside the queued demand."""
+        now = self._clock.now()
+        summaries = self.snapshots.current().observed
+        demand = telemetry.queued_demand(self._queued())
+        clusters = []
+        for s in summaries:
+            view = summary_view(s, now)
+            if nodes:
+                table = self._store.get_nodes(s.cluster)
+                view["nodeDetail"] = (
+                    None
+                    if table is None
+                    else {
+                        "ageSeconds": round(max(0.0, now - table[1]), 1),
+                        "items": [node_view(d) for d in table[0]],
+                    }
+                )
+            clusters.append(view)
+        totals: dict[str, dict[str, int]] = {}
+        for s in summaries:
+            for p in s.products:
+                t = totals.setdefault(p.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
+                t["free"] += p.free
+                t["allocatable"] += p.allocatable
+                t["sharedFree"] += p.shared_free
+            for m in s.mig:
+                t = totals.setdefault(m.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
+                t["migFree"] += m.free
+        products = [
+            {"product": name, **t, "queued": demand.get(name, 0)} for name, t in sorted(totals.items())
+        ]
+        products += [
+            {"product": name, "free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0, "queued": units}
+            for name, units in sorted(demand.items())
+            if name not in totals
+        ]
+        return {"clusters": clusters, "products": products}
+
+    def clusters_body(self, events: int) -> dict[str, Any]:
+        """GET /v1/clusters: each declared cluster with its health, fence and latest health events;
+        `recovery` is the last rebuild of the job records after Redis came back empty."""
+        fleet = self.snapshots.current()
+        healths = self.cluster_health(fleet)
+        beats = {s.cluster: s.heartbeat for s in fleet.observed}
+        items = []
+        for name, t in sorted(self.traits.items()):
+            h = healths[name]
+            items.append(
+                {
+                    "name": name,
+                    "tier": str(t.tier),
+                    "region": t.region,
+                    "labels": dict(t.labels),
+                    "kueue": t.kueue_local_queue,
+                    "health": str(h.health),
+                    "healthReason": h.reason,
+                    "healthSince": h.since,
+                    "heartbeat": beats.get(name, 0.0),
+                    "fenced": fleet.fenced.get(name),
+                    "events": [
+                        {"at": e.at, "health": str(e.health), "reason": e.reason}
+                        for e in (self._store.cluster_events(name, events) if events else [])
+                    ],
+                }
+            )
+        report = self._store.recovery_report()
+        return {"items": items, "recovery": json.loads(report) if report else None}
+
+    def metrics_sample(self) -> telemetry.FleetSample:
+        """What /metrics computes the fleet gauges from (StoreError when Redis does not answer)."""
+        return telemetry.FleetSample(
+            summaries=self.snapshots.current().observed,
+            jobs=tuple(self._store.list_jobs([s for s in JobState if not s.terminal])),
+            now=self._clock.now(),
+            event_lags=self._store.event_lags(telemetry.EVENT_LAG_BUCKETS),
+        )
