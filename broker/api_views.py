@@ -5,7 +5,8 @@ Every view reads the same FleetSnapshot (broker.cache.fleet_snapshot: the placea
 scheduler places on, refreshed incrementally), so `explain`, the queue positions and `/v1/fleet` agree
 with each other and with the scheduler. The queue's view (each queued job's position and reason, its
 predicted on-prem start) is computed once per snapshot and at most once a second however many readers
-poll (the dashboard, `gpufed get`), unless a job asked about is not in it yet (submitted since).
+poll (the dashboard, `gpufed get`), unless a job asked about is not in it yet (submitted since). A
+list page does not wait for a view that is merely stale: it shows the last one, computed again behind it.
 
 Owns no decision: queueing.plan, placement.explain_and_decide, failover.effective_health and the
 burst gate decide; this module feeds them the snapshot and shapes nothing but what they return.
@@ -14,6 +15,7 @@ burst gate decide; this module feeds them the snapshot and shapes nothing but wh
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from typing import Any
 from broker import failover, placement, queueing, telemetry
 from broker.burst_gate import BurstGate
 from broker.cache.fleet_snapshot import FleetSnapshot, SnapshotPublisher
+from broker.errors import StoreError
 from broker.failover import ClusterHealth
 from broker.model import ClusterTraits, JobRecord, JobRequest, JobState, NoFit, Placement
 from broker.ports import Clock, StateStore
@@ -31,7 +34,12 @@ from broker.wait_prediction import Prediction
 
 __all__ = ["FleetViews"]
 
+log = logging.getLogger(__name__)
+
 QUEUE_VIEW_TTL_SECONDS = 1.0  # the queue view is computed again at most this often
+# A list page shows a queue view up to this old (computed again behind it): with several tenants the
+# plan reads every placed job, and a dashboard walking pages must not make that a per-second cost.
+LIST_QUEUE_VIEW_MAX_AGE_SECONDS = 5.0
 _ACTIVE = [JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]
 
 
@@ -67,6 +75,7 @@ class FleetViews:
         self.snapshots = SnapshotPublisher(store, clock, lambda: traits().keys(), grow=grow)
         self._queue: _QueueView | None = None
         self._queue_lock = threading.Lock()
+        self._refreshing = False  # a queue view is being computed behind a list page
 
     @classmethod
     def of(cls, service: Any) -> FleetViews:
@@ -107,32 +116,54 @@ class FleetViews:
         capacity, free = queueing.fleet_capacity(fleet.placeable)
         return queueing.plan(queued, self._active() if needs_usage else [], policy, capacity, free)
 
-    def _queue_view(self, including: Iterable[str] = ()) -> _QueueView:
+    def _queue_view(self, including: Iterable[str] = (), wait: bool = True) -> _QueueView:
+        """The queue view: the memo while it is fresh (same snapshot, younger than the TTL) and holds
+        every job asked about. A memo that holds them but is stale is computed again now (`wait`), or
+        on a thread of its own while the caller gets the memo (a list page does not wait for the whole
+        queue to be planned again); one that misses a job asked about is computed again now."""
         fleet = self.snapshots.current()
         now = self._clock.now()
         with self._queue_lock:
             q = self._queue
-            if (
-                q is not None
-                and q.fleet is fleet
-                and 0 <= now - q.at < QUEUE_VIEW_TTL_SECONDS
-                and all(i in q.slots for i in including)
-            ):
+            complete = q is not None and all(i in q.slots for i in including)
+            ttl = QUEUE_VIEW_TTL_SECONDS if wait else LIST_QUEUE_VIEW_MAX_AGE_SECONDS
+            fresh = complete and q is not None and (q.fleet is fleet or not wait) and 0 <= now - q.at < ttl
+            if q is not None and complete and (fresh or not wait):
+                if not fresh and not self._refreshing:
+                    self._refreshing = True
+                    threading.Thread(
+                        target=self._refresh_queue, name="gpufed-queue-view", daemon=True
+                    ).start()
                 return q
+        return self._refresh_queue()
+
+    def _refresh_queue(self) -> _QueueView:
+        try:
+            fleet = self.snapshots.current()
+            now = self._clock.now()
             slots = {s.record.id: s for s in self._plan(self._queued(), fleet)}
-            self._queue = _QueueView(fleet, now, slots)
-            return self._queue
+            q = _QueueView(fleet, now, slots)
+            with self._queue_lock:
+                self._queue = q
+            return q
+        except StoreError:
+            log.info("the queue view could not be read; the last one is shown", exc_info=True)
+            raise
+        finally:
+            with self._queue_lock:
+                self._refreshing = False
 
-    def queue_slots(self, including: Iterable[str] = ()) -> dict[str, queueing.Slot]:
-        """Every queued job's place in the queue, by job id (see the module docstring for how often)."""
-        return self._queue_view(including).slots
+    def queue_slots(self, including: Iterable[str] = (), wait: bool = True) -> dict[str, queueing.Slot]:
+        """Every queued job's place in the queue, by job id (see the module docstring for how often);
+        wait=False: the last view computed, refreshed behind the caller when it is stale."""
+        return self._queue_view(including, wait).slots
 
-    def queue_predictions(self, including: Iterable[str] = ()) -> dict[str, Prediction]:
+    def queue_predictions(self, including: Iterable[str] = (), wait: bool = True) -> dict[str, Prediction]:
         """Every queued job's predicted on-prem start, by job id (docs/burst.md); empty without a burst
         gate. Computed once per queue view."""
         if self.burst is None:
             return {}
-        q = self._queue_view(including)
+        q = self._queue_view(including, wait)
         if q.predicted is not None:
             return q.predicted
         order = [s.record for s in sorted(q.slots.values(), key=lambda s: s.position)]
