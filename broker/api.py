@@ -44,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
@@ -55,7 +56,7 @@ from broker import k8s_job, safe_yaml, telemetry
 from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
-from broker.api_lists import add_list_routes, queue_bodies
+from broker.api_lists import add_list_routes, job_view, queue_bodies
 from broker.api_views import FleetViews
 from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
@@ -319,9 +320,7 @@ def create_app(
             job_request = replace(job_request, tenant=principal.tenant)
         record, created = await batcher.submit(service.prepare_submit(job_request, idempotency_key))
         return Response(
-            JobView.of(record).model_dump_json(by_alias=True),
-            status_code=201 if created else 200,
-            media_type="application/json",
+            orjson.dumps(job_view(record)), status_code=201 if created else 200, media_type="application/json"
         )
 
     add_list_routes(app, fleet_views, jobs if jobs is not None else service.store, _caller)

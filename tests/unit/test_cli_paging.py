@@ -107,4 +107,4 @@ def test_a_table_lists_every_page(broker_url: str, capsys: pytest.CaptureFixture
     capsys.readouterr()
     assert cli.run(["jobs", "--server", broker_url, "--chunk-size", "4"]) == 0
     out = capsys.readouterr().out
-    assert all(j["name"] in out for j in JOBS) and len(_PagedJobs.queries) == 2
+    assert all(str(j["name"]) in out for j in JOBS) and len(_PagedJobs.queries) == 2
