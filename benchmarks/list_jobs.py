@@ -1,6 +1,6 @@
 """GET /v1/jobs?limit=N at a given number of jobs held: the cost of one page, and of a whole walk.
 
-    .venv/bin/python -m benchmarks.list_jobs [--jobs 8000] [--queued 500] [--limit 500] [--walks 5]
+    .venv/bin/python -m benchmarks.list_jobs [--jobs 8000] [--queued 500] [--limit 500 (0: unpaged)] [--walks 5]
         [--spy PY_SPY]
 
 A private redis-server holds `--jobs` job records (all but `--queued` of them RUNNING, spread over 20
@@ -107,12 +107,14 @@ def main() -> None:
                 ids: list[str] = []
                 token = None
                 while True:
-                    params = {"limit": args.limit, **({"continue": token} if token else {})}
+                    params = {"limit": args.limit} if args.limit else {}  # --limit 0: unpaged
+                    if token:
+                        params["continue"] = token
                     t0 = time.perf_counter()
-                    r = http.get("/v1/jobs", params=params)
+                    answer = http.get("/v1/jobs", params=params)
                     pages.append(time.perf_counter() - t0)
-                    r.raise_for_status()
-                    body = orjson.loads(r.content)  # the client shares the cores: parse cheaply
+                    answer.raise_for_status()
+                    body = orjson.loads(answer.content)  # the client shares the cores: parse cheaply
                     ids += [j["id"] for j in body["items"]]
                     token = body["metadata"].get("continue")
                     if not token:
