@@ -16,6 +16,7 @@ All keys start with the prefix (default "gpufed"), written P:
     P:job:<id>               hash  json = JobRecord (JSON), state = JobState (for the compare-and-set)
     P:jobs                   set   every job id
     P:jobs:state:<STATE>     set   job ids by state (the index list_jobs reads)
+    P:jobs:order[:tenant:<t>] zset  jobs in submission order, for paged lists (adapters/redis_job_list.py)
     P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
@@ -54,9 +55,11 @@ from typing import Any
 import redis
 from pydantic import TypeAdapter
 
+from adapters.redis_job_list import ORDER_INDEX_LUA, RedisJobList, order_keys
 from broker.cache import reservations
 from broker.capacity.node_detail import NodeDetail
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
+from broker.core.job_list import JobPage, JobQuery, position_of
 from broker.core.model import (
     ClusterEvent,
     ClusterSummary,
@@ -182,12 +185,14 @@ end
 """
 
 # KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events, run-id marker, name:<tenant>:<name>. ARGV: id, json, state, idem key present ('1'/'0'),
-# job-key prefix, event json, stream maxlen, marker required ('1'/'0').
+# events, run-id marker, name:<tenant>:<name> (or ''), order index, tenant order index. ARGV: id, json,
+# state, idem key present ('1'/'0'), job-key prefix, event json, stream maxlen, marker required
+# ('1'/'0'), order position.
 # Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''} or
 # {'name-taken', '<id> <state>'} (a live job of the tenant holds the name; a finished one's is taken over).
 _CREATE_JOB = (
     _APPEND_EVENT
+    + ORDER_INDEX_LUA
     + """
 if ARGV[8] == '1' and redis.call('EXISTS', KEYS[7]) == 0 then return {'recovering', ''} end
 if ARGV[4] == '1' then
@@ -210,6 +215,7 @@ redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
 if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1]) end
+index_job(KEYS[9], KEYS[10], ARGV[9])
 append_event(KEYS[5], KEYS[6], ARGV[6], ARGV[7])
 return {'created', ARGV[2]}
 """
@@ -253,17 +259,19 @@ return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 """
 )
 
-# KEYS: job, jobs, state-set prefix, idem (or ''), events:<id>, events. ARGV: id, json, state, idem key
-# present, event json, stream maxlen. A record rebuilt from a member cluster: written only if the job is
+# KEYS: job, jobs, state-set prefix, idem (or ''), events:<id>, events, order index, tenant order index.
+# ARGV: id, json, state, idem key present, event json, stream maxlen, order position. A record rebuilt from a member cluster: written only if the job is
 # unknown; its idempotency key is set only if unset. Returns 1 when written.
 _RESTORE_JOB = (
     _APPEND_EVENT
+    + ORDER_INDEX_LUA
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
 if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1], 'NX') end
+index_job(KEYS[7], KEYS[8], ARGV[7])
 append_event(KEYS[5], KEYS[6], ARGV[5], ARGV[6])
 return 1
 """
@@ -322,6 +330,7 @@ class RedisStateStore:
         self._prune = self._r.register_script(_PRUNE)
         self._create_job = self._r.register_script(_CREATE_JOB)
         self._save_job = self._r.register_script(_SAVE_JOB)
+        self._lister = RedisJobList(self._r, prefix)
 
     # ------------------------------------------------------------------ keys
 
@@ -594,6 +603,7 @@ class RedisStateStore:
             self._k("run-id"),
             # one live job per tenant and name (kubectl's AlreadyExists); a finished job's name is free
             self._k("name", record.request.tenant, record.request.name) if self._unique_names else "",
+            *order_keys(self._p, record.request.tenant),
         ]
         args: list[Any] = [
             record.id,
@@ -604,6 +614,7 @@ class RedisStateStore:
             _EVENT.dump_json(event) if event is not None else "",
             _FLEET_STREAM_MAXLEN,
             "1" if self._require_marker else "0",
+            position_of(record.created_at, record.id),
         ]
         return keys, args
 
@@ -695,6 +706,10 @@ class RedisStateStore:
         jobs = [_JOB.validate_json(raw) for raw in rows if raw is not None]
         return sorted(jobs, key=lambda j: (j.created_at, j.id))
 
+    def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
+        """One page of a job list (broker.core.ports.JobLister; the index: adapters/redis_job_list.py)."""
+        return self._lister.page_jobs(query, after)
+
     def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool:
         """Write a record rebuilt from a member cluster (broker.ha.recovery) unless the job is known; its
         idempotency key is set unless it names a job already. Returns whether it was written."""
@@ -714,6 +729,7 @@ class RedisStateStore:
                         self._k("idem", idem) if idem else self._k("idem", ""),
                         self._k("events", record.id),
                         self._k("events"),
+                        *order_keys(self._p, record.request.tenant),
                     ],
                     args=[
                         record.id,
@@ -722,6 +738,7 @@ class RedisStateStore:
                         "1" if idem else "0",
                         _EVENT.dump_json(event) if event is not None else "",
                         _FLEET_STREAM_MAXLEN,
+                        position_of(record.created_at, record.id),
                     ],
                     client=pipe,
                 )

@@ -224,10 +224,14 @@ def _drive(
     predicted: dict[str, float] = {}  # job id -> the first predicted on-prem start seen
     stop = threading.Event()
 
+    from broker.api.views import FleetViews
+
+    views = FleetViews.of(broker.service)
+
     def sampler() -> None:
         while not stop.is_set():
             try:
-                for job_id, p in broker.service.queue_predictions().items():
+                for job_id, p in views.queue_predictions().items():
                     if job_id not in predicted and p.start_at is not None:
                         predicted[job_id] = p.start_at
             except Exception as e:  # a sample missed is a sample missed; say so

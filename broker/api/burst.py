@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.api.views import FleetViews
 from broker.burst.wait_prediction import Prediction
-from broker.controller.service import BrokerService
 from broker.tenancy.auth import Principal
 
 __all__ = ["prediction_view", "spend_view"]
@@ -31,8 +31,8 @@ def prediction_view(p: Prediction | None) -> dict[str, Any]:
     }
 
 
-def spend_view(service: BrokerService, principal: Principal) -> dict[str, Any]:
-    spend = service.spend()
+def spend_view(views: FleetViews, principal: Principal) -> dict[str, Any]:
+    spend = views.spend()
     items = []
     for tenant, s in sorted(spend.items()):
         if not principal.may_read(tenant):

@@ -3,7 +3,8 @@
     POST   /v1/jobs              submit a native spec or a plain batch/v1 Job (broker.workload.k8s_job), JSON or
                                  YAML (Content-Type: application/yaml)
                                  (header Idempotency-Key: the same key returns the same job)
-    GET    /v1/jobs              list (?state=QUEUED&state=RUNNING)
+    GET    /v1/jobs              list, paged as Kubernetes lists (?limit=N&continue=TOKEN; filters state,
+                                 tenant, cluster, name; broker.api.lists)
     GET    /v1/jobs/{id}         one job, with its placement and the reason for its state; a queued one
                                  with queuePosition and queueReason (broker.queue.queueing), and its
                                  predicted on-prem start (predictedStart, predictedWait; docs/burst.md)
@@ -45,6 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -61,21 +63,20 @@ from broker.api.burst import prediction_view, spend_view
 from broker.api.credentials import Credentials
 from broker.api.follow import add_follow_routes
 from broker.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from broker.api.lists import add_list_routes, job_view, queue_bodies
 from broker.api.schemas import (
     JobSpec,
     JobView,
     decision_view,
-    node_view,
-    summary_view,
     verdict_view,
 )
+from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
 from broker.core import safe_yaml
 from broker.core.errors import AlreadyExists, ClusterError, Conflict, InvalidRequest, NotFound, StoreError
-from broker.core.model import JobRecord, JobState
-from broker.core.ports import Clock, PodLogs
-from broker.queue import queueing
+from broker.core.model import JobRecord
+from broker.core.ports import Clock, JobLister, PodLogs
 from broker.tenancy.audit import AuditLog
 from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.tenancy.oidc_claims import Refusal
@@ -236,10 +237,15 @@ def create_app(
     tokens: TokenTable | Credentials | None = None,
     audit: AuditWriter | None = None,
     audit_log: AuditLog | None = None,
+    jobs: JobLister | None = None,
+    views: FleetViews | None = None,
 ) -> FastAPI:
     """The API. `tokens` None runs without authentication (every caller an admin): the composition root
     passes None only for an explicit --insecure-no-auth; Credentials are replaced while it runs. `audit`
-    records every write and refusal (broker.api.audit), `audit_log` serves GET /v1/audit."""
+    records every write and refusal (broker.api.audit), `audit_log` serves GET /v1/audit. `jobs`: where
+    job lists are paged from (the composition root passes the store's lister; default the service's
+    store). `views`: the read views over the published fleet snapshot (default: built beside `service`)."""
+    fleet_views = views if views is not None else FleetViews.of(service)
     app = FastAPI(title="gpufed", version="0.1.0", description="Multi-cluster GPU federation broker")
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if audit is not None:
@@ -254,25 +260,12 @@ def create_app(
             raise NotFound(f"job {job_id} not found")
         return record
 
-    def view(record: JobRecord, slots: Mapping[str, queueing.Slot]) -> dict[str, Any]:
-        body = JobView.of(record).model_dump(by_alias=True)
-        slot = slots.get(record.id)
-        body["queuePosition"] = slot.position if slot is not None else None
-        body["queueReason"] = slot.reason if slot is not None else None
-        return body
-
-    def slots_for(records: list[JobRecord]) -> Mapping[str, queueing.Slot]:
-        queued = [r.id for r in records if r.state is JobState.QUEUED]
-        return service.queue_slots(queued) if queued else {}
-
     @app.exception_handler(AuthError)
     async def _auth(_: Request, exc: AuthError) -> JSONResponse:
         headers = {"WWW-Authenticate": 'Bearer realm="gpufed"'} if exc.code == 401 else None
         return JSONResponse(status_code=exc.code, content=status_body(exc.code, str(exc)), headers=headers)
 
-    checks: Mapping[str, ReadinessCheck] = (
-        readiness if readiness is not None else {"redis": service.store.ping}
-    )
+    checks: Mapping[str, ReadinessCheck] = readiness if readiness is not None else {"redis": fleet_views.ping}
     app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
 
     @app.exception_handler(RequestValidationError)
@@ -359,35 +352,14 @@ def create_app(
         record, created = await batcher.submit(prepared)
         note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
-            JobView.of(record).model_dump_json(by_alias=True),
-            status_code=201 if created else 200,
-            media_type="application/json",
+            orjson.dumps(job_view(record)), status_code=201 if created else 200, media_type="application/json"
         )
 
-    @app.get("/v1/jobs")
-    def list_jobs(
-        principal: Caller, state: Annotated[list[JobState] | None, Query()] = None
-    ) -> dict[str, Any]:
-        records = [
-            r for r in service.jobs(list(state) if state else None) if principal.may_read(r.request.tenant)
-        ]
-        slots = slots_for(records)
-        items = [view(r, slots) for r in records]
-        queued = [r.id for r in records if r.state is JobState.QUEUED]
-        if queued:  # when each would start on-prem (docs/burst.md); computed at most once a second
-            predicted = service.queue_predictions(queued)
-            for body in items:
-                if body["state"] == JobState.QUEUED.value:
-                    body.update(prediction_view(predicted.get(body["id"])))
-        return {"items": items}
+    add_list_routes(app, fleet_views, jobs if jobs is not None else service.store, _caller)
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
-        record = visible(principal, job_id)
-        body = view(record, slots_for([record]))
-        if record.state is JobState.QUEUED:  # when it would start on-prem (docs/burst.md)
-            body.update(prediction_view(service.queue_predictions([record.id]).get(record.id)))
-        return body
+        return queue_bodies(fleet_views, [visible(principal, job_id)])[0]
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel_job(job_id: str, principal: Caller, request: Request) -> dict[str, Any]:
@@ -411,11 +383,11 @@ def create_app(
         request = spec.to_request()
         if "tenant" not in spec.model_fields_set or principal.role is Role.USER:
             request = replace(request, tenant=principal.tenant)  # the queue as the caller would see it
-        decision, verdicts = service.explain(request)
+        decision, verdicts = fleet_views.explain(request)
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]
-        slot = service.explain_queue(request)
-        body.update(prediction_view(service.explain_wait(request)))
+        slot = fleet_views.explain_queue(request)
+        body.update(prediction_view(fleet_views.explain_wait(request)))
         body["queue"] = {
             "tenant": request.tenant,
             "position": slot.position,
@@ -427,52 +399,12 @@ def create_app(
 
     @app.get("/v1/fleet")
     def fleet(principal: Caller, nodes: bool = False) -> dict[str, Any]:
-        now = clock.now()
-        summaries = service.fleet()
-        demand = telemetry.queued_demand(service.jobs([JobState.QUEUED]))
-        clusters = []
-        for s in summaries:
-            view = summary_view(s, now)
-            if nodes:
-                table = service.store.get_nodes(s.cluster)
-                view["nodeDetail"] = (
-                    None
-                    if table is None
-                    else {
-                        "ageSeconds": round(max(0.0, now - table[1]), 1),
-                        "items": [node_view(d) for d in table[0]],
-                    }
-                )
-            clusters.append(view)
-        totals: dict[str, dict[str, int]] = {}
-        for s in summaries:
-            for p in s.products:
-                t = totals.setdefault(p.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
-                t["free"] += p.free
-                t["allocatable"] += p.allocatable
-                t["sharedFree"] += p.shared_free
-            for m in s.mig:
-                t = totals.setdefault(m.product, {"free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0})
-                t["migFree"] += m.free
-        products = [
-            {"product": name, **t, "queued": demand.get(name, 0)} for name, t in sorted(totals.items())
-        ]
-        products += [
-            {"product": name, "free": 0, "allocatable": 0, "sharedFree": 0, "migFree": 0, "queued": units}
-            for name, units in sorted(demand.items())
-            if name not in totals
-        ]
-        return {"clusters": clusters, "products": products}
+        return fleet_views.fleet_body(nodes)
 
     @app.get("/metrics")
     def metrics() -> Response:
         try:
-            sample = telemetry.FleetSample(
-                summaries=tuple(service.fleet()),
-                jobs=tuple(service.jobs([s for s in JobState if not s.terminal])),
-                now=clock.now(),
-                event_lags=service.store.event_lags(telemetry.EVENT_LAG_BUCKETS),
-            )
+            sample = fleet_views.metrics_sample()
         except StoreError:
             # Redis is down: still serve this process's counters, with gpufed_store_up 0
             sample = telemetry.FleetSample(summaries=(), now=clock.now(), store_up=False)
@@ -480,38 +412,13 @@ def create_app(
 
     @app.get("/v1/spend")
     def spend(principal: Caller) -> dict[str, Any]:
-        return spend_view(service, principal)
+        return spend_view(fleet_views, principal)
 
     @app.get("/v1/clusters")
     def clusters(principal: Caller, events: Annotated[int, Query(ge=0, le=100)] = 5) -> dict[str, Any]:
         """Member clusters as declared, with their effective health (cause and since), whether they are
         fenced after a loss, and their latest health events; `recovery` is the last rebuild of the job
         records from the clusters after Redis came back empty (None if there was none)."""
-        healths = service.cluster_health()
-        beats = {s.cluster: s.heartbeat for s in service.fleet()}
-        fenced = service.store.fenced()
-        items = []
-        for name, t in sorted(service.traits.items()):
-            h = healths[name]
-            items.append(
-                {
-                    "name": name,
-                    "tier": str(t.tier),
-                    "region": t.region,
-                    "labels": dict(t.labels),
-                    "kueue": t.kueue_local_queue,
-                    "health": str(h.health),
-                    "healthReason": h.reason,
-                    "healthSince": h.since,
-                    "heartbeat": beats.get(name, 0.0),
-                    "fenced": fenced.get(name),
-                    "events": [
-                        {"at": e.at, "health": str(e.health), "reason": e.reason}
-                        for e in (service.store.cluster_events(name, events) if events else [])
-                    ],
-                }
-            )
-        report = service.store.recovery_report()
-        return {"items": items, "recovery": json.loads(report) if report else None}
+        return fleet_views.clusters_body(events)
 
     return app

@@ -434,6 +434,7 @@ def running_broker(
         tokens=auth.credentials,
         audit=auth.writer,
         audit_log=auth.log,
+        jobs=store,
         readiness={
             "redis": store.ping,
             "lease": leadership.readiness,

@@ -25,7 +25,7 @@ import json
 import os
 import ssl
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ import yaml
 from broker.core import safe_yaml
 
 __all__ = [
+    "DEFAULT_CHUNK_SIZE",
     "EXIT_AUTH",
     "EXIT_FAILED",
     "EXIT_UNREACHABLE",
@@ -55,6 +56,7 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_AUTH = 4
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+DEFAULT_CHUNK_SIZE = 500  # jobs per page when a list is walked (kubectl's --chunk-size default)
 
 
 class CliError(Exception):
@@ -188,6 +190,25 @@ class Api:
         except ValueError:
             raise CliError(f"{method} {path}: the broker answered {r.status_code} without JSON") from None
 
+    def list_all(
+        self, path: str, params: Sequence[tuple[str, str]] = (), chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> list[dict[str, Any]]:
+        """Every item of a paged list, fetched `chunk_size` at a time by following metadata.continue
+        (kubectl's --chunk-size; 0: one unpaged request)."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page_params = list(params)
+            if chunk_size > 0:
+                page_params.append(("limit", str(chunk_size)))
+            if token:
+                page_params.append(("continue", token))
+            body = self.call("GET", path, params=page_params)
+            items.extend(body.get("items", []))
+            token = (body.get("metadata") or {}).get("continue")
+            if not token or chunk_size <= 0:
+                return items
+
     @contextmanager
     def stream(
         self, path: str, params: Mapping[str, Any] | None = None, **kwargs: Any
@@ -214,7 +235,7 @@ class Api:
             self._check(r)
             job: dict[str, Any] = r.json()
             return job
-        matches = [j for j in self.call("GET", "/v1/jobs")["items"] if j.get("name") == ref]
+        matches = self.list_all("/v1/jobs", [("name", ref)])
         if not matches:
             raise CliError(f"no job with id or name {ref!r}")
         live = [j for j in matches if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED")]

@@ -90,7 +90,7 @@ def complete_jobs(incomplete: str) -> list[str]:
     try:
         target = resolve_target(os.environ.get("GPUFED_URL"), os.environ.get("GPUFED_TOKEN"), None)
         with Api(target, timeout=2.0) as api:
-            items = api.call("GET", "/v1/jobs")["items"]
+            items = api.list_all("/v1/jobs")
     except (CliError, KeyError, TypeError):
         return []
     names = {j["name"] for j in items} | {j["id"] for j in items}

@@ -11,7 +11,7 @@ import httpx
 import typer
 from httpx_sse import EventSource, SSEError
 
-from broker.cli.client import EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
+from broker.cli.client import DEFAULT_CHUNK_SIZE, EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
 from broker.cli.common import (
     TERMINAL,
     TERMINAL_OK,
@@ -22,7 +22,6 @@ from broker.cli.common import (
     app,
     complete_jobs,
     connect,
-    fetch,
     job_states,
 )
 from broker.cli.output import Output, columns, emit, job_rows, out, rfc3339
@@ -39,10 +38,15 @@ def jobs(
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
+    chunk_size: Annotated[
+        int,
+        typer.Option("--chunk-size", min=0, help="jobs per request while listing (0: all in one request)"),
+    ] = DEFAULT_CHUNK_SIZE,
 ) -> None:
-    """List jobs, oldest first."""
+    """List jobs, oldest first (fetched in pages of --chunk-size, as kubectl does)."""
     terms = parse_selector(selector)
-    body = fetch("GET", "/v1/jobs", server, token, context, params=job_states(state))
+    with connect(server, token, context) as api:
+        body: dict[str, Any] = {"items": api.list_all("/v1/jobs", job_states(state), chunk_size)}
     if terms:
         body["items"] = [j for j in body["items"] if matches(j, terms)]
     if not body["items"] and output in (Output.TABLE, Output.WIDE):

@@ -1,4 +1,4 @@
-"""Use cases of the broker: submit, cancel, schedule_once, sync_status, explain, fleet.
+"""Use cases of the broker: submit, cancel, schedule_once, sync_status (the read views: broker.api.views).
 
 Owns the order of steps and their idempotence, over the ports only (StateStore, ClusterGateway, Clock);
 every decision is delegated to the pure core (placement, hints, lifecycle). Each step can be re-run
@@ -27,16 +27,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from broker import telemetry
 from broker.burst.gate import BurstGate
-from broker.burst.spend import TenantSpend
-from broker.burst.wait_prediction import Prediction
 from broker.cache.fleet_cache import FleetCache
 from broker.controller import faults
 from broker.controller.dispatch import Dispatcher, InlineDispatcher
@@ -90,14 +90,19 @@ _RESERVE_ATTEMPTS = 3
 _NOFIT_RECHECK_SECONDS = 5.0
 # A preemptor does not preempt again this soon: its victims' pods are on their way out.
 _PREEMPT_SETTLE_SECONDS = 30.0
-# The queue view (positions and why) is computed again at most this often.
-_QUEUE_VIEW_TTL_SECONDS = 1.0
 # The product names the fleet shows, for submit's validation: read again at most this often.
 _KNOWN_PRODUCTS_TTL_SECONDS = 5.0
 
 
+# Job ids: 48 random bits, as uuid4().hex[:12] had, from a generator seeded once per process (and again
+# in a forked child) rather than os.urandom per submit: a system call on the API's event loop hands the
+# GIL to the control loop's thread, and getting it back costs up to a switch interval per request.
+_ids = random.Random(int.from_bytes(os.urandom(16), "big"))
+os.register_at_fork(after_in_child=lambda: _ids.seed(int.from_bytes(os.urandom(16), "big")))
+
+
 def new_job_id() -> str:
-    return "j" + uuid.uuid4().hex[:12]
+    return f"j{_ids.getrandbits(48):012x}"
 
 
 @dataclass(frozen=True)
@@ -159,10 +164,8 @@ class BrokerService:
         # by the per-cluster sync workers, read by the loop: under its lock.
         self._settling: dict[tuple[str, int], tuple[str, int]] = {}
         self._settling_lock = threading.Lock()
-        self._slots: tuple[float, dict[str, queueing.Slot]] | None = None  # (when, the queue view)
         # Wait-or-burst and spend (docs/burst.md); None: a job that allows burst bursts when nothing fits.
         self.burst = burst
-        self._predicted: tuple[dict[str, queueing.Slot], dict[str, Prediction]] | None = None
         # job id -> (cluster, tenant namespace, quota usage) of placements not yet counted by the cluster
         self._quota_charges: dict[str, tuple[str, str, Mapping[str, int]]] = {}
         self._preempted_for: dict[str, float] = {}  # preemptor job id -> when its victims were evicted
@@ -302,56 +305,8 @@ class BrokerService:
 
     # ------------------------------------------------------------------ capacity
 
-    def fleet(self) -> list[ClusterSummary]:
-        return sorted(self.store.observed_summaries(), key=lambda s: s.cluster)
-
-    def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
-        """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
-        now = self.clock.now()
-        summaries = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
-        return placement.explain_and_decide(request, summaries, self.traits, self.policy, now)
-
-    def explain_queue(self, request: JobRequest) -> queueing.Slot:
-        """Dry run of the queue: where the job would stand if submitted now, and whether a quota would
-        hold it back. Changes nothing."""
-        now = self.clock.now()
-        # "~" sorts after every job id: the probe stands behind the jobs submitted at the same instant
-        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
-        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
-        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
-        return next(s for s in self._queue_plan([*queued, probe], offered) if s.record is probe)
-
-    def explain_wait(self, request: JobRequest) -> Prediction | None:
-        """Dry run of the wait prediction: when the job would start on-prem if submitted now, where and
-        why (docs/burst.md); None without a burst gate or for a job the prediction does not model."""
-        if self.burst is None:
-            return None
-        now = self.clock.now()
-        probe = JobRecord(id="~explain", request=request, created_at=now, updated_at=now)
-        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
-        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
-        order = [s.record for s in self._queue_plan([*queued, probe], offered)]
-        return self.burst.predict(now, order, self._placed_jobs(), offered).get(probe.id)
-
-    def spend(self) -> dict[str, TenantSpend]:
-        """Each tenant's cloud spend this period (docs/burst.md); empty without a burst gate."""
-        if self.burst is None:
-            return {}
-        return self.burst.spend_now(self.clock.now(), self._placed_jobs(), self.traits)
-
-    def queue_predictions(self, including: Iterable[str] = ()) -> dict[str, Prediction]:
-        """Every queued job's predicted on-prem start (for the job view), by job id; at most once a second."""
-        if self.burst is None:
-            return {}
-        slots = self.queue_slots(including)
-        if self._predicted is not None and self._predicted[0] is slots:
-            return self._predicted[1]
-        now = self.clock.now()
-        order = [s.record for s in sorted(slots.values(), key=lambda s: s.position)]
-        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
-        predicted = self.burst.predict(now, order, self._placed_jobs(), offered)
-        self._predicted = (slots, predicted)
-        return predicted
+    # The views (fleet, explain, queue positions, spend) are broker.api.views', over the published
+    # fleet snapshot (broker.cache.fleet_snapshot).
 
     # ------------------------------------------------------------------ the control loop's steps
 
@@ -446,23 +401,6 @@ class BrokerService:
         )
         capacity, free = queueing.fleet_capacity(offered)
         return queueing.plan(queued, active, policy, capacity, free)
-
-    def queue_slots(self, including: Iterable[str] = ()) -> dict[str, queueing.Slot]:
-        """Every queued job's place in the queue (for the job view), by job id; computed at most once a
-        second however many readers poll (the dashboard, `gpufed get`), unless a job in `including`
-        is not in the last view (submitted since)."""
-        now = self.clock.now()
-        if (
-            self._slots is not None
-            and 0 <= now - self._slots[0] < _QUEUE_VIEW_TTL_SECONDS
-            and all(i in self._slots[1] for i in including)
-        ):
-            return self._slots[1]
-        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
-        offered = [s for s in self.store.placeable_summaries(now) if s.cluster in self.traits]
-        slots = {slot.record.id: slot for slot in self._queue_plan(queued, offered)}
-        self._slots = (now, slots)
-        return slots
 
     def _hold(self, record: JobRecord, why: str, now: float) -> list[JobRecord]:
         """A job the queue holds back (a quota): its reason says which rule, saved when it changed."""

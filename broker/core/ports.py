@@ -7,6 +7,7 @@ StateStore      summaries, per-node tables, reservations, jobs, events and idemp
 LeaderLease     the leader lease with its fencing token (broker.ha.leadership runs the control loop in the
                 holder only)
 BurstLedger     observed run times by shape, cloud runs for spend, each job's last wait-or-burst verdict
+JobLister       one page of a job list in submission order (broker.core.job_list: Kubernetes-style paging)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from broker.core.errors import Conflict, StoreError
+from broker.core.job_list import JobPage, JobQuery
 from broker.core.model import (
     ClusterEvent,
     ClusterSummary,
@@ -173,6 +175,10 @@ class StateStore(Protocol):
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...
 
+    def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
+        """One page of a job list in submission order (see JobLister)."""
+        ...
+
     # --- events
     def append_event(self, event: JobEvent) -> None: ...
 
@@ -254,3 +260,11 @@ class BurstLedger(Protocol):
     def set_verdict(self, job_id: str, verdict: str) -> None: ...
 
     def forget(self, job_id: str) -> None: ...
+
+
+class JobLister(Protocol):
+    def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
+        """The jobs `query` selects after position `after` (None: from the first), in submission order:
+        at most query.limit, reading at most query.scan_budget() index entries; JobPage.next_after is
+        None on the last page. StoreError when the store does not answer."""
+        ...

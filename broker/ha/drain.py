@@ -12,11 +12,12 @@ install(app, ...)  adds the drain middleware and GET /v1/status: this replica's 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from broker.core.errors import StoreError
 from broker.core.ports import RecoveryStore
@@ -39,6 +40,32 @@ class Drain:
         return True
 
 
+class DrainGuard:
+    """The drain check as a plain ASGI middleware: one attribute read per request while serving (a
+    `@app.middleware("http")` function wraps every request in tasks and streams, which cost more than
+    a whole submit's own work)."""
+
+    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.drain.draining and scope["type"] == "http" and _refused_while_draining(scope):
+            response = JSONResponse(
+                status_code=503,
+                content={"error": "draining", "message": "this broker is shutting down; retry on another"},
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _refused_while_draining(scope: Scope) -> bool:
+    path: str = scope.get("path", "")
+    return scope.get("method") in _WRITES and path.startswith("/v1/") and path != "/v1/explain"
+
+
 def install(
     app: FastAPI,
     drain: Drain,
@@ -46,18 +73,7 @@ def install(
     holder_now: Callable[[], str | None],
     store: RecoveryStore,
 ) -> None:
-    @app.middleware("http")
-    async def _refuse_while_draining(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        path = request.url.path
-        if drain.draining and request.method in _WRITES and path.startswith("/v1/") and path != "/v1/explain":
-            return JSONResponse(
-                status_code=503,
-                content={"error": "draining", "message": "this broker is shutting down; retry on another"},
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
-        return await call_next(request)
+    app.add_middleware(DrainGuard, drain=drain)
 
     @app.get("/v1/status")
     def status() -> dict[str, Any]:

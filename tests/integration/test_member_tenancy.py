@@ -23,6 +23,7 @@ from adapters.job_informer import WatchingGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api import schemas
+from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.core.model import ClusterTraits, JobRequest, JobState
 from broker.tenancy import member_quota
@@ -174,7 +175,8 @@ def test_a_tenant_at_its_namespace_quota_runs_on_another_cluster_with_limitrange
     placed = broker.service.get(record.id)
     assert placed.cluster == "sim-001", placed.reason
     verdicts = {
-        v.cluster: str(v) for v in broker.service.explain(JobRequest("again", tenant="ml", gpus_per_pod=4))[1]
+        v.cluster: str(v)
+        for v in FleetViews.of(broker.service).explain(JobRequest("again", tenant="ml", gpus_per_pod=4))[1]
     }
     assert "quota gpufed-ml: nvidia.com/gpu 4/6, job needs 4" in verdicts["sim-000"]
 

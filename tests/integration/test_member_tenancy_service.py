@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from adapters.redis_store import RedisStateStore
+from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.core.model import (
     ClusterSummary,
@@ -77,7 +78,10 @@ def test_a_tenant_at_its_namespace_quota_is_placed_on_another_cluster_with_the_r
     service.schedule_once()
     assert service.get(record.id).cluster == "onprem-b"
     assert recorded(gateway) == [("onprem-b", "gpufed-ml", ())]
-    verdicts = {v.cluster: v for v in service.explain(JobRequest("more", tenant="ml", gpus_per_pod=4))[1]}
+    verdicts = {
+        v.cluster: v
+        for v in FleetViews.of(service).explain(JobRequest("more", tenant="ml", gpus_per_pod=4))[1]
+    }
     assert "quota gpufed-ml: nvidia.com/gpu 14/16, job needs 4" in str(verdicts["onprem-a"])
 
 

@@ -19,6 +19,7 @@ from adapters.kube import KubeGateway
 from adapters.kube_rest import KubeRest
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
+from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.core.model import (
     ClusterTraits,
@@ -198,7 +199,7 @@ def test_a_summary_left_in_redis_by_a_cluster_no_longer_declared_is_never_chosen
 
     placed = service.get(job.id)
     assert placed.state is JobState.PLACED and placed.cluster == declared
-    assert [v.cluster for v in service.explain(job.request)[1]] == [declared]
+    assert [v.cluster for v in FleetViews.of(service).explain(job.request)[1]] == [declared]
 
 
 def test_a_refused_create_backs_off_instead_of_retrying_every_pass(

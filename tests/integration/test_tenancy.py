@@ -24,6 +24,7 @@ import yaml
 
 from adapters.redis_store import RedisStateStore
 from broker.api.routes import create_app
+from broker.api.views import FleetViews
 from broker.app.auth import token_table
 from broker.config.settings import load_tokens, parse_fleet_config
 from broker.controller.service import BrokerService, ServiceSettings
@@ -403,5 +404,5 @@ def test_scarce_gpus_go_to_the_tenant_with_the_smallest_share_not_the_oldest_job
     service.schedule_once()  # room for one more 8-GPU job
     states = {n: service.get(i).state for n, i in (("a2", older), ("b1", vision), ("c1", robotics))}
     assert states == {"a2": JobState.QUEUED, "b1": JobState.PLACED, "c1": JobState.QUEUED}
-    slots = service.queue_slots([older, robotics])
+    slots = FleetViews.of(service).queue_slots([older, robotics])
     assert (slots[robotics].position, slots[older].position) == (1, 2)  # robotics holds nothing yet

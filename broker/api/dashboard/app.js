@@ -1,5 +1,5 @@
 // gpufed dashboard: plain JavaScript over the broker's HTTP API (no build step, no CDN).
-// Polls /v1/fleet, /v1/clusters and /v1/jobs every few seconds; a job's timeline from
+// Polls /v1/fleet, /v1/clusters and /v1/jobs (paged, listAll) every few seconds; a job's timeline from
 // /v1/jobs/{id}/events. The token (if any) is kept in localStorage and sent as a Bearer token.
 "use strict";
 
@@ -44,6 +44,21 @@ async function api(path) {
     throw new Error(path + ": " + r.status + " " + msg);
   }
   return r.json();
+}
+
+// A paged list walked to its end, CHUNK items a request, following metadata.continue (as kubectl's
+// --chunk-size): each page's cost on the broker stays the same however many jobs it holds.
+const CHUNK = 500;
+async function listAll(path) {
+  const items = [];
+  let token = "";
+  do {
+    const sep = path.includes("?") ? "&" : "?";
+    const page = await api(path + sep + "limit=" + CHUNK + (token ? "&continue=" + encodeURIComponent(token) : ""));
+    items.push(...page.items);
+    token = (page.metadata && page.metadata.continue) || "";
+  } while (token);
+  return { items };
 }
 
 function ago(seconds) {
@@ -369,7 +384,7 @@ function showError(err) {
 async function refresh() {
   try {
     const [fleet, clusters, jobs, spend] = await Promise.all([
-      api("/v1/fleet" + (state.showNodes ? "?nodes=true" : "")), api("/v1/clusters"), api("/v1/jobs"),
+      api("/v1/fleet" + (state.showNodes ? "?nodes=true" : "")), api("/v1/clusters"), listAll("/v1/jobs"),
       api("/v1/spend")]);
     state.fleet = fleet; state.clusters = clusters.items; state.jobs = jobs.items;
     renderProducts(fleet.products || []);
