@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from broker.capacity import cliques as _cliques
 from broker.core import catalog
 from broker.core.k8s_names import (
     DRA_MIG_CLASS,
@@ -19,6 +20,7 @@ from broker.core.k8s_names import (
     SPOT_TAINT_KEYS,
     mig_resource,
 )
+from broker.core.topology import CliqueCapacity
 from broker.core.model import (
     ClusterSnapshot,
     ClusterSummary,
@@ -118,6 +120,7 @@ def cluster_summary(
     nodes_total: int,
     nodes_ready: int,
     bad_nodes: int,
+    cliques: tuple[CliqueCapacity, ...] = (),
 ) -> ClusterSummary:
     """A ClusterSummary from its aggregates and the operator's declared traits."""
     return ClusterSummary(
@@ -134,6 +137,7 @@ def cluster_summary(
         nodes_ready=nodes_ready,
         bad_nodes=bad_nodes,
         labels=dict(traits.labels),
+        cliques=cliques,
     )
 
 
@@ -241,4 +245,5 @@ def summarize(
         nodes_total=len(snapshot.nodes),
         nodes_ready=ready,
         bad_nodes=len(snapshot.bad_nodes),
+        cliques=_cliques.summarize_cliques(snapshot.nodes, tolerated),
     )
