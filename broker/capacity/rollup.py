@@ -20,7 +20,6 @@ from broker.core.k8s_names import (
     SPOT_TAINT_KEYS,
     mig_resource,
 )
-from broker.core.topology import CliqueCapacity
 from broker.core.model import (
     ClusterSnapshot,
     ClusterSummary,
@@ -32,6 +31,7 @@ from broker.core.model import (
     ProductCapacity,
     QueueHeadroom,
 )
+from broker.core.topology import CliqueCapacity
 
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
