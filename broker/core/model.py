@@ -520,6 +520,7 @@ class Reservation:
     expires_at: float
     pods: int = 1
     owner: str = ""
+    clique: str | None = None  # the NVLink clique its pods are held in (Placement.clique)
 
     @property
     def units_per_pod(self) -> int:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.core.model import ClusterTraits, JobRequest, NoFit, Placement
+from broker.cache.reservations import deduct
+from broker.core.model import ClusterTraits, JobRequest, NoFit, Placement, Reservation
 from broker.core.topology import CLIQUE_LABEL, NvlinkClique
 from broker.scheduler.placement import PlacementPolicy, explain, place
 from broker.workload.manifest import build_workload
@@ -97,3 +98,18 @@ def test_the_clique_pin_joins_an_existing_product_term() -> None:
         "nodeSelectorTerms"
     ]
     assert [e["key"] for e in term["matchExpressions"]] == ["nvidia.com/gpu.product", CLIQUE_LABEL]
+
+
+def test_a_reserved_gang_holds_its_clique_for_the_next_decision() -> None:
+    """Two 8-node gangs, one cluster with racks of 8 and 18 free: the first takes the 8 (best fit), and
+    with its reservation deducted the second gets the 18-node rack, not the same 8 again."""
+    two = cluster("whole", rack("whole", 1, 18), rack("whole", 2, 8, busy_nodes=10))
+    first = place(gang(), [two], TRAITS, PlacementPolicy(), 1000.0)
+    assert isinstance(first, Placement) and first.clique == clique_id(2)
+    held = Reservation(
+        "j1", 1, "whole", "GB200", "nvidia.com/gpu", 32, 1000.0, 2000.0, pods=8, clique=first.clique
+    )
+    after = deduct(two, [held], 1000.0)
+    assert next(c for c in after.cliques if c.clique == clique_id(2)).pods_that_fit(4) == 0
+    second = place(gang(), [after], TRAITS, PlacementPolicy(), 1000.0)
+    assert isinstance(second, Placement) and second.clique == clique_id(1)
