@@ -414,6 +414,7 @@ def verdict_view(v: ClusterVerdict) -> dict[str, Any]:
             "resourceName": v.option.resource_name,
             "unitsPerPod": v.option.units_per_pod,
             "migProfile": v.option.mig_profile,
+            "clique": v.option.clique,
         },
         "filtersPassed": [st.plugin for st in v.statuses if st.is_success],
         "note": v.note,
