@@ -20,10 +20,12 @@ import httpx
 import pytest
 import yaml
 
+from adapters.kube_gateway import KubeGateway
 from broker.app import main as composition
 from broker.config.settings import load_fleet_config
-from broker.core.topology import CLIQUE_LABEL
-from broker.workload.manifest import job_id_label_value
+from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.core.topology import CLIQUE_LABEL, NvlinkClique
+from broker.workload.manifest import build_workload, job_id_label_value
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import admin_tokens, free_port, wait_for
@@ -162,3 +164,43 @@ def test_gangs_run_in_one_clique_best_fit_and_a_split_gang_waits(sim: Simulation
         lambda: wanted in _job(broker_url, fourth)["reason"], timeout=30, what="the verdict naming rack 2"
     )
     assert _job(broker_url, fourth)["state"] == "QUEUED"
+
+
+def test_the_compute_domain_is_owned_by_its_job_and_goes_with_it(sim: Simulation) -> None:
+    """Level 2's objects through the real gateway on kubesim: the ComputeDomain is created before the
+    Job, gets an ownerReference to it, and the garbage collector deletes it with the Job."""
+    placement = Placement(
+        "nvl-a", "GB200", "nvidia.com/gpu", 4, 2, 50, gfd_products=("NVIDIA-GB200",), clique=RACK1
+    )
+    job = JobRequest("cd", gpus_per_pod=4, pods=2, nvlink_clique=NvlinkClique.REQUIRED)
+    traits = ClusterTraits("nvl-a", compute_domains=True)
+    w = build_workload("jcd", 0, job, placement, traits)
+    gateway = KubeGateway.from_kubeconfigs({"nvl-a": (sim.kubeconfig_path("nvl-a"), None)})
+    gateway.create_workload("nvl-a", w.job, w.companions)
+    domain = _kubectl(sim, "nvl-a", "get", "computedomains.resource.nvidia.com", w.name, "-n", w.namespace)
+    job_uid = _kubectl(sim, "nvl-a", "get", "jobs", w.name, "-n", w.namespace)["metadata"]["uid"]
+    assert [(r["kind"], r["uid"]) for r in domain["metadata"]["ownerReferences"]] == [("Job", job_uid)]
+    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == f"{w.name}-channel"
+
+    _kubectl_delete(sim, "nvl-a", "jobs", w.name, w.namespace)
+
+    def gone() -> bool:
+        items = _kubectl(sim, "nvl-a", "get", "computedomains.resource.nvidia.com", "-n", w.namespace)[
+            "items"
+        ]
+        return not any(i["metadata"]["name"] == w.name for i in items)
+
+    wait_for(gone, timeout=30, what="the ComputeDomain deleted with its Job")
+
+
+def _kubectl_delete(sim: Simulation, cluster: str, kind: str, name: str, namespace: str) -> None:
+    env = {**os.environ, "KUBECONFIG": str(sim.kubeconfig_path(cluster))}
+    out = subprocess.run(
+        [str(KUBECTL), "delete", kind, name, "-n", namespace, "--wait=false"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
