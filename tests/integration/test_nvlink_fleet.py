@@ -70,8 +70,9 @@ def broker_url(
 
 
 def _cliques(url: str, cluster: str) -> int:
-    clusters = httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]
-    return len(next((c for c in clusters if c["cluster"] == cluster), {}).get("cliques", []))
+    clusters: list[dict[str, Any]] = httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]
+    found: dict[str, Any] = next((c for c in clusters if c["cluster"] == cluster), {})
+    return len(found.get("cliques", []))
 
 
 def _kubectl(sim: Simulation, cluster: str, *args: str) -> Any:
