@@ -8,8 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from broker.api.schemas import JobSpec
+from broker.core.k8s_names import REQUEST_ANNOTATION
+from broker.core.model import JobRequest
 from broker.core.topology import NvlinkClique
 from broker.workload import k8s_job
+from broker.workload.manifest import decode_request, recovery_annotations
 
 
 def test_native_spec_takes_nvlink_clique() -> None:
@@ -67,3 +70,11 @@ def test_a_bad_annotation_value_names_the_annotation() -> None:
         k8s_job.job_field([str(p) for p in loc])
         == "metadata.annotations[gpufed.io/nvlink-clique].nvlinkClique"
     )
+
+
+def test_the_wish_survives_a_rebuild_from_the_member_job() -> None:
+    """Failover and recovery place the job again from its request: the clique requirement is kept in
+    the Job's request annotation (rebuilt after a Redis loss) as in the record."""
+    request = JobRequest("train", gpus_per_pod=4, pods=8, nvlink_clique=NvlinkClique.REQUIRED)
+    annotations = recovery_annotations(request, 1000.0, None, None)
+    assert decode_request(annotations[REQUEST_ANNOTATION]).nvlink_clique is NvlinkClique.REQUIRED
