@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker.capacity import rollup
 from broker.core.model import NodeFacts
 from broker.core.topology import CLIQUE_LABEL, CliqueCapacity
 
@@ -29,10 +28,11 @@ class CliquePart:
     whole: bool
 
 
-def clique_part(node: NodeFacts, tolerated: frozenset[str]) -> CliquePart | None:
-    """The node's part of its clique, None when it has no clique label or takes no whole-GPU pods."""
+def clique_part(node: NodeFacts, usable: bool) -> CliquePart | None:
+    """The node's part of its clique, None when it has no clique label or is not `usable` (it takes no
+    whole-GPU pods of the broker: rollup.takes_whole_gpus, which the callers apply)."""
     clique = node.labels.get(CLIQUE_LABEL, "").strip()
-    if not clique or node.product is None or not rollup.takes_whole_gpus(node, tolerated):
+    if not clique or node.product is None or not usable:
         return None
     return CliquePart((node.product.name, clique), node.gpus_free, node.gpus_allocated == 0)
 
@@ -78,15 +78,20 @@ class CliqueIndex:
                 nodes=agg.nodes,
                 free_nodes=agg.free_nodes,
                 free=agg.free,
-                nodes_by_free=rollup.histogram(agg.frees),
+                nodes_by_free=_histogram(agg.frees),
             )
             for (product, clique), agg in sorted(self._aggs.items())
         )
 
 
-def summarize_cliques(nodes: Iterable[NodeFacts], tolerated: frozenset[str]) -> tuple[CliqueCapacity, ...]:
-    """The cliques of a set of nodes in one pass (what the index keeps incrementally)."""
+def _histogram(counts: dict[int, int]) -> tuple[int, ...]:
+    top = max((v for v, n in counts.items() if n), default=-1)
+    return tuple(counts.get(k, 0) for k in range(top + 1))
+
+
+def summarize_cliques(nodes: Iterable[tuple[NodeFacts, bool]]) -> tuple[CliqueCapacity, ...]:
+    """The cliques of (node, usable) pairs in one pass (what the index keeps incrementally)."""
     index = CliqueIndex()
-    for node in nodes:
-        index.add(clique_part(node, tolerated), 1)
+    for node, usable in nodes:
+        index.add(clique_part(node, usable), 1)
     return index.cliques()

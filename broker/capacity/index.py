@@ -132,7 +132,7 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         shared_allocatable=shared,
         shared_free=shared_free,
         split=rollup.single_numa_node_free(node),
-        clique=clique_part(node, tolerated),
+        clique=clique_part(node, usable=True),
     )
 
 

@@ -245,5 +245,5 @@ def summarize(
         nodes_total=len(snapshot.nodes),
         nodes_ready=ready,
         bad_nodes=len(snapshot.bad_nodes),
-        cliques=_cliques.summarize_cliques(snapshot.nodes, tolerated),
+        cliques=_cliques.summarize_cliques((n, takes_whole_gpus(n, tolerated)) for n in snapshot.nodes),
     )
