@@ -55,8 +55,9 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
 
 
 _ENSURED_KINDS = ("Namespace", "LocalQueue")
-# companions the Job owns (ownerReference added once it exists): DRA claim templates, ComputeDomains
-_OWNED_KINDS = ("ResourceClaimTemplate", "ComputeDomain")
+# companions the Job owns (ownerReference added once it exists): DRA claim templates, ComputeDomains,
+# gang Workloads (scheduling.k8s.io)
+_OWNED_KINDS = ("ResourceClaimTemplate", "ComputeDomain", "Workload")
 
 
 def _ensured_key(cluster: str, obj: Mapping[str, Any]) -> tuple[str, str, str, str]:

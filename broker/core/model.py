@@ -365,6 +365,7 @@ class ClusterTraits:
     create_namespaces: bool = False
     kueue_cluster_queue: str | None = None
     compute_domains: bool = False  # runs the NVIDIA DRA driver's ComputeDomains (docs/topology.md)
+    workload_api: bool = False  # serves scheduling.k8s.io/v1alpha1 Workload: gangs hinted through it
 
     def namespace_for(self, tenant: str) -> str:
         """The namespace a tenant's jobs run in on this cluster."""

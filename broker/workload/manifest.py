@@ -218,7 +218,8 @@ def build_workload(
     ids = {JOB_ID_LABEL: _label_value(job_id), ATTEMPT_LABEL: str(attempt)}
     job_labels = {**{k: v for k, v in job.labels.items()}, **ids}
     pod_labels = dict(job_labels)
-    gang = job.pods > 1 and traits.gang_scheduler is not None
+    workload_gang = job.pods > 1 and traits.workload_api  # Kubernetes' own gang API (topology.py)
+    gang = job.pods > 1 and traits.gang_scheduler is not None and not workload_gang
     if gang:
         pod_labels[POD_GROUP_LABEL] = name
     if traits.kueue_local_queue:
@@ -270,6 +271,8 @@ def build_workload(
     domain = topology.wants_compute_domain(job, placement, traits)
     if domain:
         topology.add_channel_claim(pod_spec, name)
+    if workload_gang:
+        pod_spec["workloadRef"] = {"name": name, "podGroup": topology.GANG_POD_GROUP}
     scheduler = _scheduler_name(job, traits)
     if scheduler:
         pod_spec["schedulerName"] = scheduler
@@ -328,6 +331,8 @@ def build_workload(
         companions = (dra_claims.claim_template(name, namespace, ids, dra), *companions)
     if domain:
         companions = (topology.compute_domain(name, namespace, ids, job.pods), *companions)
+    if workload_gang:
+        companions = (topology.gang_workload(name, namespace, ids, job.pods), *companions)
     # first: the tenant's namespace (and LocalQueue), when the broker may create them
     companions = (*member_namespace.namespace_objects(traits, job.tenant), *companions)
     return WorkloadManifests(job=manifest, companions=companions)

@@ -7,7 +7,10 @@ Owns what the broker writes for a placement that carries an NVLink clique (docs/
   `resource.nvidia.com/v1beta1` ComputeDomain per attempt, named like the Job, whose channel
   ResourceClaimTemplate (`<name>-channel`, made by the driver) every pod claims as `imex-channel`.
   The ComputeDomain is created before the Job and owned by it (the gateway adds the ownerReference
-  once the Job exists), so it is deleted with the Job.
+  once the Job exists), so it is deleted with the Job;
+- on clusters declared `workloadApi` (Kubernetes 1.35's `scheduling.k8s.io/v1alpha1` Workload), a
+  gang's Workload with one pod group `gang: {minCount: pods}` and each pod's `workloadRef` to it, in
+  place of a coscheduling PodGroup.
 Pure: edits and returns plain dicts.
 """
 
@@ -22,14 +25,18 @@ from broker.core.topology import CLIQUE_LABEL
 __all__ = [
     "CHANNEL_CLAIM",
     "COMPUTE_DOMAIN_API",
+    "GANG_POD_GROUP",
     "add_channel_claim",
     "channel_template_name",
     "compute_domain",
+    "gang_workload",
     "pin_to_clique",
     "wants_compute_domain",
 ]
 
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
+WORKLOAD_API = "scheduling.k8s.io/v1alpha1"  # Kubernetes 1.35 (GenericWorkload / GangScheduling gates)
+GANG_POD_GROUP = "workers"  # the Workload's one pod group, named in each pod's workloadRef
 CHANNEL_CLAIM = "imex-channel"  # the pod's claim on the domain's IMEX channel
 
 
@@ -77,3 +84,17 @@ def add_channel_claim(pod_spec: dict[str, Any], name: str) -> None:
     )
     for container in pod_spec.get("containers", []):
         container.setdefault("resources", {}).setdefault("claims", []).append({"name": CHANNEL_CLAIM})
+
+
+def gang_workload(name: str, namespace: str, labels: Mapping[str, str], pods: int) -> dict[str, Any]:
+    """The gang hint through the Workload API: one pod group whose `gang.minCount` is the job's pods
+    (all or none), tied to the Job by `controllerRef`; the pods join it by `spec.workloadRef`."""
+    return {
+        "apiVersion": WORKLOAD_API,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "controllerRef": {"apiGroup": "batch", "kind": "Job", "name": name},
+            "podGroups": [{"name": GANG_POD_GROUP, "policy": {"gang": {"minCount": pods}}}],
+        },
+    }

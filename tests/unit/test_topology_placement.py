@@ -113,3 +113,25 @@ def test_a_reserved_gang_holds_its_clique_for_the_next_decision() -> None:
     assert next(c for c in after.cliques if c.clique == clique_id(2)).pods_that_fit(4) == 0
     second = place(gang(), [after], TRAITS, PlacementPolicy(), 1000.0)
     assert isinstance(second, Placement) and second.clique == clique_id(1)
+
+
+def test_a_gang_goes_through_the_workload_api_where_the_member_serves_it() -> None:
+    p = Placement("c", "GB200", "nvidia.com/gpu", 4, 8, 50, clique="u.1")
+    traits = ClusterTraits("c", gang_scheduler="scheduler-plugins-scheduler", workload_api=True)
+    w = build_workload("j", 0, gang(), p, traits)
+    kinds = [c["kind"] for c in w.companions]
+    assert "Workload" in kinds and "PodGroup" not in kinds  # Kubernetes' own gang API replaces the PodGroup
+    workload = next(c for c in w.companions if c["kind"] == "Workload")
+    assert workload["apiVersion"] == "scheduling.k8s.io/v1alpha1"
+    assert workload["spec"] == {
+        "controllerRef": {"apiGroup": "batch", "kind": "Job", "name": w.name},
+        "podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 8}}}],
+    }
+    assert _pod_spec(w.job)["workloadRef"] == {"name": w.name, "podGroup": "workers"}
+    # without it: the member's gang scheduler, as before
+    plain = build_workload(
+        "j", 0, gang(), p, ClusterTraits("c", gang_scheduler="scheduler-plugins-scheduler")
+    )
+    assert [c["kind"] for c in plain.companions] == ["PodGroup"] and "workloadRef" not in _pod_spec(plain.job)
+    single = build_workload("j", 0, gang(pods=1), p, traits)
+    assert not single.companions and "workloadRef" not in _pod_spec(single.job)
