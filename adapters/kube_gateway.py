@@ -4,8 +4,8 @@ Owns the write side of the Kubernetes edge (broker.core.ports.ClusterGateway):
     create_workload   companions first (the tenant's Namespace and LocalQueue when the broker may create
                       them, asked for once per process; a scheduling.x-k8s.io PodGroup), then the
                       batch/v1 Job; 409 AlreadyExists is success, so a retried create is harmless
-    delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup
-                      and ResourceClaimTemplate (DRA);
+    delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup,
+                      ResourceClaimTemplate (DRA) and ComputeDomain (NVLink, docs/topology.md);
                       404 is success
     read_workload     the Job's status as a WorkloadStatus (active/ready/succeeded/failed, Complete/Failed,
                       spec.suspend); exists=False on 404
@@ -55,6 +55,9 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
 
 
 _ENSURED_KINDS = ("Namespace", "LocalQueue")
+# companions the Job owns (ownerReference added once it exists): DRA claim templates, ComputeDomains,
+# gang Workloads (scheduling.k8s.io)
+_OWNED_KINDS = ("ResourceClaimTemplate", "ComputeDomain", "Workload")
 
 
 def _ensured_key(cluster: str, obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -211,7 +214,7 @@ class KubeGateway:
                 # the namespace went away since it was created: create it again next time
                 self._ensured = {k for k in self._ensured if k[0] != cluster}
             raise
-        templates = [c for c in companions if c.get("kind") == "ResourceClaimTemplate"]
+        templates = [c for c in companions if c.get("kind") in _OWNED_KINDS]
         if templates:
             self._own_by_job(rest, job, templates)
 
@@ -250,6 +253,7 @@ class KubeGateway:
             ("batch/v1", "Job"),
             ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
             ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+            ("resource.nvidia.com/v1beta1", "ComputeDomain"),
         ):
             try:
                 for attempt in _retrying():

@@ -201,7 +201,32 @@ L4 = GpuModel(
     aliases=("NVIDIA-L4",),
 )
 
-CATALOG: dict[str, GpuModel] = {m.name: m for m in (A100_40GB, A100_80GB, H100_80GB, H200_141GB, L4)}
+# Grace Blackwell superchip nodes: 4 GPUs each, 18 nodes per NVL72 rack (one NVLink clique, labelled by
+# GFD nvidia.com/gpu.clique; fleet files set it per pool). 186 GB / 288 GB HBM3e per GPU (nominal MiB).
+GB200 = GpuModel(
+    name="GB200",
+    product="NVIDIA-GB200",
+    memory_mib=186 * 1024,
+    family="blackwell",
+    compute_major=10,
+    compute_minor=0,
+    machine="GB200-NVL72",
+    aliases=("NVIDIA-GB200",),
+)
+GB300 = GpuModel(
+    name="GB300",
+    product="NVIDIA-GB300",
+    memory_mib=288 * 1024,
+    family="blackwell",
+    compute_major=10,
+    compute_minor=3,
+    machine="GB300-NVL72",
+    aliases=("NVIDIA-GB300",),
+)
+
+CATALOG: dict[str, GpuModel] = {
+    m.name: m for m in (A100_40GB, A100_80GB, H100_80GB, H200_141GB, L4, GB200, GB300)
+}
 
 
 def gpu_model(name: str) -> GpuModel:

@@ -89,6 +89,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("resource.k8s.io", ("v1",), "resourceslices", "ResourceSlice", False, (), ()),
     ResourceType("resource.k8s.io", ("v1",), "resourceclaims", "ResourceClaim", True, (), ("status",)),
     ResourceType("resource.k8s.io", ("v1",), "resourceclaimtemplates", "ResourceClaimTemplate", True, (), ()),
+    # The NVIDIA DRA driver's ComputeDomain (a CRD): stored and garbage-collected with its owner; no
+    # controller makes its channel ResourceClaimTemplate (docs/topology.md).
+    ResourceType("resource.nvidia.com", ("v1beta1",), "computedomains", "ComputeDomain", True, ("cd",)),
     # SIG-Multicluster Cluster Inventory API (a CRD): a kubesim cluster can be a fleet's hub.
     ResourceType(
         "multicluster.x-k8s.io", ("v1alpha1",), "clusterprofiles", "ClusterProfile", True, (), ("status",)

@@ -67,6 +67,7 @@ def job_view(r: JobRecord) -> dict[str, Any]:
             "scores": dict(p.scores),
             "migProfile": p.mig_profile,
             "burst": p.burst,
+            "clique": p.clique,
         },
         "createdAt": r.created_at,
         "updatedAt": r.updated_at,
@@ -86,6 +87,7 @@ def job_view(r: JobRecord) -> dict[str, Any]:
             "env": [dict(e) for e in req.env],
             "labels": dict(req.labels),
             "priorityClass": req.priority_class,
+            "nvlinkClique": str(req.nvlink_clique),
         },
         "traceId": trace[1] if len(trace) == 4 else None,
     }

@@ -7,7 +7,7 @@ mapping between wire models and broker.core.model dataclasses. The API module an
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,6 +22,7 @@ from broker.core.model import (
     NoFit,
     Placement,
 )
+from broker.core.topology import NvlinkClique
 from broker.scheduler.placement import ClusterVerdict
 from broker.workload.pod_template import EnvFromSource, EnvVar, Volume, VolumeMount, dump
 
@@ -68,6 +69,13 @@ class MigSpec(_Wire):
         return self
 
 
+class TopologySpec(_Wire):
+    """Placement above the node (docs/topology.md): `nvlinkClique: required | preferred` puts every pod of
+    the gang inside one NVLink clique (a GB200/GB300 NVL72 rack)."""
+
+    nvlink_clique: Literal["required", "preferred"] | None = Field(default=None, alias="nvlinkClique")
+
+
 class JobSpec(_Wire):
     """A job submission. Whole GPUs (`gpus`) or MIG slices (`mig`), per pod; `pods` > 1 is a gang."""
 
@@ -91,6 +99,7 @@ class JobSpec(_Wire):
     min_gpu_memory_gib: int = Field(default=0, alias="minGpuMemoryGiB", ge=0, le=MAX_GPU_MEMORY_GIB)
     mig: MigSpec | None = None
     numa_aligned: bool = Field(default=False, alias="numaAligned")
+    topology: TopologySpec | None = None
     cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
     memory_gib: float = Field(default=1.0, alias="memoryGiB", gt=0, le=8192)
     allow_burst: bool = Field(default=False, alias="allowBurst")
@@ -143,6 +152,8 @@ class JobSpec(_Wire):
             raise ValueError("a GPU job needs gpus >= 1 or a mig request")
         if self.numa_aligned and self.mig is not None:
             raise ValueError("numaAligned applies to whole GPUs only")
+        if self.topology is not None and self.topology.nvlink_clique and self.mig is not None:
+            raise ValueError("topology.nvlinkClique applies to whole GPUs only")
         volumes = {v.name for v in self.volumes}
         for i, m in enumerate(self.volume_mounts):
             if m.name not in volumes:
@@ -183,6 +194,9 @@ class JobSpec(_Wire):
             clusters=tuple(self.clusters),
             duration_seconds=self.duration_seconds,
             labels=dict(self.labels),
+            nvlink_clique=NvlinkClique(
+                self.topology.nvlink_clique if self.topology and self.topology.nvlink_clique else "none"
+            ),
         )
 
 
@@ -196,6 +210,7 @@ class PlacementView(_Wire):
     scores: dict[str, int]
     mig_profile: str | None = Field(alias="migProfile")
     burst: bool
+    clique: str | None = None  # the NVLink clique the gang is pinned to (docs/topology.md)
 
     @classmethod
     def of(cls, p: Placement) -> PlacementView:
@@ -209,6 +224,7 @@ class PlacementView(_Wire):
             scores=dict(p.scores),
             mig_profile=p.mig_profile,
             burst=p.burst,
+            clique=p.clique,
         )
 
 
@@ -252,6 +268,7 @@ class JobView(_Wire):
                 "migProfile": req.mig_profile,
                 "migNeedGB": req.mig_need.memory_gb if req.mig_need else None,
                 "numaAligned": req.numa_aligned,
+                "nvlinkClique": str(req.nvlink_clique),
                 "allowBurst": req.allow_burst,
                 "maxWaitSeconds": req.max_wait_seconds,
                 "failover": str(req.failover),
@@ -328,6 +345,18 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
             }
             for m in s.mig
         ],
+        # NVLink cliques (docs/topology.md): one small row per (product, clique)
+        "cliques": [
+            {
+                "clique": c.clique,
+                "product": c.product,
+                "nodes": c.nodes,
+                "freeNodes": c.free_nodes,
+                "free": c.free,
+                "nodesByFree": list(c.nodes_by_free),
+            }
+            for c in s.cliques
+        ],
         "queues": [
             {
                 "clusterQueue": q.cluster_queue,
@@ -386,6 +415,7 @@ def verdict_view(v: ClusterVerdict) -> dict[str, Any]:
             "resourceName": v.option.resource_name,
             "unitsPerPod": v.option.units_per_pod,
             "migProfile": v.option.mig_profile,
+            "clique": v.option.clique,
         },
         "filtersPassed": [st.plugin for st in v.statuses if st.is_success],
         "note": v.note,

@@ -12,6 +12,8 @@ level 1 reads, with `now` handed in (no clock here):
   `numa_blocks` (largest free block inside one NUMA zone per node) loses each pod the same way.
 - MIG slices: free drops by the reserved slices; the largest free on one node drops by them too
   (pessimistic: the pod may land on the node with the most free slices), staying >= 1 while any is free.
+- NVLink cliques: a reservation placed in a clique (Reservation.clique) takes its pods from that
+  clique's nodes_by_free the same best-fit way, so a second gang is not promised the same rack.
 - Kueue quota: a reserved Job is not yet admitted, so its units count as used in every ClusterQueue
   quota entry covering its resource (pessimistic where several flavors could admit it).
 
@@ -28,6 +30,7 @@ from collections.abc import Iterable
 
 from broker.core.k8s_names import GPU
 from broker.core.model import ClusterSummary, MigCapacity, ProductCapacity, Reservation
+from broker.core.topology import CliqueCapacity
 
 __all__ = ["deduct", "live", "take_best_fit", "units_held"]
 
@@ -123,4 +126,20 @@ def deduct(summary: ClusterSummary, reservations: Iterable[Reservation], now: fl
         dataclasses.replace(q, used=q.used + by_resource[q.resource]) if q.resource in by_resource else q
         for q in summary.queues
     )
-    return dataclasses.replace(summary, products=products, mig=migs, queues=queues)
+    cliques = summary.cliques
+    in_clique = [r for r in mine if r.clique is not None and r.resource_name == GPU]
+    if in_clique:
+        cliques = tuple(_deduct_clique(c, in_clique) for c in cliques)
+    return dataclasses.replace(summary, products=products, mig=migs, queues=queues, cliques=cliques)
+
+
+def _deduct_clique(c: CliqueCapacity, reservations: list[Reservation]) -> CliqueCapacity:
+    mine = [r for r in reservations if r.clique == c.clique and r.product == c.product]
+    if not mine:
+        return c
+    hist = c.nodes_by_free
+    for r in mine:
+        hist = take_best_fit(hist, r.units_per_pod, r.pods)
+    free = sum(k * n for k, n in enumerate(hist))
+    free_nodes = max(0, c.free_nodes - sum(r.pods for r in mine))  # each pod may break one free node
+    return dataclasses.replace(c, free=free, nodes_by_free=hist, free_nodes=free_nodes)

@@ -4,7 +4,8 @@ Owns the running aggregates behind a ClusterSummary so that a change to one node
 summary costs O(products x histogram width), not O(nodes). Per GPU product it keeps totals, the counts
 behind the nodes_by_free and numa_blocks histograms and a counter of gpu.product label values; per MIG
 (product, profile, resource) the slice totals, a count per free value (the largest free slices on one
-node is the largest value with a non-zero count) and a counter of label values. `upsert` subtracts the
+node is the largest value with a non-zero count) and a counter of label values; per NVLink clique its
+free-GPU histogram (broker.capacity.cliques). `upsert` subtracts the
 node's old contribution and adds its new one.
 
 The result is exactly `rollup.summarize` of the same nodes (sorted by name, as ClusterWatcher builds
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.capacity import rollup
+from broker.capacity.cliques import CliqueIndex, CliquePart, clique_part
 from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
@@ -76,6 +78,7 @@ class _Contribution:
     shared_free: int = 0
     split: int = 0  # capacity.single_numa_node_free
     sizes: tuple[int, ...] = ()  # capacity.gpu_domain_sizes
+    clique: CliquePart | None = None  # its NVLink clique's part (broker.capacity.cliques)
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
@@ -131,6 +134,7 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         shared_free=shared_free,
         split=rollup.single_numa_node_free(node),
         sizes=rollup.gpu_domain_sizes(node),
+        clique=clique_part(node, usable=True),
     )
 
 
@@ -222,6 +226,7 @@ class CapacityIndex:
         self._ready = 0
         self._products: dict[str, _ProductAgg] = {}
         self._mig: dict[MigKey, _MigAgg] = {}
+        self._cliques = CliqueIndex()
 
     # ------------------------------------------------------------------ changes
 
@@ -256,6 +261,7 @@ class CapacityIndex:
             self._ready += sign
         if c.product is None:
             return
+        self._cliques.add(c.clique, sign)
         agg = self._products.get(c.product)
         if agg is None:
             agg = self._products[c.product] = _ProductAgg()
@@ -320,6 +326,7 @@ class CapacityIndex:
             nodes_total=len(self._facts),
             nodes_ready=self._ready,
             bad_nodes=len(self._bad),
+            cliques=self._cliques.cliques(),
         )
 
     def _product(self, name: str, agg: _ProductAgg) -> ProductCapacity:

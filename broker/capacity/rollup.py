@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from broker.capacity import cliques as _cliques
 from broker.core import catalog
 from broker.core.k8s_names import (
     DRA_MIG_CLASS,
@@ -30,6 +31,7 @@ from broker.core.model import (
     ProductCapacity,
     QueueHeadroom,
 )
+from broker.core.topology import CliqueCapacity
 
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
@@ -125,6 +127,7 @@ def cluster_summary(
     nodes_total: int,
     nodes_ready: int,
     bad_nodes: int,
+    cliques: tuple[CliqueCapacity, ...] = (),
 ) -> ClusterSummary:
     """A ClusterSummary from its aggregates and the operator's declared traits."""
     return ClusterSummary(
@@ -141,6 +144,7 @@ def cluster_summary(
         nodes_ready=nodes_ready,
         bad_nodes=bad_nodes,
         labels=dict(traits.labels),
+        cliques=cliques,
     )
 
 
@@ -254,4 +258,5 @@ def summarize(
         nodes_total=len(snapshot.nodes),
         nodes_ready=ready,
         bad_nodes=len(snapshot.bad_nodes),
+        cliques=_cliques.summarize_cliques((n, takes_whole_gpus(n, tolerated)) for n in snapshot.nodes),
     )

@@ -161,6 +161,8 @@ def explain(
                 f"would place on {p['cluster']}: {p['unitsPerPod']}x {p['resourceName']} per pod "
                 f"({p['product']}), score {p['score']}"
             )
+            if p.get("clique"):  # the NVLink clique the gang is pinned to (docs/topology.md)
+                head += f", in NVLink clique {p['clique']}"
         else:
             head = str(body["message"])
         queue = body.get("queue")

@@ -86,6 +86,12 @@ class ClusterConfig(_Strict):
     # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
     # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
     gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    # the NVIDIA DRA driver's ComputeDomains run here: a job placed in an NVLink clique gets one
+    # (docs/topology.md)
+    compute_domains: bool = Field(default=False, alias="computeDomains")
+    # Kubernetes 1.35's gang Workload API (scheduling.k8s.io/v1alpha1) is served: gangs get a Workload
+    # and their pods a workloadRef, instead of a coscheduling PodGroup (docs/topology.md)
+    workload_api: bool = Field(default=False, alias="workloadApi")
     # Tenant namespaces (docs/tenancy.md): unset here, settings.tenantNamespace / createNamespaces apply.
     tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
     create_namespaces: bool | None = Field(default=None, alias="createNamespaces")
@@ -116,6 +122,8 @@ class ClusterConfig(_Strict):
             spot=self.spot,
             namespace=self.namespace,
             dra=self.gpu_allocation == "dra",
+            compute_domains=self.compute_domains,
+            workload_api=self.workload_api,
             tenant_namespace=self.tenant_namespace,
             create_namespaces=bool(self.create_namespaces),
             kueue_cluster_queue=(self.kueue.cluster_queue or self.kueue.local_queue) if self.kueue else None,

@@ -659,6 +659,7 @@ class BrokerService:
             + (self.burst.provisioning_delay(where.cluster) if self.burst is not None else 0.0),
             pods=max(1, where.pods),
             owner=self.placer_id,
+            clique=where.clique,
         )
         state = self.cache.state(where.cluster)
         if state is None:

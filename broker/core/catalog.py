@@ -85,6 +85,10 @@ _ENTRIES: tuple[CatalogEntry, ...] = (
     CatalogEntry("H100-80GB", 81559, "hopper", ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"), "80gb"),
     CatalogEntry("H100-NVL-94GB", 95830, "hopper", ("NVIDIA-H100-NVL",), "h100-nvl"),
     CatalogEntry("H200-141GB", 143771, "hopper", ("NVIDIA-H200", "NVIDIA-H200-NVL"), "h200"),
+    # Grace Blackwell superchips, 4 GPUs per node, 18 nodes per NVL72 rack (one NVLink clique): 186 GB and
+    # 288 GB HBM3e per GPU (NVIDIA's system pages); nominal MiB, the node's gpu.memory label wins.
+    CatalogEntry("GB200", 186 * 1024, "blackwell", ("NVIDIA-GB200",)),
+    CatalogEntry("GB300", 288 * 1024, "blackwell", ("NVIDIA-GB300",)),
     CatalogEntry("L4", 23034, "ada-lovelace", ("NVIDIA-L4",)),
     CatalogEntry("L40S", 46068, "ada-lovelace", ("NVIDIA-L40S",)),
     CatalogEntry("A10G", 23028, "ampere", ("NVIDIA-A10G",)),
@@ -158,6 +162,9 @@ def _guess(parent: str, memory_mib: int | None) -> CatalogEntry | None:
     """Recognise GFD strings not in the table (new board variants) by their model token."""
     tokens = set(re.split(r"[-_ ]+", parent.upper()))
     big = memory_mib is not None and memory_mib > 60_000
+    for name in ("GB200", "GB300"):
+        if name in tokens:
+            return _BY_NAME[name]
     if "H200" in tokens:
         return _BY_NAME["H200-141GB"]
     if "H100" in tokens:

@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from broker.core.k8s_names import mig_resource
+from broker.core.topology import CliqueCapacity, NvlinkClique
 
 TENANT_PLACEHOLDER = "{tenant}"  # in ClusterTraits.tenant_namespace
 
@@ -328,6 +329,7 @@ class ClusterSummary:
     # watch them (namespaces_observed); a namespace not listed then does not exist.
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
+    cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)
@@ -364,6 +366,8 @@ class ClusterTraits:
     tenant_namespace: str | None = None
     create_namespaces: bool = False
     kueue_cluster_queue: str | None = None
+    compute_domains: bool = False  # runs the NVIDIA DRA driver's ComputeDomains (docs/topology.md)
+    workload_api: bool = False  # serves scheduling.k8s.io/v1alpha1 Workload: gangs hinted through it
 
     def namespace_for(self, tenant: str) -> str:
         """The namespace a tenant's jobs run in on this cluster."""
@@ -417,15 +421,14 @@ class JobRequest:
     cpu_millis_per_pod: int = 1000
     memory_mib_per_pod: int = 1024
     allow_burst: bool = False
-    max_wait_seconds: float | None = (
-        None  # burst once the predicted on-prem wait is over this (docs/burst.md)
-    )
+    max_wait_seconds: float | None = None  # burst once the predicted on-prem wait is over this (burst.md)
     max_price_per_gpu_hour: float | None = None
     priority_class: str | None = None
     clusters: tuple[str, ...] = ()  # restrict to these clusters; empty = any
     duration_seconds: float | None = None  # how long the workload runs (kubesim honours it)
     labels: Mapping[str, str] = field(default_factory=dict)
     failover: FailoverPolicy = FailoverPolicy.REQUEUE
+    nvlink_clique: NvlinkClique = NvlinkClique.NONE  # every pod in one NVLink clique (docs/topology.md)
 
     @property
     def wants_mig(self) -> bool:
@@ -451,6 +454,7 @@ class Placement:
     burst: bool = False
     preferred_nodes: tuple[str, ...] = ()  # for level-2 preferred node affinity, best first
     gfd_products: tuple[str, ...] = ()  # parent gpu.product values of the product in that cluster
+    clique: str | None = None  # the NVLink clique level 2 pins the pods to (docs/topology.md)
 
     @property
     def total_units(self) -> int:
@@ -519,6 +523,7 @@ class Reservation:
     expires_at: float
     pods: int = 1
     owner: str = ""
+    clique: str | None = None  # the NVLink clique its pods are held in (Placement.clique)
 
     @property
     def units_per_pod(self) -> int:

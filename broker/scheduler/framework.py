@@ -100,6 +100,7 @@ class RunOption:
     capacity: ProductCapacity | None = None
     mig: MigCapacity | None = None
     gfd_products: tuple[str, ...] = ()
+    clique: str | None = None  # the NVLink clique the gang fits in (plugins/nvlink.py), for level 2
 
     @property
     def gpu_fraction_per_unit(self) -> float:
@@ -122,6 +123,7 @@ PLACEMENT_FIELDS: tuple[str, ...] = (
     "tenant",
     "cpu_millis_per_pod",
     "memory_mib_per_pod",
+    "nvlink_clique",
 )
 """The JobRequest fields level 1 reads; plugins read no others (not the name, image, tenant, labels)."""
 

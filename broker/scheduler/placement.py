@@ -394,6 +394,7 @@ def decide(
         mig_profile=o.mig_profile,
         burst=chosen.tier is Tier.CLOUD,
         gfd_products=o.gfd_products,
+        clique=o.clique,
     )
 
 

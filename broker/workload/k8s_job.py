@@ -40,6 +40,7 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
     "gpufed.io/failover": ("failover", "str"),
     "gpufed.io/tenant": ("tenant", "str"),
     "gpufed.io/duration-seconds": ("durationSeconds", "float"),
+    "gpufed.io/nvlink-clique": ("topology", "nvlinkClique"),  # required | preferred (docs/topology.md)
 }
 
 _JOB_SPEC_KEYS = {"parallelism", "completions", "completionMode", "backoffLimit", "template", "suspend"}
@@ -137,6 +138,8 @@ def _annotation(key: str, value: object, native: dict[str, Any]) -> None:
             native[target] = int(text)
         elif kind == "float":
             native[target] = float(text)
+        elif kind == "nvlinkClique":
+            native[target] = {"nvlinkClique": text}
         else:
             native[target] = text
     except ValueError as e:

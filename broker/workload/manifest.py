@@ -5,7 +5,8 @@ in-cluster scheduler hints: resource names for the cluster's MIG strategy, the G
 preferred node affinity, GPU/spot tolerations, schedulerName for NUMA-aware or gang scheduling,
 Guaranteed QoS for NUMA-aligned jobs, Kueue queue label + suspend, priority, a coscheduling PodGroup,
 and the labels that tie every object to the broker's job; on DRA clusters a ResourceClaimTemplate
-instead of GPU resources (dra_claims.py). The user's kept pod-template fields (image, command, args,
+instead of GPU resources (dra_claims.py); for a placement in an NVLink clique, the pin to it and a
+ComputeDomain (topology.py). The user's kept pod-template fields (image, command, args,
 env, envFrom, volumes from ConfigMaps/Secrets, volumeMounts) go into the one container. Pure: returns
 plain dicts.
 """
@@ -40,7 +41,7 @@ from broker.core.k8s_names import (
 )
 from broker.core.model import ClusterTraits, JobRequest, Placement
 from broker.tenancy import member_namespace
-from broker.workload import dra_claims
+from broker.workload import dra_claims, topology
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -217,7 +218,8 @@ def build_workload(
     ids = {JOB_ID_LABEL: _label_value(job_id), ATTEMPT_LABEL: str(attempt)}
     job_labels = {**{k: v for k, v in job.labels.items()}, **ids}
     pod_labels = dict(job_labels)
-    gang = job.pods > 1 and traits.gang_scheduler is not None
+    workload_gang = job.pods > 1 and traits.workload_api  # Kubernetes' own gang API (topology.py)
+    gang = job.pods > 1 and traits.gang_scheduler is not None and not workload_gang
     if gang:
         pod_labels[POD_GROUP_LABEL] = name
     if traits.kueue_local_queue:
@@ -264,6 +266,13 @@ def build_workload(
     affinity = _affinity(placement, products)
     if affinity:
         pod_spec["affinity"] = affinity
+    if placement.clique is not None:
+        topology.pin_to_clique(pod_spec, placement.clique)
+    domain = topology.wants_compute_domain(job, placement, traits)
+    if domain:
+        topology.add_channel_claim(pod_spec, name)
+    if workload_gang:
+        pod_spec["workloadRef"] = {"name": name, "podGroup": topology.GANG_POD_GROUP}
     scheduler = _scheduler_name(job, traits)
     if scheduler:
         pod_spec["schedulerName"] = scheduler
@@ -320,6 +329,10 @@ def build_workload(
         )
     if dra is not None:
         companions = (dra_claims.claim_template(name, namespace, ids, dra), *companions)
+    if domain:
+        companions = (topology.compute_domain(name, namespace, ids, job.pods), *companions)
+    if workload_gang:
+        companions = (topology.gang_workload(name, namespace, ids, job.pods), *companions)
     # first: the tenant's namespace (and LocalQueue), when the broker may create them
     companions = (*member_namespace.namespace_objects(traits, job.tenant), *companions)
     return WorkloadManifests(job=manifest, companions=companions)

@@ -13,6 +13,7 @@ from broker.core.model import Tier
 from broker.scheduler.placement import DEFAULT_SCORES
 from broker.scheduler.plugins.binpack import BinPackScore
 from broker.scheduler.plugins.health import HealthFreshness
+from broker.scheduler.plugins.nvlink import NvlinkCliqueScore
 from broker.scheduler.plugins.price import PriceScore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,12 +162,17 @@ def test_settings_placement_builds_the_policy_from_the_registry() -> None:
         "gpu-product",
         "gpu-fit",
         "mig-fit",
+        "nvlink-clique",
         "price-cap",
         "kueue",
         "namespace-quota",
     ]
     assert HealthFreshness(staleness_limit_seconds=45.0) in policy.filters  # from staleAfterSeconds
-    assert policy.scores == (BinPackScore(weight=5, strategy="spread"), PriceScore(ceiling_per_gpu_hour=4.0))
+    assert policy.scores == (
+        BinPackScore(weight=5, strategy="spread"),
+        PriceScore(ceiling_per_gpu_hour=4.0),
+        NvlinkCliqueScore(),
+    )
     assert policy.prefer_onprem is False
 
 

@@ -153,6 +153,14 @@ function clusterCard(c) {
       (p.singleNumaNodeFree || 0) > 0 ? histogram(p.nodesByFree, "pod slots (NUMA zones) by free GPUs") : null,
       p.numaBlocks.some((n) => n) ? histogram(p.numaBlocks, "largest free block in one NUMA zone") : null));
   }
+  // NVLink cliques (GB200/GB300 NVL72 racks, docs/topology.md): one strip per clique, free nodes of its nodes
+  for (const q of (c.cliques || [])) {
+    const id = q.clique.length > 16 ? q.clique.slice(0, 8) + "…" + q.clique.slice(q.clique.lastIndexOf(".")) : q.clique;
+    card.append(el("div", { class: "sub-row clique", title: q.clique }, "NVLink " + id + " (" + q.product + "): ",
+      bar([{ cls: freeCls, value: q.freeNodes, name: "free nodes" }, { cls: "used", value: q.nodes - q.freeNodes, name: "busy nodes" }],
+        Math.max(1, q.nodes), q.freeNodes + " of " + q.nodes + " nodes free in NVLink clique " + q.clique),
+      el("span", { class: "num" }, q.freeNodes + " / " + q.nodes + " nodes free")));
+  }
   for (const m of c.mig) {
     card.append(el("div", { class: "prod mig" },
       el("div", { class: "prod-h" }, el("strong", {}, m.product + " MIG " + m.profile), " ",

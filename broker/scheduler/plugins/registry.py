@@ -25,6 +25,7 @@ from broker.scheduler.plugins.kueue import KueueHeadroom, QueueHeadroomScore
 from broker.scheduler.plugins.mig_fit import MigFit
 from broker.scheduler.plugins.namespace_quota import NamespaceQuota
 from broker.scheduler.plugins.numa import NumaFit
+from broker.scheduler.plugins.nvlink import NvlinkCliqueFit, NvlinkCliqueScore
 from broker.scheduler.plugins.price import PriceCap, PriceScore
 
 __all__ = [
@@ -72,6 +73,12 @@ FILTERS: tuple[PluginSpec, ...] = (
     PluginSpec("gpu-fit", "filter", WholeGpuFit, "whole GPUs fit, each pod on one node, the gang at once"),
     PluginSpec("mig-fit", "filter", MigFit, "MIG slices fit, on settled nodes"),
     PluginSpec("numa-fit", "filter", NumaFit, "each pod's GPUs inside one NUMA zone (numa_aligned jobs)"),
+    PluginSpec(
+        "nvlink-clique",
+        "filter",
+        NvlinkCliqueFit,
+        "a gang that asks for one NVLink clique fits in one (best fit)",
+    ),
     PluginSpec("price-cap", "filter", PriceCap, "no product over the job's price cap"),
     PluginSpec("kueue", "filter", KueueHeadroom, "the ClusterQueue quota has room (Kueue clusters)"),
     PluginSpec(
@@ -85,6 +92,7 @@ SCORES: tuple[PluginSpec, ...] = (
     PluginSpec("binpack", "score", BinPackScore, "fill nodes snugly (or spread: most room left)"),
     PluginSpec("price", "score", PriceScore, "cheaper GPU-hours score higher"),
     PluginSpec("queue", "score", QueueHeadroomScore, "more quota / free GPUs left after the job"),
+    PluginSpec("nvlink-clique", "score", NvlinkCliqueScore, "a preferred gang inside one NVLink clique"),
 )
 
 

@@ -26,11 +26,17 @@ def test_the_registry_names_every_plugin_in_chain_order_with_defaults() -> None:
         "gpu-fit",
         "mig-fit",
         "numa-fit",
+        "nvlink-clique",
         "price-cap",
         "kueue",
         "namespace-quota",
     ]
-    assert {s.name: s.default_weight for s in registry.SCORES} == {"binpack": 2, "price": 1, "queue": 1}
+    assert {s.name: s.default_weight for s in registry.SCORES} == {
+        "binpack": 2,
+        "price": 1,
+        "queue": 1,
+        "nvlink-clique": 2,
+    }
     assert registry.spec("score", "binpack") is not None
     assert registry.spec("score", "binpack").args == ("strategy",)  # type: ignore[union-attr]
     assert registry.spec("filter", "health").args == ("staleness_limit_seconds",)  # type: ignore[union-attr]
