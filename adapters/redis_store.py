@@ -54,6 +54,7 @@ from typing import Any
 import redis
 from pydantic import TypeAdapter
 
+from adapters import redis_connect
 from broker.cache import reservations
 from broker.capacity.node_detail import NodeDetail
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
@@ -304,7 +305,7 @@ class RedisStateStore:
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
         # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
-        self._r: redis.Redis = redis.Redis.from_url(
+        self._r: redis.Redis = redis_connect.client_for(
             redis_url,
             decode_responses=False,
             socket_timeout=SOCKET_TIMEOUT_SECONDS,

@@ -1,0 +1,62 @@
+"""Redis that survives its primary: Sentinel (a primary, two replicas, three sentinels started here from
+the distribution's redis-server) under a stream of 200 submits/s to the real API with
+`redisDurability: replica`; the primary SIGKILLed mid-stream. Every acknowledged submit is still there
+after the failover, no Idempotency-Key made two jobs, submits succeed again within 10 s, and the
+password in the redis+sentinel URL shows up in no answer and no log line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.redis_connect import client_for
+from adapters.redis_lease import RedisLease
+from adapters.redis_sentinel_process import SentinelDeployment, sentinel_deployment
+from benchmarks.redis_failover import PASSWORD, stream_through_failover
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.flaky(reruns=0)]
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[SentinelDeployment]:
+    with sentinel_deployment(tmp_path, replicas=2, password=PASSWORD) as dep:
+        yield dep
+
+
+def test_no_acknowledged_submit_is_lost_or_doubled_when_the_primary_is_killed(
+    deployment: SentinelDeployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    old_primary = deployment.primary_port()
+    result = asyncio.run(stream_through_failover(deployment, rate=200, seconds=6, kill_after=2))
+    assert deployment.primary_port() != old_primary, "the sentinels never promoted a replica"
+    assert result.failed_attempts > 0, "the kill went unnoticed: the stream did not span the failover"
+    assert result.never_answered == 0 and result.acknowledged == result.sent == 1200
+    assert result.lost == 0
+    assert result.duplicated == 0 and result.conflicts == 0
+    assert result.unavailable_s <= 10.0, result.line()
+    assert not [b for b in result.bodies if PASSWORD in b]
+    assert PASSWORD not in caplog.text
+
+
+def test_the_lease_and_a_plain_client_follow_the_new_primary(deployment: SentinelDeployment) -> None:
+    lease = RedisLease(deployment.url(), "gpufed-sentinel-lease", "replica-a", lease_seconds=3)
+    assert lease.acquire_or_renew() is not None
+    deployment.kill(deployment.primary_port())
+    # The killed primary's lease key was replicated: once a replica is promoted, the holder keeps it.
+    wait_for(lambda: _renews(lease), timeout=20, what="the lease renewed on the new primary")
+    client = client_for(deployment.url(), socket_timeout=2)
+    assert client.get("gpufed-sentinel-lease:leader") is not None
+    lease.close()
+
+
+def _renews(lease: RedisLease) -> bool:
+    try:
+        return lease.acquire_or_renew() is not None
+    except Exception:
+        return False
