@@ -35,12 +35,12 @@ def client_for(url: str, **kwargs: Any) -> redis.Redis:
     sentinel_kwargs: dict[str, Any] = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
     if target.sentinel_password:
         sentinel_kwargs["password"] = target.sentinel_password
-    sentinel = Sentinel(
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels),
         sentinel_kwargs=sentinel_kwargs,
         username=target.username,
         password=target.password,
         **kwargs,
     )
-    client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)
+    client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)  # type: ignore[no-untyped-call]
     return client

@@ -31,7 +31,9 @@ __all__ = ["DurableRedisStore", "ReplicaAck", "state_store"]
 class ReplicaAck:
     """`confirm()`: the writes made so far reached `replicas` replicas within `timeout_ms`, or StoreError."""
 
-    def __init__(self, client: redis.Redis, marker_key: str, replicas: int = 1, timeout_ms: int = 1000) -> None:
+    def __init__(
+        self, client: redis.Redis, marker_key: str, replicas: int = 1, timeout_ms: int = 1000
+    ) -> None:
         self._r = client
         self._marker = marker_key
         self.replicas = replicas
@@ -98,4 +100,3 @@ def state_store(
     if durability == "replica":
         return DurableRedisStore(redis_url, replicas=1, timeout_ms=timeout_ms, **kwargs)
     return RedisStateStore(redis_url, **kwargs)
-

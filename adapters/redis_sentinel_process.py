@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -42,8 +43,8 @@ class SentinelDeployment:
 
     def primary_port(self) -> int:
         """Where the sentinels say the primary is now."""
-        _, port = self.sentinel().sentinel_get_master_addr_by_name(MASTER)
-        return int(port)
+        addr: Any = self.sentinel().sentinel_get_master_addr_by_name(MASTER)
+        return int(addr[1])
 
     def kill(self, port: int) -> None:
         """SIGKILL the server on `port` (no shutdown, no last write)."""
@@ -84,9 +85,11 @@ class SentinelDeployment:
         try:
             for port in self.sentinel_ports:
                 s = self.sentinel(port)
-                if len(s.sentinel_slaves(MASTER)) < len(self.data_ports) - 1:
+                replicas: Any = s.sentinel_slaves(MASTER)
+                peers: Any = s.sentinel_sentinels(MASTER)
+                if len(replicas) < len(self.data_ports) - 1:
                     return False
-                if len(s.sentinel_sentinels(MASTER)) < len(self.sentinel_ports) - 1:
+                if len(peers) < len(self.sentinel_ports) - 1:
                     return False
             primary = redis.Redis(port=self.primary_port(), password=self.password, socket_timeout=2)
             info = primary.info("replication")
@@ -127,7 +130,9 @@ def sentinel_deployment(
         deadline = time.monotonic() + ready_timeout_s
         while not dep.ready():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the sentinel deployment in {directory} did not come up in {ready_timeout_s:g}s")
+                raise RuntimeError(
+                    f"the sentinel deployment in {directory} did not come up in {ready_timeout_s:g}s"
+                )
             time.sleep(0.1)
         yield dep
     finally:

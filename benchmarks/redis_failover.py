@@ -73,9 +73,7 @@ async def stream_through_failover(
     retry_for_s: float = 30.0,
 ) -> FailoverResult:
     """Submits at `rate` for `seconds` against the API on `dep`; the primary SIGKILLed at `kill_after`."""
-    store = state_store(
-        dep.url(), durability, 1000, prefix=PREFIX, require_marker=True, unique_names=True
-    )
+    store = state_store(dep.url(), durability, 1000, prefix=PREFIX, require_marker=True, unique_names=True)
     store.set_run_marker("redis-failover")
     service = BrokerService(store, KubeGateway({}), SystemClock(), {"c1": ClusterTraits(name="c1")})
     app = create_app(service, service.clock)
@@ -140,7 +138,9 @@ async def stream_through_failover(
     stored = {r.id: r for r in store.list_jobs()}
     acked_ids = {i for ids in out.answers.values() for i in ids}
     out.lost = sum(1 for i in acked_ids if i not in stored and store.get_job(i) is None)
-    per_key = collections.Counter(r.idempotency_key for r in stored.values() if r.request.name.startswith("job-"))
+    per_key = collections.Counter(
+        r.idempotency_key for r in stored.values() if r.request.name.startswith("job-")
+    )
     out.duplicated = sum(c - 1 for c in per_key.values() if c > 1) + sum(
         len(ids) - 1 for ids in out.answers.values() if len(ids) > 1
     )
@@ -156,11 +156,13 @@ def main() -> None:
     ap.add_argument("--durability", choices=["none", "replica"], default="replica")
     ap.add_argument("--replicas", type=int, default=2)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpufed-sentinel-") as tmp:
-        with sentinel_deployment(Path(tmp), replicas=args.replicas, password=PASSWORD) as dep:
-            result = asyncio.run(
-                stream_through_failover(dep, args.rate, args.seconds, args.kill_after, args.durability)
-            )
+    with (
+        tempfile.TemporaryDirectory(prefix="gpufed-sentinel-") as tmp,
+        sentinel_deployment(Path(tmp), replicas=args.replicas, password=PASSWORD) as dep,
+    ):
+        result = asyncio.run(
+            stream_through_failover(dep, args.rate, args.seconds, args.kill_after, args.durability)
+        )
     print(
         f"redis failover: {args.rate:g} submits/s for {args.seconds:g} s, primary SIGKILLed at "
         f"{args.kill_after:g} s, redisDurability {args.durability}, {args.replicas} replica(s)"

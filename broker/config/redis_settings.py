@@ -27,11 +27,10 @@ Ray actors) is handed one string. A password never appears in an error message f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
-
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -88,9 +87,11 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     if not is_sentinel_url(url):
         raise ValueError(f"redisUrl: not a {SENTINEL_SCHEME}:// URL: {redact(url)}")
     rest = url[len(SENTINEL_SCHEME) + 3 :]
+    # Hosts and master names hold no '@' or '?': the last '@' ends the userinfo even when a password
+    # holds an unencoded '/', '?' or '@'.
+    userinfo, at, rest = rest.rpartition("@")
     rest, _, query = rest.partition("?")
-    netloc, _, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
+    hosts, _, path = rest.partition("/")
     username: str | None = None
     password: str | None = None
     if at:
@@ -104,7 +105,9 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     sentinels = tuple(_host_port(h, "redisUrl: sentinel") for h in hosts.split(",") if h.strip())
     segments = [s for s in path.split("/") if s]
     if not segments:
-        raise ValueError("redisUrl: a redis+sentinel URL names the master after the hosts (/<master-name>/<db>)")
+        raise ValueError(
+            "redisUrl: a redis+sentinel URL names the master after the hosts (/<master-name>/<db>)"
+        )
     master = unquote(segments[0])
     if not re.match(_MASTER_NAME, master):
         raise ValueError(f"redisUrl: master name {master!r}: letters, digits, '_', '.', '-' only")
@@ -139,8 +142,8 @@ def sentinel_url(
 def redact(url: str) -> str:
     """The URL with every password replaced by ***, for logs and error messages (any Redis scheme)."""
     if is_sentinel_url(url):
-        head, at, tail = url.partition("@")
-        if at and "/" not in head[len(SENTINEL_SCHEME) + 3 :]:
+        head, at, tail = url.rpartition("@")
+        if at:
             user = head[len(SENTINEL_SCHEME) + 3 :].partition(":")[0]
             url = f"{SENTINEL_SCHEME}://{user}:***@{tail}"
         return re.sub(r"(sentinelPassword=)[^&]*", r"\1***", url)
