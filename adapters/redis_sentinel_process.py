@@ -71,7 +71,7 @@ class SentinelDeployment:
             f"dir {self.directory}",
             f"sentinel monitor {MASTER} 127.0.0.1 {primary} 2",
             f"sentinel down-after-milliseconds {MASTER} 1000",
-            f"sentinel failover-timeout {MASTER} 4000",
+            f"sentinel failover-timeout {MASTER} 2000",
             f"sentinel parallel-syncs {MASTER} 1",
         ]
         if self.password:
