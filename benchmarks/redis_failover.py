@@ -155,10 +155,11 @@ def main() -> None:
     ap.add_argument("--kill-after", type=float, default=3.0)
     ap.add_argument("--durability", choices=["none", "replica"], default="replica")
     ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--keep", type=Path, help="put the servers' configs and logs here (kept)")
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="gpufed-sentinel-") as tmp,
-        sentinel_deployment(Path(tmp), replicas=args.replicas, password=PASSWORD) as dep,
+        sentinel_deployment(args.keep or Path(tmp), replicas=args.replicas, password=PASSWORD) as dep,
     ):
         result = asyncio.run(
             stream_through_failover(dep, args.rate, args.seconds, args.kill_after, args.durability)
