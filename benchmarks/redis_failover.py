@@ -15,6 +15,9 @@ is answered 2xx. At --kill-after seconds the primary is SIGKILLed. Printed:
     duplicated     jobs beyond one per Idempotency-Key, and keys answered with two job ids (must be 0)
     unavailable    seconds from the kill to the first 2xx of a submit sent after it
     failover       seconds from the kill until the sentinels name a new primary
+
+With --cost, nothing is killed: the median time of one group-committed batch (1 and 64 submits) with
+redisDurability none and replica, i.e. what the WAIT adds per batch.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from adapters.redis_sentinel_process import SentinelDeployment, sentinel_deploym
 from adapters.system_clock import SystemClock
 from broker.api.routes import create_app
 from broker.controller.service import BrokerService
-from broker.core.model import ClusterTraits
+from broker.core.model import ClusterTraits, JobRequest
 
 PASSWORD = "fo-S3cret:pw@x"  # with characters a URL must encode
 PREFIX = "gpufed-failover"
@@ -148,6 +151,27 @@ async def stream_through_failover(
     return out
 
 
+def wait_cost(dep: SentinelDeployment, batches: int = 200) -> dict[tuple[str, int], float]:
+    """Median ms of one group-committed batch of `size` submits (StateStore.create_jobs), per mode."""
+    out: dict[tuple[str, int], float] = {}
+    for mode in ("none", "replica"):
+        store = state_store(dep.url(), mode, 1000, prefix=f"{PREFIX}-cost-{mode}")
+        service = BrokerService(store, KubeGateway({}), SystemClock(), {"c1": ClusterTraits(name="c1")})
+        for size in (1, 64):
+            times = []
+            for b in range(batches):
+                prepared = [
+                    service.prepare_submit(JobRequest(name=f"c{size}-{b}-{i}"), f"k{size}-{b}-{i}")
+                    for i in range(size)
+                ]
+                t = time.perf_counter()
+                store.create_jobs(prepared)
+                times.append((time.perf_counter() - t) * 1000)
+            out[(mode, size)] = sorted(times)[len(times) // 2]
+        store.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=200.0)
@@ -156,11 +180,16 @@ def main() -> None:
     ap.add_argument("--durability", choices=["none", "replica"], default="replica")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="put the servers' configs and logs here (kept)")
+    ap.add_argument("--cost", action="store_true", help="only the cost of WAIT per batch (no kill)")
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="gpufed-sentinel-") as tmp,
         sentinel_deployment(args.keep or Path(tmp), replicas=args.replicas, password=PASSWORD) as dep,
     ):
+        if args.cost:
+            for (mode, size), ms in wait_cost(dep).items():
+                print(f"redisDurability {mode:7}  batch of {size:2}: median {ms:.2f} ms per batch")
+            return
         result = asyncio.run(
             stream_through_failover(dep, args.rate, args.seconds, args.kill_after, args.durability)
         )
