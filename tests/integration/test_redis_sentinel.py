@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from adapters.kube import KubeGateway
 from adapters.redis_connect import client_for
+from adapters.redis_durability import DurableRedisStore
 from adapters.redis_lease import RedisLease
 from adapters.redis_sentinel_process import SentinelDeployment, sentinel_deployment
+from adapters.system_clock import SystemClock
 from benchmarks.redis_failover import PASSWORD, stream_through_failover
+from broker.controller.service import BrokerService
+from broker.core.errors import StoreError
+from broker.core.model import ClusterTraits, JobRequest
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.flaky(reruns=0)]
@@ -60,3 +66,24 @@ def _renews(lease: RedisLease) -> bool:
         return lease.acquire_or_renew() is not None
     except Exception:
         return False
+
+
+def test_with_no_replica_to_confirm_a_submit_is_refused_and_its_retry_is_the_same_job(redis_url: str) -> None:
+    """The session's Redis has no replica: under redisDurability replica nothing is acknowledged (503 with
+    the reason), yet what was written stays one job per Idempotency-Key."""
+    store = DurableRedisStore(redis_url, timeout_ms=50, prefix="gpufed-durability")
+    service = BrokerService(store, KubeGateway({}), SystemClock(), {"c1": ClusterTraits(name="c1")})
+    try:
+        prepared = [service.prepare_submit(JobRequest(name=f"d{i}"), f"key-{i}") for i in range(3)]
+        for _ in range(2):  # the first try and its retry with the same keys
+            outcomes = store.create_jobs(prepared)
+            assert all(isinstance(o, StoreError) and "0 of 1 replica" in str(o) for o in outcomes)
+        assert len(store.list_jobs()) == 3
+        assert store.ack.waits == 2  # one WAIT per batch, not per submit
+        with pytest.raises(StoreError, match="Idempotency-Key"):
+            store.create_job(*service.prepare_submit(JobRequest(name="single"), "key-single"))
+    finally:
+        keys = list(store.client.scan_iter(match="gpufed-durability:*"))
+        if keys:
+            store.client.delete(*keys)
+        store.close()
