@@ -181,6 +181,7 @@ def test_network_policy_can_be_left_out() -> None:
         ("bad-schema.yaml", "allowPrivilegeEscalation"),
         ("bad-settings-typo.yaml", "additional properties 'priorityClass' not allowed"),
         ("bad-ingress-no-hosts.yaml", "ingress.hosts: name at least one host"),
+        ("bad-sentinel-password-plain-url.yaml", "redis.sentinelPasswordKey: only with a redis+sentinel://"),
     ],
 )
 def test_unsafe_values_are_refused_with_the_reason(values: str, message: str) -> None:
