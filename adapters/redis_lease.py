@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import redis
 
+from adapters import redis_connect
 from adapters.redis_store import CONNECT_TIMEOUT_SECONDS
 from broker.core.errors import StoreError
 
@@ -56,7 +57,7 @@ class RedisLease:
             raise ValueError(f"holder: must be non-empty without '|' (got {holder!r})")
         # Each call is bounded well inside the lease: a renew that hangs must not outlive it.
         timeout = max(0.2, min(lease_seconds / 3, 5.0))
-        self._r: redis.Redis = redis.Redis.from_url(
+        self._r: redis.Redis = redis_connect.client_for(
             redis_url,
             socket_timeout=timeout,
             socket_connect_timeout=min(timeout, CONNECT_TIMEOUT_SECONDS),

@@ -55,6 +55,7 @@ from typing import Any
 import redis
 from pydantic import TypeAdapter
 
+from adapters import redis_connect
 from adapters.redis_job_list import ORDER_INDEX_LUA, RedisJobList, order_keys
 from broker.cache import reservations
 from broker.capacity.node_detail import NodeDetail
@@ -312,7 +313,7 @@ class RedisStateStore:
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
         # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
-        self._r: redis.Redis = redis.Redis.from_url(
+        self._r: redis.Redis = redis_connect.client_for(
             redis_url,
             decode_responses=False,
             socket_timeout=SOCKET_TIMEOUT_SECONDS,

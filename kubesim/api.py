@@ -30,6 +30,7 @@ from kubesim import apply as ssa
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
 from kubesim.http import Connection, Request, Response
+from kubesim.metrics import CONTENT_TYPE_LATEST, RequestMetrics, resource_label
 from kubesim.patch import PatchError, json_patch, merge_patch, strategic_merge
 from kubesim.rbac import ADMIN, Identity
 from kubesim.resources import CREATE_ONLY, RESOURCES, ResourceType, groups, lookup
@@ -483,6 +484,7 @@ class ClusterApi:
         # read from any thread with request_counts(). Requests refused before routing (auth, faults) are
         # not counted.
         self.requests: dict[tuple[str, str], int] = {}
+        self.metrics = RequestMetrics()  # the same requests with their status, on /metrics
         self.users: dict[str, Identity] = {}  # bearer token -> the user it authenticates (besides admin)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -521,6 +523,7 @@ class ClusterApi:
     def _count(self, verb: str, rt: ResourceType, sub: str | None) -> None:
         key = (verb, rt.key if sub is None else f"{rt.key}/{sub}")
         self.requests[key] = self.requests.get(key, 0) + 1
+        self.metrics.mark(verb, resource_label(rt.key, sub))
 
     def add_user(self, user: str, groups: tuple[str, ...] | list[str] = (), token: str | None = None) -> str:
         """Bind a bearer token to a user (and groups); RBAC decides what it may do. Returns the token (a new
@@ -540,6 +543,16 @@ class ClusterApi:
     # ------------------------------------------------------------------ entry point
 
     async def handle(self, req: Request, conn: Connection) -> Response | None:
+        token = RequestMetrics.begin()
+        code = 500
+        try:
+            response = await self._handle(req, conn)
+            code = response.status if response is not None else 200
+            return response
+        finally:
+            self.metrics.end(token, code)
+
+    async def _handle(self, req: Request, conn: Connection) -> Response | None:
         faults = self.faults
         if faults.hang:
             self._hung.add(conn)
@@ -674,6 +687,8 @@ class ClusterApi:
             return Response(200, b"ok", "text/plain; charset=utf-8")
         if head == "version" and len(segs) == 1:
             return self._json(KUBE_VERSION)
+        if head == "metrics" and len(segs) == 1:
+            return Response(200, self.metrics.exposition(), CONTENT_TYPE_LATEST)
         if head == "openapi" and len(segs) >= 2 and segs[1] == "v3":
             return self._openapi(segs[2:])
         if head == "api":

@@ -55,14 +55,15 @@ class AuditWriter:
         if full:
             self.dropped += 1
             telemetry.audit_lost.labels("queue").inc()
+            log.error("audit queue full: a record of %s %s by %s was dropped", r.verb, r.object, r.subject)
         else:
             telemetry.audit_records.labels(r.outcome).inc()
-            log.error("audit queue full: a record of %s %s by %s was dropped", r.verb, r.object, r.subject)
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """True once every record queued before the call is handed to its sinks (or given up on)."""
+        """True once every record queued before the call is handed to its sinks (or given up on): a batch a
+        sink refused is tried again on the writer's next round, up to `retries` times, before that."""
         with self._idle:
-            return self._idle.wait_for(lambda: self._busy == 0, timeout=timeout)
+            return self._idle.wait_for(lambda: self._busy == 0 and not self._pending, timeout=timeout)
 
     def close(self) -> None:
         self.flush()
@@ -104,10 +105,9 @@ class AuditWriter:
                 held, _ = self._pending.get(index, ([], 0))
                 if held or batch:
                     self._write(index, sink, held + batch)
-            if batch:
-                with self._idle:
-                    self._busy -= len(batch)
-                    self._idle.notify_all()
+            with self._idle:  # flush() waits for the queue and for held batches (written or given up)
+                self._busy -= len(batch)
+                self._idle.notify_all()
 
 
 class DerivedAuditLog(Protocol):

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis
@@ -24,6 +23,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from adapters import redis_connect
 from adapters.loopback_ports import free_port
 from adapters.redis_process import RedisServerUnavailable, private_redis
 from broker.app.fleet_tables import fleet_table
@@ -93,7 +93,7 @@ DEMO_JOBS: list[dict[str, Any]] = [
 
 def _redis_answers(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+        return bool(redis_connect.client_for(url, socket_connect_timeout=1).ping())
     except redis.RedisError:
         return False
 
@@ -119,13 +119,8 @@ def redis_for_demo() -> Iterator[str]:
 
 
 def redacted(url: str) -> str:
-    """The URL with any password replaced, for printing."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The URL with any password replaced, for printing (redis:// and redis+sentinel://)."""
+    return redis_connect.redact(url)
 
 
 # The demo's callers (tokens.yaml beside its clusters.yaml): name -> (tenant, role). Tokens are random

@@ -38,7 +38,7 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
-from adapters import nvml
+from adapters import nvml, redis_connect, redis_durability
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
@@ -140,7 +140,7 @@ class StartupError(RuntimeError):
 def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
     """What would otherwise fail deep inside a start, checked first: Redis answers, the port is free."""
     url = cfg.settings.redis_url
-    shown = url.split("@")[-1]  # never print a password
+    shown = redis_connect.redact(url)  # never print a password
     try:
         store = RedisStateStore(url, prefix=cfg.settings.redis_prefix)
     except (ValueError, OSError) as e:
@@ -370,8 +370,13 @@ def running_broker(
     settings = cfg.settings
     service, store, gateway = build_service(
         cfg,
-        store=RedisStateStore(
-            settings.redis_url, prefix=settings.redis_prefix, require_marker=True, unique_names=True
+        store=redis_durability.state_store(  # settings.redisDurability: WAIT for a replica per ack
+            settings.redis_url,
+            settings.redis_durability,
+            settings.redis_wait_timeout_ms,
+            prefix=settings.redis_prefix,
+            require_marker=True,
+            unique_names=True,
         ),
         clock=clock,
     )
@@ -528,7 +533,9 @@ def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
     try:
         settings = type(cfg.settings).model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"settings from the environment: {exc}") from exc
+        # Only the messages: pydantic's text quotes the input, and REDIS_URL may carry a password.
+        msgs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"settings from the environment: {msgs}") from None
     return cfg.model_copy(update={"settings": settings})
 
 

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from broker.burst.settings import BurstConfig
+from broker.config import redis_settings
 from broker.core import safe_yaml
 from broker.core.errors import ConfigError
 from broker.core.model import TENANT_PLACEHOLDER, ClusterTraits, Tier
@@ -257,6 +258,11 @@ class Settings(_Strict):
     redis_prefix: str = Field(
         default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$"
     )  # no ":": the key separator
+    # Redis Sentinel (docs/operations.md): `redisUrl: redis+sentinel://...`, or the block `redis:` (turned
+    # into that URL at load). `redisDurability: replica`: a submit is acknowledged only once one replica
+    # holds it (WAIT 1 redisWaitTimeoutMs, one per group-committed batch).
+    redis_durability: Literal["none", "replica"] = Field(default="none", alias="redisDurability")
+    redis_wait_timeout_ms: int = Field(default=1000, alias="redisWaitTimeoutMs", ge=1, le=60_000)
     stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
     # A cluster with no successful call for this long is lost (the pollers' broker.health.machine calls it
@@ -299,6 +305,18 @@ class Settings(_Strict):
     @classmethod
     def _tenant_namespace(cls, v: str | None) -> str | None:
         return _check_tenant_namespace(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _redis_block(cls, raw: Any) -> Any:
+        return redis_settings.block_to_url(raw)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, v: str) -> str:
+        if redis_settings.is_sentinel_url(v):
+            redis_settings.parse_sentinel_url(v)  # errors name the part, never the password
+        return v
 
     @field_validator("tenants")
     @classmethod

@@ -14,13 +14,21 @@ import pytest
 import yaml
 from kubernetes import client
 
+from broker.config.redis_settings import parse_sentinel_url
 from broker.config.settings import parse_fleet_config
 
 REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / "tools" / "bin" / "helm"
 CHART = REPO / "charts" / "gpufed"
 VALUES = REPO / "tests" / "fixtures" / "helm"
-GOOD = ["minimal.yaml", "ha-external-redis.yaml", "no-networkpolicy.yaml", "sso.yaml", "documented.yaml"]
+GOOD = [
+    "minimal.yaml",
+    "ha-external-redis.yaml",
+    "no-networkpolicy.yaml",
+    "sso.yaml",
+    "documented.yaml",
+    "redis-sentinel.yaml",
+]
 
 
 def _helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -131,6 +139,35 @@ def test_ha_with_external_redis_lease_service_monitor_and_pinned_digest() -> Non
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in sources
 
 
+def test_redis_sentinel_url_gets_both_passwords_from_the_secret_and_the_sentinel_port(tmp_path: Path) -> None:
+    docs = _render("redis-sentinel.yaml")
+    assert not any(kind == "StatefulSet" for kind, _ in docs)  # no Redis of the release's own
+    container = docs[("Deployment", "rel-gpufed")]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gpufed-redis",
+        "key": "redis-password",
+    }
+    assert env["REDIS_SENTINEL_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "sentinel-password"
+    url = env["REDIS_URL"]["value"]
+    assert url.startswith("redis+sentinel://:$(REDIS_PASSWORD)@sentinel-0.redis:26379,")
+    assert url.endswith("/mymaster/0?sentinelPassword=$(REDIS_SENTINEL_PASSWORD)")
+    # What the pod's broker reads once Kubernetes expands the variables.
+    expanded = url.replace("$(REDIS_PASSWORD)", "pw").replace("$(REDIS_SENTINEL_PASSWORD)", "spw")
+    target = parse_sentinel_url(expanded)
+    assert (target.master_name, target.password, target.sentinel_password) == ("mymaster", "pw", "spw")
+    assert len(target.sentinels) == 3
+    config = yaml.safe_load(docs[("ConfigMap", "rel-gpufed-config")]["data"]["clusters.yaml"])
+    settings = parse_fleet_config(config, "clusters.yaml", tmp_path).settings
+    assert settings.redis_durability == "replica" and settings.redis_wait_timeout_ms == 500
+    ports = {
+        p["port"]
+        for rule in docs[("NetworkPolicy", "rel-gpufed")]["spec"]["egress"]
+        for p in rule.get("ports", [])
+    }
+    assert {6379, 26379} <= ports
+
+
 def test_network_policy_can_be_left_out() -> None:
     docs = _render("no-networkpolicy.yaml")
     assert not any(kind == "NetworkPolicy" for kind, _ in docs)
@@ -144,6 +181,7 @@ def test_network_policy_can_be_left_out() -> None:
         ("bad-schema.yaml", "allowPrivilegeEscalation"),
         ("bad-settings-typo.yaml", "additional properties 'priorityClass' not allowed"),
         ("bad-ingress-no-hosts.yaml", "ingress.hosts: name at least one host"),
+        ("bad-sentinel-password-plain-url.yaml", "redis.sentinelPasswordKey: only with a redis+sentinel://"),
     ],
 )
 def test_unsafe_values_are_refused_with_the_reason(values: str, message: str) -> None:

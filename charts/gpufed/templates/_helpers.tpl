@@ -64,6 +64,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The Redis URL without the password; the password joins it in the pod (REDIS_URL). */}}
 {{- define "gpufed.redisUrl" -}}
+{{- if and .Values.redis.sentinelPasswordKey (not (hasPrefix "redis+sentinel://" .Values.redis.url)) -}}
+{{- fail "redis.sentinelPasswordKey: only with a redis+sentinel:// redis.url and redis.existingSecret" -}}
+{{- end -}}
 {{- if .Values.redis.url -}}
 {{- .Values.redis.url -}}
 {{- else if .Values.redis.internal.enabled -}}
