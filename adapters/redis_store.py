@@ -19,6 +19,8 @@ All keys start with the prefix (default "gpufed"), written P:
     P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
+    P:changes                stream  one entry per job write: j = job id, w = the writing store's id
+                                   (capped; adapters.redis_changes: how the leader's job cache follows)
     P:fenced                 hash  cluster -> why it is fenced (lost; offered again once its stale attempts are swept)
     P:cluster-events:<c>     stream  ClusterEvents of one cluster (health changes, fences), capped
     P:leader                 str   "<holder>|<token>" of the leader lease, with a TTL (adapters.redis_lease)
@@ -48,12 +50,15 @@ can never create a second job.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from pydantic import TypeAdapter
 
+from adapters import redis_scripts as scripts
+from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from broker import reservations
 from broker.errors import Conflict, Fenced, Recovering, StoreError
 from broker.model import (
@@ -81,185 +86,6 @@ _CLUSTER_EVENT = TypeAdapter(ClusterEvent)
 _CLUSTER_STREAM_MAXLEN = 1000
 _NODES = TypeAdapter(tuple[NodeDetail, ...])
 
-# The fencing check every control-loop write starts with: `tok` is the writer's lease token ('' = an
-# unfenced writer, e.g. the API), `key` P:leader-token. True when the write must be refused.
-_STALE_TOKEN = """
-local function stale_token(key, tok)
-  if tok == '' then return false end
-  return redis.call('GET', key) ~= tok
-end
-"""
-
-# KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
-_PUT_SUMMARY = """
-local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'json', ARGV[2])
-redis.call('SADD', KEYS[2], ARGV[1])
-return v
-"""
-
-# KEYS: summary:<cluster>, resv:<cluster>, resv-where, leader-token. ARGV: job_id, cluster, attempt,
-# owner, now, expected version, expected ledger, json, resv-key prefix, summary-key prefix, token.
-# Returns {status, version, ledger}: status 1 reserved, 0 the cluster changed since the placer read it
-# (version/ledger are the current ones), -1 the job's reservation is held by another placer or a newer
-# attempt, -2 the cluster has no summary, -3 the writer's lease token is stale.
-_RESERVE = (
-    _STALE_TOKEN
-    + """
-if stale_token(KEYS[4], ARGV[11]) then return {-3, '0', '0'} end
-local job, cluster = ARGV[1], ARGV[2]
-local attempt, now = tonumber(ARGV[3]), tonumber(ARGV[5])
-local cur = redis.call('HMGET', KEYS[1], 'version', 'ledger')
-if not cur[1] then return {-2, '0', '0'} end
-local version, ledger = cur[1], cur[2] or '0'
-if version ~= ARGV[6] or ledger ~= ARGV[7] then return {0, version, ledger} end
-local where = redis.call('HGET', KEYS[3], job)
-if where then
-  local old = redis.call('HGET', ARGV[9] .. where, job)
-  if old then
-    local o = cjson.decode(old)
-    local live = tonumber(o['expires_at']) > now
-    local oa = tonumber(o['attempt'])
-    if live and (oa > attempt or (oa == attempt and o['owner'] ~= ARGV[4])) then
-      return {-1, version, ledger}
-    end
-    redis.call('HDEL', ARGV[9] .. where, job)
-    if where ~= cluster then redis.call('HINCRBY', ARGV[10] .. where, 'ledger', 1) end
-  end
-end
-redis.call('HSET', KEYS[2], job, ARGV[8])
-redis.call('HSET', KEYS[3], job, cluster)
-ledger = redis.call('HINCRBY', KEYS[1], 'ledger', 1)
-return {1, version, tostring(ledger)}
-"""
-)
-
-# KEYS: resv-where. ARGV: job_id, attempt ('' = any), owner ('' = any), resv-key prefix, summary prefix.
-# Removes the job's reservation if it matches; returns 1 when one was removed.
-_RELEASE = """
-local job = ARGV[1]
-local where = redis.call('HGET', KEYS[1], job)
-if not where then return 0 end
-local raw = redis.call('HGET', ARGV[4] .. where, job)
-if raw then
-  local o = cjson.decode(raw)
-  if ARGV[2] ~= '' and tonumber(o['attempt']) ~= tonumber(ARGV[2]) then return 0 end
-  if ARGV[3] ~= '' and o['owner'] ~= ARGV[3] then return 0 end
-  redis.call('HDEL', ARGV[4] .. where, job)
-  redis.call('HINCRBY', ARGV[5] .. where, 'ledger', 1)
-end
-redis.call('HDEL', KEYS[1], job)
-if raw then return 1 end
-return 0
-"""
-
-# KEYS: resv:<cluster>, resv-where, summary:<cluster>. ARGV: now. Drops expired reservations; returns
-# how many.
-_PRUNE = """
-local n = 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local r = cjson.decode(all[i + 1])
-  if tonumber(r['expires_at']) <= tonumber(ARGV[1]) then
-    redis.call('HDEL', KEYS[1], all[i])
-    redis.call('HDEL', KEYS[2], all[i])
-    n = n + 1
-  end
-end
-if n > 0 then redis.call('HINCRBY', KEYS[3], 'ledger', 1) end
-return n
-"""
-
-# The event of a job write, appended in the same script: to the job's stream (KEYS[a]) and to the
-# capped fleet-wide stream (KEYS[a+1]) when ARGV[e] is not ''.
-_APPEND_EVENT = """
-local function append_event(stream, fleet, payload, maxlen)
-  if payload ~= '' then
-    redis.call('XADD', stream, '*', 'e', payload)
-    redis.call('XADD', fleet, 'MAXLEN', '~', maxlen, '*', 'e', payload)
-  end
-end
-"""
-
-# KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events, run-id marker. ARGV: id, json, state, idem key present ('1'/'0'), job-key prefix, event json,
-# stream maxlen, marker required ('1'/'0').
-# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''}.
-_CREATE_JOB = (
-    _APPEND_EVENT
-    + """
-if ARGV[8] == '1' and redis.call('EXISTS', KEYS[7]) == 0 then return {'recovering', ''} end
-if ARGV[4] == '1' then
-  local existing = redis.call('GET', KEYS[4])
-  if existing then
-    local prior = redis.call('HGET', ARGV[5] .. existing, 'json')
-    if prior then return {'existing', prior} end
-  end
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ''} end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1]) end
-append_event(KEYS[5], KEYS[6], ARGV[6], ARGV[7])
-return {'created', ARGV[2]}
-"""
-)
-
-# KEYS: job, jobs, state-set prefix, events:<id>, events, leader-token. ARGV: id, json, new state,
-# expected state ('' = unconditional), event json ('' = none), stream maxlen, token ('' = unfenced).
-# Returns {'ok', ''} or {'conflict', current state or ''} or {'fenced', current token or ''}.
-_SAVE_JOB = (
-    _APPEND_EVENT
-    + _STALE_TOKEN
-    + """
-if stale_token(KEYS[6], ARGV[7]) then return {'fenced', redis.call('GET', KEYS[6]) or ''} end
-local cur = redis.call('HGET', KEYS[1], 'state')
-if ARGV[4] ~= '' and cur ~= ARGV[4] then
-  return {'conflict', cur or ''}
-end
-if ARGV[8] ~= '' then
-  local att = redis.call('HGET', KEYS[1], 'attempt')
-  if att and att ~= ARGV[8] then return {'conflict', (cur or '') .. ' at attempt ' .. att} end
-end
-if cur and cur ~= ARGV[3] then
-  redis.call('SREM', KEYS[3] .. cur, ARGV[1])
-end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3], 'attempt', ARGV[9])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-append_event(KEYS[4], KEYS[5], ARGV[5], ARGV[6])
-return {'ok', ''}
-"""
-)
-
-# KEYS: fenced, leader-token. ARGV: cluster, reason ('' = unfence), token. Returns 1 when changed,
-# 0 when not, -1 when the token is stale.
-_FENCE = (
-    _STALE_TOKEN
-    + """
-if stale_token(KEYS[2], ARGV[3]) then return -1 end
-if ARGV[2] == '' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-"""
-)
-
-# KEYS: job, jobs, state-set prefix, idem (or ''), events:<id>, events. ARGV: id, json, state, idem key
-# present, event json, stream maxlen. A record rebuilt from a member cluster: written only if the job is
-# unknown; its idempotency key is set only if unset. Returns 1 when written.
-_RESTORE_JOB = (
-    _APPEND_EVENT
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1], 'NX') end
-append_event(KEYS[5], KEYS[6], ARGV[5], ARGV[6])
-return 1
-"""
-)
-
 
 def _text(value: object) -> str:
     """A Redis reply (bytes here; str if a caller's client decodes) as text."""
@@ -277,7 +103,7 @@ _RESERVE_STATUS = {
 _FENCED_CODE = -3
 
 
-class RedisStateStore:
+class RedisStateStore(JobChanges):
     """broker.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
     def __init__(
@@ -299,16 +125,17 @@ class RedisStateStore:
             socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
         )
         self._p = prefix
+        self.writer_id = "w" + uuid.uuid4().hex[:12]  # names this store's job writes in P:changes
         self._token = fencing_token
         self._require_marker = require_marker
-        self._fence = self._r.register_script(_FENCE)
-        self._restore_job = self._r.register_script(_RESTORE_JOB)
-        self._put_summary = self._r.register_script(_PUT_SUMMARY)
-        self._reserve = self._r.register_script(_RESERVE)
-        self._release = self._r.register_script(_RELEASE)
-        self._prune = self._r.register_script(_PRUNE)
-        self._create_job = self._r.register_script(_CREATE_JOB)
-        self._save_job = self._r.register_script(_SAVE_JOB)
+        self._fence = self._r.register_script(scripts.FENCE)
+        self._restore_job = self._r.register_script(scripts.RESTORE_JOB)
+        self._put_summary = self._r.register_script(scripts.PUT_SUMMARY)
+        self._reserve = self._r.register_script(scripts.RESERVE)
+        self._release = self._r.register_script(scripts.RELEASE)
+        self._prune = self._r.register_script(scripts.PRUNE)
+        self._create_job = self._r.register_script(scripts.CREATE_JOB)
+        self._save_job = self._r.register_script(scripts.SAVE_JOB)
 
     # ------------------------------------------------------------------ keys
 
@@ -579,6 +406,7 @@ class RedisStateStore:
             self._k("events", record.id),
             self._k("events"),
             self._k("run-id"),
+            self._k("changes"),
         ]
         args: list[Any] = [
             record.id,
@@ -589,6 +417,8 @@ class RedisStateStore:
             _EVENT.dump_json(event) if event is not None else "",
             _FLEET_STREAM_MAXLEN,
             "1" if self._require_marker else "0",
+            self.writer_id,
+            CHANGES_MAXLEN,
         ]
         return keys, args
 
@@ -628,6 +458,7 @@ class RedisStateStore:
                     self._k("events", record.id),
                     self._k("events"),
                     self._k("leader-token"),
+                    self._k("changes"),
                 ],
                 args=[
                     record.id,
@@ -639,6 +470,8 @@ class RedisStateStore:
                     self._token_arg(),
                     str(expected_attempt) if expected_attempt is not None else "",
                     str(record.attempt),
+                    self.writer_id,
+                    CHANGES_MAXLEN,
                 ],
             )
         except redis.RedisError as e:
@@ -693,6 +526,7 @@ class RedisStateStore:
                         self._k("idem", idem) if idem else self._k("idem", ""),
                         self._k("events", record.id),
                         self._k("events"),
+                        self._k("changes"),
                     ],
                     args=[
                         record.id,
@@ -701,6 +535,8 @@ class RedisStateStore:
                         "1" if idem else "0",
                         _EVENT.dump_json(event) if event is not None else "",
                         _FLEET_STREAM_MAXLEN,
+                        self.writer_id,
+                        CHANGES_MAXLEN,
                     ],
                     client=pipe,
                 )

@@ -127,7 +127,9 @@ def redis_totals(r: redis.Redis) -> tuple[int, int]:
     )
 
 
-async def submit_all(url: str, jobs: int, clients: int) -> tuple[list[float], list[str], dict[str, str], float]:
+async def submit_all(
+    url: str, jobs: int, clients: int
+) -> tuple[list[float], list[str], dict[str, str], float]:
     """Closed loop of `clients` keep-alive clients. Returns (latencies, errors, key -> job id, last submit)."""
     latencies: list[float] = []
     errors: list[str] = []
@@ -230,7 +232,7 @@ def main() -> None:
                     stderr=subprocess.STDOUT,
                 )
             )
-            wait(lambda: (out / "kubesim.json").exists(), 300, "kubesim to start")
+            wait((out / "kubesim.json").exists, 300, "kubesim to start")
             described = json.loads((out / "kubesim.json").read_text())
             names = [c["name"] for c in described["clusters"]]
             kubeconfigs = {c["name"]: c["kubeconfig"] for c in described["clusters"]}
@@ -248,7 +250,14 @@ def main() -> None:
             broker_log = open(tmp / "broker.log", "wb")  # noqa: SIM115
             env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
             broker = subprocess.Popen(
-                [str(bindir / "gpufed"), "serve", "--config", str(tmp / "clusters.yaml"), "--port", str(port)],
+                [
+                    str(bindir / "gpufed"),
+                    "serve",
+                    "--config",
+                    str(tmp / "clusters.yaml"),
+                    "--port",
+                    str(port),
+                ],
                 stdout=broker_log,
                 stderr=subprocess.STDOUT,
                 env=env,

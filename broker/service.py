@@ -47,6 +47,9 @@ from broker import (
 )
 from broker.batch_placement import BatchPlacer
 from broker.burst_gate import BurstGate
+from broker.controller.job_records import PLACED_STATES, JobRecords
+from broker.controller.state_writer import StateWriter, event_of
+from broker.controller.work_queue import WorkQueue
 from broker.dispatch import Dispatcher, InlineDispatcher
 from broker.errors import (
     ClusterError,
@@ -72,7 +75,7 @@ from broker.model import (
     Placement,
     Reservation,
 )
-from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
+from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore, WorkloadWatch
 from broker.spend import TenantSpend
 from broker.vocabulary import GPU
 from broker.wait_prediction import Prediction
@@ -97,6 +100,9 @@ _PREEMPT_SETTLE_SECONDS = 30.0
 _QUEUE_VIEW_TTL_SECONDS = 1.0
 # The product names the fleet shows, for submit's validation: read again at most this often.
 _KNOWN_PRODUCTS_TTL_SECONDS = 5.0
+# Followed by watch, a job's status is read when its Job changed; every job is compared with the
+# informer caches (memory, no request) this often anyway.
+STATUS_RESYNC_SECONDS = 10.0
 
 
 def new_job_id() -> str:
@@ -172,6 +178,14 @@ class BrokerService:
         self._preemptions: list[tuple[float, str, int]] = []  # (when, tenant, victims): the storm limits
         self._unreadable: set[str] = set()  # clusters whose last Job read failed (said once, until one works)
         self._tenants_seen: set[str] = set()  # tenants of jobs seen queued or placed (the sweep's namespaces)
+        # The leader's job records in memory, the one writer of job state, and what changed since the
+        # last pass (broker.controller): a pass reads from the store only what changed.
+        self.records = JobRecords(store)
+        self.writer = StateWriter(store, clock, self.records)
+        self.work = WorkQueue()
+        self._watch: WorkloadWatch | None = None  # set by watch_changes(): statuses come by event
+        self._next_resync = float("-inf")
+        self._cache_observed = False  # observe_clusters refreshed the FleetCache (sync_status reuses it)
 
     # ------------------------------------------------------------------ submit / read / cancel
 
@@ -193,6 +207,8 @@ class BrokerService:
     def accepted(self, record: JobRecord, stored: JobRecord) -> tuple[JobRecord, bool]:
         """(the stored job, whether it is new): a seen idempotency key stored nothing and names the first."""
         faults.point("submitted")
+        if stored.id == record.id:
+            self.records.put(stored)  # this service's own submit (its records are built once it leads)
         return stored, stored.id == record.id
 
     def prepare_submit(
@@ -381,9 +397,8 @@ class BrokerService:
     def schedule_once(self) -> list[JobRecord]:
         """One scheduling pass over every QUEUED job, in queue order. Returns the jobs that changed."""
         self._apply_pending_traits()
-        # list_jobs reads the index, then each record: a record may have moved on in between (another
-        # placer placed it), and deciding it again would re-reserve it at a newer attempt.
-        queued = [r for r in self.store.list_jobs([JobState.QUEUED]) if r.state is JobState.QUEUED]
+        self.records.ensure()  # the jobs other writers changed since the last pass (submits, cancels)
+        queued = self.records.in_states([JobState.QUEUED])
         self._tenants_seen.update(r.request.tenant for r in queued)
         waiting = {r.id for r in queued}
         self._parked = {j: fp for j, fp in self._parked.items() if j in waiting}
@@ -391,7 +406,7 @@ class BrokerService:
         if not queued:
             return []
         now = self.clock.now()
-        self.cache.refresh()
+        self._fresh_cache()
         fleet = self._offered_fleet()
         offered = [self._charged(s) for s in self.cache.placeable_all(now) if s.cluster not in self._fenced]
         for s in offered:
@@ -433,17 +448,14 @@ class BrokerService:
         return changed
 
     def _queue_plan(self, queued: list[JobRecord], offered: list[ClusterSummary]) -> list[queueing.Slot]:
-        """The queue's order and quota verdicts for this pass, over the jobs holding GPUs now."""
+        """The queue's order and quota verdicts for this pass, over the jobs holding GPUs now (the
+        leader's records, or the store's for a service that does not lead)."""
         policy = self.settings.queue_policy()
         tenants = {r.request.tenant for r in queued}
         # What tenants hold matters only to share between several, or to quotas: one tenant without
         # quotas is ordered by priority and age, and the placed jobs need not be read.
         needs_usage = len(tenants) > 1 or any(policy.has_quotas(t) for t in tenants)
-        active = (
-            self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
-            if needs_usage
-            else []
-        )
+        active = self._placed_jobs() if needs_usage else []
         capacity, free = queueing.fleet_capacity(offered)
         return queueing.plan(queued, active, policy, capacity, free)
 
@@ -547,7 +559,17 @@ class BrokerService:
         return moved
 
     def _placed_jobs(self) -> list[JobRecord]:
-        return self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING])
+        if self.records.built:
+            return self.records.in_states(PLACED_STATES)
+        return self.store.list_jobs(list(PLACED_STATES))
+
+    def _fresh_cache(self, reuse: bool = False) -> None:
+        """Read what moved in the store into the FleetCache; with reuse, not again when observe_clusters
+        read it since the last reuse (the same pass)."""
+        if reuse and self._cache_observed:
+            self._cache_observed = False
+            return
+        self.cache.refresh()
 
     def _wait_or_burst(
         self, record: JobRecord, request: JobRequest, decision: Placement, placer: BatchPlacer, now: float
@@ -649,7 +671,7 @@ class BrokerService:
             return None  # its victims are still on their way out
         queue = self.settings.queue_policy()
         priority = queue.priority(record.request)
-        running = [r for r in self.store.list_jobs([JobState.RUNNING]) if r.state is JobState.RUNNING]
+        running = self.records.in_states([JobState.RUNNING])
         victims = [
             preemption.Victim(
                 r.id,
@@ -755,7 +777,8 @@ class BrokerService:
         """Submit the create of every PLACED job again (a new leader resumes its predecessor's creates;
         a create is idempotent). Returns how many were submitted."""
         count = 0
-        for record in self.store.list_jobs([JobState.PLACED]):
+        self.records.ensure()
+        for record in self.records.in_states([JobState.PLACED]):
             if record.state is JobState.PLACED and record.cluster in self.traits and record.placement:
                 where = record.placement
                 self.dispatcher.submit(where.cluster, functools.partial(self._create, record, where))
@@ -841,8 +864,11 @@ class BrokerService:
     def observe_clusters(self) -> list[JobRecord]:
         """The failover step: note health changes, fail over the jobs of lost clusters (and fence them),
         and start the sweep of fenced clusters that answer again. Returns the jobs moved."""
+        self._apply_pending_traits()
+        self._fresh_cache()  # only the clusters whose summary version moved are read
+        self._cache_observed = True
         now = self.clock.now()
-        summaries = {s.cluster: s for s in self.store.observed_summaries()}
+        summaries = {s.cluster: s for s in self.cache.observed()}
         healths = self._cluster_health(summaries)
         for h in healths.values():
             self._note_health(h)
@@ -861,7 +887,8 @@ class BrokerService:
         lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, self._blind)}
         moved: list[JobRecord] = []
         if lost:
-            for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+            self.records.ensure()
+            for record in self.records.in_states(PLACED_STATES):
                 gone = lost.get(record.cluster or "")
                 if gone is None:
                     continue
@@ -944,17 +971,42 @@ class BrokerService:
 
     # ------------------------------------------------------------------ following placed jobs
 
+    def watch_changes(self) -> None:
+        """Follow Job statuses by event (the leader's service): a gateway that watches says which Job
+        changed, and a pass reads only those (plus every job on a cluster whose watch is not synced, and
+        all of them from memory every STATUS_RESYNC_SECONDS)."""
+        if isinstance(self.gateway, WorkloadWatch):
+            self._watch = self.gateway
+            self.gateway.subscribe(self.workload_changed)
+
+    def workload_changed(self, cluster: str, job_id: str) -> None:
+        """A Job's status changed in its cluster (an informer thread): read it in the next pass."""
+        self.work.add_job(job_id)
+
+    def _watched(self, cluster: str) -> bool:
+        return self._watch is not None and self._watch.synced(cluster)
+
     def sync_status(self) -> list[JobRecord]:
-        """Follow every placed job in its member cluster, each cluster on its own worker (one slow cluster
-        delays only its own jobs). Returns the jobs that changed state (with the inline dispatcher)."""
+        """Follow the placed jobs in their member clusters, each cluster on its own worker (one slow
+        cluster delays only its own jobs): those whose Job changed, or all where no watch tells.
+        Returns the jobs that changed state (with the inline dispatcher)."""
         changed: list[JobRecord] = []
         self._release_settled()
+        self.records.ensure()
+        dirty = self.work.take_jobs()
+        now = self.clock.now()
+        resync = now >= self._next_resync
+        if resync:
+            self._next_resync = now + STATUS_RESYNC_SECONDS
         by_cluster: dict[str, list[JobRecord]] = {}
         skip = self._unavailable_clusters() | self._fenced
-        for record in self.store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]):
+        for record in self.records.in_states(PLACED_STATES):
             self._tenants_seen.add(record.request.tenant)
-            if record.cluster and record.cluster not in skip:
-                by_cluster.setdefault(record.cluster, []).append(record)
+            cluster = record.cluster
+            if not cluster or cluster in skip:
+                continue
+            if resync or record.id in dirty or not self._watched(cluster):
+                by_cluster.setdefault(cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
             self.dispatcher.submit_once(cluster, "sync", functools.partial(self._sync_into, records, changed))
         return changed
@@ -964,10 +1016,11 @@ class BrokerService:
 
     def _sync_cluster(self, records: list[JobRecord]) -> list[JobRecord]:
         changed: list[JobRecord] = []
+        ready: list[JobRecord] = []
         for record in records:
             try:
                 with telemetry.job_context(record.trace_parent):
-                    step = self._sync_job(record)
+                    step = self._sync_job(record, ready)
             except (StoreError, Fenced):
                 raise
             except Exception:
@@ -977,9 +1030,12 @@ class BrokerService:
                 continue
             if step is not None:
                 changed.append(step)
+        self._settle(ready)
         return changed
 
-    def _sync_job(self, record: JobRecord) -> JobRecord | None:
+    def _sync_job(self, record: JobRecord, ready: list[JobRecord]) -> JobRecord | None:
+        """Apply what the cluster says of one job; a job whose pods are all ready joins `ready` (its
+        reservation is released once the cluster's summary counts them: _settle)."""
         if not record.cluster or not record.workload_name:
             return None
         namespace = self._namespace(record.cluster, record.request.tenant)
@@ -1005,7 +1061,7 @@ class BrokerService:
         if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
         if step.state is JobState.RUNNING:
-            self._settle(record)
+            ready.append(record)
         elif step.state is JobState.QUEUED or step.state.terminal:
             with self._settling_lock:
                 self._settling.pop((record.id, record.attempt), None)
@@ -1025,19 +1081,24 @@ class BrokerService:
     def adopt_settling(self, record: JobRecord) -> None:
         """A new leader adopts the reservation of a job its predecessor saw RUNNING (the settling list
         lives in memory): it goes once the cluster's summary is newer, as _settle would have done."""
-        self._settle(record)
+        self._settle([record])
 
-    def _settle(self, record: JobRecord) -> None:
-        """The job's pods are all ready: its reservation may go once its cluster's summary counts them.
-        Released at once, a summary published before the pods were seen would show their GPUs free (the
-        Job's status reaches the broker sooner than the pods reach the pollers' summary)."""
-        cluster = record.cluster or ""
-        pair = self.store.cluster_versions([cluster]).get(cluster)
-        if pair is None:
-            self.store.release(record.id, record.attempt)
+    def _settle(self, records: list[JobRecord]) -> None:
+        """The jobs' pods are all ready: their reservations may go once their cluster's summary counts
+        them (one read of the current versions for all). Released at once, a summary published before
+        the pods were seen would show their GPUs free (the Job's status reaches the broker sooner than
+        the pods reach the pollers' summary)."""
+        if not records:
             return
-        with self._settling_lock:
-            self._settling[(record.id, record.attempt)] = (cluster, pair[0])
+        versions = self.store.cluster_versions(sorted({r.cluster or "" for r in records}))
+        for record in records:
+            cluster = record.cluster or ""
+            pair = versions.get(cluster)
+            if pair is None:
+                self.store.release(record.id, record.attempt)
+                continue
+            with self._settling_lock:
+                self._settling[(record.id, record.attempt)] = (cluster, pair[0])
 
     def _release_settled(self) -> None:
         """Release the reservations of running jobs whose cluster has published a newer summary."""
@@ -1087,7 +1148,14 @@ class BrokerService:
                 raise
             log.info("cannot list Jobs on %s for the sweep: %s", cluster, exc)
             return deleted
+        if self.records.built:
+            self.records.catch_up()  # the records read after the list, as orphan_reason needs
         for ref in refs:
+            # The leader's records answer for the Jobs they own (read after the list: catch_up);
+            # a Job they would delete, or do not know, is judged on the store's record.
+            record = self.records.get(ref.job_id) if self.records.built else None
+            if record is not None and lifecycle.orphan_reason(ref, record) is None:
+                continue
             record = self.store.get_job(ref.job_id)
             reason = lifecycle.orphan_reason(ref, record)
             if reason is None or record is None:
@@ -1128,8 +1196,10 @@ class BrokerService:
 
     def _unavailable_clusters(self) -> set[str]:
         """Clusters whose pollers report them unreachable or forbidden, or that went silent: calls to
-        them would only time out."""
-        return {c for c, h in self.cluster_health().items() if failover.lost_health(h)}
+        them would only time out (from the FleetCache: only moved summaries are read)."""
+        self._fresh_cache(reuse=True)  # observe_clusters read them at the start of this pass
+        healths = self._cluster_health({s.cluster: s for s in self.cache.observed()})
+        return {c for c, h in healths.items() if failover.lost_health(h)}
 
     def _transition(
         self,
@@ -1140,29 +1210,14 @@ class BrokerService:
         expected_attempt: int | None = None,
         at: float | None = None,
     ) -> JobRecord:
-        now = self.clock.now() if at is None else at
-        changed = replace(record, state=state, reason=reason, updated_at=now)
-        with telemetry.job_span(
-            "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
-        ):
-            saved = self.store.save_job(changed, expected, self._event_of(changed, reason), expected_attempt)
-            telemetry.transitions.labels(str(state)).inc()
-        return saved
+        return self.writer.transition(record, state, reason, expected, expected_attempt, at)
 
     def _save(self, record: JobRecord) -> JobRecord:
-        return self.store.save_job(record, record.state)
+        return self.writer.save(record)
 
     @staticmethod
     def _event_of(record: JobRecord, reason: str) -> JobEvent:
-        return JobEvent(
-            job_id=record.id,
-            at=record.updated_at,
-            state=record.state,
-            attempt=record.attempt,
-            reason=reason,
-            cluster=record.cluster,
-            trace_id=telemetry.trace_id_of(record.trace_parent),
-        )
+        return event_of(record, reason)
 
     def _event(self, record: JobRecord, reason: str) -> None:
-        self.store.append_event(self._event_of(record, reason))
+        self.writer.event(record, reason)
