@@ -36,6 +36,7 @@ class JobRecords:
         self._lock = threading.RLock()
         self._reading = threading.Lock()  # one rebuild or catch-up at a time (an older read never wins)
         self._active: dict[str, JobRecord] = {}
+        self._by_state: dict[JobState, dict[str, JobRecord]] = {s: {} for s in ACTIVE}
         self._done: OrderedDict[str, JobRecord] = OrderedDict()
         self.built = False
         self.cursor = "0-0"
@@ -48,6 +49,8 @@ class JobRecords:
             self.built = False
             self._active.clear()
             self._done.clear()
+            for index in self._by_state.values():
+                index.clear()
 
     def ensure(self) -> set[str]:
         """Build when not built, else catch up. Returns the ids changed by others (all, after a build)."""
@@ -65,7 +68,11 @@ class JobRecords:
         cursor = self._store.last_change_id()
         records = self._store.list_jobs(list(ACTIVE))
         with self._lock:
-            self._active = {r.id: r for r in records if not r.state.terminal}
+            self._active = {}
+            for index in self._by_state.values():
+                index.clear()
+            for record in records:
+                self._put(record)
             self._done.clear()
             self.cursor = cursor
             self.built = True
@@ -85,7 +92,7 @@ class JobRecords:
             for job_id in ids:
                 record = fresh.get(job_id)
                 if record is None:
-                    self._active.pop(job_id, None)
+                    self._drop(job_id)
                 else:
                     self._put(record)
             self.cursor = changes[-1][0]
@@ -98,7 +105,7 @@ class JobRecords:
         with self._lock:
             self.reread += 1
             if record is None:
-                self._active.pop(job_id, None)
+                self._drop(job_id)
             elif self.built:
                 self._put(record)
         return record
@@ -109,31 +116,40 @@ class JobRecords:
             if self.built:
                 self._put(record)
 
+    def _drop(self, job_id: str) -> None:
+        old = self._active.pop(job_id, None)
+        if old is not None:
+            self._by_state[old.state].pop(job_id, None)
+
     def _put(self, record: JobRecord) -> None:
+        self._drop(record.id)
         if record.state.terminal:
-            self._active.pop(record.id, None)
             self._done[record.id] = record
             self._done.move_to_end(record.id)
             while len(self._done) > _DONE_KEPT:
                 self._done.popitem(last=False)
         else:
             self._active[record.id] = record
+            self._by_state[record.state][record.id] = record
             self._done.pop(record.id, None)
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._lock:
             return self._active.get(job_id) or self._done.get(job_id)
 
-    def in_states(self, states: Iterable[JobState]) -> list[JobRecord]:
-        """The active records in these states, oldest first (as the store's list_jobs)."""
-        wanted = set(states)
+    def in_states(self, states: Iterable[JobState], ordered: bool = True) -> list[JobRecord]:
+        """The active records in these states, oldest first (as the store's list_jobs) when ordered."""
         with self._lock:
-            found = [r for r in self._active.values() if r.state in wanted]
-        return sorted(found, key=lambda r: (r.created_at, r.id))
+            found = [r for s in set(states) if s in self._by_state for r in self._by_state[s].values()]
+        return sorted(found, key=lambda r: (r.created_at, r.id)) if ordered else found
+
+    def count(self, state: JobState) -> int:
+        with self._lock:
+            return len(self._by_state.get(state, ()))
 
     def ids_in(self, state: JobState) -> set[str]:
         with self._lock:
-            return {r.id for r in self._active.values() if r.state is state}
+            return set(self._by_state.get(state, ()))
 
     def __len__(self) -> int:
         with self._lock:

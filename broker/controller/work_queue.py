@@ -32,6 +32,11 @@ class WorkQueue:
     def add_job(self, job_id: str) -> None:
         self.add_jobs((job_id,))
 
+    def requeue(self, job_ids: Iterable[str]) -> None:
+        """Put jobs back for a later pass without waking the loop (their cluster's worker is busy)."""
+        with self._cond:
+            self._jobs.update(job_ids)
+
     def wake(self) -> None:
         """Something changed that is not a job's status (a submit, a cancel): run a pass now."""
         with self._cond:
