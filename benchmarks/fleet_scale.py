@@ -217,6 +217,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.jobs > args.clusters * args.nodes * 8:
         raise SystemExit("--jobs: more than the fleet's GPUs")
+    # SIGTERM (and SIGINT, which a shell's background job ignores) ends the run through the `finally`
+    # below, so kubesim, the broker and its Ray processes, and the private Redis are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bindir = Path(sys.executable).parent
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as tmp_name, private_redis() as rs:
