@@ -18,6 +18,12 @@ What is served from memory and what still costs a request:
     list_workloads    a synced cache: from memory; otherwise the LIST, as before.
 So a running job costs no member API request at all; a cluster costs one watch request per
 watch_timeout_s (60 s by default) plus a list at start and after a 410.
+
+Change events (broker.ports.WorkloadWatch): `subscribe(on_change)` calls on_change(cluster, job id) from
+the informer thread whenever a followed Job's status changes, appears or goes (a relist compares with
+what the cache held): what wakes the leader's status sync (broker.controller.status_sync). A create's
+POST answer is put into the cache at once (`created_job`), unless the watch already said more or said
+the Job was deleted, so a Job just created is read without a GET.
 """
 
 from __future__ import annotations

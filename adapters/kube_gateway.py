@@ -1,7 +1,9 @@
 """The ClusterGateway on Kubernetes: create, delete and read the broker's Jobs in member clusters.
 
 Owns the write side of the Kubernetes edge (broker.ports.ClusterGateway):
-    create_workload   companions first (the tenant's Namespace and LocalQueue when the broker may create
+    create_workload   (the Job's POST answer goes to `created_job`, a hook the watching gateway keeps it
+                      with; a DRA claim template's owner uid comes from it too, no GET)
+                      companions first (the tenant's Namespace and LocalQueue when the broker may create
                       them, asked for once per process; a scheduling.x-k8s.io PodGroup), then the
                       batch/v1 Job; 409 AlreadyExists is success, so a retried create is harmless
     delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup
