@@ -133,6 +133,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets):
         self.work = WorkQueue()
         self._watch: WorkloadWatch | None = None  # set by watch_changes(): statuses come by event
         self._next_resync = float("-inf")
+        self._held_back: dict[str, set[str]] = {}
         self._cache_observed = False  # observe_clusters refreshed the FleetCache (sync_status reuses it)
 
     def submit(self, request: JobRequest, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:

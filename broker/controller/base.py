@@ -98,6 +98,7 @@ class ControllerBase:
     _tenants_seen: set[str]
     _watch: WorkloadWatch | None
     _next_resync: float
+    _held_back: dict[str, set[str]]  # cluster -> dirty jobs not read while it is unavailable or fenced
     _cache_observed: bool
 
     def set_traits(self, traits: Mapping[str, ClusterTraits], at_once: bool = False) -> None:

@@ -62,12 +62,14 @@ class StatusSync(ControllerBase):
         self._release_settled()
         self.records.ensure()
         dirty = self.work.take_jobs()
+        skip = self._unavailable_clusters() | self._fenced
+        for back in [c for c in self._held_back if c not in skip]:  # back: read what changed meanwhile
+            dirty |= self._held_back.pop(back)
         now = self.clock.now()
         resync = now >= self._next_resync
         if resync:
             self._next_resync = now + STATUS_RESYNC_SECONDS
         by_cluster: dict[str, list[JobRecord]] = {}
-        skip = self._unavailable_clusters() | self._fenced
         unwatched = {c for c in self.traits if not self._watched(c)}
         if resync or unwatched:  # every placed job (from memory)
             candidates = self.records.in_states(PLACED_STATES, ordered=False)
@@ -80,7 +82,8 @@ class StatusSync(ControllerBase):
                 continue
             self._tenants_seen.add(record.request.tenant)
             if cluster in skip:
-                later.append(record.id)
+                if record.id in dirty:  # its cluster does not answer: read once it does
+                    self._held_back.setdefault(cluster, set()).add(record.id)
             elif resync or record.id in dirty or cluster in unwatched:
                 by_cluster.setdefault(cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):

@@ -13,7 +13,7 @@ import pytest
 from adapters.redis_store import RedisStateStore
 from broker.controller.status_sync import STATUS_RESYNC_SECONDS
 from broker.errors import Conflict
-from broker.model import ClusterTraits, JobRequest, JobState, WorkloadStatus
+from broker.model import ClusterTraits, Health, JobRequest, JobState, WorkloadStatus
 from broker.service import BrokerService
 from tests.service_doubles import ManualClock, WatchedGateway, idle_h100_node
 
@@ -144,3 +144,24 @@ def test_a_write_that_conflicts_reads_that_record_again(store: RedisStateStore, 
 
     again = service.records.get(job.id)
     assert again is not None and again.state is JobState.CANCELLED
+
+
+def test_a_change_on_a_cluster_that_does_not_answer_is_read_once_it_does(store: RedisStateStore) -> None:
+    clock, gateway = ManualClock(), WatchedGateway()
+    service = leader(store, gateway, clock)
+    job, _ = service.submit(JobRequest("j", gpus_per_pod=1))
+    service.schedule_once()
+    service.sync_status()
+    placed = service.get(job.id)
+    name = str(placed.workload_name)
+    gateway.read_names.clear()
+
+    store.put_summary(replace(idle_h100_node("a", clock.t), health=Health.UNREACHABLE))
+    gateway.change("a", job.id, name, running(name))
+    service.sync_status()
+    assert gateway.read_names == []  # a call to it would only time out
+
+    store.put_summary(idle_h100_node("a", clock.t))
+    service.sync_status()
+    assert gateway.read_names == [name]
+    assert service.get(job.id).state is JobState.RUNNING
