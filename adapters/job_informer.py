@@ -18,6 +18,12 @@ What is served from memory and what still costs a request:
     list_workloads    a synced cache: from memory; otherwise the LIST, as before.
 So a running job costs no member API request at all; a cluster costs one watch request per
 watch_timeout_s (60 s by default) plus a list at start and after a 410.
+
+Change events (broker.core.ports.WorkloadWatch): `subscribe(on_change)` calls on_change(cluster, job id) from
+the informer thread whenever a followed Job's status changes, appears or goes (a relist compares with
+what the cache held): what wakes the leader's status sync (broker.controller.status_sync). A create's
+POST answer is put into the cache at once (`created_job`), unless the watch already said more or said
+the Job was deleted, so a Job just created is read without a GET.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from adapters.kube_gateway import KubeGateway, object_path, workload_ref, workload_status
 from adapters.kube_informer import (
@@ -70,13 +77,18 @@ class _Entry:
 
 class JobCache:
     """The broker's Jobs of one cluster's namespace, as the watch last said. An InformerSink; every
-    method is thread-safe (the informer thread writes, the control loop reads)."""
+    method is thread-safe (the informer thread writes, the control loop reads). `on_change(cluster,
+    job id)` is called for every Job whose status (or presence) changed: what wakes the controller."""
 
-    def __init__(self, cluster: str, namespace: str) -> None:
+    def __init__(
+        self, cluster: str, namespace: str, on_change: Callable[[str, str], None] | None = None
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
+        self.on_change = on_change
         self._lock = threading.Lock()
         self._jobs: dict[str, _Entry] = {}
+        self._deleted: dict[str, None] = {}  # names a watch said DELETED (a late create answer is stale)
         self._state = PENDING
         self._stopping = False
 
@@ -123,20 +135,48 @@ class JobCache:
         namespace = self.namespace or str((job.get("metadata") or {}).get("namespace") or "")
         return name, _Entry(workload_status(job, name, namespace), workload_ref(job, namespace))
 
+    def _changed(self, entries: list[_Entry]) -> None:
+        if self.on_change is None:
+            return
+        for e in entries:
+            if e.ref is not None:
+                self.on_change(self.cluster, e.ref.job_id)
+
     def replace(self, resource: str, items: list[Obj], rv: str) -> None:
         entries = dict(e for e in map(self._entry, items) if e is not None)
         with self._lock:
-            self._jobs = entries
+            before, self._jobs = self._jobs, entries
+        moved = [e for n, e in entries.items() if (b := before.get(n)) is None or b.status != e.status]
+        self._changed(moved + [e for n, e in before.items() if n not in entries])
 
     def apply(self, resource: str, event_type: str, obj: Obj, rv: str) -> None:
         entry = self._entry(obj)
         if entry is None:
             return
+        name, new = entry
         with self._lock:
             if event_type == "DELETED":
-                self._jobs.pop(entry[0], None)
+                old = self._jobs.pop(name, None)
+                self._deleted[name] = None
+                while len(self._deleted) > 10_000:
+                    del self._deleted[next(iter(self._deleted))]
             else:
-                self._jobs[entry[0]] = entry[1]
+                old = self._jobs.get(name)
+                self._jobs[name] = new
+        if old is None or old.status != new.status or event_type == "DELETED":
+            self._changed([new])
+
+    def seed(self, job: Obj) -> None:
+        """The API server's answer to this broker's create: held until the watch says more (never over
+        what the watch said, nor for a Job it said was deleted)."""
+        entry = self._entry(job)
+        if entry is None or entry[1].ref is None:
+            return  # not labelled as the broker's (the watch would not follow it either)
+        with self._lock:
+            if entry[0] in self._jobs or entry[0] in self._deleted:
+                return
+            self._jobs[entry[0]] = entry[1]
+        self._changed([entry[1]])
 
     def touch(self, resource: str, rv: str) -> None:
         """A bookmark: nothing changed up to rv."""
@@ -181,6 +221,7 @@ class JobFollower:
         self._stops: dict[str, threading.Event] = {}  # per cluster: remove() ends one informer
         self._started = False
         self._lock = threading.Lock()  # add() may come from another thread (the ClusterProfile sync)
+        self._subscribers: list[Callable[[str, str], None]] = []
         for cluster, namespace in namespaces.items():
             self.add(clusters[cluster], namespace)
 
@@ -190,13 +231,22 @@ class JobFollower:
         with self._lock:
             if cluster in self.caches:
                 return
-            cache = JobCache(cluster, namespace)
+            cache = JobCache(cluster, namespace, self._notify)
             stop = self._stops[cluster] = threading.Event()
             informer = Informer(rest, jobs_resource(namespace), cache, stop, self._settings)
             self.informers[cluster] = informer
             self.caches[cluster] = cache
             if self._started and not self._stop.is_set():
                 informer.start()
+
+    def subscribe(self, on_change: Callable[[str, str], None]) -> None:
+        """Call on_change(cluster, job id) when a followed Job's status changes (an informer thread)."""
+        with self._lock:
+            self._subscribers.append(on_change)
+
+    def _notify(self, cluster: str, job_id: str) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber(cluster, job_id)
 
     def remove(self, cluster: str) -> None:
         """Stop following one cluster (its informer ends at its next read; reads fall back to GET until
@@ -287,6 +337,17 @@ class WatchingGateway(KubeGateway):
     def synced(self, cluster: str) -> bool:
         cache = self.follower.caches.get(cluster)
         return cache is not None and cache.synced
+
+    def subscribe(self, on_change: Callable[[str, str], None]) -> None:
+        """broker.core.ports.WorkloadWatch: on_change(cluster, job id) whenever a broker Job's status changes."""
+        self.follower.subscribe(on_change)
+
+    def created_job(self, cluster: str, job: Mapping[str, Any]) -> None:
+        """Keep the create's answer: the Job is known at once, without a GET, until the watch says more."""
+        cache = self.follower.caches.get(cluster)
+        namespace = str((job.get("metadata") or {}).get("namespace") or "")
+        if cache is not None and cache.covers(namespace):
+            cache.seed(dict(job))
 
     def _cache(self, cluster: str, namespace: str) -> JobCache | None:
         cache = self.follower.caches.get(cluster)

@@ -1,7 +1,9 @@
 """The ClusterGateway on Kubernetes: create, delete and read the broker's Jobs in member clusters.
 
 Owns the write side of the Kubernetes edge (broker.core.ports.ClusterGateway):
-    create_workload   companions first (the tenant's Namespace and LocalQueue when the broker may create
+    create_workload   (the Job's POST answer goes to `created_job`, a hook the watching gateway keeps it
+                      with; a DRA claim template's owner uid comes from it too, no GET)
+                      companions first (the tenant's Namespace and LocalQueue when the broker may create
                       them, asked for once per process; a scheduling.x-k8s.io PodGroup), then the
                       batch/v1 Job; 409 AlreadyExists is success, so a retried create is harmless
     delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup,
@@ -174,7 +176,8 @@ class KubeGateway:
         except KeyError:
             raise ClusterRejected(cluster, "not a member cluster of this broker") from None
 
-    def _create(self, rest: KubeRest, obj: Mapping[str, Any]) -> None:
+    def _create(self, rest: KubeRest, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """POST the object; the API server's answer (the object as created), None when it existed."""
         meta = obj.get("metadata") or {}
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not (isinstance(api_version, str) and isinstance(kind, str) and meta.get("name")):
@@ -186,13 +189,17 @@ class KubeGateway:
         try:
             for attempt in _retrying():
                 with attempt:
-                    rest.request("POST", path, body=dict(obj))
+                    created = rest.request("POST", path, body=dict(obj))
         except ApiStatus as e:
             if e.code == 409:  # already there: a retried create is harmless
-                return
+                return None
             raise ClusterRejected(
                 rest.cluster, f"create {kind} {meta.get('name')}: {e.code} {e.message}"
             ) from e
+        return created if isinstance(created, dict) else None
+
+    def created_job(self, cluster: str, job: Mapping[str, Any]) -> None:
+        """The API server's answer to a Job create (a subclass keeps it: adapters.job_informer)."""
 
     def create_workload(
         self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
@@ -208,23 +215,32 @@ class KubeGateway:
             else:
                 self._create(rest, obj)
         try:
-            self._create(rest, job)
+            created = self._create(rest, job)
         except ClusterRejected as exc:
             if isinstance(exc.__cause__, ApiStatus) and exc.__cause__.code == 404:
                 # the namespace went away since it was created: create it again next time
                 self._ensured = {k for k in self._ensured if k[0] != cluster}
             raise
+        if created is not None:
+            self.created_job(cluster, created)
         templates = [c for c in companions if c.get("kind") in _OWNED_KINDS]
         if templates:
-            self._own_by_job(rest, job, templates)
+            self._own_by_job(rest, job, templates, created)
 
-    def _own_by_job(self, rest: KubeRest, job: Mapping[str, Any], objs: Sequence[Mapping[str, Any]]) -> None:
+    def _own_by_job(
+        self,
+        rest: KubeRest,
+        job: Mapping[str, Any],
+        objs: Sequence[Mapping[str, Any]],
+        created: Mapping[str, Any] | None = None,
+    ) -> None:
         """Give DRA claim templates an ownerReference to their Job, so they go when the Job goes (the
         garbage collector), whoever deletes it. Best effort: delete_workload removes them by name too."""
         meta = job.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
         try:
-            created = rest.request("GET", object_path("batch/v1", "Job", namespace, name))
+            if created is None:  # it existed already (a retried create): read its uid
+                created = rest.request("GET", object_path("batch/v1", "Job", namespace, name))
             owner = {
                 "apiVersion": "batch/v1",
                 "kind": "Job",

@@ -18,8 +18,11 @@ All keys start with the prefix (default "gpufed"), written P:
     P:jobs:state:<STATE>     set   job ids by state (the index list_jobs reads)
     P:jobs:order[:tenant:<t>] zset  jobs in submission order, for paged lists (adapters/redis_job_list.py)
     P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script)
+    P:name:<tenant>:<name>   str   the job id holding a name (one live job per tenant and name)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
+    P:changes                stream  one entry per job write: j = job id, w = the writing store's id
+                                   (capped; adapters.redis_changes: how the leader's job cache follows)
     P:fenced                 hash  cluster -> why it is fenced (lost; offered again once its stale attempts are swept)
     P:cluster-events:<c>     stream  ClusterEvents of one cluster (health changes, fences), capped
     P:leader                 str   "<holder>|<token>" of the leader lease, with a TTL (adapters.redis_lease)
@@ -27,6 +30,10 @@ All keys start with the prefix (default "gpufed"), written P:
     P:run-id                 str   marker written once the store holds the federation's records; its
                                    absence means Redis came back empty (broker.ha.recovery rebuilds)
     P:recovery               str   JSON report of the last rebuild after a Redis loss
+
+The run marker, the event streams, the node tables and the lag histograms are read and written by
+adapters.redis_tables (mixed in); the change stream by adapters.redis_changes; the scripts' text is in
+adapters.redis_scripts.
 
 Atomicity: put_summary, reserve, release, create_job and save_job are Lua scripts. reserve is a
 compare-and-set: it succeeds only while the cluster's summary version and reservation ledger are the ones
@@ -49,6 +56,7 @@ can never create a second job.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,13 +64,14 @@ import redis
 from pydantic import TypeAdapter
 
 from adapters import redis_connect
-from adapters.redis_job_list import ORDER_INDEX_LUA, RedisJobList, order_keys
+from adapters import redis_scripts as scripts
+from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
+from adapters.redis_job_list import RedisJobList, order_keys
+from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
-from broker.capacity.node_detail import NodeDetail
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
 from broker.core.job_list import JobPage, JobQuery, position_of
 from broker.core.model import (
-    ClusterEvent,
     ClusterSummary,
     JobEvent,
     JobRecord,
@@ -72,8 +81,7 @@ from broker.core.model import (
 from broker.core.ports import ClusterState, ReserveResult
 
 WHOLE_GPU = "nvidia.com/gpu"
-_SEP = "\x1f"
-_FLEET_STREAM_MAXLEN = 100_000
+_FLEET_STREAM_MAXLEN = FLEET_STREAM_MAXLEN
 SOCKET_TIMEOUT_SECONDS = 15.0  # longer than any blocking read (read_events block_ms) the broker issues
 CONNECT_TIMEOUT_SECONDS = 2.0
 
@@ -81,202 +89,6 @@ _SUMMARY = TypeAdapter(ClusterSummary)
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
-_CLUSTER_EVENT = TypeAdapter(ClusterEvent)
-_CLUSTER_STREAM_MAXLEN = 1000
-_NODES = TypeAdapter(tuple[NodeDetail, ...])
-
-# The fencing check every control-loop write starts with: `tok` is the writer's lease token ('' = an
-# unfenced writer, e.g. the API), `key` P:leader-token. True when the write must be refused.
-_STALE_TOKEN = """
-local function stale_token(key, tok)
-  if tok == '' then return false end
-  return redis.call('GET', key) ~= tok
-end
-"""
-
-# KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
-_PUT_SUMMARY = """
-local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'json', ARGV[2])
-redis.call('SADD', KEYS[2], ARGV[1])
-return v
-"""
-
-# KEYS: summary:<cluster>, resv:<cluster>, resv-where, leader-token. ARGV: job_id, cluster, attempt,
-# owner, now, expected version, expected ledger, json, resv-key prefix, summary-key prefix, token.
-# Returns {status, version, ledger}: status 1 reserved, 0 the cluster changed since the placer read it
-# (version/ledger are the current ones), -1 the job's reservation is held by another placer or a newer
-# attempt, -2 the cluster has no summary, -3 the writer's lease token is stale.
-_RESERVE = (
-    _STALE_TOKEN
-    + """
-if stale_token(KEYS[4], ARGV[11]) then return {-3, '0', '0'} end
-local job, cluster = ARGV[1], ARGV[2]
-local attempt, now = tonumber(ARGV[3]), tonumber(ARGV[5])
-local cur = redis.call('HMGET', KEYS[1], 'version', 'ledger')
-if not cur[1] then return {-2, '0', '0'} end
-local version, ledger = cur[1], cur[2] or '0'
-if version ~= ARGV[6] or ledger ~= ARGV[7] then return {0, version, ledger} end
-local where = redis.call('HGET', KEYS[3], job)
-if where then
-  local old = redis.call('HGET', ARGV[9] .. where, job)
-  if old then
-    local o = cjson.decode(old)
-    local live = tonumber(o['expires_at']) > now
-    local oa = tonumber(o['attempt'])
-    if live and (oa > attempt or (oa == attempt and o['owner'] ~= ARGV[4])) then
-      return {-1, version, ledger}
-    end
-    redis.call('HDEL', ARGV[9] .. where, job)
-    if where ~= cluster then redis.call('HINCRBY', ARGV[10] .. where, 'ledger', 1) end
-  end
-end
-redis.call('HSET', KEYS[2], job, ARGV[8])
-redis.call('HSET', KEYS[3], job, cluster)
-ledger = redis.call('HINCRBY', KEYS[1], 'ledger', 1)
-return {1, version, tostring(ledger)}
-"""
-)
-
-# KEYS: resv-where. ARGV: job_id, attempt ('' = any), owner ('' = any), resv-key prefix, summary prefix.
-# Removes the job's reservation if it matches; returns 1 when one was removed.
-_RELEASE = """
-local job = ARGV[1]
-local where = redis.call('HGET', KEYS[1], job)
-if not where then return 0 end
-local raw = redis.call('HGET', ARGV[4] .. where, job)
-if raw then
-  local o = cjson.decode(raw)
-  if ARGV[2] ~= '' and tonumber(o['attempt']) ~= tonumber(ARGV[2]) then return 0 end
-  if ARGV[3] ~= '' and o['owner'] ~= ARGV[3] then return 0 end
-  redis.call('HDEL', ARGV[4] .. where, job)
-  redis.call('HINCRBY', ARGV[5] .. where, 'ledger', 1)
-end
-redis.call('HDEL', KEYS[1], job)
-if raw then return 1 end
-return 0
-"""
-
-# KEYS: resv:<cluster>, resv-where, summary:<cluster>. ARGV: now. Drops expired reservations; returns
-# how many.
-_PRUNE = """
-local n = 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local r = cjson.decode(all[i + 1])
-  if tonumber(r['expires_at']) <= tonumber(ARGV[1]) then
-    redis.call('HDEL', KEYS[1], all[i])
-    redis.call('HDEL', KEYS[2], all[i])
-    n = n + 1
-  end
-end
-if n > 0 then redis.call('HINCRBY', KEYS[3], 'ledger', 1) end
-return n
-"""
-
-# The event of a job write, appended in the same script: to the job's stream (KEYS[a]) and to the
-# capped fleet-wide stream (KEYS[a+1]) when ARGV[e] is not ''.
-_APPEND_EVENT = """
-local function append_event(stream, fleet, payload, maxlen)
-  if payload ~= '' then
-    redis.call('XADD', stream, '*', 'e', payload)
-    redis.call('XADD', fleet, 'MAXLEN', '~', maxlen, '*', 'e', payload)
-  end
-end
-"""
-
-# KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events, run-id marker, name:<tenant>:<name> (or ''), order index, tenant order index. ARGV: id, json,
-# state, idem key present ('1'/'0'), job-key prefix, event json, stream maxlen, marker required
-# ('1'/'0'), order position.
-# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''} or
-# {'name-taken', '<id> <state>'} (a live job of the tenant holds the name; a finished one's is taken over).
-_CREATE_JOB = (
-    _APPEND_EVENT
-    + ORDER_INDEX_LUA
-    + """
-if ARGV[8] == '1' and redis.call('EXISTS', KEYS[7]) == 0 then return {'recovering', ''} end
-if ARGV[4] == '1' then
-  local existing = redis.call('GET', KEYS[4])
-  if existing then
-    local prior = redis.call('HGET', ARGV[5] .. existing, 'json')
-    if prior then return {'existing', prior} end
-  end
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ''} end
-local holder = KEYS[8] ~= '' and redis.call('GET', KEYS[8])
-if holder then
-  local held = redis.call('HGET', ARGV[5] .. holder, 'state')
-  if held and held ~= 'SUCCEEDED' and held ~= 'FAILED' and held ~= 'CANCELLED' then
-    return {'name-taken', holder .. ' ' .. held}
-  end
-end
-if KEYS[8] ~= '' then redis.call('SET', KEYS[8], ARGV[1]) end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1]) end
-index_job(KEYS[9], KEYS[10], ARGV[9])
-append_event(KEYS[5], KEYS[6], ARGV[6], ARGV[7])
-return {'created', ARGV[2]}
-"""
-)
-
-# KEYS: job, jobs, state-set prefix, events:<id>, events, leader-token. ARGV: id, json, new state,
-# expected state ('' = unconditional), event json ('' = none), stream maxlen, token ('' = unfenced).
-# Returns {'ok', ''} or {'conflict', current state or ''} or {'fenced', current token or ''}.
-_SAVE_JOB = (
-    _APPEND_EVENT
-    + _STALE_TOKEN
-    + """
-if stale_token(KEYS[6], ARGV[7]) then return {'fenced', redis.call('GET', KEYS[6]) or ''} end
-local cur = redis.call('HGET', KEYS[1], 'state')
-if ARGV[4] ~= '' and cur ~= ARGV[4] then
-  return {'conflict', cur or ''}
-end
-if ARGV[8] ~= '' then
-  local att = redis.call('HGET', KEYS[1], 'attempt')
-  if att and att ~= ARGV[8] then return {'conflict', (cur or '') .. ' at attempt ' .. att} end
-end
-if cur and cur ~= ARGV[3] then
-  redis.call('SREM', KEYS[3] .. cur, ARGV[1])
-end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3], 'attempt', ARGV[9])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-append_event(KEYS[4], KEYS[5], ARGV[5], ARGV[6])
-return {'ok', ''}
-"""
-)
-
-# KEYS: fenced, leader-token. ARGV: cluster, reason ('' = unfence), token. Returns 1 when changed,
-# 0 when not, -1 when the token is stale.
-_FENCE = (
-    _STALE_TOKEN
-    + """
-if stale_token(KEYS[2], ARGV[3]) then return -1 end
-if ARGV[2] == '' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
-return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-"""
-)
-
-# KEYS: job, jobs, state-set prefix, idem (or ''), events:<id>, events, order index, tenant order index.
-# ARGV: id, json, state, idem key present, event json, stream maxlen, order position. A record rebuilt from a member cluster: written only if the job is
-# unknown; its idempotency key is set only if unset. Returns 1 when written.
-_RESTORE_JOB = (
-    _APPEND_EVENT
-    + ORDER_INDEX_LUA
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1], 'NX') end
-index_job(KEYS[7], KEYS[8], ARGV[7])
-append_event(KEYS[5], KEYS[6], ARGV[5], ARGV[6])
-return 1
-"""
-)
 
 
 def _text(value: object) -> str:
@@ -295,7 +107,7 @@ _RESERVE_STATUS = {
 _FENCED_CODE = -3
 
 
-class RedisStateStore:
+class RedisStateStore(JobChanges, SideTables):
     """broker.core.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
     def __init__(
@@ -320,17 +132,18 @@ class RedisStateStore:
             socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
         )
         self._p = prefix
+        self.writer_id = "w" + uuid.uuid4().hex[:12]  # names this store's job writes in P:changes
         self._token = fencing_token
         self._require_marker = require_marker
         self._unique_names = unique_names
-        self._fence = self._r.register_script(_FENCE)
-        self._restore_job = self._r.register_script(_RESTORE_JOB)
-        self._put_summary = self._r.register_script(_PUT_SUMMARY)
-        self._reserve = self._r.register_script(_RESERVE)
-        self._release = self._r.register_script(_RELEASE)
-        self._prune = self._r.register_script(_PRUNE)
-        self._create_job = self._r.register_script(_CREATE_JOB)
-        self._save_job = self._r.register_script(_SAVE_JOB)
+        self._fence = self._r.register_script(scripts.FENCE)
+        self._restore_job = self._r.register_script(scripts.RESTORE_JOB)
+        self._put_summary = self._r.register_script(scripts.PUT_SUMMARY)
+        self._reserve = self._r.register_script(scripts.RESERVE)
+        self._release = self._r.register_script(scripts.RELEASE)
+        self._prune = self._r.register_script(scripts.PRUNE)
+        self._create_job = self._r.register_script(scripts.CREATE_JOB)
+        self._save_job = self._r.register_script(scripts.SAVE_JOB)
         self._lister = RedisJobList(self._r, prefix)
 
     # ------------------------------------------------------------------ keys
@@ -602,6 +415,7 @@ class RedisStateStore:
             self._k("events", record.id),
             self._k("events"),
             self._k("run-id"),
+            self._k("changes"),
             # one live job per tenant and name (kubectl's AlreadyExists); a finished job's name is free
             self._k("name", record.request.tenant, record.request.name) if self._unique_names else "",
             *order_keys(self._p, record.request.tenant),
@@ -615,6 +429,8 @@ class RedisStateStore:
             _EVENT.dump_json(event) if event is not None else "",
             _FLEET_STREAM_MAXLEN,
             "1" if self._require_marker else "0",
+            self.writer_id,
+            CHANGES_MAXLEN,
             position_of(record.created_at, record.id),
         ]
         return keys, args
@@ -661,6 +477,7 @@ class RedisStateStore:
                     self._k("events", record.id),
                     self._k("events"),
                     self._k("leader-token"),
+                    self._k("changes"),
                 ],
                 args=[
                     record.id,
@@ -672,6 +489,8 @@ class RedisStateStore:
                     self._token_arg(),
                     str(expected_attempt) if expected_attempt is not None else "",
                     str(record.attempt),
+                    self.writer_id,
+                    CHANGES_MAXLEN,
                 ],
             )
         except redis.RedisError as e:
@@ -730,6 +549,7 @@ class RedisStateStore:
                         self._k("idem", idem) if idem else self._k("idem", ""),
                         self._k("events", record.id),
                         self._k("events"),
+                        self._k("changes"),
                         *order_keys(self._p, record.request.tenant),
                     ],
                     args=[
@@ -739,6 +559,8 @@ class RedisStateStore:
                         "1" if idem else "0",
                         _EVENT.dump_json(event) if event is not None else "",
                         _FLEET_STREAM_MAXLEN,
+                        self.writer_id,
+                        CHANGES_MAXLEN,
                         position_of(record.created_at, record.id),
                     ],
                     client=pipe,
@@ -754,84 +576,6 @@ class RedisStateStore:
             return {_text(i) for i in self._r.smembers(self._k("jobs", "state", state.value))}
         except redis.RedisError as e:
             raise StoreError(f"redis: job_ids {state.value}: {e}") from e
-
-    # ------------------------------------------------------------------ the run marker (Redis loss)
-
-    def run_marker(self) -> str | None:
-        """The store's run id, or None when Redis holds no federation state (new, or came back empty)."""
-        try:
-            raw = self._r.get(self._k("run-id"))
-        except redis.RedisError as e:
-            raise StoreError(f"redis: run_marker: {e}") from e
-        return None if raw is None else _text(raw)
-
-    def set_run_marker(self, run_id: str, report: str | None = None) -> str:
-        """Write the run id unless one is set (returns the one in force), with the rebuild's report."""
-        try:
-            pipe = self._r.pipeline(transaction=True)
-            if report is not None:
-                pipe.set(self._k("recovery"), report)
-            pipe.set(self._k("run-id"), run_id, nx=True)
-            pipe.get(self._k("run-id"))
-            current = pipe.execute()[-1]
-        except redis.RedisError as e:
-            raise StoreError(f"redis: set_run_marker: {e}") from e
-        return _text(current)
-
-    def recovery_report(self) -> str | None:
-        """The JSON report of the last rebuild after a Redis loss, if any."""
-        try:
-            raw = self._r.get(self._k("recovery"))
-        except redis.RedisError as e:
-            raise StoreError(f"redis: recovery_report: {e}") from e
-        return None if raw is None else _text(raw)
-
-    # ------------------------------------------------------------------ events
-
-    def append_event(self, event: JobEvent) -> None:
-        payload = _EVENT.dump_json(event)
-        try:
-            pipe = self._r.pipeline()
-            pipe.xadd(self._k("events", event.job_id), {"e": payload})
-            pipe.xadd(self._k("events"), {"e": payload}, maxlen=_FLEET_STREAM_MAXLEN, approximate=True)
-            pipe.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"redis: append_event {event.job_id}: {e}") from e
-
-    def job_events(self, job_id: str) -> list[JobEvent]:
-        return [e for _, e in self.read_events(job_id)]
-
-    def read_events(
-        self, job_id: str | None = None, after: str = "0-0", block_ms: int | None = None, count: int = 1000
-    ) -> list[tuple[str, JobEvent]]:
-        """Events after stream id `after` (exclusive), oldest first, with their stream ids.
-
-        job_id None reads the fleet-wide stream. With block_ms, waits up to that long for new entries
-        (what a live SSE feed needs); pass the last id seen as `after` to resume."""
-        key = self._k("events", job_id) if job_id is not None else self._k("events")
-        try:
-            rows: list[Any]
-            if block_ms is None:
-                rows = list(
-                    self._r.xrange(key, min=f"({after}" if after != "0-0" else "-", max="+", count=count)
-                    or []
-                )
-            else:
-                got: Any = self._r.xread({key: after}, count=count, block=block_ms)
-                rows = got[0][1] if got else []
-        except redis.RedisError as e:
-            raise StoreError(f"redis: events {key}: {e}") from e
-        return [(_text(eid), _EVENT.validate_json(fields[b"e"])) for eid, fields in rows]
-
-    def last_event_id(self, job_id: str | None = None) -> str:
-        """The stream id of the newest event (of the job, or fleet-wide), "0-0" when there is none: where
-        a live feed that starts now resumes from, with nothing lost between its reads."""
-        key = self._k("events", job_id) if job_id is not None else self._k("events")
-        try:
-            rows: Any = self._r.xrevrange(key, count=1)
-        except redis.RedisError as e:
-            raise StoreError(f"redis: events {key}: {e}") from e
-        return _text(rows[0][0]) if rows else "0-0"
 
     # ------------------------------------------------------------------ clusters: fences and health events
 
@@ -865,80 +609,3 @@ class RedisStateStore:
         except redis.RedisError as e:
             raise StoreError(f"redis: fenced: {e}") from e
         return {_text(k): _text(v) for k, v in raw.items()}
-
-    def append_cluster_event(self, event: ClusterEvent) -> None:
-        try:
-            self._r.xadd(
-                self._k("cluster-events", event.cluster),
-                {"e": _CLUSTER_EVENT.dump_json(event)},
-                maxlen=_CLUSTER_STREAM_MAXLEN,
-                approximate=True,
-            )
-        except redis.RedisError as e:
-            raise StoreError(f"redis: append_cluster_event {event.cluster}: {e}") from e
-
-    def cluster_events(self, cluster: str, count: int = 20) -> list[ClusterEvent]:
-        """The cluster's latest events, oldest first."""
-        try:
-            rows: list[Any] = list(self._r.xrevrange(self._k("cluster-events", cluster), count=count) or [])
-        except redis.RedisError as e:
-            raise StoreError(f"redis: cluster_events {cluster}: {e}") from e
-        return [_CLUSTER_EVENT.validate_json(fields[b"e"]) for _, fields in reversed(rows)]
-
-    # ------------------------------------------------------------------ per-node detail (fleet view)
-
-    def put_nodes(self, cluster: str, nodes: tuple[NodeDetail, ...], at: float) -> None:
-        try:
-            self._r.hset(self._k("nodes", cluster), mapping={"json": _NODES.dump_json(nodes), "at": repr(at)})
-        except redis.RedisError as e:
-            raise StoreError(f"redis: put_nodes {cluster}: {e}") from e
-
-    def get_nodes(self, cluster: str) -> tuple[tuple[NodeDetail, ...], float] | None:
-        """The cluster's node table and when it was written, or None before the first write."""
-        try:
-            raw, at = self._r.hmget(self._k("nodes", cluster), ["json", "at"])
-        except redis.RedisError as e:
-            raise StoreError(f"redis: get_nodes {cluster}: {e}") from e
-        if raw is None:
-            return None
-        return _NODES.validate_json(raw), float(at or 0.0)
-
-    # ------------------------------------------------------------------ event-to-Redis freshness
-
-    def observe_event_lag(self, cluster: str, seconds: float, buckets: Sequence[float]) -> None:
-        """Count one summary write that landed `seconds` after the first watch event it carries."""
-        key = self._k("lag", cluster)
-        try:
-            pipe = self._r.pipeline(transaction=False)
-            for bound in buckets:
-                if seconds <= bound:
-                    pipe.hincrby(key, f"le:{float(bound)!r}", 1)
-            pipe.hincrby(key, "le:+Inf", 1)
-            pipe.hincrbyfloat(key, "sum", seconds)
-            pipe.hincrby(key, "count", 1)
-            pipe.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"redis: observe_event_lag {cluster}: {e}") from e
-
-    def event_lags(
-        self, buckets: Sequence[float]
-    ) -> dict[str, tuple[list[tuple[float, float]], float, float]]:
-        """Per cluster with an observation: ([(upper bound, cumulative count)] for every bound in `buckets`
-        and +inf last, sum, count) of the event-to-Redis histogram."""
-        try:
-            clusters = sorted(_text(c) for c in self._r.smembers(self._k("clusters")))
-            pipe = self._r.pipeline(transaction=False)
-            for c in clusters:
-                pipe.hgetall(self._k("lag", c))
-            rows = pipe.execute()
-        except redis.RedisError as e:
-            raise StoreError(f"redis: event_lags: {e}") from e
-        out: dict[str, tuple[list[tuple[float, float]], float, float]] = {}
-        for cluster, raw in zip(clusters, rows, strict=True):
-            fields = {_text(k): float(_text(v)) for k, v in raw.items()}
-            if "count" not in fields:
-                continue
-            counted = [(float(b), fields.get(f"le:{float(b)!r}", 0.0)) for b in buckets]
-            counted.append((float("inf"), fields.get("le:+Inf", fields["count"])))
-            out[cluster] = (counted, fields.get("sum", 0.0), fields["count"])
-        return out

@@ -9,6 +9,9 @@ ClusterGateway port (broker/core/ports.py) is made here once:
     RecordingGateway(reads=)   a ClusterGateway that records each create (`created`: cluster, namespace,
                                name, companion kinds) and delete (`deleted`: names), lists no Jobs, and
                                reads a Job back from `status` by name, else as `reads` says
+    WatchedGateway(reads=)     a RecordingGateway that also says which Job changed (broker.core.ports.WorkloadWatch:
+                               `change(cluster, job id, name, status)` calls the subscriber) and counts its
+                               reads by Job name (`read_names`)
     suspended / pods_ready(n)  what `reads` may say: a suspended Job (the default), or one whose n pods
                                are all ready
     idle_h100_node(cluster, heartbeat)   the summary the pollers would write for one idle 8-GPU H100
@@ -99,6 +102,34 @@ class RecordingGateway:
         """Each created Job as cluster/name, in the order created."""
         with self._lock:
             return [f"{c.cluster}/{c.name}" for c in self.created]
+
+
+class WatchedGateway(RecordingGateway):
+    """A RecordingGateway whose Jobs are followed by watch: it tells its subscriber when one changed."""
+
+    def __init__(self, reads: Reads = suspended) -> None:
+        super().__init__(reads)
+        self.read_names: list[str] = []
+        self.watching = True  # synced(): False makes it a gateway whose caches are not synced
+        self._subscribers: list[Callable[[str, str], None]] = []
+
+    def subscribe(self, on_change: Callable[[str, str], None]) -> None:
+        self._subscribers.append(on_change)
+
+    def synced(self, cluster: str) -> bool:
+        return self.watching
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        with self._lock:
+            self.read_names.append(name)
+        return super().read_workload(cluster, namespace, name)
+
+    def change(self, cluster: str, job_id: str, name: str, status: WorkloadStatus) -> None:
+        """The watch saw Job `name` (of broker job `job_id`) change to `status`."""
+        with self._lock:
+            self.status[name] = status
+        for subscriber in self._subscribers:
+            subscriber(cluster, job_id)
 
 
 def idle_h100_node(

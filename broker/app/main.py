@@ -55,11 +55,12 @@ from broker.burst.gate import BurstGate
 from broker.config import clusterprofile
 from broker.config.reload import ConfigChanges, ConfigWatcher, changes
 from broker.config.settings import ClusterConfig, FleetConfig, load_fleet_config
+from broker.controller.change_feed import ChangeFeed
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
 from broker.controller.service import BrokerService, ServiceSettings
 from broker.core.errors import ConfigError, StoreError
-from broker.core.model import ClusterSummary, ClusterTraits
+from broker.core.model import ClusterSummary, ClusterTraits, JobState
 from broker.core.ports import Clock
 from broker.ha import drain as ha
 from broker.ha.leadership import Leadership, take_over
@@ -389,6 +390,8 @@ def running_broker(
         fencing_token=lambda: electors[0].current_token() if electors else None,
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway, clock=clock)
+    leader_service.watch_changes()  # Job statuses by informer event, not by a read per job per pass
+    records = leader_service.records
     recovery = StoreRecovery(
         leader_store,
         gateway,
@@ -396,7 +399,10 @@ def running_broker(
         lambda: leader_service.traits,
         settings.redis_prefix,
         tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
+        queued_ids=lambda: records.ids_in(JobState.QUEUED) if records.built else None,
+        rebuilt=records.invalidate,
     )
+    feed = ChangeFeed(leader_store, records, leader_service.work)  # wakes the loop on others' writes
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
         poller_specs(cfg),
@@ -424,9 +430,15 @@ def running_broker(
             log.warning("taking over the previous leader's half-done steps failed: %s", exc)
         finally:
             loop.start()
+            feed.start()
+
+    def deposed() -> None:
+        loop.stop()
+        feed.stop()
+        records.invalidate()  # another leader writes now: read everything again when elected again
 
     leadership = Leadership(
-        lease, on_elected=elected, on_deposed=loop.stop, renew_seconds=settings.lease_renew_seconds
+        lease, on_elected=elected, on_deposed=deposed, renew_seconds=settings.lease_renew_seconds
     )
     electors.append(leadership)
     drain = ha.Drain()

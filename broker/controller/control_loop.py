@@ -1,10 +1,13 @@
 """The broker's control loop: its steps every pass, the sweep every 30 s, in a background thread.
 
 Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
-sync_status (follow placed jobs, each cluster on its own worker), enforce_budgets (stop the cloud jobs of
-tenants whose hard budget is spent), schedule_once (place the queue) and,
-when due, sweep_orphans. A pass comes every interval, or sooner when a failing cluster's loss deadline
-falls before that (observe_clusters then fails its jobs over at once). Owns the cadence and the isolation of the steps (Ray Serve's control loop
+sync_status (follow placed jobs whose Job changed, each cluster on its own worker), enforce_budgets (stop
+the cloud jobs of tenants whose hard budget is spent), schedule_once (place the queue) and, when due,
+sweep_orphans. A pass comes when the service's work queue is woken (a Job's status changed in its
+cluster: the informer's callback; a job written by another replica: the change feed), else every
+interval (the idle tick: health and loss deadlines), or sooner when a failing cluster's loss deadline
+falls before that (observe_clusters then fails its jobs over at once). Woken passes are at least
+`min_gap_seconds` apart, so a burst of events is handled in batches. Owns the cadence and the isolation of the steps (Ray Serve's control loop
 shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
 broken sync never stops scheduling. The one exception that ends a pass is Fenced: this replica's lease
 is stale (a newer leader, or this one stopping), so nothing more it writes can land; one warning line,
@@ -31,12 +34,14 @@ class ControlLoop:
         interval_seconds: float = 0.5,
         sweep_interval_seconds: float = 30.0,
         first_steps: Sequence[tuple[str, Callable[[], object]]] = (),
+        min_gap_seconds: float = 0.02,
     ) -> None:
         """`first_steps` run at the start of every pass, before the service's (e.g. the store check of
         broker.ha.recovery)."""
         self._service = service
         self._first_steps = tuple(first_steps)
         self._interval = interval_seconds
+        self._min_gap = min_gap_seconds
         self._sweep_interval = sweep_interval_seconds
         self._next_sweep = 0.0
         self._stop = threading.Event()
@@ -78,7 +83,9 @@ class ControlLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.run_once()
-            self._stop.wait(self._pause())
+            if self._stop.wait(self._min_gap):
+                break
+            self._service.work.wait(self._pause())
 
     def _pause(self) -> float:
         """Until the next pass: the interval, or less when a failing cluster becomes lost sooner (its jobs
@@ -97,6 +104,7 @@ class ControlLoop:
 
     def stop(self) -> None:
         self._stop.set()
+        self._service.work.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None

@@ -12,9 +12,9 @@ JobLister       one page of a job list in submission order (broker.core.job_list
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobPage, JobQuery
@@ -82,6 +82,18 @@ class ClusterGateway(Protocol):
     def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         """Every Job in the namespace that carries the gpufed.io/job-id label."""
         ...
+
+
+@runtime_checkable
+class WorkloadWatch(Protocol):
+    """A ClusterGateway that follows the broker's Jobs by watch (adapters.job_informer.WatchingGateway):
+    it says when a Job's status changed, and whether a cluster's reads come from a synced cache."""
+
+    def subscribe(self, on_change: Callable[[str, str], None]) -> None:
+        """Call on_change(cluster, job id) whenever a broker Job's status changes (from a watch thread)."""
+        ...
+
+    def synced(self, cluster: str) -> bool: ...
 
 
 class PodLogs(Protocol):
@@ -177,6 +189,19 @@ class StateStore(Protocol):
 
     def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
         """One page of a job list in submission order (see JobLister)."""
+        ...
+
+    # --- the change stream: one entry per job write (the leader's job records follow it)
+    def read_changes(
+        self, after: str, block_ms: int | None = None, count: int = 10_000
+    ) -> list[tuple[str, str, str]]:
+        """(entry id, job id, writer id) of the job writes after stream id `after`; block_ms waits."""
+        ...
+
+    def last_change_id(self) -> str: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The records of these jobs that exist, in one round trip."""
         ...
 
     # --- events

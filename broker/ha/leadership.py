@@ -53,8 +53,9 @@ def take_over(service: BrokerService) -> tuple[int, int]:
     store = service.store
     now = service.clock.now()
     released = 0
+    service.records.rebuild()  # the new leader's job records: read once, then followed by change
     for resv in store.live_reservations(now):
-        record = store.get_job(resv.job_id)
+        record = service.records.get(resv.job_id) or store.get_job(resv.job_id)
         if record is not None and record.attempt == resv.attempt:
             if record.state is JobState.RUNNING:
                 service.adopt_settling(record)  # released once its cluster's summary counts the pods

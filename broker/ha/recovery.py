@@ -141,9 +141,13 @@ class StoreRecovery:
         traits: Mapping[str, ClusterTraits] | Callable[[], Mapping[str, ClusterTraits]],
         federation: str,
         tenants: Iterable[str] = (),
+        queued_ids: Callable[[], set[str] | None] | None = None,
+        rebuilt: Callable[[], None] | None = None,
     ) -> None:
         """`traits`: the member clusters, or a callable returning them now (they change at run time).
-        `tenants`: the configured tenants, whose namespaces are listed too (tenant namespaces)."""
+        `tenants`: the configured tenants, whose namespaces are listed too (tenant namespaces).
+        `queued_ids`: the QUEUED job ids the leader holds in memory (None: read the store's index);
+        `rebuilt`: called after a rebuild (the leader's job records are read again)."""
         self._store = store
         self._gateway = gateway
         self._clock = clock
@@ -151,6 +155,8 @@ class StoreRecovery:
         self._federation = federation
         self._tenants = tuple(tenants)
         self._run_id: str | None = None
+        self._queued_ids = queued_ids
+        self._rebuilt = rebuilt
         self._queued_seen: set[str] | None = None
         self._pending: set[str] = set()
         self._unlisted: set[str] = set()  # pending clusters whose list failed (said once, until one works)
@@ -163,7 +169,8 @@ class StoreRecovery:
             self._run_id = marker
             if self._pending:
                 self._list_pending()
-            self._queued_seen = self._store.job_ids(JobState.QUEUED)
+            held = self._queued_ids() if self._queued_ids is not None else None
+            self._queued_seen = held if held is not None else self._store.job_ids(JobState.QUEUED)
             return None
         return self.rebuild()
 
@@ -197,6 +204,8 @@ class StoreRecovery:
                     "jobs lost with the state store (only QUEUED): %s", ", ".join(report.lost_queued_ids)
                 )
         self._queued_seen = set()
+        if self._rebuilt is not None:
+            self._rebuilt()
         return report
 
     def _list_pending(self, report: RecoveryReport | None = None) -> set[str]:

@@ -299,3 +299,24 @@ def test_the_broker_follows_its_running_jobs_without_a_get_per_pass(
             assert all(
                 httpx.get(f"{url}/v1/jobs/{j}", headers=auth).json()["state"] == "RUNNING" for j in ids
             )
+
+
+def test_a_jobs_status_change_is_told_to_the_subscriber_and_a_create_needs_no_get(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    cluster = sim.cluster_names()[0]
+    told: list[tuple[str, str]] = []
+    gateway.subscribe(lambda c, job_id: told.append((c, job_id)))
+    gets = requests(sim, cluster, "get")
+
+    gateway.create_workload(cluster, job("ours-told", "job-told"))
+    status = gateway.read_workload(cluster, NS, "ours-told")  # the POST answer, before any watch event
+
+    assert status.exists
+    assert requests(sim, cluster, "get") == gets
+    wait_for("the create told", lambda: (cluster, "job-told") in told or None)
+
+    told.clear()
+    complete(sim, cluster, "ours-told")
+    wait_for("the completion told", lambda: (cluster, "job-told") in told or None)
+    assert gateway.read_workload(cluster, NS, "ours-told").complete

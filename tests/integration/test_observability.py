@@ -182,11 +182,11 @@ def test_one_trace_per_job_with_a_span_per_step_exported_as_otel_env_asks(
 
     handler = Keep(level=logging.WARNING)
     telemetry.install_log_filter(handler)
-    logging.getLogger("broker.controller.service").addHandler(handler)
+    logging.getLogger("broker.controller").addHandler(handler)
     try:
         service.schedule_once()
     finally:
-        logging.getLogger("broker.controller.service").removeHandler(handler)
+        logging.getLogger("broker.controller").removeHandler(handler)
     retried = service.get(record.id)
     assert retried.state is JobState.QUEUED and "dispatch-failed" in retried.reason
     service.store.save_job(replace(retried, not_before=0.0), JobState.QUEUED)  # skip the backoff

@@ -1,0 +1,344 @@
+"""Benchmark: the production path at fleet scale, from submit to every job RUNNING, then a quiet fleet.
+
+Run: .venv/bin/python -m benchmarks.fleet_scale [--clusters 20] [--nodes 50] [--jobs 8000] [--clients 32]
+     (starts its own redis-server, `kubesim serve` and `gpufed serve`; several minutes at full scale)
+
+What runs, each in its own process, as deployed:
+    redis-server   private, on a free port (its INFO stats are the broker's traffic and nothing else's)
+    kubesim serve  --fleet <generated YAML>: `clusters` clusters of `nodes` nodes x 8 GPUs over HTTPS
+    gpufed serve   --config <generated clusters.yaml> with auth ON (a tokens file), its Ray pollers
+                   (2 shards), its control loop and leader lease
+The load: `clients` keep-alive httpx clients submit one-GPU jobs (durationSeconds 36000, so they stay
+RUNNING), each request with a Bearer token and its own Idempotency-Key.
+
+Prints:
+    submit        throughput, p50 / p99 latency
+    running       seconds from the last submit until every job is RUNNING (counted in Redis's state index,
+                  so the watching costs the broker nothing)
+    idle          30 s with every job running and nothing changing: CPU % of one core of the broker
+                  process and, separately, of the Ray processes (pollers, raylet, GCS); Redis commands/s
+                  and KiB/s (INFO stats deltas of total_commands_processed and
+                  total_net_input_bytes + total_net_output_bytes: everything, pollers + broker + lease)
+    list          `GET /v1/jobs?limit=500` p50 / p99, and a walk following metadata.continue (what the
+                  endpoint answers when it does not page)
+    correctness   jobs missing in the members, jobs created twice (Jobs listed in kubesim by the
+                  gpufed.io/job-id label), and a re-sent Idempotency-Key returning its job
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+import yaml
+
+from adapters.kube_rest import KubeRest
+from adapters.redis_process import private_redis
+from broker.workload.manifest import JOB_ID_LABEL
+from tests.conftest import free_port
+
+TOKEN = "fleet-scale-benchmark-token-" + uuid.uuid4().hex
+PREFIX = "fleetscale"
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def wait(pred: Any, timeout: float, what: str, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def fleet_yaml(clusters: int, nodes: int) -> dict[str, Any]:
+    return {
+        "clusters": [
+            {
+                "name": f"sim-{c:03d}",
+                "region": "eu-west",
+                "tier": "on-prem",
+                "nodePools": [
+                    {
+                        "name": "gpu",
+                        "count": nodes,
+                        "cpu": "64",
+                        "memory": "512Gi",
+                        "gpu": {"product": "H100-80GB", "count": 8},
+                    }
+                ],
+            }
+            for c in range(clusters)
+        ]
+    }
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process under `pid` (Ray's raylet, GCS and worker processes run under the broker)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def redis_totals(r: redis.Redis) -> tuple[int, int]:
+    stats = r.info("stats")
+    return int(stats["total_commands_processed"]), int(stats["total_net_input_bytes"]) + int(
+        stats["total_net_output_bytes"]
+    )
+
+
+async def submit_all(
+    url: str, jobs: int, clients: int
+) -> tuple[list[float], list[str], dict[str, str], float]:
+    """Closed loop of `clients` keep-alive clients. Returns (latencies, errors, key -> job id, last submit)."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    ids: dict[str, str] = {}
+    counter = iter(range(jobs))
+    last = 0.0
+
+    async def client() -> None:
+        nonlocal last
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as http:
+            for i in counter:
+                key = f"fs-{i}-{uuid.uuid4().hex[:8]}"
+                body = {"name": f"fs-{i}", "gpus": 1, "durationSeconds": 36000}
+                started = time.perf_counter()
+                try:
+                    resp = await http.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
+                except httpx.HTTPError as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+                    continue
+                latencies.append(time.perf_counter() - started)
+                last = time.monotonic()
+                if resp.status_code != 201:
+                    errors.append(f"{resp.status_code} {resp.text[:200]}")
+                    continue
+                ids[key] = resp.json()["id"]
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, errors, ids, last
+
+
+def list_pages(url: str) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
+        times: list[float] = []
+        first: dict[str, Any] = {}
+        for _ in range(20):
+            started = time.perf_counter()
+            resp = http.get("/v1/jobs", params={"limit": 500})
+            times.append(time.perf_counter() - started)
+            first = resp.json()
+        print(
+            f"list    GET /v1/jobs?limit=500 x20: p50 {pct(times, 0.5) * 1000:.1f} ms, "
+            f"p99 {pct(times, 0.99) * 1000:.1f} ms, {len(first.get('items', []))} items in the first answer"
+        )
+        token = (first.get("metadata") or {}).get("continue")
+        if not token:
+            print("list    no metadata.continue in the answer: the endpoint does not page (one answer)")
+            return
+        seen: Counter[str] = Counter(j["id"] for j in first["items"])
+        pages, started = 1, time.perf_counter()
+        while token:
+            page = http.get("/v1/jobs", params={"limit": 500, "continue": token}).json()
+            seen.update(j["id"] for j in page["items"])
+            token = (page.get("metadata") or {}).get("continue")
+            pages += 1
+        twice = sum(1 for n in seen.values() if n > 1)
+        print(
+            f"list    walk: {pages} pages, {len(seen)} jobs, {twice} seen twice, "
+            f"{time.perf_counter() - started:.2f} s"
+        )
+
+
+def member_jobs(kubeconfigs: dict[str, str]) -> Counter[str]:
+    """Job id -> how many Jobs carry it, over every member cluster."""
+    found: Counter[str] = Counter()
+    for name, path in kubeconfigs.items():
+        rest = KubeRest.from_kubeconfig(name, path, None)
+        try:
+            jobs, _ = rest.list_pages("/apis/batch/v1/jobs", selector=[("labelSelector", JOB_ID_LABEL)])
+        finally:
+            rest.close()
+        found.update(str(((j.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL)) for j in jobs)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=8000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of the idle measurement")
+    args = parser.parse_args()
+    if args.jobs > args.clusters * args.nodes * 8:
+        raise SystemExit("--jobs: more than the fleet's GPUs")
+    # SIGTERM (and SIGINT, which a shell's background job ignores) ends the run through the `finally`
+    # below, so kubesim, the broker and its Ray processes, and the private Redis are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    bindir = Path(sys.executable).parent
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmp_name, private_redis() as rs:
+        tmp = Path(tmp_name)
+        try:
+            (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet_yaml(args.clusters, args.nodes)))
+            out = tmp / "kubesim"
+            kubesim_log = open(tmp / "kubesim.log", "wb")  # noqa: SIM115
+            procs.append(
+                subprocess.Popen(
+                    [str(bindir / "kubesim"), "serve", "--fleet", str(tmp / "fleet.yaml"), "--out", str(out)],
+                    stdout=kubesim_log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            wait((out / "kubesim.json").exists, 300, "kubesim to start")
+            described = json.loads((out / "kubesim.json").read_text())
+            names = [c["name"] for c in described["clusters"]]
+            kubeconfigs = {c["name"]: c["kubeconfig"] for c in described["clusters"]}
+            (tmp / "tokens.yaml").write_text(
+                yaml.safe_dump([{"name": "bench", "tenant": "bench", "role": "admin", "token": TOKEN}])
+            )
+            config = {
+                "clusters": [{"name": n, "kubeconfig": kubeconfigs[n], "tier": "on-prem"} for n in names],
+                "settings": {"redisUrl": rs.url, "redisPrefix": PREFIX, "pollerShards": 2},
+                "auth": {"tokensFile": str(tmp / "tokens.yaml")},
+            }
+            (tmp / "clusters.yaml").write_text(yaml.safe_dump(config))
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            broker_log = open(tmp / "broker.log", "wb")  # noqa: SIM115
+            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own
+            broker = subprocess.Popen(
+                [
+                    str(bindir / "gpufed"),
+                    "serve",
+                    "--config",
+                    str(tmp / "clusters.yaml"),
+                    "--port",
+                    str(port),
+                ],
+                stdout=broker_log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            procs.append(broker)
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            http = httpx.Client(base_url=url, headers=auth, timeout=60)
+
+            def healthy() -> bool:
+                try:
+                    items = http.get("/v1/clusters").json()["items"]
+                except (httpx.HTTPError, ValueError, KeyError):
+                    return False
+                return len(items) == len(names) and all(c["health"] == "healthy" for c in items)
+
+            wait(healthy, 600, "a healthy fleet", 1.0)
+            print(
+                f"set-up  {args.clusters} clusters x {args.nodes} nodes x 8 GPUs, {args.jobs} one-GPU jobs, "
+                f"{args.clients} keep-alive httpx clients, auth on, an Idempotency-Key per request"
+            )
+            started = time.monotonic()
+            latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
+            took = last - started
+            print(
+                f"submit  {len(ids)} jobs in {took:.1f} s: {len(ids) / took:.0f}/s, "
+                f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
+                f"{len(errors)} errors" + (f" (first: {errors[0]})" if errors else "")
+            )
+            r = redis.Redis.from_url(rs.url)
+            running_key = f"{PREFIX}:jobs:state:RUNNING"
+            wait(lambda: r.scard(running_key) >= len(ids), 900, "every job RUNNING", 0.2)
+            print(f"running every job RUNNING {time.monotonic() - last:.1f} s after the last submit")
+
+            time.sleep(3.0)  # the last status writes and settles land
+            ray_pids = descendants(broker.pid)
+            b0 = cpu_ticks(broker.pid)
+            ray0 = {p: cpu_ticks(p) for p in ray_pids}
+            c0, n0 = redis_totals(r)
+            t0 = time.monotonic()
+            time.sleep(args.idle)
+            elapsed = time.monotonic() - t0
+            c1, n1 = redis_totals(r)
+            b1 = cpu_ticks(broker.pid)
+            ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
+            print(
+                f"idle    {elapsed:.0f} s, {r.scard(running_key)} running: broker process "
+                f"{(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes ({len(ray_pids)}) "
+                f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
+                f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
+            )
+
+            list_pages(url)
+
+            found = member_jobs(kubeconfigs)
+            missing = [j for j in ids.values() if found[j] == 0]
+            twice = [j for j, n in found.items() if n > 1]
+            key, job_id = next(iter(ids.items()))
+            again = http.post(
+                "/v1/jobs",
+                json={"name": "fs-again", "gpus": 1, "durationSeconds": 36000},
+                headers={"Idempotency-Key": key},
+            )
+            same = again.status_code == 200 and again.json()["id"] == job_id
+            print(
+                f"correct {len(missing)} jobs missing in the members, {len(twice)} created twice, "
+                f"re-sent Idempotency-Key returns its job: {same} ({again.status_code})"
+            )
+        finally:
+            for p in reversed(procs):
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(60)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+            print(f"logs    {tmp} (removed on exit)")
+
+
+if __name__ == "__main__":
+    main()

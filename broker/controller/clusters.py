@@ -1,0 +1,120 @@
+"""Cluster health and failover: note health changes, fail over the jobs of lost clusters, fence them.
+
+Owns the failover step of the loop (observe_clusters) over the FleetCache's summaries (only moved
+summaries are read): a lost cluster's jobs go back by their failover policy, the cluster is fenced
+(not offered) until its stale attempts are swept, then unfenced; the loop wakes at the earliest loss
+deadline of a failing cluster (seconds_until_a_loss).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from broker.controller.job_records import PLACED_STATES
+from broker.controller.sweeping import Sweeping
+from broker.core.errors import (
+    Fenced,
+    StoreError,
+)
+from broker.core.model import (
+    ClusterEvent,
+    Health,
+    JobRecord,
+)
+from broker.health import failover
+from broker.health.failover import ClusterHealth
+
+log = logging.getLogger(__name__)
+
+
+class ClusterWatch(Sweeping):
+    def seconds_until_a_loss(self) -> float | None:
+        """Seconds until the earliest moment a cluster seen failing in the last observe_clusters becomes
+        lost (no success meanwhile), or None: the control loop wakes then, not at its next pass."""
+        if self._next_loss_at is None:
+            return None
+        return max(0.0, self._next_loss_at - self.clock.now())
+
+    def observe_clusters(self) -> list[JobRecord]:
+        """The failover step: note health changes, fail over the jobs of lost clusters (and fence them),
+        and start the sweep of fenced clusters that answer again. Returns the jobs moved."""
+        self._apply_pending_traits()
+        self._fresh_cache()  # only the clusters whose summary version moved are read
+        self._cache_observed = True
+        now = self.clock.now()
+        summaries = {s.cluster: s for s in self.cache.observed()}
+        healths = self._cluster_health(summaries)
+        for h in healths.values():
+            self._note_health(h)
+        fenced = self.store.fenced()
+        deadlines = [
+            d
+            for c in self.traits
+            if c not in fenced
+            and (d := failover.loss_deadline(summaries.get(c), self.settings.cluster_lost_seconds))
+            is not None
+            and d > now
+        ]
+        self._next_loss_at = min(deadlines, default=None)
+        lost_after = self.settings.cluster_lost_seconds
+        self._note_blindness(failover.pollers_silent(summaries.values(), now, lost_after))
+        lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, self._blind)}
+        moved: list[JobRecord] = []
+        if lost:
+            self.records.ensure()
+            for record in self.records.in_states(PLACED_STATES):
+                gone = lost.get(record.cluster or "")
+                if gone is None:
+                    continue
+                try:
+                    # every job's event carries the instant the cluster was found lost, not the moment
+                    # its own write came round in this pass
+                    step = self._fail_over(record, f"cluster {gone.cluster} lost: {gone.text}", at=now)
+                except (StoreError, Fenced):
+                    raise
+                except Exception:
+                    log.exception("failing over %s failed; retried next pass", record.id)
+                    continue
+                if step is not None:
+                    moved.append(step)
+            for c, h in lost.items():
+                if c not in fenced and self.store.fence(c, h.text):
+                    fenced[c] = h.text
+                    log.warning("cluster %s fenced: %s; its jobs were failed over", c, h.text)
+                    self.store.append_cluster_event(ClusterEvent(c, now, h.health, f"fenced: {h.text}"))
+        for c in fenced:
+            back = healths.get(c)
+            if c in self.traits and back is not None and failover.may_unfence(back):
+                self.dispatcher.submit_once(c, "unfence", functools.partial(self._sweep_and_unfence, c))
+        self._fenced = set(fenced)
+        return moved
+
+    def _note_blindness(self, blind: bool) -> None:
+        if blind and not self._blind:
+            log.warning(
+                "no poller has written a summary for %g s: the broker cannot see its clusters (pollers, "
+                "Ray or their path to Redis stalled); no cluster is failed over for silence until one "
+                "reports again",
+                self.settings.cluster_lost_seconds,
+            )
+        elif self._blind and not blind:
+            log.info("the pollers report again: silent clusters are judged as usual")
+        self._blind = blind
+
+    def _note_health(self, h: ClusterHealth) -> None:
+        previous = self._health_seen.get(h.cluster)
+        self._health_seen[h.cluster] = h.health
+        if previous is None or previous == h.health:
+            return
+        level = logging.INFO if h.health in (Health.HEALTHY, Health.DEGRADED) else logging.WARNING
+        log.log(level, "cluster %s: %s -> %s", h.cluster, previous, h.text)
+        self.store.append_cluster_event(ClusterEvent(h.cluster, self.clock.now(), h.health, h.reason))
+
+    def _sweep_and_unfence(self, cluster: str) -> None:
+        """Fencing: delete the stale attempts in a cluster that came back, and only then offer it again."""
+        deleted = self.sweep_cluster(cluster, raise_errors=True)
+        if self.store.unfence(cluster):
+            reason = f"fence lifted: {len(deleted)} stale attempt(s) deleted"
+            log.info("cluster %s: %s", cluster, reason)
+            self.store.append_cluster_event(ClusterEvent(cluster, self.clock.now(), Health.HEALTHY, reason))

@@ -1,0 +1,124 @@
+"""Dispatch: record PLACED and create the Job in the member cluster (on the Dispatcher's threads).
+
+Owns the member-cluster half of a placement: the PLACED compare-and-set from QUEUED, the create (409
+is success), the requeue with backoff when a create fails, and the delete of a Job created for a job
+cancelled meanwhile (cancel and create may cross in either order). A new leader resumes the creates of
+the PLACED jobs its predecessor left (resume_dispatch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from dataclasses import replace
+
+from broker import telemetry
+from broker.controller import faults
+from broker.controller.base import ControllerBase
+from broker.core.errors import (
+    ClusterError,
+    ClusterRejected,
+    Conflict,
+)
+from broker.core.model import (
+    JobRecord,
+    JobState,
+    Placement,
+)
+from broker.workload import manifest as hints
+
+log = logging.getLogger(__name__)
+
+# After the n-th refused or failed create, a job waits 2**n seconds (at most this) before the next try,
+# so a cluster that keeps refusing a manifest is not hammered every pass.
+DISPATCH_BACKOFF_MAX_SECONDS = 300.0
+
+
+class Dispatching(ControllerBase):
+    def _commit(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
+        """Record PLACED (compare-and-set from QUEUED) and hand the create to the dispatcher."""
+        attempt = record.attempt + 1
+        name = hints.workload_name(record.id, attempt)
+        reason = f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod ({where.product}), score {where.score}"
+        try:
+            placed = self._transition(
+                replace(record, attempt=attempt, cluster=where.cluster, placement=where, workload_name=name),
+                JobState.PLACED,
+                reason,
+                expected=JobState.QUEUED,
+            )
+        except Conflict:
+            self.store.release(record.id, attempt, self.placer_id)
+            return None  # cancelled meanwhile, or another replica took it
+        faults.point("placed")
+        self.dispatcher.submit(where.cluster, lambda: self._create(placed, where))
+        return placed
+
+    def resume_dispatch(self) -> int:
+        """Submit the create of every PLACED job again (a new leader resumes its predecessor's creates;
+        a create is idempotent). Returns how many were submitted."""
+        count = 0
+        self.records.ensure()
+        for record in self.records.in_states([JobState.PLACED]):
+            if record.state is JobState.PLACED and record.cluster in self.traits and record.placement:
+                where = record.placement
+                self.dispatcher.submit(where.cluster, functools.partial(self._create, record, where))
+                count += 1
+        return count
+
+    def _create(self, placed: JobRecord, where: Placement) -> None:
+        """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
+        release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
+        attempt = placed.attempt
+        name = placed.workload_name or hints.workload_name(placed.id, attempt)
+        traits = self.traits.get(where.cluster)
+        try:
+            if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
+                raise ClusterRejected(where.cluster, "no longer a member cluster")
+            manifests = hints.build_workload(
+                placed.id,
+                attempt,
+                placed.request,
+                where,
+                traits,
+                hints.recovery_annotations(
+                    placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
+                ),
+            )
+            with (
+                telemetry.job_context(placed.trace_parent),
+                telemetry.job_span(
+                    "gpufed.job.dispatch", placed.trace_parent, **{"gpufed.cluster": where.cluster}
+                ),
+                telemetry.dispatch_latency.labels(where.cluster).time(),
+            ):
+                self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
+            faults.point("created")
+        except ClusterError as exc:
+            with telemetry.job_context(placed.trace_parent):
+                log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            telemetry.dispatch_failures.labels(where.cluster).inc()
+            self.store.release(placed.id, attempt, self.placer_id)
+            failures = placed.dispatch_failures + 1
+            backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
+            with contextlib.suppress(Conflict):  # cancelled meanwhile: nothing to requeue
+                self._transition(
+                    replace(
+                        placed,
+                        cluster=None,
+                        placement=None,
+                        workload_name=None,
+                        dispatch_failures=failures,
+                        not_before=self.clock.now() + backoff,
+                    ),
+                    JobState.QUEUED,
+                    f"dispatch-failed (attempt {attempt}, next try in {backoff:.0f} s): {exc}",
+                    expected=JobState.PLACED,
+                )
+            return
+        current = self.store.get_job(placed.id)
+        if current is None or current.state is JobState.CANCELLED or current.workload_name != name:
+            # Cancelled while the Job was being created: cancel() may have deleted before our create.
+            self.store.release(placed.id, attempt, self.placer_id)
+            self._delete_workload(where.cluster, name, current or placed)

@@ -1,0 +1,156 @@
+"""The leader's job records in memory: every non-terminal job, rebuilt from the store on takeover.
+
+Owns the leader's view of the jobs it drives (QUEUED, PLACED, ADMITTED, RUNNING), so that a pass reads
+no job from the store unless it changed:
+    rebuild()    the change stream's newest id first, then every non-terminal record (a write between
+                 the two is seen again by catch_up, never missed): at takeover, at the first pass, after
+                 a rebuild of the store (broker.ha.recovery)
+    catch_up()   the store's change stream since the cursor (one command when nothing changed): the
+                 records written since (the API's submits and cancels, another replica, this leader's own
+                 writes, which cost one pipelined read each but make the newest write always win) are
+                 read again in one pipelined round trip
+    put(record)  a write this leader made (broker.controller.state_writer); a terminal record leaves the
+                 active set and is kept, bounded, for the sweep (its Job may still be in the cluster)
+Thread-safe: the loop, the dispatch threads and the informer callbacks use it at once. Service layer:
+the StateStore port only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from broker.core.model import JobRecord, JobState
+from broker.core.ports import StateStore
+
+ACTIVE = (JobState.QUEUED, JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
+PLACED_STATES = (JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
+# Terminal records kept for the sweep's verdicts (a finished job's Job may linger in its cluster).
+_DONE_KEPT = 50_000
+
+
+class JobRecords:
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+        self._lock = threading.RLock()
+        self._reading = threading.Lock()  # one rebuild or catch-up at a time (an older read never wins)
+        self._active: dict[str, JobRecord] = {}
+        self._by_state: dict[JobState, dict[str, JobRecord]] = {s: {} for s in ACTIVE}
+        self._done: OrderedDict[str, JobRecord] = OrderedDict()
+        self.built = False
+        self.cursor = "0-0"
+        self.rebuilds = 0
+        self.reread = 0  # records read again because they were written (or a write conflicted)
+
+    def invalidate(self) -> None:
+        """Forget everything: the next ensure() rebuilds (leadership lost, the store rebuilt)."""
+        with self._lock:
+            self.built = False
+            self._active.clear()
+            self._done.clear()
+            for index in self._by_state.values():
+                index.clear()
+
+    def ensure(self) -> set[str]:
+        """Build when not built, else catch up. Returns the ids changed by others (all, after a build)."""
+        if not self.built:
+            self.rebuild()
+            with self._lock:
+                return set(self._active)
+        return self.catch_up()
+
+    def rebuild(self) -> None:
+        with self._reading:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        cursor = self._store.last_change_id()
+        records = self._store.list_jobs(list(ACTIVE))
+        with self._lock:
+            self._active = {}
+            for index in self._by_state.values():
+                index.clear()
+            for record in records:
+                self._put(record)
+            self._done.clear()
+            self.cursor = cursor
+            self.built = True
+            self.rebuilds += 1
+
+    def catch_up(self) -> set[str]:
+        with self._reading:
+            return self._catch_up()
+
+    def _catch_up(self) -> set[str]:
+        changes = self._store.read_changes(self.cursor)
+        if not changes:
+            return set()
+        ids = sorted({job for _, job, _writer in changes})
+        fresh = self._store.get_jobs(ids)
+        with self._lock:
+            for job_id in ids:
+                record = fresh.get(job_id)
+                if record is None:
+                    self._drop(job_id)
+                else:
+                    self._put(record)
+            self.cursor = changes[-1][0]
+            self.reread += len(ids)
+        return set(ids)
+
+    def reread_one(self, job_id: str) -> JobRecord | None:
+        """Read one record again (a compare-and-set found it moved on)."""
+        record = self._store.get_job(job_id)
+        with self._lock:
+            self.reread += 1
+            if record is None:
+                self._drop(job_id)
+            elif self.built:
+                self._put(record)
+        return record
+
+    def put(self, record: JobRecord) -> None:
+        """A record as this leader wrote it (ignored until built: the API's service never builds)."""
+        with self._lock:
+            if self.built:
+                self._put(record)
+
+    def _drop(self, job_id: str) -> None:
+        old = self._active.pop(job_id, None)
+        if old is not None:
+            self._by_state[old.state].pop(job_id, None)
+
+    def _put(self, record: JobRecord) -> None:
+        self._drop(record.id)
+        if record.state.terminal:
+            self._done[record.id] = record
+            self._done.move_to_end(record.id)
+            while len(self._done) > _DONE_KEPT:
+                self._done.popitem(last=False)
+        else:
+            self._active[record.id] = record
+            self._by_state[record.state][record.id] = record
+            self._done.pop(record.id, None)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            return self._active.get(job_id) or self._done.get(job_id)
+
+    def in_states(self, states: Iterable[JobState], ordered: bool = True) -> list[JobRecord]:
+        """The active records in these states, oldest first (as the store's list_jobs) when ordered."""
+        with self._lock:
+            found = [r for s in set(states) if s in self._by_state for r in self._by_state[s].values()]
+        return sorted(found, key=lambda r: (r.created_at, r.id)) if ordered else found
+
+    def count(self, state: JobState) -> int:
+        with self._lock:
+            return len(self._by_state.get(state, ()))
+
+    def ids_in(self, state: JobState) -> set[str]:
+        with self._lock:
+            return set(self._by_state.get(state, ()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._active)

@@ -1,0 +1,76 @@
+"""The one state writer: every job write of the controller goes through here.
+
+Owns the write of a job's state: the store's compare-and-set (at the state, and where asked the
+attempt, the writer read), fenced by the leader's token (a store made with fencing_token refuses a
+write from a replica that lost the lease: broker.core.errors.Fenced), the event it appends in the same round
+trip, the transition metric and span, and the update of the leader's records (JobRecords) with what was
+written. A write that conflicts (another replica cancelled, the job moved on) reads that one record again
+before the Conflict goes to the caller, so the next decision is made on what the store holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from broker import telemetry
+from broker.controller.job_records import JobRecords
+from broker.core.errors import Conflict
+from broker.core.model import JobEvent, JobRecord, JobState
+from broker.core.ports import Clock, StateStore
+
+
+def event_of(record: JobRecord, reason: str) -> JobEvent:
+    return JobEvent(
+        job_id=record.id,
+        at=record.updated_at,
+        state=record.state,
+        attempt=record.attempt,
+        reason=reason,
+        cluster=record.cluster,
+        trace_id=telemetry.trace_id_of(record.trace_parent),
+    )
+
+
+class StateWriter:
+    def __init__(self, store: StateStore, clock: Clock, records: JobRecords) -> None:
+        self.store = store
+        self.clock = clock
+        self.records = records
+
+    def transition(
+        self,
+        record: JobRecord,
+        state: JobState,
+        reason: str,
+        expected: JobState | None = None,
+        expected_attempt: int | None = None,
+        at: float | None = None,
+    ) -> JobRecord:
+        """The record in `state` with `reason` (and its event), if the stored one is still `expected`
+        (at `expected_attempt`); else Conflict (the record is read again)."""
+        now = self.clock.now() if at is None else at
+        changed = replace(record, state=state, reason=reason, updated_at=now)
+        with telemetry.job_span(
+            "gpufed.job.state", record.trace_parent, **{"gpufed.state": str(state), "gpufed.reason": reason}
+        ):
+            saved = self._write(changed, expected, event_of(changed, reason), expected_attempt)
+            telemetry.transitions.labels(str(state)).inc()
+        return saved
+
+    def save(self, record: JobRecord) -> JobRecord:
+        """A change that is not a transition (a new reason): compare-and-set at the record's state."""
+        return self._write(record, record.state, None, None)
+
+    def event(self, record: JobRecord, reason: str) -> None:
+        self.store.append_event(event_of(record, reason))
+
+    def _write(
+        self, record: JobRecord, expected: JobState | None, event: JobEvent | None, attempt: int | None
+    ) -> JobRecord:
+        try:
+            saved = self.store.save_job(record, expected, event, attempt)
+        except Conflict:
+            self.records.reread_one(record.id)
+            raise
+        self.records.put(saved)
+        return saved

@@ -1,0 +1,199 @@
+"""Status sync: follow placed jobs in their member clusters, by event.
+
+A Job whose status changed is put on the work queue by the informer's callback (watch_changes); a pass
+reads only those, every job of a cluster whose watch is not synced (or a gateway that does not watch),
+and every job from memory every STATUS_RESYNC_SECONDS. lifecycle.observe decides; reservations are
+released once the pods are counted by a newer summary of their cluster (settling) or the job ended.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import replace
+
+from broker import telemetry
+from broker.controller import faults
+from broker.controller.base import ControllerBase
+from broker.controller.job_records import PLACED_STATES
+from broker.core.errors import (
+    ClusterError,
+    Conflict,
+    Fenced,
+    StoreError,
+)
+from broker.core.model import (
+    JobRecord,
+    JobState,
+)
+from broker.core.ports import WorkloadWatch
+from broker.workload import lifecycle
+
+log = logging.getLogger(__name__)
+
+# Followed by watch, a job's status is read when its Job changed; every job is compared with the
+# informer caches (memory, no request) this often anyway.
+STATUS_RESYNC_SECONDS = 60.0
+
+
+class StatusSync(ControllerBase):
+    def watch_changes(self) -> None:
+        """Follow Job statuses by event (the leader's service): a gateway that watches says which Job
+        changed, and a pass reads only those (plus every job on a cluster whose watch is not synced, and
+        all of them from memory every STATUS_RESYNC_SECONDS)."""
+        if isinstance(self.gateway, WorkloadWatch):
+            self._watch = self.gateway
+            self.gateway.subscribe(self.workload_changed)
+
+    def workload_changed(self, cluster: str, job_id: str) -> None:
+        """A Job's status changed in its cluster (an informer thread): read it in the next pass."""
+        self.work.add_job(job_id)
+
+    def _watched(self, cluster: str) -> bool:
+        return self._watch is not None and self._watch.synced(cluster)
+
+    def sync_status(self) -> list[JobRecord]:
+        """Follow the placed jobs in their member clusters, each cluster on its own worker (one slow
+        cluster delays only its own jobs): those whose Job changed, or all where no watch tells.
+        Returns the jobs that changed state (with the inline dispatcher)."""
+        changed: list[JobRecord] = []
+        self._release_settled()
+        self.records.ensure()
+        dirty = self.work.take_jobs()
+        skip = self._unavailable_clusters() | self._fenced
+        for back in [c for c in self._held_back if c not in skip]:  # back: read what changed meanwhile
+            dirty |= self._held_back.pop(back)
+        now = self.clock.now()
+        resync = now >= self._next_resync
+        if resync:
+            self._next_resync = now + STATUS_RESYNC_SECONDS
+        by_cluster: dict[str, list[JobRecord]] = {}
+        unwatched = {c for c in self.traits if not self._watched(c)}
+        if resync or unwatched:  # every placed job (from memory)
+            candidates = self.records.in_states(PLACED_STATES, ordered=False)
+        else:  # only those whose Job changed: idle, this loop does not grow with the jobs held
+            candidates = [r for j in dirty if (r := self.records.get(j)) is not None]
+        later: list[str] = []
+        for record in candidates:
+            cluster = record.cluster
+            if record.state not in PLACED_STATES or not cluster:
+                continue
+            self._tenants_seen.add(record.request.tenant)
+            if cluster in skip:
+                if record.id in dirty:  # its cluster does not answer: read once it does
+                    self._held_back.setdefault(cluster, set()).add(record.id)
+            elif resync or record.id in dirty or cluster in unwatched:
+                by_cluster.setdefault(cluster, []).append(record)
+        for cluster, records in sorted(by_cluster.items()):
+            task = functools.partial(self._sync_into, records, changed)
+            if not self.dispatcher.submit_once(cluster, "sync", task):
+                later.extend(r.id for r in records)  # its worker is still busy: the next pass
+        self.work.requeue(later)
+        return changed
+
+    def _sync_into(self, records: list[JobRecord], changed: list[JobRecord]) -> None:
+        try:
+            changed.extend(self._sync_cluster(records))
+        finally:
+            if self.work.pending():
+                self.work.wake()  # jobs put back while this worker was busy
+
+    def _sync_cluster(self, records: list[JobRecord]) -> list[JobRecord]:
+        changed: list[JobRecord] = []
+        ready: list[JobRecord] = []
+        for record in records:
+            try:
+                with telemetry.job_context(record.trace_parent):
+                    step = self._sync_job(record, ready)
+            except (StoreError, Fenced):
+                raise
+            except Exception:
+                log.exception(
+                    "following %s failed; the other jobs go on and it is retried next pass", record.id
+                )
+                continue
+            if step is not None:
+                changed.append(step)
+        self._settle(ready)
+        return changed
+
+    def _sync_job(self, record: JobRecord, ready: list[JobRecord]) -> JobRecord | None:
+        """Apply what the cluster says of one job; a job whose pods are all ready joins `ready` (its
+        reservation is released once the cluster's summary counts them: _settle)."""
+        if not record.cluster or not record.workload_name:
+            return None
+        namespace = self._namespace(record.cluster, record.request.tenant)
+        try:
+            status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
+        except ClusterError as exc:
+            if record.cluster not in self._unreadable:  # said once, not per job per pass, until it answers
+                self._unreadable.add(record.cluster)
+                log.info(
+                    "cannot read %s on %s: %s; its Jobs are read again every pass",
+                    record.workload_name,
+                    record.cluster,
+                    exc,
+                )
+            return None
+        if record.cluster in self._unreadable:
+            self._unreadable.discard(record.cluster)
+            log.info("Jobs on %s can be read again", record.cluster)
+        step = lifecycle.observe(record, status, self.clock.now())
+        if step is None:
+            return None
+        faults.point("observed")
+        if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
+            self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
+        if step.state is JobState.RUNNING:
+            ready.append(record)
+        elif step.state is JobState.QUEUED or step.state.terminal:
+            with self._settling_lock:
+                self._settling.pop((record.id, record.attempt), None)
+            self.store.release(record.id, record.attempt)
+        target = record
+        if step.state is JobState.QUEUED:
+            target = replace(record, cluster=None, placement=None, workload_name=None)
+        try:
+            # the state AND the attempt read: a read that hung on a cluster while the job moved on to a
+            # new attempt (now in the same state elsewhere) must not write the old attempt back
+            return self._transition(
+                target, step.state, step.reason, expected=record.state, expected_attempt=record.attempt
+            )
+        except Conflict:
+            return None  # cancelled or moved on meanwhile
+
+    def adopt_settling(self, record: JobRecord) -> None:
+        """A new leader adopts the reservation of a job its predecessor saw RUNNING (the settling list
+        lives in memory): it goes once the cluster's summary is newer, as _settle would have done."""
+        self._settle([record])
+
+    def _settle(self, records: list[JobRecord]) -> None:
+        """The jobs' pods are all ready: their reservations may go once their cluster's summary counts
+        them (one read of the current versions for all). Released at once, a summary published before
+        the pods were seen would show their GPUs free (the Job's status reaches the broker sooner than
+        the pods reach the pollers' summary)."""
+        if not records:
+            return
+        versions = self.store.cluster_versions(sorted({r.cluster or "" for r in records}))
+        for record in records:
+            cluster = record.cluster or ""
+            pair = versions.get(cluster)
+            if pair is None:
+                self.store.release(record.id, record.attempt)
+                continue
+            with self._settling_lock:
+                self._settling[(record.id, record.attempt)] = (cluster, pair[0])
+
+    def _release_settled(self) -> None:
+        """Release the reservations of running jobs whose cluster has published a newer summary."""
+        with self._settling_lock:
+            settling = dict(self._settling)
+        if not settling:
+            return
+        versions = self.store.cluster_versions(sorted({c for c, _ in settling.values()}))
+        for key, (cluster, seen) in settling.items():
+            pair = versions.get(cluster)
+            if pair is None or pair[0] > seen:
+                self.store.release(*key)
+                with self._settling_lock:
+                    self._settling.pop(key, None)
