@@ -49,6 +49,7 @@ from typing import Any
 
 import orjson
 
+from adapters import poller_liveness
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
@@ -458,6 +459,10 @@ class PollerSupervisor:
         self._pids: dict[str, int] = {}
         self.checks = 0
         self._errors: dict[str, str] = {}  # shard -> the last error checking it (until a check passes)
+        lost = float(shard_options["health"].lost_seconds) if shard_options.get("health") else 10.0
+        self._liveness = poller_liveness.ShardLiveness(
+            self._store, self._shard_names, poller_liveness.silent_after(lost)
+        )
         saved = desired_clusters(self._store, run_id)
         if saved is not None:  # this is a restart: resume
             self._specs, self._generation = saved
@@ -529,6 +534,7 @@ class PollerSupervisor:
         before = self._pids.get(shard)
         self._pids[shard] = pid
         if before != pid and (before is not None or info.get("restarted")):
+            self._liveness.restarted(shard)
             self.restarts[shard] += 1
             log.warning(
                 "poller shard %s restarted (pid %s -> %d); it resumes its clusters", shard, before, pid
@@ -538,6 +544,12 @@ class PollerSupervisor:
                 "poller shard %s holds assignment %s, not %d: re-assigning", shard, info["generation"], gen
             )
             ray.get(actor.assign.remote(group, gen), timeout=60)
+
+    def _kill(self, shard: str) -> None:
+        import ray
+
+        ray.kill(self._actor(shard), no_restart=False)  # Ray restarts it; it resumes by itself
+        poller_liveness.force_kill_local(self._pids.get(shard))  # a stopped process: at once
 
     def _create(self, shard: str, group: list[PollerSpec], gen: int) -> None:
         import ray
@@ -564,7 +576,10 @@ class PollerSupervisor:
             groups = self._groups()
             gen = self._generation
         self.checks += 1
-        for shard in self._shard_names:
+        killed = poller_liveness.replace_silent(  # a frozen shard never crashes: judge it by its output
+            self._liveness, {s: [c.name for c in g] for s, g in groups.items()}, self._kill
+        )
+        for shard in [n for n in self._shard_names if n not in killed]:
             try:
                 self._errors.pop(shard, None)
                 self._ensure(shard, groups.get(shard, []), gen)

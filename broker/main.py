@@ -38,17 +38,17 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
-from adapters import nvml
+from adapters import nvml, poller_liveness
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
-from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.ray_actors import HashRing, PollerFleet, PollerSpec
 from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import clusterprofile, ha, telemetry
+from broker import capacity_freshness, clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
 from broker.burst_gate import BurstGate
@@ -439,6 +439,7 @@ def running_broker(
             "lease": leadership.readiness,
             "records": lambda: _records_ready(store),
             "draining": drain.readiness,
+            "capacity": poller_liveness.capacity_check(store, settings.cluster_lost_seconds),
         },
     )
     ha.install(app, drain, leadership, lease.holder_now, store)
@@ -473,6 +474,8 @@ def running_broker(
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         _await_records(store, deadline=time.monotonic() + 30)
         settle_startup_heap()
+        ring = HashRing(pollers.shard_names)
+        capacity_freshness.SHARDS.source = poller_liveness.shard_source(store, ring.owner, ring.nodes)
         yield Broker(
             service,
             store,
@@ -488,6 +491,7 @@ def running_broker(
         )
     finally:
         gc.unfreeze()  # what start-up built may be collected again once this broker stops
+        capacity_freshness.SHARDS.source = None
         drain.begin()
         leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
         loop.stop()

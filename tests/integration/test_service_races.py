@@ -31,7 +31,7 @@ from broker.model import (
 from broker.service import BrokerService
 from tests.service_doubles import idle_h100_node
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.race]
 
 sim_mod = pytest.importorskip("kubesim.sim")
 fleet_mod = pytest.importorskip("kubesim.fleet")
