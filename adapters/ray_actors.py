@@ -49,7 +49,7 @@ from typing import Any
 
 import orjson
 
-from adapters import poller_liveness
+from adapters import poller_liveness, ray_stop
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
@@ -738,28 +738,12 @@ class PollerFleet:
         return out
 
     def stop(self) -> None:
+        """Stop the supervisor and the shards, each step bounded (adapters.ray_stop)."""
         import ray
 
         if not ray.is_initialized():
             return
-        if self._supervisor is not None:
-            try:
-                ray.get(self._supervisor.stop.remote(), timeout=15)
-            except Exception:
-                log.warning("the poller supervisor did not stop cleanly; killing it")
-            ray.kill(self._supervisor, no_restart=True)
-            self._supervisor = None
-        for name in self._names:
-            try:
-                actor = ray.get_actor(name)
-            except ValueError:
-                continue
-            try:
-                ray.get(actor.stop.remote(), timeout=15)
-            except Exception:
-                log.warning("poller shard %s did not stop cleanly; killing it", name)
-            ray.kill(actor, no_restart=True)
+        ray_stop.stop_actors(self._supervisor, self._actors, self._names, shutdown=self._started_ray)
+        self._supervisor = None
         self._actors = []
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        self._started_ray = False

@@ -6,7 +6,8 @@ Drain           a flag set by SIGTERM: from then on every write request (POST, P
                 stops routing here); reads are served until the process exits.
 install(app, ...)  adds the drain middleware and GET /v1/status: this replica's role (leader or
                 follower), the lease holder and fencing token, whether it is draining, and the report
-                of the last rebuild after a Redis loss (what was recovered and what was lost).
+                of the last rebuild after a Redis loss (what was recovered and what was lost). It names
+                every tenant's job ids: a viewer or an admin only (401 without a token, 403 for a user).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
+from broker import api
 from broker.errors import StoreError
 from broker.leadership import Leadership
 from broker.ports import RecoveryStore
@@ -37,6 +39,17 @@ class Drain:
         if self.draining:
             raise RuntimeError("draining: shutting down, send new work to another replica")
         return True
+
+
+async def _viewer_or_admin(request: Request) -> None:
+    """/v1/status names every tenant's jobs: a viewer or an admin only."""
+    if getattr(request.app.state, "tokens", None) is None:  # --insecure-no-auth (every caller an admin)
+        return
+    principal = await api._caller(request, request.headers.get("authorization"))
+    if not principal.sees_all_tenants:
+        raise api.AuthError(
+            403, f"{principal.name} is a {principal.role}: /v1/status is for viewers and admins"
+        )
 
 
 def install(
@@ -59,7 +72,7 @@ def install(
             )
         return await call_next(request)
 
-    @app.get("/v1/status")
+    @app.get("/v1/status", dependencies=[Depends(_viewer_or_admin)])
     def status() -> dict[str, Any]:
         """This replica's role, the lease, and the last recovery after a Redis loss."""
         body: dict[str, Any] = {
