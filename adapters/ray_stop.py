@@ -65,6 +65,7 @@ def stop_actors(supervisor: Any, shards: Sequence[Any], names: Sequence[str], sh
         ray.wait(refs, num_returns=len(refs), timeout=STOP_SECONDS)
 
     bounded(ask, STOP_SECONDS + 1.0, "asking the actors to stop")
+
     def kill(actor: Any) -> Callable[[], None]:
         return lambda: ray.kill(actor, no_restart=True)
 

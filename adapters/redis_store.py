@@ -54,6 +54,7 @@ from typing import Any
 import redis
 from pydantic import TypeAdapter
 
+from adapters import redis_recovery_gate
 from broker import reservations
 from broker.errors import Conflict, Fenced, Recovering, StoreError
 from broker.model import (
@@ -182,9 +183,10 @@ end
 """
 
 # KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events, run-id marker. ARGV: id, json, state, idem key present ('1'/'0'), job-key prefix, event json,
-# stream maxlen, marker required ('1'/'0').
-# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''}.
+# events, run-id marker, recovery pending. ARGV: id, json, state, idem key present ('1'/'0'), job-key
+# prefix, event json, stream maxlen, marker required ('1'/'0').
+# Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''} or
+# {'unvouched', pending clusters} (adapters.redis_recovery_gate).
 _CREATE_JOB = (
     _APPEND_EVENT
     + """
@@ -196,6 +198,9 @@ if ARGV[4] == '1' then
     if prior then return {'existing', prior} end
   end
 end
+"""
+    + redis_recovery_gate.PENDING_LUA
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ''} end
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -579,6 +584,7 @@ class RedisStateStore:
             self._k("events", record.id),
             self._k("events"),
             self._k("run-id"),
+            redis_recovery_gate.pending_key(self.prefix),
         ]
         args: list[Any] = [
             record.id,
@@ -598,6 +604,8 @@ class RedisStateStore:
                 "the state store came back empty; job records are being rebuilt from the member "
                 "clusters: retry in a few seconds"
             )
+        if status == b"unvouched":
+            raise redis_recovery_gate.unvouched(raw.decode())
         if status == b"exists":
             raise Conflict(f"job {record.id} already exists")
         return _JOB.validate_json(raw)

@@ -46,6 +46,7 @@ from adapters.ray_actors import HashRing, PollerFleet, PollerSpec
 from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
+from adapters.redis_recovery_gate import RecoveryGate
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import capacity_freshness, clusterprofile, ha, telemetry
@@ -394,6 +395,7 @@ def running_broker(
         lambda: leader_service.traits,
         settings.redis_prefix,
         tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
+        pending=RecoveryGate(leader_store.client, settings.redis_prefix).set,
     )
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = PollerFleet(
