@@ -47,7 +47,7 @@ def unvouched(pending: str) -> Recovering:
 class RecoveryGate:
     """The pending clusters of the last rebuild, in Redis (see the module docstring)."""
 
-    def __init__(self, client: redis.Redis[bytes], prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
         self._client = client
         self._key = pending_key(prefix)
 
