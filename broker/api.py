@@ -55,7 +55,7 @@ from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
-from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.errors import ClusterError, Conflict, InvalidRequest, NotFound, StoreError, TooLarge
 from broker.model import JobRecord, JobState
 from broker.ports import Clock, PodLogs
 from broker.schemas import (
@@ -261,7 +261,8 @@ def create_app(
 
     @app.exception_handler(InvalidRequest)
     async def _invalid_request(_: Request, exc: InvalidRequest) -> JSONResponse:
-        return _error(422, "invalid", str(exc), [{"field": exc.field, "message": exc.detail}])
+        code = 413 if isinstance(exc, TooLarge) else 422
+        return _error(code, "invalid", str(exc), [{"field": exc.field, "message": exc.detail}])
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:

@@ -76,6 +76,7 @@ from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
 from broker.spend import TenantSpend
 from broker.vocabulary import GPU
 from broker.wait_prediction import Prediction
+from broker.workload import annotation_budget
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ class BrokerService:
         if unknown:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
         request = self._canonical_products(request)
+        annotation_budget.check(request)  # 413 now, not a Job no API server would take
         known = self.settings.queue_policy().priorities
         if request.priority_class is not None and known and request.priority_class not in known:
             raise InvalidRequest(

@@ -44,10 +44,10 @@ PUBLIC = {
 }
 
 
-@pytest.fixture
-def api(redis_url: str, tmp_path: Path) -> Iterator[Api]:
-    tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(
+def write_tokens(directory: Path) -> Path:
+    """A tokens file with a user (alice), an admin (root) and a viewer (watcher): test_tenancy's tokens."""
+    path = directory / "tokens.yaml"
+    path.write_text(
         yaml.safe_dump(
             [
                 {"name": "alice", "tenant": "ml-research", "role": "user", "token": TOKENS["alice"]},
@@ -56,6 +56,12 @@ def api(redis_url: str, tmp_path: Path) -> Iterator[Api]:
             ]
         )
     )
+    return path
+
+
+@pytest.fixture
+def api(redis_url: str, tmp_path: Path) -> Iterator[Api]:
+    tokens = write_tokens(tmp_path)
     store = RedisStateStore(redis_url, prefix="routes" + uuid.uuid4().hex[:8])
     service = BrokerService(store, RecordingGateway(), ManualClock(), {"c1": ClusterTraits("c1")})
     built = Api(service, tokens)
