@@ -25,6 +25,7 @@ from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.integration.test_public_routes import write_tokens
 from tests.integration.test_tenancy import Api
+from tests.k8s_fields import sent_as
 from tests.service_doubles import ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration
@@ -41,14 +42,15 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.BatchV1Ap
         api.close()
 
 
-def _job(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+def _job(name: str, annotations: dict[str, str]) -> client.V1Job:
     container = {"name": "main", "image": "busybox", "command": ["true"]}
-    return {
+    manifest: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "annotations": annotations},
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
     }
+    return sent_as(client.V1Job, manifest)
 
 
 def test_kubesim_refuses_annotations_over_256_kib_with_the_api_servers_message(
@@ -57,7 +59,7 @@ def test_kubesim_refuses_annotations_over_256_kib_with_the_api_servers_message(
     with pytest.raises(ApiException) as refused:
         batch.create_namespaced_job("default", _job("too-big", {"gpufed.io/request": "x" * (256 * 1024)}))
     assert refused.value.status == 422
-    status = json.loads(refused.value.body)
+    status = json.loads(refused.value.body or "{}")
     assert "metadata.annotations: Too long: must have at most 262144 bytes" in status["message"]
     assert status["details"]["causes"][0]["reason"] == "FieldValueTooLong"
     # Just under the limit, keys and values counted together, is fine.
