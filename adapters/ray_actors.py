@@ -53,7 +53,9 @@ from adapters import poller_liveness, ray_stop
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
+from broker.errors import StoreError
 from broker.health import HealthThresholds, Transition
+from broker.log_throttle import Throttle
 from broker.model import ClusterSummary, ClusterTraits, Tier
 from broker.node_detail import nodes_table
 
@@ -207,8 +209,16 @@ class PollerShard:
         self._publisher: threading.Thread | None = None
         self._started_at = time.time()
         self.writes = 0
+        self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
         if autostart:
             self.start()
+
+    def _failed(self, exc: Exception, what: str, name: str) -> None:
+        """A failed write: Redis down is expected (one warning a minute, counted), anything else is not."""
+        if not isinstance(exc, StoreError):
+            log.exception("publishing %s of %s failed; retrying next pass", what, name)
+            return
+        self.store_errors.warning("redis", "publishing to Redis failed (%s); retrying every pass", exc)
 
     def _mark(self, cluster: str) -> None:
         with self._lock:
@@ -248,8 +258,8 @@ class PollerShard:
                 self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
         except KeyError:
             return  # the cluster was just taken away from this shard
-        except Exception:
-            log.exception("publishing the summary of %s failed; retrying next pass", name)
+        except Exception as exc:
+            self._failed(exc, "the summary", name)
             self._mark(name)
 
     def start(self) -> list[str]:
@@ -358,8 +368,8 @@ class PollerShard:
                 self.publish_cluster(name)
             except KeyError:
                 continue  # taken away meanwhile
-            except Exception:
-                log.exception("publishing the summary of %s failed; retrying next pass", name)
+            except Exception as exc:
+                self._failed(exc, "the summary", name)
                 self._mark(name)
                 continue
             written += 1
@@ -369,8 +379,8 @@ class PollerShard:
                     self.publish_nodes(name)
                 except KeyError:
                     continue
-                except Exception:
-                    log.exception("publishing the node table of %s failed; retrying next pass", name)
+                except Exception as exc:
+                    self._failed(exc, "the node table", name)
         return written
 
     def publish_nodes(self, name: str) -> int:
@@ -396,6 +406,7 @@ class PollerShard:
                 traits = self._specs[name].traits
             summary = dataclasses.replace(watcher.summary(traits), published_at=time.time())
             written = self._store.put_summary(summary)
+        self.store_errors.recovered("redis", "publishing to Redis works again")
         with self._lock:
             self._last_write[name] = time.time()
             self.writes += 1

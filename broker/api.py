@@ -38,6 +38,7 @@ static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) ev
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +50,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from broker import k8s_job, queueing, safe_yaml, telemetry
 from broker.api_burst import prediction_view, spend_view
@@ -68,6 +70,8 @@ from broker.schemas import (
 )
 from broker.service import BrokerService
 from broker.submit_batcher import SubmitBatcher
+
+log = logging.getLogger(__name__)
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
 
@@ -249,6 +253,12 @@ def create_app(
         readiness if readiness is not None else {"redis": service.store.ping}
     )
     app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(request: Request, _: ClientDisconnect) -> Response:
+        # The client went away before sending its whole body: nobody reads the answer, nothing is wrong.
+        log.debug("client disconnected mid-body: %s %s", request.method, request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
