@@ -247,6 +247,8 @@ class Settings(_Strict):
     )  # no ":": the key separator
     stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
+    # A finished Job is deleted from its member this long after it ended (ttlSecondsAfterFinished).
+    finished_job_ttl_seconds: int = Field(default=3600, alias="finishedJobTtlSeconds", ge=0, strict=True)
     # A cluster with no successful call for this long is lost (the pollers' broker.health calls it
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)

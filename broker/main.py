@@ -113,6 +113,7 @@ def build_service(
         policy,
         ServiceSettings(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
+            finished_job_ttl_seconds=settings.finished_job_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
             federation=settings.redis_prefix,
             queue=settings.queue_policy(),

@@ -76,7 +76,7 @@ from broker.ports import Clock, ClusterGateway, ReserveResult, StateStore
 from broker.spend import TenantSpend
 from broker.vocabulary import GPU
 from broker.wait_prediction import Prediction
-from broker.workload import annotation_budget
+from broker.workload import annotation_budget, finished_ttl
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ class ServiceSettings:
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
     # who may preempt lower priorities, and the storm limits (broker.preemption); None: nobody preempts
     preemption: preemption.PreemptionPolicy | None = None
+    # a finished Job is deleted from its member this long after it ended (ttlSecondsAfterFinished)
+    finished_job_ttl_seconds: int | None = 3600
 
     def queue_policy(self) -> queueing.QueuePolicy:
         """The global queue's policy (`queue`, else just `priorities`)."""
@@ -783,6 +785,7 @@ class BrokerService:
                     placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
                 ),
             )
+            finished_ttl.apply(manifests.job, self.settings.finished_job_ttl_seconds)
             with (
                 telemetry.job_context(placed.trace_parent),
                 telemetry.job_span(
