@@ -37,6 +37,7 @@ static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -52,7 +53,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
-from broker import k8s_job, queueing, safe_yaml, telemetry
+from broker import api_lost, k8s_job, queueing, safe_yaml, telemetry
 from broker.api_burst import prediction_view, spend_view
 from broker.api_follow import add_follow_routes
 from broker.api_limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
@@ -275,7 +276,13 @@ def create_app(
         return _error(code, "invalid", str(exc), [{"field": exc.field, "message": exc.detail}])
 
     @app.exception_handler(NotFound)
-    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+    async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
+        job_id = request.path_params.get("job_id")
+        if job_id is not None:  # a job lost with the state store is explained: 410 (broker.api_lost)
+            with contextlib.suppress(StoreError):
+                lost = api_lost.gone(service.store.recovery_report(), str(job_id))
+                if lost is not None:
+                    return JSONResponse(status_code=410, content=lost)
         return _error(404, "not-found", str(exc))
 
     @app.exception_handler(Conflict)
