@@ -49,7 +49,7 @@ from adapters.redis_lease import RedisLease
 from adapters.redis_recovery_gate import RecoveryGate
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker import capacity_freshness, clusterprofile, ha, telemetry
+from broker import api_timeouts, capacity_freshness, clusterprofile, ha, telemetry
 from broker.api import create_app
 from broker.auth import TokenTable
 from broker.burst_gate import BurstGate
@@ -453,6 +453,7 @@ def running_broker(
             port=port,
             log_level="warning",
             lifespan="off",
+            http=api_timeouts.timed_protocol(),  # slow headers or bodies are cut off
             ssl_certfile=str(tls_cert) if tls_cert else None,
             ssl_keyfile=str(tls_key) if tls_key else None,
         )
