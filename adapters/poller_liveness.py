@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 # After a kill, Ray restarts the actor and the new one lists its clusters before it publishes: the
 # shard is not judged again until it answers with a new process (restarted()) or this long has passed.
 RESTART_GRACE_SECONDS = 60.0
+# A shard that has just restarted lists its clusters before it publishes: on a loaded host that takes seconds, and killing it then would only start it over.
+STARTUP_GRACE_SECONDS = 15.0
+LIVENESS_CHECK_SECONDS = 0.5
 # A shard re-writes each of its summaries at least every HEARTBEAT_SECONDS (adapters.ray_actors);
 # a shard is never judged on less than two missed heartbeats.
 MIN_SILENCE_SECONDS = 4.0
@@ -72,7 +76,9 @@ class ShardLiveness:
         self._store = store
         self._silence = silence_s
         now = time.time()
-        self._since = {name: now for name in shard_names}  # start of each shard's grace period
+        # when each shard's silence starts to count (the shards answered a ping before the supervisor
+        # was made: they are running)
+        self._since = {name: now for name in shard_names}
         self._groups: dict[str, frozenset[str]] = {}
 
     @property
@@ -93,7 +99,7 @@ class ShardLiveness:
         for shard, clusters in groups.items():
             if self._groups.get(shard) != frozenset(clusters):  # new clusters: a grace period for them
                 self._groups[shard] = frozenset(clusters)
-                self._since[shard] = now
+                self._since[shard] = max(self._since.get(shard, now), now)
             if not clusters:
                 continue
             last = max([published.get(c, 0.0) for c in clusters] + [self._since.get(shard, now)])
@@ -101,9 +107,29 @@ class ShardLiveness:
                 out[shard] = now - last
         return out
 
+    def watch(
+        self,
+        groups: Callable[[], Mapping[str, Sequence[str]]],
+        kill: Callable[[str], None],
+        stop: threading.Event,
+        every_s: float = LIVENESS_CHECK_SECONDS,
+    ) -> threading.Thread:
+        """Run replace_silent every `every_s` seconds on a daemon thread until `stop` is set."""
+
+        def loop() -> None:
+            while not stop.wait(every_s):
+                try:
+                    replace_silent(self, groups(), kill)
+                except Exception as exc:  # the next pass tries again
+                    log.warning("poller liveness check failed: %s", exc)
+
+        thread = threading.Thread(target=loop, name="gpufed-poller-liveness", daemon=True)
+        thread.start()
+        return thread
+
     def restarted(self, shard: str) -> None:
-        """`shard` answers from a new process: it is judged again from now on."""
-        self._since[shard] = time.time()
+        """`shard` answers from a new process: it is judged again once it has had time to publish."""
+        self._since[shard] = time.time() + STARTUP_GRACE_SECONDS
 
     def replaced(self, shard: str, silent_for: float, reason: str) -> None:
         """Record that `shard` was killed for silence; it is not judged again until it has restarted."""

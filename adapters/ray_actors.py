@@ -484,6 +484,9 @@ class PollerSupervisor:
         self._save()
         self._thread = threading.Thread(target=self._loop, name="gpufed-supervisor", daemon=True)
         self._thread.start()
+        # a frozen shard never crashes: judged by its output, on a thread of its own (a ping of a
+        # frozen shard blocks the check above for its whole timeout)
+        self._liveness.watch(self.assignment, self._kill, self._stop)
 
     def _save(self) -> None:
         body = {
@@ -587,10 +590,7 @@ class PollerSupervisor:
             groups = self._groups()
             gen = self._generation
         self.checks += 1
-        killed = poller_liveness.replace_silent(  # a frozen shard never crashes: judge it by its output
-            self._liveness, {s: [c.name for c in g] for s, g in groups.items()}, self._kill
-        )
-        for shard in [n for n in self._shard_names if n not in killed]:
+        for shard in self._shard_names:
             try:
                 self._errors.pop(shard, None)
                 self._ensure(shard, groups.get(shard, []), gen)
