@@ -47,8 +47,14 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist), a test file per worker at a time
+# (--dist loadfile: a module's shared kubesim and broker stay in one process); each worker starts its
+# own private redis-server and Ray. Most integration time is waiting on real processes, so 3 workers
+# on 2 cores. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
+
 test: setup redis browser lint typecheck contracts
-	@$(VENV)/bin/pytest; rc=$$?; \
+	@$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
 unit: $(STAMP)

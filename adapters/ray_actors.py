@@ -49,12 +49,15 @@ from typing import Any
 
 import orjson
 
+from adapters import poller_liveness, ray_stop
 from adapters.kube import ClusterWatcher
 from adapters.redis_store import RedisStateStore
 from broker import telemetry
 from broker.capacity.node_detail import nodes_table
+from broker.core.errors import StoreError
 from broker.core.model import ClusterSummary, ClusterTraits, Tier
 from broker.health.machine import HealthThresholds, Transition
+from broker.telemetry.log_throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +209,16 @@ class PollerShard:
         self._publisher: threading.Thread | None = None
         self._started_at = time.time()
         self.writes = 0
+        self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
         if autostart:
             self.start()
+
+    def _failed(self, exc: Exception, what: str, name: str) -> None:
+        """A failed write: Redis down is expected (one warning a minute, counted), anything else is not."""
+        if not isinstance(exc, StoreError):
+            log.exception("publishing %s of %s failed; retrying next pass", what, name)
+            return
+        self.store_errors.warning("redis", "publishing to Redis failed (%s); retrying every pass", exc)
 
     def _mark(self, cluster: str) -> None:
         with self._lock:
@@ -247,8 +258,8 @@ class PollerShard:
                 self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
         except KeyError:
             return  # the cluster was just taken away from this shard
-        except Exception:
-            log.exception("publishing the summary of %s failed; retrying next pass", name)
+        except Exception as exc:
+            self._failed(exc, "the summary", name)
             self._mark(name)
 
     def start(self) -> list[str]:
@@ -357,8 +368,8 @@ class PollerShard:
                 self.publish_cluster(name)
             except KeyError:
                 continue  # taken away meanwhile
-            except Exception:
-                log.exception("publishing the summary of %s failed; retrying next pass", name)
+            except Exception as exc:
+                self._failed(exc, "the summary", name)
                 self._mark(name)
                 continue
             written += 1
@@ -368,8 +379,8 @@ class PollerShard:
                     self.publish_nodes(name)
                 except KeyError:
                     continue
-                except Exception:
-                    log.exception("publishing the node table of %s failed; retrying next pass", name)
+                except Exception as exc:
+                    self._failed(exc, "the node table", name)
         return written
 
     def publish_nodes(self, name: str) -> int:
@@ -395,6 +406,7 @@ class PollerShard:
                 traits = self._specs[name].traits
             summary = dataclasses.replace(watcher.summary(traits), published_at=time.time())
             written = self._store.put_summary(summary)
+        self.store_errors.recovered("redis", "publishing to Redis works again")
         with self._lock:
             self._last_write[name] = time.time()
             self.writes += 1
@@ -458,6 +470,10 @@ class PollerSupervisor:
         self._pids: dict[str, int] = {}
         self.checks = 0
         self._errors: dict[str, str] = {}  # shard -> the last error checking it (until a check passes)
+        lost = float(shard_options["health"].lost_seconds) if shard_options.get("health") else 10.0
+        self._liveness = poller_liveness.ShardLiveness(
+            self._store, self._shard_names, poller_liveness.silent_after(lost)
+        )
         saved = desired_clusters(self._store, run_id)
         if saved is not None:  # this is a restart: resume
             self._specs, self._generation = saved
@@ -468,6 +484,9 @@ class PollerSupervisor:
         self._save()
         self._thread = threading.Thread(target=self._loop, name="gpufed-supervisor", daemon=True)
         self._thread.start()
+        # a frozen shard never crashes: judged by its output, on a thread of its own (a ping of a
+        # frozen shard blocks the check above for its whole timeout)
+        self._liveness.watch(self.assignment, self._kill, self._stop)
 
     def _save(self) -> None:
         body = {
@@ -529,6 +548,7 @@ class PollerSupervisor:
         before = self._pids.get(shard)
         self._pids[shard] = pid
         if before != pid and (before is not None or info.get("restarted")):
+            self._liveness.restarted(shard)
             self.restarts[shard] += 1
             log.warning(
                 "poller shard %s restarted (pid %s -> %d); it resumes its clusters", shard, before, pid
@@ -538,6 +558,12 @@ class PollerSupervisor:
                 "poller shard %s holds assignment %s, not %d: re-assigning", shard, info["generation"], gen
             )
             ray.get(actor.assign.remote(group, gen), timeout=60)
+
+    def _kill(self, shard: str) -> None:
+        import ray
+
+        ray.kill(self._actor(shard), no_restart=False)  # Ray restarts it; it resumes by itself
+        poller_liveness.force_kill_local(self._pids.get(shard))  # a stopped process: at once
 
     def _create(self, shard: str, group: list[PollerSpec], gen: int) -> None:
         import ray
@@ -723,28 +749,12 @@ class PollerFleet:
         return out
 
     def stop(self) -> None:
+        """Stop the supervisor and the shards, each step bounded (adapters.ray_stop)."""
         import ray
 
         if not ray.is_initialized():
             return
-        if self._supervisor is not None:
-            try:
-                ray.get(self._supervisor.stop.remote(), timeout=15)
-            except Exception:
-                log.warning("the poller supervisor did not stop cleanly; killing it")
-            ray.kill(self._supervisor, no_restart=True)
-            self._supervisor = None
-        for name in self._names:
-            try:
-                actor = ray.get_actor(name)
-            except ValueError:
-                continue
-            try:
-                ray.get(actor.stop.remote(), timeout=15)
-            except Exception:
-                log.warning("poller shard %s did not stop cleanly; killing it", name)
-            ray.kill(actor, no_restart=True)
+        ray_stop.stop_actors(self._supervisor, self._actors, self._names, shutdown=self._started_ray)
+        self._supervisor = None
         self._actors = []
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        self._started_ray = False

@@ -8,6 +8,7 @@ stream P:changes (adapters.redis_changes): the leader's job cache follows every 
 from __future__ import annotations
 
 from adapters.redis_job_list import ORDER_INDEX_LUA
+from adapters.redis_recovery_gate import PENDING_LUA
 
 # The fencing check every control-loop write starts with: `tok` is the writer's lease token ('' = an
 # unfenced writer, e.g. the API), `key` P:leader-token. True when the write must be refused.
@@ -117,11 +118,13 @@ end
 """
 
 # KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
-# events, run-id marker, changes, name:<tenant>:<name> (or ''), order index, tenant order index. ARGV: id,
+# events, run-id marker, changes, name:<tenant>:<name> (or ''), order index, tenant order index, recovery
+# pending (adapters.redis_recovery_gate). ARGV: id,
 # json, state, idem key present ('1'/'0'), job-key prefix, event json, stream maxlen, marker required
 # ('1'/'0'), writer, changes maxlen, order position.
 # Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''} or
-# {'name-taken', '<id> <state>'} (a live job of the tenant holds the name; a finished one's is taken over).
+# {'name-taken', '<id> <state>'} (a live job of the tenant holds the name; a finished one's is taken over)
+# or {'unvouched', pending clusters} (a key a rebuild cannot vouch for yet).
 CREATE_JOB = (
     APPEND_EVENT
     + NOTE_CHANGE
@@ -135,6 +138,9 @@ if ARGV[4] == '1' then
     if prior then return {'existing', prior} end
   end
 end
+"""
+    + PENDING_LUA
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', ''} end
 local holder = KEYS[9] ~= '' and redis.call('GET', KEYS[9])
 if holder then

@@ -63,7 +63,7 @@ from typing import Any
 import redis
 from pydantic import TypeAdapter
 
-from adapters import redis_connect
+from adapters import redis_connect, redis_recovery_gate
 from adapters import redis_scripts as scripts
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
@@ -419,6 +419,7 @@ class RedisStateStore(JobChanges, SideTables):
             # one live job per tenant and name (kubectl's AlreadyExists); a finished job's name is free
             self._k("name", record.request.tenant, record.request.name) if self._unique_names else "",
             *order_keys(self._p, record.request.tenant),
+            redis_recovery_gate.pending_key(self.prefix),
         ]
         args: list[Any] = [
             record.id,
@@ -441,6 +442,8 @@ class RedisStateStore(JobChanges, SideTables):
                 "the state store came back empty; job records are being rebuilt from the member "
                 "clusters: retry in a few seconds"
             )
+        if status == b"unvouched":
+            raise redis_recovery_gate.unvouched(raw.decode())
         if status == b"exists":
             raise Conflict(f"job {record.id} already exists")
         if status == b"name-taken":

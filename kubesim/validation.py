@@ -51,6 +51,22 @@ def _check_name(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> N
         causes.append(("metadata.name", f'Invalid value: "{name}": {_SUBDOMAIN_MSG}'))
 
 
+# The API server's limit on all of an object's annotations together, keys and values (apimachinery
+# api/validation TotalAnnotationSizeLimitB), and its message.
+TOTAL_ANNOTATION_SIZE_LIMIT_B = 256 * (1 << 10)
+
+
+def _check_annotations(meta: Obj, causes: list[tuple[str, str]]) -> None:
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return
+    total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT_B:
+        causes.append(
+            ("metadata.annotations", f"Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT_B} bytes")
+        )
+
+
 def _check_labels(meta: Obj, causes: list[tuple[str, str]]) -> None:
     for key, value in (meta.get("labels") or {}).items():
         prefix, _, name = key.rpartition("/")
@@ -223,6 +239,7 @@ def validate_create(rt: ResourceType, obj: Obj) -> None:
     else:
         _check_name(rt, name, causes)
     _check_labels(meta, causes)
+    _check_annotations(meta, causes)
     _check_spec(rt, obj, causes)
     if causes:
         raise _invalid(rt.kind, name, causes)
@@ -264,6 +281,7 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj) -> None:
     name = meta.get("name") or ""
     causes: list[tuple[str, str]] = []
     _check_labels(meta, causes)
+    _check_annotations(meta, causes)
     _check_spec(rt, new, causes)
     if rt.key == "jobs.batch":
         old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}

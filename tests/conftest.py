@@ -131,26 +131,70 @@ _KUBESIM_ERRORS = _KubesimErrors()
 
 # An integration or end-to-end test runs real processes (Redis, kubesim servers, Ray, brokers) on a
 # 2-core CI host; one that fails is run once more (pytest-rerunfailures) and the summary names it as
-# RERUN. A pure unit test never is. A rerun is a flake with a cause to fix, not a pass to forget:
-# README.md "Tests" lists the causes found so far.
+# RERUN and counts the reruns. A pure unit test never is, and neither is a test marked `race` (a
+# concurrency test: concurrent placers, two brokers, service races, crash safety): a race that fails
+# one run in ten must fail the suite, not turn green on its second try. If a race test is rerun all the
+# same (someone passed --reruns), the session fails. A rerun is a flake with a cause to fix, not a pass
+# to forget: README.md "Tests" lists the causes found so far.
 RERUNS = 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("flaky") is not None:
+            continue
+        if item.get_closest_marker("race") is not None:
+            item.add_marker(pytest.mark.flaky(reruns=0))  # wins over a --reruns on the command line
+            continue
         real_parts = item.get_closest_marker("integration") or item.get_closest_marker("e2e")
-        if real_parts is not None and item.get_closest_marker("flaky") is None:
+        if real_parts is not None:
             item.add_marker(pytest.mark.flaky(reruns=RERUNS))
+
+
+_RERUNS: list[str] = []  # node ids of the tests rerun, once per rerun (on the controller under xdist)
+_RACE_RERUNS: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if str(report.outcome) == "rerun":  # pytest-rerunfailures sets an outcome pytest does not type
+        _RERUNS.append(report.nodeid)
+        if "race" in report.keywords:
+            _RACE_RERUNS.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how many tests were run again and which (none is the goal; each one is a flake to fix)."""
+    terminalreporter.write_line(f"reruns: {len(_RERUNS)}" + (":" if _RERUNS else ""))
+    for nodeid in sorted(set(_RERUNS)):
+        terminalreporter.write_line(f"  RERUN {nodeid} ({_RERUNS.count(nodeid)}x)")
+    if _RACE_RERUNS:
+        terminalreporter.write_line(
+            "race tests were rerun (never allowed: a race must fail the suite): " + ", ".join(_RACE_RERUNS)
+        )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     logging.getLogger("kubesim").addHandler(_KUBESIM_ERRORS)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """Under pytest-xdist: a worker's kubesim errors reach the controller, which fails the session."""
+    output = getattr(node, "workeroutput", None) or {}
+    _KUBESIM_ERRORS.records.extend(output.get("kubesim_errors", []))
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite fails when any kubesim server, serving any test, logged an error or a traceback: a
     simulated cluster that crashes on what real clients send would hide broker bugs."""
     logging.getLogger("kubesim").removeHandler(_KUBESIM_ERRORS)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller says it
+        workeroutput["kubesim_errors"] = list(_KUBESIM_ERRORS.records)
+        return
+    if _RACE_RERUNS:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if _KUBESIM_ERRORS.records:
         print("\nkubesim logged errors during the test session:", *_KUBESIM_ERRORS.records[:20], sep="\n  ")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

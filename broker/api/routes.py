@@ -40,7 +40,9 @@ static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) ev
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -54,8 +56,10 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 
 from broker import telemetry
+from broker.api import lost as api_lost
 from broker.api import validation_text
 from broker.api.audit import AuditMiddleware, add_audit_routes, note
 from broker.api.audit_writer import AuditWriter
@@ -74,13 +78,23 @@ from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
 from broker.core import safe_yaml
-from broker.core.errors import AlreadyExists, ClusterError, Conflict, InvalidRequest, NotFound, StoreError
+from broker.core.errors import (
+    AlreadyExists,
+    ClusterError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StoreError,
+    TooLarge,
+)
 from broker.core.model import JobRecord
 from broker.core.ports import Clock, JobLister, PodLogs
 from broker.tenancy.audit import AuditLog
 from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.tenancy.oidc_claims import Refusal
 from broker.workload import k8s_job
+
+log = logging.getLogger(__name__)
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard"
 
@@ -268,6 +282,12 @@ def create_app(
     checks: Mapping[str, ReadinessCheck] = readiness if readiness is not None else {"redis": fleet_views.ping}
     app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
 
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(request: Request, _: ClientDisconnect) -> Response:
+        # The client went away before sending its whole body: nobody reads the answer, nothing is wrong.
+        log.debug("client disconnected mid-body: %s %s", request.method, request.url.path)
+        return Response(status_code=400)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         fields = []
@@ -279,10 +299,17 @@ def create_app(
 
     @app.exception_handler(InvalidRequest)
     async def _invalid_request(_: Request, exc: InvalidRequest) -> JSONResponse:
-        return _error(422, "invalid", str(exc), [{"field": exc.field, "message": exc.detail}])
+        code = 413 if isinstance(exc, TooLarge) else 422
+        return _error(code, "invalid", str(exc), [{"field": exc.field, "message": exc.detail}])
 
     @app.exception_handler(NotFound)
-    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+    async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
+        job_id = request.path_params.get("job_id")
+        if job_id is not None:  # a job lost with the state store is explained: 410 (broker.api.lost)
+            with contextlib.suppress(StoreError):
+                lost = api_lost.gone(service.store.recovery_report(), str(job_id))
+                if lost is not None:
+                    return JSONResponse(status_code=410, content=lost)
         return _error(404, "not-found", str(exc))
 
     @app.exception_handler(Conflict)

@@ -93,8 +93,9 @@ class JobSpec(_Wire):
     image_pull_policy: str | None = Field(
         default=None, alias="imagePullPolicy", pattern=r"^(Always|IfNotPresent|Never)$"
     )
-    gpus: int = Field(default=0, ge=0, le=64, description="whole GPUs per pod")
-    pods: int = Field(default=1, ge=1, le=1024)
+    # strict: "2" and true are refused, naming the field (issue 21, case 8)
+    gpus: int = Field(default=0, ge=0, le=64, strict=True, description="whole GPUs per pod")
+    pods: int = Field(default=1, ge=1, le=1024, strict=True)
     gpu_products: list[str] = Field(default_factory=list, alias="gpuProducts")
     min_gpu_memory_gib: int = Field(default=0, alias="minGpuMemoryGiB", ge=0, le=MAX_GPU_MEMORY_GIB)
     mig: MigSpec | None = None

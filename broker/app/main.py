@@ -38,17 +38,19 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
-from adapters import nvml, redis_connect, redis_durability
+from adapters import nvml, poller_liveness, redis_connect, redis_durability
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
-from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.ray_actors import HashRing, PollerFleet, PollerSpec
 from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
+from adapters.redis_recovery_gate import RecoveryGate
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
+from broker.api import timeouts
 from broker.api.routes import create_app
 from broker.app.auth import AuthRuntime, token_table, with_tokens_file
 from broker.burst.gate import BurstGate
@@ -66,6 +68,7 @@ from broker.ha import drain as ha
 from broker.ha.leadership import Leadership, take_over
 from broker.ha.recovery import StoreRecovery
 from broker.health.machine import HealthThresholds
+from broker.telemetry import freshness
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,7 @@ def build_service(
         policy,
         ServiceSettings(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
+            finished_job_ttl_seconds=settings.finished_job_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
             federation=settings.redis_prefix,
             queue=settings.queue_policy(),
@@ -401,6 +405,7 @@ def running_broker(
         tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
         queued_ids=lambda: records.ids_in(JobState.QUEUED) if records.built else None,
         rebuilt=records.invalidate,
+        pending=RecoveryGate(leader_store.client, settings.redis_prefix).set,
     )
     feed = ChangeFeed(leader_store, records, leader_service.work)  # wakes the loop on others' writes
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
@@ -457,6 +462,7 @@ def running_broker(
             "lease": leadership.readiness,
             "records": lambda: _records_ready(store),
             "draining": drain.readiness,
+            "capacity": poller_liveness.capacity_check(store, settings.cluster_lost_seconds),
         },
     )
     ha.install(app, drain, leadership, lease.holder_now, store)
@@ -467,6 +473,7 @@ def running_broker(
             port=port,
             log_level="warning",
             lifespan="off",
+            http=timeouts.timed_protocol(),  # slow headers or bodies are cut off
             ssl_certfile=str(tls_cert) if tls_cert else None,
             ssl_keyfile=str(tls_key) if tls_key else None,
         )
@@ -492,6 +499,8 @@ def running_broker(
             raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         _await_records(store, deadline=time.monotonic() + 30)
         settle_startup_heap()
+        ring = HashRing(pollers.shard_names)
+        freshness.SHARDS.source = poller_liveness.shard_source(store, ring.owner, ring.nodes)
         yield Broker(
             service,
             store,
@@ -508,6 +517,7 @@ def running_broker(
         )
     finally:
         gc.unfreeze()  # what start-up built may be collected again once this broker stops
+        freshness.SHARDS.source = None
         drain.begin()
         leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
         loop.stop()

@@ -265,6 +265,8 @@ class Settings(_Strict):
     redis_wait_timeout_ms: int = Field(default=1000, alias="redisWaitTimeoutMs", ge=1, le=60_000)
     stale_after_seconds: float = Field(default=30.0, alias="staleAfterSeconds", gt=0)
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
+    # A finished Job is deleted from its member this long after it ended (ttlSecondsAfterFinished).
+    finished_job_ttl_seconds: int = Field(default=3600, alias="finishedJobTtlSeconds", ge=0, strict=True)
     # A cluster with no successful call for this long is lost (the pollers' broker.health.machine calls it
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)

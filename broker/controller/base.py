@@ -53,6 +53,8 @@ class ServiceSettings:
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
     # who may preempt lower priorities, and the storm limits (broker.scheduler.preemption); None: nobody preempts
     preemption: preemption.PreemptionPolicy | None = None
+    # a finished Job is deleted from its member this long after it ended (ttlSecondsAfterFinished)
+    finished_job_ttl_seconds: int | None = 3600
 
     def queue_policy(self) -> queueing.QueuePolicy:
         """The global queue's policy (`queue`, else just `priorities`)."""

@@ -26,6 +26,7 @@ from broker.core.model import (
     JobState,
     Placement,
 )
+from broker.workload import finished_ttl
 from broker.workload import manifest as hints
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Dispatching(ControllerBase):
                     placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
                 ),
             )
+            finished_ttl.apply(manifests.job, self.settings.finished_job_ttl_seconds)
             with (
                 telemetry.job_context(placed.trace_parent),
                 telemetry.job_span(

@@ -51,6 +51,7 @@ from broker.core.model import (
 )
 from broker.core.ports import Clock, ClusterGateway, StateStore, WorkloadWatch
 from broker.scheduler import placement
+from broker.workload import annotation_budget
 
 __all__ = ["DISPATCH_BACKOFF_MAX_SECONDS", "BrokerService", "ServiceSettings", "new_job_id"]
 
@@ -163,6 +164,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets):
         if unknown:
             raise InvalidRequest("clusters", f"unknown cluster(s): {', '.join(unknown)}")
         request = self._canonical_products(request)
+        annotation_budget.check(request)  # 413 now, not a Job no API server would take
         known = self.settings.queue_policy().priorities
         if request.priority_class is not None and known and request.priority_class not in known:
             raise InvalidRequest(

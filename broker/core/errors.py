@@ -3,6 +3,7 @@
 GpufedError                     base of everything gpufed raises on purpose
 ├── ConfigError                 a bad clusters.yaml / setting; the message names file, cluster, field
 ├── InvalidRequest              a bad job submission; `field` names the offending field
+│   └── TooLarge                a submission too large for a member cluster's API server (413)
 ├── NotFound                    no such job / cluster
 ├── Conflict                    a state change that lost a race (stale version, already terminal)
 │   ├── Fenced                  a write by a control loop whose leader lease (fencing token) is stale
@@ -34,6 +35,10 @@ class InvalidRequest(GpufedError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.detail = message
+
+
+class TooLarge(InvalidRequest):
+    """A submission that could never be created in a member cluster: too large (answered 413)."""
 
 
 class NotFound(GpufedError):

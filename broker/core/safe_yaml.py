@@ -4,7 +4,9 @@ Owns `load(text, what)`: plain data only (yaml.SafeLoader, no Python objects), r
 larger than MAX_BYTES or when the document, with every alias expanded, has more than MAX_NODES nodes (a
 "billion laughs" bomb is a few hundred bytes that expand to 10^9 nodes; PyYAML would build it as shared
 references and the first json.dumps of it would run out of memory). The node graph is counted once per
-distinct node, so the check is as cheap as parsing. Errors are YamlError with a one-line message.
+distinct node, so the check is as cheap as parsing. A mapping that names one key twice is refused
+naming the key and its line (PyYAML would keep the last silently). Errors are YamlError with a one-line
+message.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 __all__ = ["MAX_BYTES", "MAX_NODES", "YamlError", "load"]
 
@@ -51,6 +53,28 @@ def _expanded_size(root: Node, limit: int) -> int:
     return sizes[id(root)]
 
 
+def _duplicate_key(root: Node) -> tuple[str, int] | None:
+    """The first key a mapping of the document names twice, with its line; None when there is none."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, MappingNode):
+            keys: set[str] = set()
+            for key, value in node.value:
+                if isinstance(key, ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in keys:
+                        return key.value, key.start_mark.line + 1
+                    keys.add(key.value)
+                stack.extend((key, value))
+        elif isinstance(node, SequenceNode):
+            stack.extend(node.value)
+    return None
+
+
 def load(
     text: str | bytes, what: str = "YAML", max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES
 ) -> Any:
@@ -65,6 +89,9 @@ def load(
             return None
         if _expanded_size(node, max_nodes) > max_nodes:
             raise YamlError(f"{what}: expands to more than {max_nodes} nodes (aliases); refused")
+        duplicate = _duplicate_key(node)
+        if duplicate is not None:
+            raise YamlError(f"{what}: duplicate key {duplicate[0]!r} (line {duplicate[1]}): say it once")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

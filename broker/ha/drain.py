@@ -6,7 +6,8 @@ Drain           a flag set by SIGTERM: from then on every write request (POST, P
                 stops routing here); reads are served until the process exits.
 install(app, ...)  adds the drain middleware and GET /v1/status: this replica's role (leader or
                 follower), the lease holder and fencing token, whether it is draining, and the report
-                of the last rebuild after a Redis loss (what was recovered and what was lost).
+                of the last rebuild after a Redis loss (what was recovered and what was lost). It names
+                every tenant's job ids: a viewer or an admin only (401 without a token, 403 for a user).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from broker.api import routes
 from broker.core.errors import StoreError
 from broker.core.ports import RecoveryStore
 from broker.ha.leadership import Leadership
@@ -66,6 +68,17 @@ def _refused_while_draining(scope: Scope) -> bool:
     return scope.get("method") in _WRITES and path.startswith("/v1/") and path != "/v1/explain"
 
 
+async def _viewer_or_admin(request: Request) -> None:
+    """/v1/status names every tenant's jobs: a viewer or an admin only."""
+    if getattr(request.app.state, "tokens", None) is None:  # --insecure-no-auth (every caller an admin)
+        return
+    principal = await routes._caller(request, request.headers.get("authorization"))
+    if not principal.sees_all_tenants:
+        raise routes.AuthError(
+            403, f"{principal.name} is a {principal.role}: /v1/status is for viewers and admins"
+        )
+
+
 def install(
     app: FastAPI,
     drain: Drain,
@@ -75,7 +88,7 @@ def install(
 ) -> None:
     app.add_middleware(DrainGuard, drain=drain)
 
-    @app.get("/v1/status")
+    @app.get("/v1/status", dependencies=[Depends(_viewer_or_admin)])
     def status() -> dict[str, Any]:
         """This replica's role, the lease, and the last recovery after a Redis loss."""
         body: dict[str, Any] = {

@@ -10,6 +10,13 @@ sync_status pass reads each Job and moves the record on (RUNNING, SUCCEEDED, ...
 older attempts. Only then is the marker written: until it is, the store refuses submits
 (errors.Recovering, 503), so a retried Idempotency-Key can never run a job twice.
 
+A cluster that does not answer during the rebuild may hold the Job of an Idempotency-Key a client now
+re-sends: until every cluster has been listed (or removed from the fleet), the clusters still pending
+are handed to `pending` (the composition root keeps them in Redis: adapters.redis_recovery_gate), and
+the store answers a key it does not know with 503 and that reason instead of making a second job.
+A fenced (lost) cluster is not let off: nothing yet reconciles two live attempts of one key, so a
+key whose cluster may come back waits for it (submits without a key are never held back).
+
 What cannot be rebuilt is said plainly: jobs that were only QUEUED (no Job anywhere) are lost; this
 process remembers the QUEUED ids it saw in the last pass and names them. Clusters that do not answer
 during the rebuild are listed again each pass until they do. Each rebuild is logged, kept as the
@@ -143,11 +150,14 @@ class StoreRecovery:
         tenants: Iterable[str] = (),
         queued_ids: Callable[[], set[str] | None] | None = None,
         rebuilt: Callable[[], None] | None = None,
+        pending: Callable[[list[str]], None] | None = None,
     ) -> None:
         """`traits`: the member clusters, or a callable returning them now (they change at run time).
         `tenants`: the configured tenants, whose namespaces are listed too (tenant namespaces).
         `queued_ids`: the QUEUED job ids the leader holds in memory (None: read the store's index);
-        `rebuilt`: called after a rebuild (the leader's job records are read again)."""
+        `rebuilt`: called after a rebuild (the leader's job records are read again); `pending`: told the
+        clusters not listed yet (and not declared lost) after each rebuild step."""
+        self._say_pending = pending
         self._store = store
         self._gateway = gateway
         self._clock = clock
@@ -169,6 +179,7 @@ class StoreRecovery:
             self._run_id = marker
             if self._pending:
                 self._list_pending()
+                self._publish_pending()
             held = self._queued_ids() if self._queued_ids is not None else None
             self._queued_seen = held if held is not None else self._store.job_ids(JobState.QUEUED)
             return None
@@ -187,6 +198,7 @@ class StoreRecovery:
             report.lost_queued_ids = lost[:_REPORT_IDS]
         report.clusters_pending = sorted(self._pending)
         report.seconds = round(self._clock.now() - started, 3)
+        self._publish_pending()  # before the marker: no keyed submit is taken while these are unknown
         run_id = "r" + uuid.uuid4().hex[:12]
         self._run_id = self._store.set_run_marker(run_id, json.dumps(asdict(report)))
         self.last = report
@@ -207,6 +219,11 @@ class StoreRecovery:
         if self._rebuilt is not None:
             self._rebuilt()
         return report
+
+    def _publish_pending(self) -> None:
+        """Hand the clusters not listed yet (and still members) to `pending`."""
+        if self._say_pending is not None:
+            self._say_pending(sorted(self._pending & set(self._members())))
 
     def _list_pending(self, report: RecoveryReport | None = None) -> set[str]:
         """List each cluster not yet read (concurrently) and restore its jobs; the ids restored."""

@@ -47,6 +47,7 @@ from tests.service_doubles import ManualClock, RecordingGateway, idle_h100_node
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.race
 def test_a_paused_ex_leaders_late_writes_are_refused_by_its_fencing_token(redis_url: str) -> None:
     prefix = "fence" + uuid.uuid4().hex[:8]
     old = RedisLease(redis_url, prefix, "replica-a", lease_seconds=0.5)
@@ -92,6 +93,7 @@ def test_a_paused_ex_leaders_late_writes_are_refused_by_its_fencing_token(redis_
         s.close()
 
 
+@pytest.mark.race
 def test_the_lease_changes_hands_on_release_and_when_the_leader_stops_renewing(redis_url: str) -> None:
     prefix = "elect" + uuid.uuid4().hex[:8]
     roles: dict[str, list[str]] = {"a": [], "b": []}

@@ -160,6 +160,7 @@ def test_reserve_is_a_compare_and_set_on_the_summary_version_and_the_ledger(stor
     assert [r.job_id for r in store.live_reservations(NOW)] == ["j1", "j2"]
 
 
+@pytest.mark.race
 def test_concurrent_placers_on_one_state_commit_exactly_one(store: RedisStateStore) -> None:
     version = store.put_summary(summary(free=8)).version
     results: list[str] = []
@@ -263,6 +264,7 @@ def test_the_same_idempotency_key_returns_the_same_job(store: RedisStateStore) -
     assert [j.id for j in store.list_jobs()] == ["job-1"]
 
 
+@pytest.mark.race
 def test_concurrent_submissions_with_one_key_create_one_job(store: RedisStateStore) -> None:
     ids: list[str] = []
     lock = threading.Lock()

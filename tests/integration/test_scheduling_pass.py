@@ -131,6 +131,7 @@ def fits(frees: list[int], pods: list[int]) -> bool:
     return go(0, list(frees))
 
 
+@pytest.mark.race
 def test_four_concurrent_placers_never_over_commit(
     store: RedisStateStore, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,7 +32,7 @@ from broker.core.model import (
 )
 from tests.service_doubles import idle_h100_node
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.race]
 
 sim_mod = pytest.importorskip("kubesim.sim")
 fleet_mod = pytest.importorskip("kubesim.fleet")

@@ -26,7 +26,7 @@ from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import free_port, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.race]
 
 REPO = Path(__file__).resolve().parents[2]
 # The demo config runs with auth on: the admin token of its tokens.yaml, set by the test.

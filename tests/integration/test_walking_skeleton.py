@@ -80,6 +80,9 @@ def test_a_submitted_job_runs_in_the_chosen_cluster_with_its_hints_and_succeeds(
     assert len(jobs.items) == 1
     k8s_job = jobs.items[0]
     assert labels_of(k8s_job)["gpufed.io/attempt"] == "1"
+    # a finished Job leaves the member on its own (kubesim's TTL-after-finished controller deletes it:
+    # test_kubesim_lifecycle); default finishedJobTtlSeconds, one hour
+    assert present(k8s_job.spec, "job spec").ttl_seconds_after_finished == 3600
     template = present(k8s_job.spec, "job spec").template
     pod = present(template.spec, "pod template spec")
     resources = present(pod.containers[0].resources, "container resources")

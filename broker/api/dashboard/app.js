@@ -406,6 +406,10 @@ async function refresh() {
     const s = $("#status");
     s.classList.remove("error");
     s.textContent = "Live · " + fleet.clusters.length + " clusters · " + jobs.items.length + " jobs · updated " + new Date().toLocaleTimeString();
+    // Stale capacity (a poller shard being replaced) is said here, with /readyz's reason.
+    const ready = await fetch("/readyz").then((r) => r.json()).catch(() => null);
+    const stale = ready && ready.reasons && ready.reasons.capacity;
+    if (stale) { s.classList.add("error"); s.textContent += " · " + stale; }
   } catch (err) {
     showError(err);
   }

@@ -1,4 +1,5 @@
-"""Metrics (prometheus_client) and traces (OpenTelemetry) of the broker, behind named helpers.
+"""Telemetry: the named metrics and traces (this module), capacity freshness (freshness) and log
+throttling (log_throttle).
 
 Owns every instrument name, so call sites read as intent:
 
