@@ -15,11 +15,11 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.capacity import rollup
+from broker.core.k8s_names import OFFERED_DEVICE_PLUGIN, OFFERED_DRA
 from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
@@ -75,11 +75,13 @@ class _Contribution:
     shared_allocatable: int = 0  # time-sliced replicas, when the node takes the broker's pods
     shared_free: int = 0
     split: int = 0  # capacity.single_numa_node_free
+    dra: bool = False  # the node's GPUs come from DRA ResourceSlices
+    whole: int = 0  # whole GPUs allocatable, usable or not (how the product is offered)
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
     if node.product is None:
-        return _Contribution(node.ready, None, 0, 0, False, 0, 0, 0, (), 0, None, ())
+        return _Contribution(node.ready, None, 0, 0, False, 0, 0, 0, (), 0, None, (), dra=node.dra)
     shared = node.shared_allocatable if rollup.accepts_broker_pods(node, tolerated) else 0
     shared_free = max(0, shared - node.shared_allocated) if shared else 0
     parent = rollup.gfd_parent(node)
@@ -112,6 +114,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
             mig,
             shared,
             shared_free,
+            dra=node.dra,
+            whole=node.gpus_allocatable,
         )
     return _Contribution(
         ready=node.ready,
@@ -129,6 +133,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         shared_allocatable=shared,
         shared_free=shared_free,
         split=rollup.single_numa_node_free(node),
+        dra=node.dra,
+        whole=node.gpus_allocatable,
     )
 
 
@@ -147,9 +153,11 @@ class _ProductAgg:
     shared_allocatable: int = 0
     shared_free: int = 0
     splits: dict[int, int] = field(default_factory=dict)  # free GPUs of a single-numa-node node -> nodes
+    whole: int = 0
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
+        self.whole += sign * c.whole
         _bump(self.memory, c.memory_mib, sign)
         self.total += sign * c.gpu_count
         self.shared_allocatable += sign * c.shared_allocatable
@@ -213,7 +221,7 @@ class CapacityIndex:
         self._parts: dict[str, _Contribution] = {}
         self._bad: set[str] = set()
         self._ready = 0
-        self._products: dict[str, _ProductAgg] = {}
+        self._products: dict[tuple[str, bool], _ProductAgg] = {}  # (product, DRA nodes) -> aggregates
         self._mig: dict[MigKey, _MigAgg] = {}
 
     # ------------------------------------------------------------------ changes
@@ -249,12 +257,13 @@ class CapacityIndex:
             self._ready += sign
         if c.product is None:
             return
-        agg = self._products.get(c.product)
+        pkey = (c.product, c.dra)
+        agg = self._products.get(pkey)
         if agg is None:
-            agg = self._products[c.product] = _ProductAgg()
+            agg = self._products[pkey] = _ProductAgg()
         agg.add(c, sign)
         if agg.nodes == 0:
-            del self._products[c.product]
+            del self._products[pkey]
         for p in c.mig:
             magg = self._mig.get(p.key)
             if magg is None:
@@ -288,7 +297,15 @@ class CapacityIndex:
     ) -> ClusterSummary:
         if traits.spot != self._spot:
             self._reaggregate(traits.spot)
-        products = tuple(self._product(name, self._products[name]) for name in sorted(self._products))
+        products = tuple(
+            rollup.combine_kinds(
+                self._kind(name, False),
+                self._kind(name, True),
+                traits.gpu_allocation,
+                self._memory_of(name),
+            )
+            for name in sorted({name for name, _dra in self._products})
+        )
         mig = tuple(
             MigCapacity(
                 product=key[0],
@@ -315,10 +332,13 @@ class CapacityIndex:
             bad_nodes=len(self._bad),
         )
 
-    def _product(self, name: str, agg: _ProductAgg) -> ProductCapacity:
+    def _kind(self, name: str, dra: bool) -> ProductCapacity | None:
+        agg = self._products.get((name, dra))
+        if agg is None:
+            return None
         return ProductCapacity(
             product=name,
-            memory_mib=self._memory_of(name, agg.memory),
+            memory_mib=0,
             total=agg.total,
             allocatable=agg.allocatable,
             allocated=agg.allocated,
@@ -330,10 +350,17 @@ class CapacityIndex:
             shared_allocatable=agg.shared_allocatable,
             shared_free=agg.shared_free,
             single_numa_node_free=max((k for k, n in agg.splits.items() if n), default=0),
+            offered=OFFERED_DRA if dra else OFFERED_DEVICE_PLUGIN,
+            dra=dra,
+            whole_gpus=agg.whole,
         )
 
-    def _memory_of(self, product: str, memory: Mapping[int, int]) -> int:
+    def _memory_of(self, product: str) -> int:
         """The product's memory as summarize reports it: that of its first node by name."""
+        memory: set[int] = set()
+        for (name, _dra), agg in self._products.items():
+            if name == product:
+                memory.update(m for m, n in agg.memory.items() if n)
         if len(memory) == 1:
             return next(iter(memory))
         first = min(n for n, c in self._parts.items() if c.product == product)  # rare: mixed memory sizes

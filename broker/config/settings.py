@@ -83,9 +83,10 @@ class ClusterConfig(_Strict):
     kueue: KueueConfig | None = None
     schedulers: SchedulersConfig = Field(default_factory=SchedulersConfig)
     spot: bool = False
-    # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
-    # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
-    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    # auto: each product's whole GPUs are asked the way the cluster's nodes publish them (docs/dra.md);
+    # device-plugin: as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the NVIDIA DRA driver's
+    # DeviceClass gpu.nvidia.com (an override; MIG on DRA nodes always goes through mig.nvidia.com)
+    gpu_allocation: Literal["auto", "device-plugin", "dra"] = Field(default="auto", alias="gpuAllocation")
     # Tenant namespaces (docs/tenancy.md): unset here, settings.tenantNamespace / createNamespaces apply.
     tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
     create_namespaces: bool | None = Field(default=None, alias="createNamespaces")
@@ -115,7 +116,7 @@ class ClusterConfig(_Strict):
             gang_scheduler=self.schedulers.gang,
             spot=self.spot,
             namespace=self.namespace,
-            dra=self.gpu_allocation == "dra",
+            gpu_allocation=self.gpu_allocation,
             tenant_namespace=self.tenant_namespace,
             create_namespaces=bool(self.create_namespaces),
             kueue_cluster_queue=(self.kueue.cluster_queue or self.kueue.local_queue) if self.kueue else None,
@@ -362,7 +363,7 @@ class ClusterProfilesConfig(_Strict):
     publish: bool = True  # write the GPU capacity summary into each member's status.properties
     publish_seconds: float = Field(default=10.0, alias="publishSeconds", gt=0)
     member_namespace: str = Field(default="default", alias="memberNamespace", pattern=_DNS_LABEL)
-    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    gpu_allocation: Literal["auto", "device-plugin", "dra"] = Field(default="auto", alias="gpuAllocation")
 
 
 class FleetConfig(_Strict):

@@ -24,7 +24,7 @@ from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Any
 
-from broker.core.k8s_names import mig_resource
+from broker.core.k8s_names import OFFERED_DRA, mig_resource
 
 TENANT_PLACEHOLDER = "{tenant}"  # in ClusterTraits.tenant_namespace
 
@@ -215,8 +215,7 @@ class ProductCapacity:
 
     nodes_by_free[k] = number of placement domains with exactly k free GPUs. A domain is a node, or one
                        NUMA zone of a node whose topology-manager policy is single-numa-node (the kubelet
-                       refuses a pod whose GPUs span zones there), so "one pod of g GPUs fits" reads the
-                       same for both.
+                       refuses a pod whose GPUs span zones there): "one pod of g GPUs fits" reads alike.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
     single_numa_node_free = the most free GPUs on one node (zones summed) among the nodes whose policy
                        is single-numa-node: when it reaches a pod's GPUs while nodes_by_free does not,
@@ -236,6 +235,9 @@ class ProductCapacity:
     shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
     shared_free: int = 0  # of those, not requested by pods
     single_numa_node_free: int = 0
+    offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
+    dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
+    whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -355,13 +357,17 @@ class ClusterTraits:
     gang_scheduler: str | None = None  # schedulerName of a coscheduling profile
     spot: bool = False
     namespace: str = "default"
-    dra: bool = False  # whole-GPU pods ask through a ResourceClaimTemplate (DRA) instead of nvidia.com/gpu
+    gpu_allocation: str = "auto"  # auto (per product, as the nodes publish) | device-plugin | dra (override)
     # Tenancy in the member cluster (docs/tenancy.md): a tenant's jobs run in this pattern's namespace
     # ("gpufed-{tenant}"); None: every tenant's in `namespace`. The broker creates a missing one (and its
     # Kueue LocalQueue, pointing at `kueue_cluster_queue`) only with create_namespaces.
     tenant_namespace: str | None = None
     create_namespaces: bool = False
     kueue_cluster_queue: str | None = None
+
+    @property
+    def dra(self) -> bool:  # declared gpuAllocation: dra (Placement.dra says how a placement's pods ask)
+        return self.gpu_allocation == OFFERED_DRA
 
     def namespace_for(self, tenant: str) -> str:
         """The namespace a tenant's jobs run in on this cluster."""
@@ -415,9 +421,7 @@ class JobRequest:
     cpu_millis_per_pod: int = 1000
     memory_mib_per_pod: int = 1024
     allow_burst: bool = False
-    max_wait_seconds: float | None = (
-        None  # burst once the predicted on-prem wait is over this (docs/burst.md)
-    )
+    max_wait_seconds: float | None = None  # burst once the predicted on-prem wait is over it (docs/burst.md)
     max_price_per_gpu_hour: float | None = None
     priority_class: str | None = None
     clusters: tuple[str, ...] = ()  # restrict to these clusters; empty = any
@@ -449,6 +453,7 @@ class Placement:
     burst: bool = False
     preferred_nodes: tuple[str, ...] = ()  # for level-2 preferred node affinity, best first
     gfd_products: tuple[str, ...] = ()  # parent gpu.product values of the product in that cluster
+    dra: bool = False  # the pods ask through a ResourceClaimTemplate (the product's counted kind is DRA)
 
     @property
     def total_units(self) -> int:

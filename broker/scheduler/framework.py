@@ -100,6 +100,7 @@ class RunOption:
     capacity: ProductCapacity | None = None
     mig: MigCapacity | None = None
     gfd_products: tuple[str, ...] = ()
+    dra: bool = False  # the pods ask through a DRA claim (the product's or profile's counted kind)
 
     @property
     def gpu_fraction_per_unit(self) -> float:
