@@ -34,8 +34,8 @@ import heapq
 from datetime import UTC, datetime
 
 from kubesim.clock import SimClock
-from kubesim.controllers.accounting import Accounting, exclusive_requests
 from kubesim.controllers import image_pull
+from kubesim.controllers.accounting import Accounting, exclusive_requests
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.pods import (
     ANN_DURATION,
