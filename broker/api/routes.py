@@ -69,6 +69,7 @@ from broker.api.schemas import (
     summary_view,
     verdict_view,
 )
+from broker.api.submit_warnings import SubmitWarnings
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
 from broker.core import safe_yaml
@@ -246,6 +247,7 @@ def create_app(
         app.add_middleware(AuditMiddleware, writer=audit)  # outside BodyLimit: a 413 is recorded too
     app.state.tokens = Credentials(static=tokens) if isinstance(tokens, TokenTable) else tokens
     batcher = SubmitBatcher(service.submit_many)
+    warnings = SubmitWarnings(service.fleet, clock)  # never-fit at submit (scheduler.never_fit)
 
     def visible(principal: Principal, job_id: str) -> JobRecord:
         """The job, if this caller may see it; another tenant's job does not exist for a user."""
@@ -356,7 +358,7 @@ def create_app(
             prepared = service.prepare_submit(job_request, idempotency_key)
         except InvalidRequest as e:  # a plain Job's refusal names the Job's field (its annotation), not ours
             raise (k8s_job.as_job_error(e) if k8s_job.is_k8s_job(body) else e) from None
-        record, created = await batcher.submit(prepared)
+        record, created = await batcher.submit(warnings.with_warnings(prepared))
         note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
             JobView.of(record).model_dump_json(by_alias=True),

@@ -226,6 +226,7 @@ class JobView(_Wire):
     updated_at: float = Field(alias="updatedAt")
     request: dict[str, Any]
     trace_id: str | None = Field(default=None, alias="traceId")
+    warnings: list[str] = Field(default_factory=list)  # e.g. never fits any declared cluster, even empty
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -236,6 +237,7 @@ class JobView(_Wire):
             tenant=req.tenant,
             state=str(r.state),
             reason=r.reason,
+            warnings=list(r.warnings),
             attempt=r.attempt,
             cluster=r.cluster,
             workload=r.workload_name,

@@ -217,9 +217,8 @@ class ProductCapacity:
                        NUMA zone of a node whose topology-manager policy is single-numa-node (the kubelet
                        refuses a pod whose GPUs span zones there): "one pod of g GPUs fits" reads alike.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
-    single_numa_node_free = the most free GPUs on one node (zones summed) among the nodes whose policy
-                       is single-numa-node: when it reaches a pod's GPUs while nodes_by_free does not,
-                       the policy is why the pod does not fit, and the reason says so.
+    single_numa_node_free = the most free GPUs on one node (zones summed) of single-numa-node nodes:
+                       when it reaches a pod's GPUs while nodes_by_free does not, the policy is why.
     """
 
     product: str
@@ -546,6 +545,9 @@ class JobRecord:
     dispatch_failures: int = 0  # creates the member clusters refused or could not take
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
+    warnings: tuple[
+        str, ...
+    ] = ()  # said at submit, e.g. never fits any declared cluster (scheduler.never_fit)
 
 
 @dataclass(frozen=True)
