@@ -53,7 +53,7 @@ def runtime_error(image: str) -> str:
 
 def backoff_s(failed_pulls: int) -> float:
     """How long the kubelet waits before pulling again after this many failed pulls."""
-    return min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** max(0, failed_pulls - 1))
+    return float(min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** max(0, failed_pulls - 1)))
 
 
 def pull_failed_events(image: str) -> list[tuple[str, str, str]]:
