@@ -545,9 +545,7 @@ class JobRecord:
     dispatch_failures: int = 0  # creates the member clusters refused or could not take
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
-    warnings: tuple[
-        str, ...
-    ] = ()  # said at submit, e.g. never fits any declared cluster (scheduler.never_fit)
+    warnings: tuple[str, ...] = ()  # said at submit: never fits any cluster (scheduler.never_fit)
 
 
 @dataclass(frozen=True)
