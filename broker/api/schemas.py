@@ -313,7 +313,8 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "singleNumaNodeFree": p.single_numa_node_free,
                 "sharedAllocatable": p.shared_allocatable,
                 "sharedFree": p.shared_free,
-                "offered": p.offered,  # device-plugin | dra | both; free counts the kind jobs ask through
+                "offered": p.offered,  # device-plugin | dra | both
+                "askedThrough": "dra" if p.dra else "device-plugin",  # the kind free counts, jobs ask by
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),
             }
             for p in s.products

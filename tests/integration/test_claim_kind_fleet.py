@@ -90,7 +90,8 @@ def test_each_product_runs_the_way_the_cluster_serves_it(
     broker_url: str, sim: Simulation, tmp_path: Any
 ) -> None:
     products = _products(broker_url)
-    assert (products["H200-141GB"]["offered"], products["H200-141GB"]["free"]) == ("dra", 4)
+    h200 = products["H200-141GB"]
+    assert (h200["offered"], h200["askedThrough"], h200["free"]) == ("dra", "dra", 4)
     assert (products["A100-80GB"]["offered"], products["A100-80GB"]["free"]) == ("device-plugin", 8)
     ids = {}
     for product in ("H200-141GB", "A100-80GB"):

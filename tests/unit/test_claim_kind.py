@@ -161,3 +161,12 @@ def test_offered_kind_does_not_flip_when_nodes_are_cordoned() -> None:
     summary = summaries([dp("a", H200, 2), cordoned], ClusterTraits("onprem-a"))
     cap = summary.product("H200-141GB")
     assert cap is not None and (cap.offered, cap.dra, cap.free) == ("both", True, 0)
+
+
+def test_fleet_table_marks_how_each_product_is_offered() -> None:
+    from broker.app.fleet_tables import offered_mark
+
+    assert offered_mark({"offered": "device-plugin"}) == ""
+    assert offered_mark({"offered": "dra", "askedThrough": "dra"}) == " [dra]"
+    assert offered_mark({"offered": "both", "askedThrough": "dra"}) == " [both: dra]"
+    assert offered_mark({"offered": "both", "askedThrough": "device-plugin"}) == " [both: plugin]"
