@@ -150,7 +150,9 @@ def test_forced_to_a_kind_that_does_not_serve_the_product_nothing_is_placeable()
         "H200-141GB", H200.memory_mib, total=4, allocatable=0, allocated=0, free=0, offered="dra", dra=False
     )
     job = JobRequest("train", gpus_per_pod=2, gpu_products=("H200-141GB",))
-    assert isinstance(place(job, [summary], {"onprem-a": traits}, PlacementPolicy(), NOW), NoFit)
+    refused = place(job, [summary], {"onprem-a": traits}, PlacementPolicy(), NOW)
+    assert isinstance(refused, NoFit) and refused.never_fits
+    assert refused.message == "0/1 clusters are available: 1 no H200-141GB."  # as if it had none
     a100 = JobRequest("train", gpus_per_pod=2, gpu_products=("A100-80GB",))
     where = place(a100, [summary], {"onprem-a": traits}, PlacementPolicy(), NOW)
     assert isinstance(where, Placement) and claims_gpus(a100, where, traits) == "device-plugin"
