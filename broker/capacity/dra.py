@@ -254,6 +254,13 @@ def _greedy_in(devices: tuple[_Device, ...], counters: frozenset[tuple[tuple[str
     return n
 
 
+class _All:
+    """Every device key (no allocator rule keeps any device of the node off)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
 def merge(
     facts: NodeFacts, slices: Sequence[Mapping[str, Any] | ParsedSlice], used: Collection[DeviceKey]
 ) -> NodeFacts:
@@ -265,13 +272,21 @@ def merge(
         if p.driver == DRIVER:
             top[p.pool] = max(top.get(p.pool, p.generation), p.generation)
     current = [p for p in parsed if p.driver == DRIVER and top[p.pool] == p.generation]
-    unusable = dra_rules.unusable_pools(
-        [(p.pool, p.slice_count, [d.key[2] for d in p.devices]) for p in current]
-    )
+    # pools of one slice (the common case) can be neither incomplete nor invalid: the API server refuses
+    # a slice naming a device twice
+    unusable: frozenset[str] = frozenset()
+    if len(current) > 1 or any(p.slice_count > 1 for p in current):
+        unusable = dra_rules.unusable_pools(
+            [(p.pool, p.slice_count, [d.key[2] for d in p.devices]) for p in current]
+        )
     devices = [d for s in current for d in s.devices]
     # a device the allocator would not give to gpufed's claim (incomplete or invalid pool, taint,
     # binding conditions): neither allocatable nor free; it still counts as a physical GPU
-    usable = {d.key for d in devices if d.blocked is None and d.key[1] not in unusable}
+    usable = (
+        _All()
+        if not unusable and all(d.blocked is None for d in devices)
+        else {d.key for d in devices if d.blocked is None and d.key[1] not in unusable}
+    )
     gpus = [d for d in devices if d.dtype == "gpu"]
     migs = [d for d in devices if d.dtype == "mig" and d.profile]
     if not gpus and not migs:
