@@ -48,7 +48,7 @@ from adapters.kube_informer import (
     WatchSettings,
 )
 from adapters.kube_rest import KubeRest, Obj
-from broker.core.model import WorkloadRef, WorkloadStatus
+from broker.core.workloads import WorkloadRef, WorkloadStatus
 from broker.workload.manifest import JOB_ID_LABEL
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from adapters.kube_rest import ApiStatus, KubeRest, is_transient
 from broker.core.errors import ClusterRejected, ClusterUnreachable
-from broker.core.model import WorkloadRef, WorkloadStatus
+from broker.core.workloads import WorkloadRef, WorkloadStatus
 from broker.workload.manifest import ATTEMPT_LABEL, JOB_ID_LABEL, job_id_label_value
 
 log = logging.getLogger(__name__)

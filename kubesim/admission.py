@@ -321,3 +321,22 @@ def admit_limit_ranges(store: ObjectStore, pod: Obj) -> None:
             errs += _check("Pod", item, requests, limits, raw)
     if errs:
         raise AdmissionError(_aggregate(errs))
+
+
+def admit_priority(store: ObjectStore, pod: Obj) -> None:
+    """The Priority admission plugin (mutating): spec.priority from the pod's PriorityClass, or from the
+    globalDefault class when it names none; a name no PriorityClass has is refused. It runs before the
+    server generates a name, so a refusal names the pod's generateName prefix."""
+    spec = pod.setdefault("spec", {})
+    name = spec.get("priorityClassName")
+    classes = store.list("priorityclasses.scheduling.k8s.io")[0]
+    if name:
+        pc = next((c for c in classes if (c.get("metadata") or {}).get("name") == name), None)
+        if pc is None:
+            raise AdmissionError(f"no PriorityClass with name {name} was found")
+    else:
+        pc = next((c for c in classes if c.get("globalDefault")), None)
+    if spec.get("priority") is None:
+        spec["priority"] = int(pc.get("value") or 0) if pc else 0
+    if pc:
+        spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))

@@ -24,7 +24,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from broker.core.model import ClusterSummary, Health, ProductCapacity, WorkloadRef, WorkloadStatus
+from broker.core.model import ClusterSummary, Health, ProductCapacity
+from broker.core.workloads import WorkloadRef, WorkloadStatus
 
 NOW = 1_800_000_000.0
 

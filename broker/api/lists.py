@@ -90,6 +90,7 @@ def job_view(r: JobRecord) -> dict[str, Any]:
             "nvlinkClique": str(req.nvlink_clique),
         },
         "traceId": trace[1] if len(trace) == 4 else None,
+        "warnings": list(r.warnings),
     }
 
 

@@ -74,6 +74,7 @@ from broker.api.schemas import (
     decision_view,
     verdict_view,
 )
+from broker.api.submit_warnings import SubmitWarnings
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
@@ -266,6 +267,8 @@ def create_app(
         app.add_middleware(AuditMiddleware, writer=audit)  # outside BodyLimit: a 413 is recorded too
     app.state.tokens = Credentials(static=tokens) if isinstance(tokens, TokenTable) else tokens
     batcher = SubmitBatcher(service.submit_many)
+    # never-fit at submit (scheduler.never_fit), over the published snapshot the views read
+    warnings = SubmitWarnings(lambda: fleet_views.snapshots.current().observed, clock)
 
     def visible(principal: Principal, job_id: str) -> JobRecord:
         """The job, if this caller may see it; another tenant's job does not exist for a user."""
@@ -376,7 +379,7 @@ def create_app(
             prepared = service.prepare_submit(job_request, idempotency_key)
         except InvalidRequest as e:  # a plain Job's refusal names the Job's field (its annotation), not ours
             raise (k8s_job.as_job_error(e) if k8s_job.is_k8s_job(body) else e) from None
-        record, created = await batcher.submit(prepared)
+        record, created = await batcher.submit(warnings.with_warnings(prepared))
         note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
             orjson.dumps(job_view(record)), status_code=201 if created else 200, media_type="application/json"

@@ -243,6 +243,7 @@ class JobView(_Wire):
     updated_at: float = Field(alias="updatedAt")
     request: dict[str, Any]
     trace_id: str | None = Field(default=None, alias="traceId")
+    warnings: list[str] = Field(default_factory=list)  # e.g. never fits any declared cluster, even empty
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -253,6 +254,7 @@ class JobView(_Wire):
             tenant=req.tenant,
             state=str(r.state),
             reason=r.reason,
+            warnings=list(r.warnings),
             attempt=r.attempt,
             cluster=r.cluster,
             workload=r.workload_name,
@@ -330,6 +332,8 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "nodesByNodeFree": list(p.whole_nodes_by_free),
                 "sharedAllocatable": p.shared_allocatable,
                 "sharedFree": p.shared_free,
+                "offered": p.offered,  # device-plugin | dra | both
+                "askedThrough": "dra" if p.dra else "device-plugin",  # the kind free counts, jobs ask by
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),
             }
             for p in s.products

@@ -28,6 +28,17 @@ def numa_notes(clusters: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
+def offered_mark(p: dict[str, Any]) -> str:
+    """How the cluster serves a product, compactly: nothing for the device plugin, ` [dra]`, or
+    ` [both: dra]` / ` [both: plugin]` naming the kind jobs ask through (and free counts)."""
+    offered = p.get("offered", "device-plugin")
+    if offered == "dra":
+        return " [dra]"
+    if offered == "both":
+        return " [both: dra]" if p.get("askedThrough") == "dra" else " [both: plugin]"
+    return ""
+
+
 def demand_table(products: list[dict[str, Any]]) -> Table:
     """Free capacity per product over the fleet beside what queued jobs ask for."""
     table = Table(title="free capacity and queued demand per product")
@@ -119,7 +130,7 @@ def fleet_table(clusters: list[dict[str, Any]]) -> Table:
             numa = max((k for k, n in enumerate(p["numaBlocks"]) if n), default=0)
             rows.append(
                 [
-                    p["product"],
+                    p["product"] + offered_mark(p),
                     f"{p['free']}/{p['allocatable']}",
                     str(sum(n * (k // 8) for k, n in enumerate(p["nodesByFree"]))),
                     str(p["maxFreeOnOneNode"]),

@@ -314,7 +314,7 @@ def start_cluster_profiles(
             region=member.region,
             labels=dict(member.labels),
             namespace=cpc.member_namespace,
-            dra=cpc.gpu_allocation == "dra",
+            gpu_allocation=cpc.gpu_allocation,
             tenant_namespace=cfg.settings.tenant_namespace,  # the fleet's tenancy (docs/tenancy.md)
             create_namespaces=cfg.settings.create_namespaces,
         )

@@ -16,7 +16,9 @@ in one ClusterSummary:
 
 `merge(facts, slices, used)`: a node that publishes GPU slices takes its GPU facts from them (the device
 plugin and DRA never both publish one GPU; a node with slices is read only from them, so nothing is
-counted twice). Pure: plain dicts in, NodeFacts out; MalformedObject names the slice and field.
+counted twice). A device counts only where kube-scheduler's structured allocator could give it to the
+claim gpufed writes (broker/capacity/dra_rules.py lists the rules). Pure: plain dicts in, NodeFacts out;
+MalformedObject names the slice and field.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from broker.capacity import dra_rules
 from broker.core import catalog
 from broker.core.errors import MalformedObject
 from broker.core.k8s_names import DRA_DRIVER, DRA_GPU_CLASS, DRA_MIG_CLASS, L_PRODUCT
@@ -104,7 +107,8 @@ def used_devices(claims: Iterable[Mapping[str, Any]]) -> frozenset[DeviceKey]:
         devices = alloc.get("devices") if isinstance(alloc, Mapping) else None
         results = devices.get("results") if isinstance(devices, Mapping) else None
         for r in results or ():
-            if isinstance(r, Mapping):
+            # a device allocated with admin access stays available to other claims (KEP-5018)
+            if isinstance(r, Mapping) and r.get("adminAccess") is not True:
                 out.add((str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", ""))))
     return frozenset(out)
 
@@ -121,6 +125,7 @@ class _Device:
     profile: str | None
     zone: str | None
     consumes: tuple[tuple[str, str, int], ...]  # (counter set, counter, amount)
+    blocked: str | None = None  # the allocator rule that keeps any claim of gpufed's off it (dra_rules)
 
 
 def _attr(attrs: Mapping[str, Any], name: str) -> Any:
@@ -176,6 +181,7 @@ def _devices(s: Mapping[str, Any]) -> list[_Device]:
                 profile=str(profile) if profile is not None else None,
                 zone=zone,
                 consumes=tuple(consumes),
+                blocked=dra_rules.device_blocked(d),
             )
         )
     return out
@@ -202,13 +208,22 @@ class ParsedSlice:
     node: str | None
     devices: tuple[_Device, ...]
     counters: Mapping[tuple[str, str, str], int]
+    slice_count: int = 1  # spec.pool.resourceSliceCount: slices of the pool at this generation
 
 
 def parse_slice(obj: Mapping[str, Any]) -> ParsedSlice:
     """MalformedObject names the slice and the field that can't be read."""
     driver, pool, gen = slice_pool(obj)
+    count = (_spec(obj).get("pool") or {}).get("resourceSliceCount", 1)
     return ParsedSlice(
-        _name(obj), driver, pool, gen, slice_node(obj), tuple(_devices(obj)), _slice_counters(obj)
+        _name(obj),
+        driver,
+        pool,
+        gen,
+        slice_node(obj),
+        tuple(_devices(obj)),
+        _slice_counters(obj),
+        count if isinstance(count, int) and count > 0 else 1,
     )
 
 
@@ -239,6 +254,13 @@ def _greedy_in(devices: tuple[_Device, ...], counters: frozenset[tuple[tuple[str
     return n
 
 
+class _All:
+    """Every device key (no allocator rule keeps any device of the node off)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
 def merge(
     facts: NodeFacts, slices: Sequence[Mapping[str, Any] | ParsedSlice], used: Collection[DeviceKey]
 ) -> NodeFacts:
@@ -250,7 +272,21 @@ def merge(
         if p.driver == DRIVER:
             top[p.pool] = max(top.get(p.pool, p.generation), p.generation)
     current = [p for p in parsed if p.driver == DRIVER and top[p.pool] == p.generation]
+    # pools of one slice (the common case) can be neither incomplete nor invalid: the API server refuses
+    # a slice naming a device twice
+    unusable: frozenset[str] = frozenset()
+    if len(current) > 1 or any(p.slice_count > 1 for p in current):
+        unusable = dra_rules.unusable_pools(
+            [(p.pool, p.slice_count, [d.key[2] for d in p.devices]) for p in current]
+        )
     devices = [d for s in current for d in s.devices]
+    # a device the allocator would not give to gpufed's claim (incomplete or invalid pool, taint,
+    # binding conditions): neither allocatable nor free; it still counts as a physical GPU
+    usable = (
+        _All()
+        if not unusable and all(d.blocked is None for d in devices)
+        else {d.key for d in devices if d.blocked is None and d.key[1] not in unusable}
+    )
     gpus = [d for d in devices if d.dtype == "gpu"]
     migs = [d for d in devices if d.dtype == "mig" and d.profile]
     if not gpus and not migs:
@@ -260,8 +296,9 @@ def merge(
     for d in devices:
         if d.key in used:
             _take(d, left)
-    # whole GPUs: free when not allocated and (partitionable) every counter it needs is still free
-    free_gpus = [d for d in gpus if d.key not in used and _fits(d, left)]
+    # whole GPUs: free when usable, not allocated and (partitionable) every counter it needs is still free
+    offered = [d for d in gpus if d.key in usable]
+    free_gpus = [d for d in offered if d.key not in used and _fits(d, left)]
     sample = gpus[0] if gpus else migs[0]
     memory = max((d.memory_mib for d in gpus), default=0) or None
     product = catalog.normalise_product(sample.product.replace(" ", "-"), memory)
@@ -269,12 +306,14 @@ def merge(
     mig: dict[str, list[int]] = {}
     static = [d for d in migs if not d.consumes]
     for d in static:
+        if d.key not in usable:
+            continue
         row = mig.setdefault(str(d.profile), [0, 0])
         row[0] += 1
         row[1] += 1 if d.key in used else 0
     by_set: dict[tuple[str, str, str], list[_Device]] = {}
     for d in migs:
-        if d.consumes:
+        if d.consumes and d.key in usable:
             by_set.setdefault((d.key[1], d.consumes[0][0], str(d.profile)), []).append(d)
     for (_pool, _cset, profile), parts in sorted(by_set.items()):
         allocatable = _greedy(parts, full)
@@ -288,15 +327,15 @@ def merge(
     for d in gpus:
         if d.zone is not None:
             z = zones.setdefault(d.zone, [0, 0])
-            z[0] += 1
+            z[0] += 1 if d.key in usable else 0
             z[1] += 1 if d in free_gpus else 0
     labels = dict(facts.labels)
     labels[L_PRODUCT] = sample.product  # the DRA productName: level 2 selects on it
     changes: dict[str, Any] = {
         "product": product,
         "gpu_count": len(gpus) + len(parents - gpu_names),
-        "gpus_allocatable": len(gpus),
-        "gpus_allocated": len(gpus) - len(free_gpus),
+        "gpus_allocatable": len(offered),
+        "gpus_allocated": len(offered) - len(free_gpus),
         "mig": tuple(MigSlices(p, a, u) for p, (a, u) in sorted(mig.items())),
         "mig_strategy": MigStrategy.MIXED if mig else MigStrategy.NONE,
         "mig_settled": True,

@@ -16,12 +16,12 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.capacity import rollup
 from broker.capacity.cliques import CliqueIndex, CliquePart, clique_part
+from broker.core.k8s_names import OFFERED_DEVICE_PLUGIN, OFFERED_DRA
 from broker.core.model import (
     ClusterSummary,
     ClusterTraits,
@@ -79,11 +79,13 @@ class _Contribution:
     split: int = 0  # capacity.single_numa_node_free
     sizes: tuple[int, ...] = ()  # capacity.gpu_domain_sizes
     clique: CliquePart | None = None  # its NVLink clique's part (broker.capacity.cliques)
+    dra: bool = False  # the node's GPUs come from DRA ResourceSlices
+    whole: int = 0  # whole GPUs allocatable, usable or not (how the product is offered)
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
     if node.product is None:
-        return _Contribution(node.ready, None, 0, 0, False, 0, 0, 0, (), 0, None, ())
+        return _Contribution(node.ready, None, 0, 0, False, 0, 0, 0, (), 0, None, (), dra=node.dra)
     shared = node.shared_allocatable if rollup.accepts_broker_pods(node, tolerated) else 0
     shared_free = max(0, shared - node.shared_allocated) if shared else 0
     parent = rollup.gfd_parent(node)
@@ -116,6 +118,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
             mig,
             shared,
             shared_free,
+            dra=node.dra,
+            whole=node.gpus_allocatable,
         )
     return _Contribution(
         ready=node.ready,
@@ -135,6 +139,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         split=rollup.single_numa_node_free(node),
         sizes=rollup.gpu_domain_sizes(node),
         clique=clique_part(node, usable=True),
+        dra=node.dra,
+        whole=node.gpus_allocatable,
     )
 
 
@@ -155,9 +161,11 @@ class _ProductAgg:
     splits: dict[int, int] = field(default_factory=dict)  # free GPUs of a single-numa-node node -> nodes
     sizes: dict[int, int] = field(default_factory=dict)  # allocatable GPUs of a domain -> domains
     node_free: dict[int, int] = field(default_factory=dict)  # free GPUs of a node -> nodes
+    whole: int = 0
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
+        self.whole += sign * c.whole
         _bump(self.memory, c.memory_mib, sign)
         self.total += sign * c.gpu_count
         self.shared_allocatable += sign * c.shared_allocatable
@@ -224,7 +232,7 @@ class CapacityIndex:
         self._parts: dict[str, _Contribution] = {}
         self._bad: set[str] = set()
         self._ready = 0
-        self._products: dict[str, _ProductAgg] = {}
+        self._products: dict[tuple[str, bool], _ProductAgg] = {}  # (product, DRA nodes) -> aggregates
         self._mig: dict[MigKey, _MigAgg] = {}
         self._cliques = CliqueIndex()
 
@@ -262,12 +270,13 @@ class CapacityIndex:
         if c.product is None:
             return
         self._cliques.add(c.clique, sign)
-        agg = self._products.get(c.product)
+        pkey = (c.product, c.dra)
+        agg = self._products.get(pkey)
         if agg is None:
-            agg = self._products[c.product] = _ProductAgg()
+            agg = self._products[pkey] = _ProductAgg()
         agg.add(c, sign)
         if agg.nodes == 0:
-            del self._products[c.product]
+            del self._products[pkey]
         for p in c.mig:
             magg = self._mig.get(p.key)
             if magg is None:
@@ -301,7 +310,15 @@ class CapacityIndex:
     ) -> ClusterSummary:
         if traits.spot != self._spot:
             self._reaggregate(traits.spot)
-        products = tuple(self._product(name, self._products[name]) for name in sorted(self._products))
+        products = tuple(
+            rollup.combine_kinds(
+                self._kind(name, False),
+                self._kind(name, True),
+                traits.gpu_allocation,
+                self._memory_of(name),
+            )
+            for name in sorted({name for name, _dra in self._products})
+        )
         mig = tuple(
             MigCapacity(
                 product=key[0],
@@ -329,10 +346,13 @@ class CapacityIndex:
             cliques=self._cliques.cliques(),
         )
 
-    def _product(self, name: str, agg: _ProductAgg) -> ProductCapacity:
+    def _kind(self, name: str, dra: bool) -> ProductCapacity | None:
+        agg = self._products.get((name, dra))
+        if agg is None:
+            return None
         return ProductCapacity(
             product=name,
-            memory_mib=self._memory_of(name, agg.memory),
+            memory_mib=0,
             total=agg.total,
             allocatable=agg.allocatable,
             allocated=agg.allocated,
@@ -346,10 +366,17 @@ class CapacityIndex:
             single_numa_node_free=max((k for k, n in agg.splits.items() if n), default=0),
             domains_by_size=rollup.histogram(agg.sizes),
             whole_nodes_by_free=rollup.histogram(agg.node_free),
+            offered=OFFERED_DRA if dra else OFFERED_DEVICE_PLUGIN,
+            dra=dra,
+            whole_gpus=agg.whole,
         )
 
-    def _memory_of(self, product: str, memory: Mapping[int, int]) -> int:
+    def _memory_of(self, product: str) -> int:
         """The product's memory as summarize reports it: that of its first node by name."""
+        memory: set[int] = set()
+        for (name, _dra), agg in self._products.items():
+            if name == product:
+                memory.update(m for m, n in agg.memory.items() if n)
         if len(memory) == 1:
             return next(iter(memory))
         first = min(n for n, c in self._parts.items() if c.product == product)  # rare: mixed memory sizes

@@ -9,6 +9,7 @@ broker.capacity.kube_objects (the parsing side).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from broker.capacity import cliques as _cliques
 from broker.core import catalog
@@ -17,6 +18,9 @@ from broker.core.k8s_names import (
     GPU,
     GPU_TAINT_KEY,
     L_PRODUCT,
+    OFFERED_BOTH,
+    OFFERED_DEVICE_PLUGIN,
+    OFFERED_DRA,
     SPOT_TAINT_KEYS,
     mig_resource,
 )
@@ -115,6 +119,127 @@ def _histogram(values: Iterable[int]) -> tuple[int, ...]:
     return histogram(counts)
 
 
+def _kind_capacity(
+    name: str, nodes: list[NodeFacts], tolerated: frozenset[str], *, dra: bool = False
+) -> ProductCapacity | None:
+    """Whole-GPU capacity of one product over the nodes of one allocation kind (None: no such node)."""
+    if not nodes:
+        return None
+    total = allocatable = allocated = free = shared_alloc = shared_free = whole = 0
+    frees: list[int] = []
+    usable_nodes = 0
+    blocks: list[int] = []
+    split = 0  # most free GPUs on one single-numa-node node
+    sizes: list[int] = []
+    node_frees: list[int] = []
+    gfd: set[str] = set()
+    memory = nodes[0].product.memory_mib if nodes[0].product else 0
+    for node in nodes:
+        total += node.gpu_count
+        whole += node.gpus_allocatable
+        if node.shared_allocatable and accepts_broker_pods(node, tolerated):
+            shared_alloc += node.shared_allocatable
+            shared_free += max(0, node.shared_allocatable - node.shared_allocated)
+        if not takes_whole_gpus(node, tolerated):
+            continue
+        allocatable += node.gpus_allocatable
+        allocated += node.gpus_allocated
+        free += node.gpus_free
+        usable_nodes += 1
+        frees.extend(gpu_domains(node))
+        blocks.append(numa_block(node))
+        split = max(split, single_numa_node_free(node))
+        sizes.extend(gpu_domain_sizes(node))
+        node_frees.append(node.gpus_free)
+        parent = gfd_parent(node)
+        if parent:
+            gfd.add(parent)
+    return ProductCapacity(
+        product=name,
+        memory_mib=memory,
+        total=total,
+        allocatable=allocatable,
+        allocated=allocated,
+        free=free,
+        nodes_by_free=_histogram(frees),
+        numa_blocks=_histogram(blocks),
+        nodes=usable_nodes,
+        gfd_products=tuple(sorted(gfd)),
+        shared_allocatable=shared_alloc,
+        shared_free=shared_free,
+        single_numa_node_free=split,
+        domains_by_size=_histogram(sizes),
+        whole_nodes_by_free=_histogram(node_frees),
+        offered=OFFERED_DRA if dra else OFFERED_DEVICE_PLUGIN,
+        dra=dra,
+        whole_gpus=whole,
+    )
+
+
+def _first_memory(nodes: list[NodeFacts]) -> int:
+    return nodes[0].product.memory_mib if nodes[0].product else 0
+
+
+def offered_kinds(dp: ProductCapacity | None, dra: ProductCapacity | None) -> str:
+    """How a product's whole GPUs are offered in a cluster: device-plugin, dra or both.
+
+    A kind offers the product when its nodes have whole GPUs (usable now or not: a cordon does not change
+    how the cluster serves the product); a product with no whole GPU at all (MIG only) is offered by the
+    kind of its nodes.
+    """
+    kinds = [c for c in (dp, dra) if c is not None]
+    with_gpus = [c for c in kinds if c.whole_gpus > 0] or kinds
+    names = {c.offered for c in with_gpus}
+    return OFFERED_BOTH if len(names) > 1 else names.pop()
+
+
+def counted_kind(dp: ProductCapacity | None, dra: ProductCapacity | None, override: str) -> bool:
+    """True when level 2 asks for this product through DRA claims (so level 1 counts only DRA GPUs).
+
+    The cluster's `gpuAllocation` (device-plugin | dra) decides when declared. Otherwise the kind that
+    offers the product; offered both ways, the kind with more whole GPUs, DRA on a tie (each node is
+    served by one kind only, so one kind's hint can't reach the other's GPUs).
+    """
+    if override in (OFFERED_DRA, OFFERED_DEVICE_PLUGIN):
+        return override == OFFERED_DRA
+    offered = offered_kinds(dp, dra)
+    if offered != OFFERED_BOTH:
+        return offered == OFFERED_DRA
+    assert dp is not None and dra is not None
+    return dra.whole_gpus >= dp.whole_gpus
+
+
+def combine_kinds(
+    dp: ProductCapacity | None,
+    dra: ProductCapacity | None,
+    override: str = "auto",
+    memory_mib: int | None = None,
+) -> ProductCapacity:
+    """One product's capacity as level 1 reads it: free GPUs and histograms of the kind level 2 will
+    write (counted_kind), `total` and shared GPUs over both kinds, `offered` saying how it is served."""
+    first = dp if dp is not None else dra
+    assert first is not None
+    offered = offered_kinds(dp, dra)
+    use_dra = counted_kind(dp, dra, override)
+    counted = dra if use_dra else dp
+    other = dp if use_dra else dra
+    if counted is None:  # forced to a kind that does not serve the product: listed, nothing placeable
+        assert other is not None
+        counted = ProductCapacity(other.product, other.memory_mib, 0, 0, 0, 0, offered=offered)
+    total = counted.total + (other.total if other is not None else 0)
+    shared_alloc = counted.shared_allocatable + (other.shared_allocatable if other is not None else 0)
+    shared_free = counted.shared_free + (other.shared_free if other is not None else 0)
+    return replace(
+        counted,
+        memory_mib=first.memory_mib if memory_mib is None else memory_mib,
+        total=total,
+        shared_allocatable=shared_alloc,
+        shared_free=shared_free,
+        offered=offered,
+        dra=use_dra,
+    )
+
+
 def cluster_summary(
     cluster: str,
     traits: ClusterTraits,
@@ -184,56 +309,16 @@ def summarize(
             if parent:
                 mig_gfd.setdefault(key, set()).add(parent)
 
-    products = []
-    for name in sorted(per_product):
-        nodes = per_product[name]
-        total = allocatable = allocated = free = shared_alloc = shared_free = 0
-        frees: list[int] = []
-        usable_nodes = 0
-        blocks: list[int] = []
-        split = 0  # most free GPUs on one single-numa-node node
-        sizes: list[int] = []
-        node_frees: list[int] = []
-        gfd: set[str] = set()
-        memory = nodes[0].product.memory_mib if nodes[0].product else 0
-        for node in nodes:
-            total += node.gpu_count
-            if node.shared_allocatable and accepts_broker_pods(node, tolerated):
-                shared_alloc += node.shared_allocatable
-                shared_free += max(0, node.shared_allocatable - node.shared_allocated)
-            if not takes_whole_gpus(node, tolerated):
-                continue
-            allocatable += node.gpus_allocatable
-            allocated += node.gpus_allocated
-            free += node.gpus_free
-            usable_nodes += 1
-            frees.extend(gpu_domains(node))
-            blocks.append(numa_block(node))
-            split = max(split, single_numa_node_free(node))
-            sizes.extend(gpu_domain_sizes(node))
-            node_frees.append(node.gpus_free)
-            parent = gfd_parent(node)
-            if parent:
-                gfd.add(parent)
-        products.append(
-            ProductCapacity(
-                product=name,
-                memory_mib=memory,
-                total=total,
-                allocatable=allocatable,
-                allocated=allocated,
-                free=free,
-                nodes_by_free=_histogram(frees),
-                numa_blocks=_histogram(blocks),
-                nodes=usable_nodes,
-                gfd_products=tuple(sorted(gfd)),
-                shared_allocatable=shared_alloc,
-                shared_free=shared_free,
-                single_numa_node_free=split,
-                domains_by_size=_histogram(sizes),
-                whole_nodes_by_free=_histogram(node_frees),
-            )
+    override = traits.gpu_allocation
+    products = tuple(
+        combine_kinds(
+            _kind_capacity(name, [n for n in per_product[name] if not n.dra], tolerated),
+            _kind_capacity(name, [n for n in per_product[name] if n.dra], tolerated, dra=True),
+            override,
+            _first_memory(per_product[name]),
         )
+        for name in sorted(per_product)
+    )
     mig = tuple(
         MigCapacity(
             product=product,
@@ -252,7 +337,7 @@ def summarize(
         traits,
         health,
         heartbeat,
-        products=tuple(products),
+        products=products,
         mig=mig,
         queues=snapshot.queues,
         nodes_total=len(snapshot.nodes),

@@ -41,6 +41,7 @@ def describe_text(job: dict[str, Any], events: list[dict[str, Any]], verdicts: d
             ("Created", f"{stamp} ({ago(job.get('createdAt'), now)})"),
             ("State", f"{job['state']} (attempt {job.get('attempt', 0)})"),
             ("Reason", job.get("reason")),
+            *([("Warnings", "; ".join(job["warnings"]))] if job.get("warnings") else []),
             (
                 "Queue",
                 f"#{job['queuePosition']}: {job.get('queueReason')}" if job.get("queuePosition") else None,

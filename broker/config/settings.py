@@ -84,9 +84,10 @@ class ClusterConfig(_Strict):
     kueue: KueueConfig | None = None
     schedulers: SchedulersConfig = Field(default_factory=SchedulersConfig)
     spot: bool = False
-    # device-plugin: whole GPUs asked as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the
-    # NVIDIA DRA driver's DeviceClass gpu.nvidia.com (MIG on DRA nodes always goes through mig.nvidia.com)
-    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    # auto: each product's whole GPUs are asked the way the cluster's nodes publish them (docs/dra.md);
+    # device-plugin: as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the NVIDIA DRA driver's
+    # DeviceClass gpu.nvidia.com (an override; MIG on DRA nodes always goes through mig.nvidia.com)
+    gpu_allocation: Literal["auto", "device-plugin", "dra"] = Field(default="auto", alias="gpuAllocation")
     # the NVIDIA DRA driver's ComputeDomains run here: a job placed in an NVLink clique gets one
     # (docs/topology.md)
     compute_domains: bool = Field(default=False, alias="computeDomains")
@@ -122,7 +123,7 @@ class ClusterConfig(_Strict):
             gang_scheduler=self.schedulers.gang,
             spot=self.spot,
             namespace=self.namespace,
-            dra=self.gpu_allocation == "dra",
+            gpu_allocation=self.gpu_allocation,
             compute_domains=self.compute_domains,
             workload_api=self.workload_api,
             tenant_namespace=self.tenant_namespace,
@@ -390,7 +391,7 @@ class ClusterProfilesConfig(_Strict):
     publish: bool = True  # write the GPU capacity summary into each member's status.properties
     publish_seconds: float = Field(default=10.0, alias="publishSeconds", gt=0)
     member_namespace: str = Field(default="default", alias="memberNamespace", pattern=_DNS_LABEL)
-    gpu_allocation: Literal["device-plugin", "dra"] = Field(default="device-plugin", alias="gpuAllocation")
+    gpu_allocation: Literal["auto", "device-plugin", "dra"] = Field(default="auto", alias="gpuAllocation")
 
 
 class FleetConfig(_Strict):

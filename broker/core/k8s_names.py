@@ -28,6 +28,9 @@ __all__ = [
     "L_PRODUCT",
     "L_REPLICAS",
     "MIG_PREFIX",
+    "OFFERED_BOTH",
+    "OFFERED_DEVICE_PLUGIN",
+    "OFFERED_DRA",
     "POD_GROUP_LABEL",
     "QUEUE_LABEL",
     "SPOT_TAINT_KEYS",
@@ -104,3 +107,9 @@ def profile_of_resource(resource: str) -> str:
 def same_profile(a: str, b: str) -> bool:
     """Whether two spellings name the same MIG profile."""
     return canonical_profile(a) == canonical_profile(b)
+
+
+# How a cluster offers a product's whole GPUs (ProductCapacity.offered, ClusterTraits.gpu_allocation)
+OFFERED_DEVICE_PLUGIN = "device-plugin"
+OFFERED_DRA = "dra"
+OFFERED_BOTH = "both"

@@ -24,7 +24,7 @@ from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Any
 
-from broker.core.k8s_names import mig_resource
+from broker.core.k8s_names import OFFERED_DRA, mig_resource
 from broker.core.topology import CliqueCapacity, NvlinkClique
 
 TENANT_PLACEHOLDER = "{tenant}"  # in ClusterTraits.tenant_namespace
@@ -216,8 +216,7 @@ class ProductCapacity:
 
     nodes_by_free[k] = number of placement domains with exactly k free GPUs. A domain is a node, or one
                        NUMA zone of a node whose topology-manager policy is single-numa-node (the kubelet
-                       refuses a pod whose GPUs span zones there), so "one pod of g GPUs fits" reads the
-                       same for both.
+                       refuses a pod whose GPUs span zones there): "one pod of g GPUs fits" reads alike.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
     domains_by_size[k] = domains of k allocatable GPUs, busy or not (pods of g GPUs run at once, at most).
     single_numa_node_free = most free GPUs on one single-numa-node node (zones summed): when it reaches a
@@ -239,6 +238,9 @@ class ProductCapacity:
     single_numa_node_free: int = 0
     domains_by_size: tuple[int, ...] = ()  # [k] = placement domains (as nodes_by_free counts) of k GPUs
     whole_nodes_by_free: tuple[int, ...] = ()  # [k] = nodes with k free GPUs, zones summed (for people)
+    offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
+    dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
+    whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -359,7 +361,7 @@ class ClusterTraits:
     gang_scheduler: str | None = None  # schedulerName of a coscheduling profile
     spot: bool = False
     namespace: str = "default"
-    dra: bool = False  # whole-GPU pods ask through a ResourceClaimTemplate (DRA) instead of nvidia.com/gpu
+    gpu_allocation: str = "auto"  # auto (per product, as the nodes publish) | device-plugin | dra (override)
     # Tenancy in the member cluster (docs/tenancy.md): a tenant's jobs run in this pattern's namespace
     # ("gpufed-{tenant}"); None: every tenant's in `namespace`. The broker creates a missing one (and its
     # Kueue LocalQueue, pointing at `kueue_cluster_queue`) only with create_namespaces.
@@ -368,6 +370,10 @@ class ClusterTraits:
     kueue_cluster_queue: str | None = None
     compute_domains: bool = False  # runs the NVIDIA DRA driver's ComputeDomains (docs/topology.md)
     workload_api: bool = False  # serves scheduling.k8s.io/v1alpha1 Workload: gangs hinted through it
+
+    @property
+    def dra(self) -> bool:  # declared gpuAllocation: dra (Placement.dra says how a placement's pods ask)
+        return self.gpu_allocation == OFFERED_DRA
 
     def namespace_for(self, tenant: str) -> str:
         """The namespace a tenant's jobs run in on this cluster."""
@@ -455,6 +461,7 @@ class Placement:
     preferred_nodes: tuple[str, ...] = ()  # for level-2 preferred node affinity, best first
     gfd_products: tuple[str, ...] = ()  # parent gpu.product values of the product in that cluster
     clique: str | None = None  # the NVLink clique level 2 pins the pods to (docs/topology.md)
+    dra: bool = False  # the pods ask through a ResourceClaimTemplate (the product's counted kind is DRA)
 
     @property
     def total_units(self) -> int:
@@ -548,6 +555,7 @@ class JobRecord:
     dispatch_failures: int = 0  # creates the member clusters refused or could not take
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
+    warnings: tuple[str, ...] = ()  # said at submit: never fits any cluster (scheduler.never_fit)
 
 
 @dataclass(frozen=True)
@@ -569,34 +577,3 @@ class ClusterEvent:
     at: float
     health: Health
     reason: str = ""
-
-
-@dataclass(frozen=True)
-class WorkloadRef:
-    """A Job in a member cluster that carries the broker's labels (gpufed.io/job-id, gpufed.io/attempt)."""
-
-    name: str
-    namespace: str
-    job_id: str
-    attempt: int
-    # The Job's annotations (the recovery ones: request, idempotency key, submitted-at, federation).
-    annotations: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
-    created_at: float = 0.0  # metadata.creationTimestamp as epoch seconds (0 when unknown)
-
-
-@dataclass(frozen=True)
-class WorkloadStatus:
-    """What a member cluster says about a Job the broker created there."""
-
-    name: str
-    namespace: str
-    exists: bool
-    suspended: bool = False
-    active: int = 0
-    ready: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    complete: bool = False
-    failed_terminal: bool = False
-    disrupted: bool = False  # failed because a pod was disrupted (node lost, spot reclaimed, preempted)
-    message: str = ""

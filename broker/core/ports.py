@@ -18,17 +18,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobPage, JobQuery
-from broker.core.model import (
-    ClusterEvent,
-    ClusterSummary,
-    JobEvent,
-    JobRecord,
-    JobState,
-    Reservation,
-    WorkloadRef,
-    WorkloadStatus,
-)
+from broker.core.model import ClusterEvent, ClusterSummary, JobEvent, JobRecord, JobState, Reservation
 from broker.core.records import NodeDetail, Run
+from broker.core.workloads import WorkloadRef, WorkloadStatus
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,9 @@ from broker.core.k8s_names import (
     REQUEST_ANNOTATION,
     SUBMITTED_AT_ANNOTATION,
 )
-from broker.core.model import ClusterTraits, JobEvent, JobRecord, JobState, WorkloadRef
+from broker.core.model import ClusterTraits, JobEvent, JobRecord, JobState
 from broker.core.ports import Clock, ClusterGateway, RecoveryStore
+from broker.core.workloads import WorkloadRef
 from broker.workload import manifest
 
 log = logging.getLogger(__name__)

@@ -101,6 +101,7 @@ class RunOption:
     mig: MigCapacity | None = None
     gfd_products: tuple[str, ...] = ()
     clique: str | None = None  # the NVLink clique the gang fits in (plugins/nvlink.py), for level 2
+    dra: bool = False  # the pods ask through a DRA claim (the product's or profile's counted kind)
 
     @property
     def gpu_fraction_per_unit(self) -> float:

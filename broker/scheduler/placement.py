@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from broker.core import catalog
-from broker.core.k8s_names import GPU, same_profile
+from broker.core.k8s_names import DRA_MIG_CLASS, GPU, same_profile
 from broker.core.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, Placement, Tier
 from broker.scheduler.framework import (
     PLACEMENT_FIELDS,
@@ -263,6 +263,7 @@ def _build_options(job: JobRequest, summary: ClusterSummary) -> tuple[RunOption,
                     compute_slices=slices,
                     mig=m,
                     gfd_products=m.gfd_products,
+                    dra=m.resource_name == DRA_MIG_CLASS,
                 )
             )
         return tuple(out)
@@ -276,6 +277,7 @@ def _build_options(job: JobRequest, summary: ClusterSummary) -> tuple[RunOption,
             units_per_pod=job.gpus_per_pod,
             capacity=p,
             gfd_products=p.gfd_products,
+            dra=p.dra,
         )
         for p in summary.products
         if p.allocatable > 0 or p.nodes > 0
@@ -395,6 +397,7 @@ def decide(
         burst=chosen.tier is Tier.CLOUD,
         gfd_products=o.gfd_products,
         clique=o.clique,
+        dra=o.dra,
     )
 
 

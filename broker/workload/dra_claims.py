@@ -1,7 +1,8 @@
 """Level 2 on DRA clusters: the ResourceClaimTemplate a Job's pods claim their GPUs through.
 
 Owns when a placement asks through DRA (a MIG placement on DRA nodes names the DeviceClass
-`mig.nvidia.com` as its resource; a whole-GPU placement on a cluster declared `dra`), and the template:
+`mig.nvidia.com` as its resource; a whole-GPU placement whose product the cluster serves through DRA,
+`Placement.dra`, or on a cluster declared `gpuAllocation: dra`), and the template:
 one request `gpus` of `exactly: {deviceClassName, count, selectors}` with CEL selectors on the driver's
 attributes (`productName`, `profile`) and capacity (`memory`), in the forms the driver's examples use.
 The template is named like the Job (so it is created before it and deleted with it) and carries the
@@ -57,7 +58,9 @@ def dra_request(job: JobRequest, placement: Placement, traits: ClusterTraits) ->
             *_product_selector(placement),
         )
         return DraRequest(DRA_MIG_CLASS, placement.units_per_pod, selectors)
-    if traits.dra and placement.resource_name == GPU and placement.mig_profile is None:
+    # whole GPUs: the kind level 1 counted for the product (capacity.rollup.counted_kind); traits.dra
+    # also for a placement recorded before placements carried their kind
+    if (placement.dra or traits.dra) and placement.resource_name == GPU and placement.mig_profile is None:
         selectors = _product_selector(placement)
         if job.min_gpu_memory_mib:
             selectors += (

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from broker.core.model import FailoverPolicy, JobRecord, JobState, WorkloadRef, WorkloadStatus
+from broker.core.model import FailoverPolicy, JobRecord, JobState
+from broker.core.workloads import WorkloadRef, WorkloadStatus
 
 # A Job we just created may not be visible yet; only after this long is "not found" a loss.
 WORKLOAD_GRACE_SECONDS = 30.0

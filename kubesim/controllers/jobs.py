@@ -19,7 +19,8 @@ status.failedIndexes, maxFailedIndexes (MaxFailedIndexesExceeded, FailedIndexes)
 activeDeadlineSeconds (DeadlineExceeded); FailureTarget / SuccessCriteriaMet first, Failed / Complete
 once no pod is left running or terminating; ttlSecondsAfterFinished (the TTL-after-finished
 controller deletes the Job, its pods follow through the garbage collector). Deleted Jobs' pods lose
-their tracking finalizer. Pods are admitted as API creates are (LimitRanger defaults and bounds,
+their tracking finalizer. Pods are admitted as API creates are (Priority: a missing PriorityClass is
+refused naming the generateName prefix; LimitRanger defaults and bounds,
 ResourceQuota): a refused pod is a FailedCreate Warning event (`Error creating: pods "x" is forbidden:
 exceeded quota: ...`) and the Job is tried again a little later. Not simulated: successPolicy, the pod-recreation backoff delay of Never pods.
 """
@@ -545,11 +546,6 @@ class JobController:
         spec.setdefault("restartPolicy", "Never")
         spec.setdefault("terminationGracePeriodSeconds", 30)
         spec.setdefault("dnsPolicy", "ClusterFirst")
-        pc_name = spec.get("priorityClassName")
-        if pc_name and spec.get("priority") is None:
-            pc = self._store.find("priorityclasses.scheduling.k8s.io", "", pc_name)
-            if pc is not None:
-                spec["priority"] = int(pc.get("value") or 0)
         pod: Obj = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -573,6 +569,18 @@ class JobController:
             "spec": spec,
             "status": {"phase": "Pending"},
         }
+        try:  # the Priority plugin mutates before the server names the pod: its refusal names the prefix
+            admission.admit_priority(self._store, pod)
+        except admission.AdmissionError as e:
+            self._events.record(
+                job,
+                "FailedCreate",
+                f'Error creating: pods "{prefix}" is forbidden: {e}',
+                "Warning",
+                "job-controller",
+            )
+            heapq.heappush(self._timers, (self._clock.now() + _ADMISSION_RETRY_S, ns, job_name))
+            return None
         try:  # the pod goes through the API server's admission, as the real controller's create does
             admission.admit_limit_ranges(self._store, pod)
             admission.admit_quota(self._store, "pods", pod)

@@ -15,6 +15,10 @@ backoff (10 s doubling per restart, at most 300 s), Ready False meanwhile, then 
 duration; the pod stays Running. `sim.gpufed.io/exit-codes` ("1,1,0") gives the exit code of each run in
 turn (the last repeats); `sim.gpufed.io/index-exit-codes` ("1:3,4:2") one per Job completion index.
 
+Image pulls (controllers/image_pull.py): a pod whose image is under `registry.invalid/` stays Pending
+with ErrImagePull, then ImagePullBackOff, pulled again after the kubelet's image back-off, with the
+kubelet's Pulling/Failed/BackOff events.
+
 Graceful deletion: a pod with metadata.deletionTimestamp keeps running until that time (deletion +
 deletionGracePeriodSeconds; the containers are taken not to exit on SIGTERM), then its containers are
 killed (exit code 137) and it is Failed; a terminal or never-started pod is finished at once. The kubelet
@@ -30,6 +34,7 @@ import heapq
 from datetime import UTC, datetime
 
 from kubesim.clock import SimClock
+from kubesim.controllers import image_pull
 from kubesim.controllers.accounting import Accounting, exclusive_requests
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.pods import (
@@ -101,6 +106,7 @@ class Kubelet:
         self._exits: list[tuple[float, str, str, str]] = []  # (due, ns, name, uid)
         self._restarts: list[tuple[float, str, str, str]] = []
         self._kills: list[tuple[float, str, str, str]] = []
+        self._pulls: list[tuple[float, str, str, str, int]] = []  # (due, ns, name, uid, failed pulls)
         self._kill_at: dict[tuple[str, str], str] = {}  # pod -> deletionTimestamp it is scheduled for
         for pod in store.list("pods")[0]:
             self._track(pod)
@@ -110,7 +116,7 @@ class Kubelet:
 
     @property
     def next_due(self) -> float | None:
-        dues = [h[0][0] for h in (self._exits, self._restarts, self._kills) if h]
+        dues = [h[0][0] for h in (self._exits, self._restarts, self._kills, self._pulls) if h]
         return min(dues) if dues else None
 
     @property
@@ -170,11 +176,18 @@ class Kubelet:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
             self._restart(pod, now)
+        while self._pulls and self._pulls[0][0] <= now:
+            _, ns, name, uid, failed = heapq.heappop(self._pulls)
+            pod = self._store.find("pods", ns, name)
+            if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Pending":
+                continue
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._pull_sync(pod, now, failed)
         if self._to_start:
             keys, self._to_start = self._to_start, set()
             for ns, name in sorted(keys):
                 pod = self._store.find("pods", ns, name)
-                if pod is None or phase(pod) != "Pending" or not node_name(pod):
+                if pod is None or phase(pod) != "Pending" or not node_name(pod) or _pulling(pod):
                     continue
                 self._start(pod, now)
         while self._exits and self._exits[0][0] <= now:
@@ -238,6 +251,9 @@ class Kubelet:
             "10.0.0.1",
         )
         pod_ip = _pod_ip(pod["metadata"].get("uid", name))
+        if image_pull.failing_images(pod):
+            self._pull_failed(pod, now, 1, host_ip, pod_ip)
+            return
 
         def run(obj: Obj) -> None:
             spec = obj.get("spec") or {}
@@ -277,6 +293,57 @@ class Kubelet:
         running = self._store.find("pods", ns, name)
         if running is not None:
             self._schedule_exit(running, now)
+
+    def _pull_failed(self, pod: Obj, now: float, failed: int, host_ip: str = "", pod_ip: str = "") -> None:
+        """A pull of the pod's image failed (the `failed`-th time): ErrImagePull, the pod stays Pending
+        with its sandbox up; the next sync finds the image in back-off."""
+        ns, name = key_of(pod)
+        ts = rfc3339(now)
+        names = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or ()]
+
+        def waiting(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            st.setdefault("startTime", ts)
+            if host_ip:
+                st.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "podIP": pod_ip})
+                st["podIPs"] = [{"ip": pod_ip}]
+            st["qosClass"] = qos_class(obj)
+            st["containerStatuses"] = image_pull.waiting_statuses(obj, backing_off=False)
+            message = f"containers with unready status: [{' '.join(names)}]"
+            for ctype in ("PodReadyToStartContainers", "Initialized", "PodScheduled"):
+                set_condition(obj, ctype, "True", now)
+            set_condition(obj, "ContainersReady", "False", now, "ContainersNotReady", message)
+            set_condition(obj, "Ready", "False", now, "ContainersNotReady", message)
+
+        self._store.mutate("pods", ns, name, waiting)
+        for image in image_pull.failing_images(pod):
+            for reason, kind, message in image_pull.pull_failed_events(image):
+                self._events.record(pod, reason, message, kind, "kubelet")
+        uid = pod["metadata"].get("uid", "")
+        heapq.heappush(self._pulls, (now + image_pull.NEXT_SYNC_S, ns, name, uid, failed))
+
+    def _pull_sync(self, pod: Obj, now: float, failed: int) -> None:
+        """A sync of a pod whose pull failed: in back-off (ImagePullBackOff until the next try), or the
+        back-off is over and the pull fails again."""
+        ns, name = key_of(pod)
+        waiting = [
+            cs.get("state", {}).get("waiting", {}).get("reason")
+            for cs in (pod.get("status") or {}).get("containerStatuses") or ()
+        ]
+        uid = pod["metadata"].get("uid", "")
+        if "ErrImagePull" not in waiting:  # the back-off is over: pull again
+            self._pull_failed(pod, now, failed + 1)
+            return
+
+        def backing_off(obj: Obj) -> None:
+            obj.setdefault("status", {})["containerStatuses"] = image_pull.waiting_statuses(obj, True)
+
+        self._store.mutate("pods", ns, name, backing_off)
+        for image in image_pull.failing_images(pod):
+            for reason, kind, message in image_pull.backoff_events(image):
+                self._events.record(pod, reason, message, kind, "kubelet")
+        due = now - image_pull.NEXT_SYNC_S + image_pull.backoff_s(failed)
+        heapq.heappush(self._pulls, (max(due, now), ns, name, uid, failed))
 
     def _schedule_exit(self, pod: Obj, started: float, restarted: bool = False) -> None:
         annotations = pod["metadata"].get("annotations") or {}
@@ -435,6 +502,14 @@ class Kubelet:
             self._events.record(
                 pod, "Killing", f"Stopping container {c.get('name', '')}", "Normal", "kubelet"
             )
+
+
+def _pulling(pod: Obj) -> bool:
+    """The pod's image pull failed and the kubelet is retrying it (its _pulls entry drives it)."""
+    return any(
+        (cs.get("state") or {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff")
+        for cs in (pod.get("status") or {}).get("containerStatuses") or ()
+    )
 
 
 def _image_id(container: Obj) -> str:

@@ -141,11 +141,33 @@ def fits_in(free: Requests, want: Requests) -> bool:
     return all(v <= free.get(r, 0.0) + _EPS for r, v in want.items())
 
 
-def unschedulable_message(total: int, reasons: Counter[str]) -> str:
+# Filter verdicts kube-scheduler marks UnschedulableAndUnresolvable: evicting pods would not help there
+_UNRESOLVABLE = ("node(s) didn't match", "node(s) had untolerated taint", "node(s) were unschedulable")
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+def preemption_verdict(why: list[str]) -> str:
+    """What preemption concludes about one node the pod did not fit (the PostFilter's per-node status)."""
+    return NOT_HELPFUL if any(w.startswith(_UNRESOLVABLE) for w in why) else NO_VICTIMS
+
+
+def unschedulable_message(
+    total: int, reasons: Counter[str], preemption: Counter[str] | None = None, never: bool = False
+) -> str:
+    """kube-scheduler's FitError: the filters' reasons per node count, then (when given) the preemption
+    PostFilter's verdict, as in `... 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available:
+    3 No preemption victims found for incoming pod.`"""
     if total == 0:
         return "no nodes available to schedule pods"
     parts = sorted(f"{n} {r}" for r, n in reasons.items())
-    return f"0/{total} nodes are available: {', '.join(parts)}."
+    message = f"0/{total} nodes are available: {', '.join(parts)}."
+    if never:
+        return f"{message} preemption: not eligible due to preemptionPolicy=Never."
+    if preemption:
+        verdicts = sorted(f"{n} {r}" for r, n in preemption.items())
+        message += f" preemption: 0/{total} nodes are available: {', '.join(verdicts)}."
+    return message
 
 
 @dataclass(slots=True)
@@ -437,6 +459,7 @@ class Scheduler:
         exclusive = exclusive_requests(pod, requests)
         primary = next((r for r in sorted(requests) if r.startswith("nvidia.com/")), "cpu")
         reasons: Counter[str] = Counter()
+        preemption: Counter[str] = Counter()
         feasible: list[tuple[tuple[int, float, str], NodeView]] = []
         claims: list[Obj] | None = None
         plans: dict[str, DraPlan] = {}
@@ -458,6 +481,7 @@ class Scheduler:
                     plans[view.name] = plan
             if why:
                 reasons.update(why)
+                preemption[preemption_verdict(why)] += 1
                 continue
             free_after = (
                 view.allocatable.get(primary, 0.0) - used.get(primary, 0.0) - requests.get(primary, 0.0)
@@ -474,6 +498,7 @@ class Scheduler:
                     choice.zone = zone
                 elif profile.numa_aware and topo.policy == "single-numa-node":
                     reasons["node(s) cannot align pod"] += 1
+                    preemption[NO_VICTIMS] += 1
                     continue
                 elif topo.policy not in ("single-numa-node", "restricted"):
                     choice.split = self._spread(view.name, exclusive, zone_overlay)
@@ -481,7 +506,8 @@ class Scheduler:
                 choice.dra = plans[view.name]
                 self.dra.assume(choice.dra)
             return choice, ""
-        return None, unschedulable_message(len(views), reasons)
+        never = spec.get("preemptionPolicy") == "Never"
+        return None, unschedulable_message(len(views), reasons, preemption, never)
 
     def _zone_free(self, node: str, zone_overlay: dict[tuple[str, str], Requests]) -> dict[str, Requests]:
         free = self._acct.zone_free(node)

@@ -35,8 +35,8 @@ from broker.core.model import (
     JobState,
     ProductCapacity,
     Tier,
-    WorkloadStatus,
 )
+from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration

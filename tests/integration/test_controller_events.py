@@ -14,7 +14,8 @@ from adapters.redis_store import RedisStateStore
 from broker.controller.service import BrokerService
 from broker.controller.status_sync import STATUS_RESYNC_SECONDS
 from broker.core.errors import Conflict
-from broker.core.model import ClusterTraits, Health, JobRequest, JobState, WorkloadStatus
+from broker.core.model import ClusterTraits, Health, JobRequest, JobState
+from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import ManualClock, WatchedGateway, idle_h100_node
 
 

@@ -29,14 +29,8 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.controller.service import BrokerService, ServiceSettings
 from broker.core.errors import ClusterUnreachable, Fenced, Recovering
-from broker.core.model import (
-    ClusterTraits,
-    JobRecord,
-    JobRequest,
-    JobState,
-    Reservation,
-    WorkloadRef,
-)
+from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState, Reservation
+from broker.core.workloads import WorkloadRef
 from broker.ha.leadership import Leadership
 from broker.ha.recovery import StoreRecovery
 from kubesim.fleet import synthetic_fleet

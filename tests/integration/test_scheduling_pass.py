@@ -27,8 +27,8 @@ from broker.core.model import (
     MigCapacity,
     ProductCapacity,
     Reservation,
-    WorkloadStatus,
 )
+from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration

@@ -21,15 +21,8 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
-from broker.core.model import (
-    ClusterTraits,
-    Health,
-    JobEvent,
-    JobRecord,
-    JobRequest,
-    JobState,
-    WorkloadStatus,
-)
+from broker.core.model import ClusterTraits, Health, JobEvent, JobRecord, JobRequest, JobState
+from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import idle_h100_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.race]

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.model import (
-    ClusterSummary,
-    FailoverPolicy,
-    Health,
-    JobRecord,
-    JobRequest,
-    JobState,
-    WorkloadStatus,
-)
+from broker.core.model import ClusterSummary, FailoverPolicy, Health, JobRecord, JobRequest, JobState
+from broker.core.workloads import WorkloadStatus
 from broker.health.failover import effective_health, is_lost, loss_deadline, may_unfence, pollers_silent
 from broker.workload.lifecycle import failover, observe
 

@@ -9,7 +9,7 @@ from broker.workload.manifest import build_workload, workload_name
 from kubesim.cel import compile_selector
 from kubesim.dra import validate
 
-DRA = ClusterTraits("dra-east", dra=True)
+DRA = ClusterTraits("dra-east", gpu_allocation="dra")
 
 
 def placement(
@@ -85,7 +85,7 @@ def test_device_plugin_clusters_are_unchanged() -> None:
 
 def test_gang_on_a_dra_cluster_keeps_gpus_out_of_the_pod_group() -> None:
     job = JobRequest(name="gang", gpus_per_pod=2, pods=2)
-    traits = ClusterTraits("dra-east", dra=True, gang_scheduler="scheduler-plugins-scheduler")
+    traits = ClusterTraits("dra-east", gpu_allocation="dra", gang_scheduler="scheduler-plugins-scheduler")
     m = build_workload("j4", 1, job, placement(pods=2), traits)
     kinds = [c["kind"] for c in m.companions]
     assert kinds == ["ResourceClaimTemplate", "PodGroup"]

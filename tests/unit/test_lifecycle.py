@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from broker.core.model import JobRecord, JobRequest, JobState, WorkloadStatus
+from broker.core.model import JobRecord, JobRequest, JobState
+from broker.core.workloads import WorkloadRef, WorkloadStatus
 from broker.workload.lifecycle import WORKLOAD_GRACE_SECONDS, observe, queue_order
 
 NOW = 1_000_000.0
@@ -108,7 +109,7 @@ def test_queue_order_is_priority_then_first_come() -> None:
     ],
 )
 def test_orphan_reason(state: JobState, record_attempt: int, ref_attempt: int, deleted: bool) -> None:
-    from broker.core.model import WorkloadRef
+
     from broker.workload.lifecycle import orphan_reason
 
     record = replace(_record(state), attempt=record_attempt, workload_name=f"gpufed-j1-{record_attempt}")
@@ -117,7 +118,7 @@ def test_orphan_reason(state: JobState, record_attempt: int, ref_attempt: int, d
 
 
 def test_a_job_id_this_broker_never_saw_is_left_alone() -> None:
-    from broker.core.model import WorkloadRef
+
     from broker.workload.lifecycle import orphan_reason
 
     assert orphan_reason(WorkloadRef("x", "default", "j-other", 1), None) is None

@@ -12,7 +12,8 @@ import yaml
 
 from broker.config.settings import parse_fleet_config
 from broker.core.errors import ConfigError
-from broker.core.model import ClusterTraits, JobRequest, Placement, WorkloadRef
+from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.core.workloads import WorkloadRef
 from broker.ha.recovery import StoreRecovery
 from broker.tenancy import member_quota
 from broker.tenancy.rbac import member_rbac

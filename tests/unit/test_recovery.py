@@ -10,7 +10,8 @@ from broker.config.settings import FleetConfig
 from broker.controller import faults
 from broker.core.errors import ConfigError
 from broker.core.k8s_names import FEDERATION_ANNOTATION, IDEMPOTENCY_ANNOTATION, REQUEST_ANNOTATION
-from broker.core.model import ClusterTraits, JobRequest, JobState, MigNeed, Placement, WorkloadRef
+from broker.core.model import ClusterTraits, JobRequest, JobState, MigNeed, Placement
+from broker.core.workloads import WorkloadRef
 from broker.ha.recovery import newest_attempts, record_of
 from broker.workload import manifest
 

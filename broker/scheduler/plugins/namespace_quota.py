@@ -55,7 +55,7 @@ class NamespaceQuota:
         first: Status | None = None
         for o in options:
             requests, limits = member_quota.effective_pod(
-                job.job, o.resource_name, o.units_per_pod, namespace, traits.dra
+                job.job, o.resource_name, o.units_per_pod, namespace, o.dra
             )
             refused = member_quota.limit_range_refusal(requests, limits, namespace.limits)
             if refused is not None:

@@ -18,7 +18,10 @@ def test_unschedulable_pod_gets_the_kube_scheduler_message_and_an_event() -> Non
     pod = w.pod("big")
     cond = pod_condition(pod, "PodScheduled")
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
-    assert cond["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    assert cond["message"] == (
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+        " preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+    )
     (event,) = w.events("FailedScheduling")
     assert event["type"] == "Warning"
     assert event["involvedObject"]["name"] == "big"
@@ -71,6 +74,7 @@ def test_taints_keep_pods_away_unless_tolerated() -> None:
     assert scheduled(w.pod("equal")) == "c-h-0"
     assert pod_condition(w.pod("intolerant"), "PodScheduled")["message"] == (
         "0/1 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}."
+        " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     )
 
 
@@ -129,6 +133,7 @@ def test_required_node_affinity_and_node_selector_are_honoured() -> None:
     assert scheduled(w.pod("absent")) != ""
     assert pod_condition(w.pod("missing"), "PodScheduled")["message"] == (
         "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+        " preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
 
 
@@ -169,7 +174,8 @@ def test_cordoned_and_not_ready_nodes_are_skipped() -> None:
     assert scheduled(w.pod("p")) == "c-h-2"
     assert pod_condition(w.pod("q"), "PodScheduled")["message"] == (
         "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint "
-        "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable."
+        "{node.kubernetes.io/not-ready: }, 1 node(s) were unschedulable. preemption: 0/3 nodes are available: "
+        "1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
     )
 
 
@@ -197,6 +203,7 @@ def test_mig_mixed_and_single_resources_are_scheduled() -> None:
     assert [scheduled(w.pod(f"slice{i}")) for i in range(3)] == ["c-mixed-0", "c-mixed-0", ""]
     assert pod_condition(w.pod("slice2"), "PodScheduled")["message"] == (
         "0/2 nodes are available: 2 Insufficient nvidia.com/mig-3g.40gb."
+        " preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     )
     assert scheduled(w.pod("onegig")) == "c-single-0"
 
