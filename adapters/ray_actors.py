@@ -1,19 +1,6 @@
 """Ray actors that keep every member cluster's summary fresh in Redis, and keep themselves running.
 
-    PollerSpec      one cluster to watch: name, kubeconfig, context, declared traits (picklable; JSON
-                    through spec_to_json / spec_from_json)
-    HashRing        consistent hashing with virtual nodes: which shard owns a cluster; adding a shard
-                    moves about 1/(n+1) of the clusters, removing a cluster moves none of the others
-    PollerShard     plain Python: owns many clusters; one ClusterWatcher (list+watch informers, a liveness
-                    probe, a health machine) per cluster; after each batch of events the cluster's watcher
-                    thread writes its ClusterSummary (health, health_reason, health_since, heartbeat = the
-                    last SUCCESSFUL call) from the watcher's incremental CapacityIndex; a publisher thread
-                    retries failed writes and re-writes each summary at least every HEARTBEAT_SECONDS,
-                    and each cluster's per-node table (broker.capacity.node_detail, the fleet view's node detail)
-                    every NODES_INTERVAL_SECONDS.
-                    assign(specs, generation) adds, removes and re-points clusters without a restart.
-                    As a Ray actor it starts its work in its constructor (autostart), so an actor Ray
-                    restarts after a crash resumes by itself, rebuilding its state from the clusters.
+    PollerSpec, HashRing, PollerShard   adapters.poller_shard (the plain-Python shard and the ring)
     PollerSupervisor  a named Ray actor (max_restarts=-1, not detached: it lives as long as the broker
                     that made it): owns the desired cluster list (kept in Redis so that a restarted
                     supervisor has it), assigns clusters to shards by the ring, and every second pings each
@@ -32,412 +19,31 @@ not a Python process. Actor classes stay plain Python; `ray.remote` is applied i
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import functools
-import hashlib
 import logging
 import os
-import sys
 import threading
-import time
 import uuid
-import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from adapters import poller_liveness, ray_stop
-from adapters.kube import ClusterWatcher
+from adapters.poller_shard import (
+    SUPERVISE_SECONDS,
+    HashRing,
+    PollerShard,
+    PollerSpec,
+    desired_clusters,
+    desired_key,
+    log_to_stderr,
+    shard_name,
+    spec_to_json,
+)
 from adapters.redis_store import RedisStateStore
-from broker import telemetry
-from broker.capacity.node_detail import nodes_table
-from broker.core.errors import StoreError
-from broker.core.model import ClusterSummary, ClusterTraits, Tier
-from broker.health.machine import HealthThresholds, Transition
-from broker.telemetry.log_throttle import Throttle
+from broker.health.machine import HealthThresholds
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_SECONDS = 2.0
-# The per-node table of the fleet view (O(nodes) to build and write) is rewritten at most this often.
-NODES_INTERVAL_SECONDS = 5.0
-VIRTUAL_NODES = 64
-SUPERVISE_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class PollerSpec:
-    name: str
-    kubeconfig: str
-    context: str | None
-    traits: ClusterTraits
-
-
-def spec_to_json(spec: PollerSpec) -> dict[str, Any]:
-    traits = dataclasses.asdict(spec.traits)
-    traits["tier"] = str(spec.traits.tier)
-    return {"name": spec.name, "kubeconfig": spec.kubeconfig, "context": spec.context, "traits": traits}
-
-
-def spec_from_json(raw: dict[str, Any]) -> PollerSpec:
-    traits = dict(raw["traits"])
-    traits["tier"] = Tier(traits["tier"])
-    return PollerSpec(str(raw["name"]), str(raw["kubeconfig"]), raw.get("context"), ClusterTraits(**traits))
-
-
-def _hash(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-
-
-class HashRing:
-    """Consistent hashing: each node at `vnodes` points of a 64-bit ring; a key belongs to the first node
-    point at or after its hash. Stable across processes and restarts (blake2b, not Python's hash())."""
-
-    def __init__(self, nodes: Iterable[str], vnodes: int = VIRTUAL_NODES) -> None:
-        self.nodes = sorted(set(nodes))
-        if not self.nodes:
-            raise ValueError("a hash ring needs at least one node")
-        points = sorted((_hash(f"{n}#{i}"), n) for n in self.nodes for i in range(vnodes))
-        self._keys = [p for p, _ in points]
-        self._owners = [n for _, n in points]
-
-    def owner(self, key: str) -> str:
-        i = bisect.bisect_left(self._keys, _hash(key))
-        return self._owners[i % len(self._owners)]
-
-    def assign(self, keys: Iterable[str]) -> dict[str, list[str]]:
-        """Every node with the keys it owns (sorted; nodes that own none map to [])."""
-        out: dict[str, list[str]] = {n: [] for n in self.nodes}
-        for k in keys:
-            out[self.owner(k)].append(k)
-        return {n: sorted(v) for n, v in out.items()}
-
-    def assign_specs(self, specs: Iterable[PollerSpec]) -> dict[str, list[PollerSpec]]:
-        by_name = {s.name: s for s in specs}
-        return {n: [by_name[c] for c in names] for n, names in self.assign(by_name).items()}
-
-
-def desired_key(prefix: str) -> str:
-    return f"{prefix}:pollers:desired"
-
-
-def desired_clusters(store: RedisStateStore, run_id: str) -> tuple[list[PollerSpec], int] | None:
-    """The fleet's cluster list and its generation as this broker run's supervisor last saved it."""
-    raw = store.client.get(desired_key(store.prefix))
-    saved = orjson.loads(raw) if raw else None
-    if not isinstance(saved, dict) or saved.get("run") != run_id:
-        return None  # none yet, or a previous broker's
-    return [spec_from_json(s) for s in saved["specs"]], int(saved["generation"])
-
-
-def shard_name(prefix: str, index: int) -> str:
-    return f"gpufed-poller-{prefix}-{index}"
-
-
-def shard_of(cluster: str, shards: int) -> int:
-    """The index of the shard that owns a cluster among `shards` shards (the ring over their indexes)."""
-    ring = HashRing([str(i) for i in range(max(1, shards))])
-    return int(ring.owner(cluster))
-
-
-def _reconstructed() -> bool:
-    """In a Ray actor: whether this is a restart of it (after a crash), not its first start."""
-    try:
-        import ray
-
-        with warnings.catch_warnings():  # Ray warns about an API it uses itself inside this property
-            warnings.simplefilter("ignore")
-            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-    except Exception:
-        return False
-
-
-def _log_to_stderr() -> None:
-    """In a Ray worker: the adapters' INFO and above to stderr, which Ray forwards to the driver."""
-    logger = logging.getLogger("adapters")
-    if any(getattr(h, "gpufed", False) for h in logger.handlers):
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    handler.gpufed = True  # type: ignore[attr-defined]
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
-class PollerShard:
-    def __init__(
-        self,
-        specs: list[PollerSpec],
-        redis_url: str,
-        prefix: str,
-        summary_interval_seconds: float = 0.2,
-        *,
-        generation: int = 0,
-        health: HealthThresholds | None = None,
-        autostart: bool = False,
-        worker_logging: bool = False,
-        ring: tuple[str, str, list[str]] | None = None,
-    ) -> None:
-        """`autostart` starts the work here (a Ray actor: a restarted actor resumes by itself);
-        otherwise start() does. `ring` = (run id, this shard's name, every shard's name): a shard
-        (re)starting reads the fleet's current cluster list from Redis (the supervisor keeps it there)
-        and takes its own part of it, so an actor Ray restarts with its creation arguments does not
-        resume a list that a config reload has replaced."""
-        if worker_logging:
-            _log_to_stderr()
-        self._store = RedisStateStore(redis_url, prefix=prefix)
-        if ring is not None:
-            current = desired_clusters(self._store, ring[0])
-            if current is not None and current[1] > generation:
-                specs, generation = HashRing(ring[2]).assign_specs(current[0])[ring[1]], current[1]
-        self._specs = {s.name: s for s in specs}
-        self._interval = summary_interval_seconds
-        self._health = health or HealthThresholds()
-        self._generation = generation
-        self._watchers: dict[str, ClusterWatcher] = {}
-        self._dirty: set[str] = set()
-        self._last_write: dict[str, float] = {}
-        self._last_nodes: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._assign_lock = threading.Lock()
-        self._publish_locks: dict[str, threading.Lock] = {}
-        self._stop = threading.Event()
-        self._publisher: threading.Thread | None = None
-        self._started_at = time.time()
-        self.writes = 0
-        self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
-        if autostart:
-            self.start()
-
-    def _failed(self, exc: Exception, what: str, name: str) -> None:
-        """A failed write: Redis down is expected (one warning a minute, counted), anything else is not."""
-        if not isinstance(exc, StoreError):
-            log.exception("publishing %s of %s failed; retrying next pass", what, name)
-            return
-        self.store_errors.warning("redis", "publishing to Redis failed (%s); retrying every pass", exc)
-
-    def _mark(self, cluster: str) -> None:
-        with self._lock:
-            self._dirty.add(cluster)
-
-    def make_watcher(self, spec: PollerSpec) -> ClusterWatcher:
-        """The watcher of one cluster: it batches events for a summary interval, then publishes."""
-        return ClusterWatcher(
-            spec.name,
-            spec.kubeconfig,
-            spec.context,
-            on_change=functools.partial(self.changed, spec.name),
-            flush_interval_s=self._interval,
-            spot=spec.traits.spot,
-            health=self._health,
-            on_transition=self._transitioned,
-        )
-
-    def _transitioned(self, t: Transition) -> None:
-        """A cluster's health changed: publish at once (the watcher has logged it with its cause)."""
-        self._mark(t.cluster)
-
-    def changed(self, name: str) -> None:
-        """A batch of events of one cluster was applied (called on its watcher's thread): publish it now;
-        on failure leave it to the publisher thread's next pass."""
-        if self._stop.is_set():
-            return
-        with self._lock:
-            watcher = self._watchers.get(name)
-        if watcher is None:
-            return
-        first_event_at = watcher.batch_first_event_at
-        try:
-            self.publish_cluster(name)
-            if first_event_at is not None:
-                lag = max(0.0, time.time() - first_event_at)
-                self._store.observe_event_lag(name, lag, telemetry.EVENT_LAG_BUCKETS)
-        except KeyError:
-            return  # the cluster was just taken away from this shard
-        except Exception as exc:
-            self._failed(exc, "the summary", name)
-            self._mark(name)
-
-    def start(self) -> list[str]:
-        """Start watching every assigned cluster and publishing (idempotent)."""
-        with self._assign_lock:
-            for name, spec in self._specs.items():
-                if name not in self._watchers:
-                    self._add(spec)
-            if self._publisher is None:
-                self._publisher = threading.Thread(
-                    target=self._publish_loop, name="gpufed-publisher", daemon=True
-                )
-                self._publisher.start()
-            return sorted(self._watchers)
-
-    def _add(self, spec: PollerSpec) -> None:
-        self._publish_locks.setdefault(spec.name, threading.Lock())
-        watcher = self.make_watcher(spec)
-        watcher.start()
-        with self._lock:
-            self._watchers[spec.name] = watcher
-
-    def _remove(self, name: str) -> None:
-        with self._lock:
-            watcher = self._watchers.pop(name, None)
-            self._last_write.pop(name, None)
-            self._last_nodes.pop(name, None)
-            self._dirty.discard(name)
-        if watcher is not None:
-            watcher.stop(timeout=1.0)
-        lock = self._publish_locks.get(name)
-        if lock is not None:
-            with lock:  # a write of this cluster already under way lands before we return, never after
-                pass
-
-    def assign(self, specs: list[PollerSpec], generation: int) -> list[str]:
-        """Own exactly these clusters from now on: start the new ones, stop the ones gone, restart the
-        ones whose kubeconfig or context changed (a traits-only change takes effect at the next write).
-        Returns the clusters owned."""
-        with self._assign_lock:
-            wanted = {s.name: s for s in specs}
-            for name in [n for n in self._watchers if n not in wanted]:
-                self._remove(name)
-            for name, spec in wanted.items():
-                old = self._specs.get(name)
-                if old is not None and (old.kubeconfig, old.context) != (spec.kubeconfig, spec.context):
-                    self._remove(name)  # re-pointed: a new client, new informers
-                with self._lock:
-                    self._specs[name] = spec  # traits take effect at the next write
-                if name not in self._watchers and self._publisher is not None:
-                    self._add(spec)
-            with self._lock:
-                for name in [n for n in self._specs if n not in wanted]:
-                    del self._specs[name]
-                self._generation = generation
-                self._dirty.update(wanted)
-                return sorted(self._watchers)
-
-    def add_cluster(self, spec: PollerSpec) -> bool:
-        """Start watching one more cluster; False when it is watched already (idempotent). The
-        supervisor's set_clusters is the fleet-wide way; this is the one-shard one."""
-        with self._assign_lock:
-            if spec.name in self._watchers:
-                return False
-            with self._lock:
-                self._specs[spec.name] = spec
-            self._add(spec)
-            self._mark(spec.name)
-            return True
-
-    def remove_cluster(self, name: str) -> bool:
-        """Stop watching a cluster; its summary is no longer written. False when it was not watched."""
-        with self._assign_lock:
-            if name not in self._watchers:
-                return False
-            self._remove(name)
-            with self._lock:
-                self._specs.pop(name, None)
-            return True
-
-    def ping(self) -> dict[str, Any]:
-        """Who this shard is now: its process, its assignment generation, its clusters."""
-        with self._lock:
-            clusters = sorted(self._watchers)
-        return {
-            "pid": os.getpid(),
-            "generation": self._generation,
-            "clusters": clusters,
-            "started_at": self._started_at,
-            "restarted": _reconstructed(),
-        }
-
-    def publish_once(self) -> int:
-        """Write the summary of every dirty (or heartbeat-due) cluster. Returns how many were written."""
-        now = time.time()
-        with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            last = dict(self._last_write)
-            last_nodes = dict(self._last_nodes)
-            names = list(self._watchers)
-        written = 0
-        for name in names:
-            if name not in dirty and now - last.get(name, 0.0) < HEARTBEAT_SECONDS:
-                continue
-            try:
-                self.publish_cluster(name)
-            except KeyError:
-                continue  # taken away meanwhile
-            except Exception as exc:
-                self._failed(exc, "the summary", name)
-                self._mark(name)
-                continue
-            written += 1
-        for name in names:
-            if now - last_nodes.get(name, 0.0) >= NODES_INTERVAL_SECONDS:
-                try:
-                    self.publish_nodes(name)
-                except KeyError:
-                    continue
-                except Exception as exc:
-                    self._failed(exc, "the node table", name)
-        return written
-
-    def publish_nodes(self, name: str) -> int:
-        """Write one cluster's per-node table (the fleet view's `nodes=true`). Returns its rows."""
-        now = time.time()
-        with self._lock:
-            watcher = self._watchers[name]
-            spot = self._specs[name].traits.spot
-        table = nodes_table(watcher.snapshot().nodes, spot)
-        self._store.put_nodes(name, table, now)
-        with self._lock:
-            self._last_nodes[name] = now
-        return len(table)
-
-    def publish_cluster(self, name: str) -> ClusterSummary:
-        """Write one cluster's summary (from its watcher's index) to Redis; the summary as written.
-
-        One lock per cluster around read-and-write: the watcher thread and the heartbeat publisher may
-        both publish a cluster, and without it an older summary could land after a newer one."""
-        with self._publish_locks[name]:
-            with self._lock:
-                watcher = self._watchers[name]
-                traits = self._specs[name].traits
-            summary = dataclasses.replace(watcher.summary(traits), published_at=time.time())
-            written = self._store.put_summary(summary)
-        self.store_errors.recovered("redis", "publishing to Redis works again")
-        with self._lock:
-            self._last_write[name] = time.time()
-            self.writes += 1
-        return written
-
-    def _publish_loop(self) -> None:
-        while not self._stop.is_set():
-            self.publish_once()
-            self._stop.wait(self._interval)
-
-    def health(self) -> dict[str, str]:
-        with self._lock:
-            watchers = dict(self._watchers)
-        return {name: str(w.health) for name, w in watchers.items()}
-
-    def transitions(self) -> list[dict[str, Any]]:
-        """The recent health transitions of this shard's clusters, oldest first."""
-        with self._lock:
-            watchers = list(self._watchers.values())
-        out = [dataclasses.asdict(t) for w in watchers for t in list(w.transitions)]
-        return sorted(out, key=lambda t: float(t["at"]))
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._publisher is not None:
-            self._publisher.join(timeout=5)
-        with self._lock:
-            watchers = list(self._watchers.values())
-        for w in watchers:
-            w.stop()
-        self._store.close()
 
 
 class PollerSupervisor:
@@ -455,7 +61,7 @@ class PollerSupervisor:
         worker_logging: bool = False,
     ) -> None:
         if worker_logging:
-            _log_to_stderr()
+            log_to_stderr()
         self._store = RedisStateStore(redis_url, prefix=prefix)
         self._key = desired_key(prefix)
         self._prefix = prefix

@@ -579,36 +579,3 @@ class RedisStateStore(JobChanges, SideTables):
             return {_text(i) for i in self._r.smembers(self._k("jobs", "state", state.value))}
         except redis.RedisError as e:
             raise StoreError(f"redis: job_ids {state.value}: {e}") from e
-
-    # ------------------------------------------------------------------ clusters: fences and health events
-
-    def fence(self, cluster: str, reason: str) -> bool:
-        """Mark a lost cluster: no placement there until its stale attempts are swept. Returns whether it
-        was newly fenced."""
-        if not reason:
-            raise ValueError("reason: a fence needs a reason")
-        return self._set_fence(cluster, reason)
-
-    def unfence(self, cluster: str) -> bool:
-        return self._set_fence(cluster, "")
-
-    def _set_fence(self, cluster: str, reason: str) -> bool:
-        try:
-            code = int(
-                self._fence(
-                    keys=[self._k("fenced"), self._k("leader-token")],
-                    args=[cluster, reason, self._token_arg()],
-                )
-            )
-        except redis.RedisError as e:
-            raise StoreError(f"redis: fence {cluster}: {e}") from e
-        if code < 0:
-            raise Fenced(f"fence {cluster}: this broker's leader lease is no longer current")
-        return code == 1
-
-    def fenced(self) -> dict[str, str]:
-        try:
-            raw = self._r.hgetall(self._k("fenced"))
-        except redis.RedisError as e:
-            raise StoreError(f"redis: fenced: {e}") from e
-        return {_text(k): _text(v) for k, v in raw.items()}

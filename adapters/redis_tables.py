@@ -2,7 +2,7 @@
 per-node tables and the pollers' event-lag histograms.
 
 Owns these keys of adapters.redis_store's schema (its docstring lists them all): P:run-id, P:recovery,
-P:events:<id>, P:events, P:cluster-events:<c>, P:nodes:<c>, P:lag:<c>. RedisStateStore mixes this in
+P:events:<id>, P:events, P:cluster-events:<c>, P:nodes:<c>, P:lag:<c>, P:fenced. RedisStateStore mixes this in
 (it sets `_r` and `_k`); nothing here is atomic with a job write but the events its scripts append.
 """
 
@@ -15,7 +15,7 @@ import redis
 from pydantic import TypeAdapter
 
 from broker.capacity.node_detail import NodeDetail
-from broker.core.errors import StoreError
+from broker.core.errors import Fenced, StoreError
 from broker.core.model import ClusterEvent, JobEvent
 
 FLEET_STREAM_MAXLEN = 100_000
@@ -37,9 +37,46 @@ class SideTables:
     """Mixed into RedisStateStore."""
 
     _r: redis.Redis
+    _fence: Any  # the fence script (adapters.redis_scripts.FENCE), registered by the store
 
     def _k(self, *parts: str) -> str:
         raise NotImplementedError
+
+    def _token_arg(self) -> str:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ fences (a lost cluster's)
+
+    def fence(self, cluster: str, reason: str) -> bool:
+        """Mark a lost cluster: no placement there until its stale attempts are swept. Returns whether it
+        was newly fenced."""
+        if not reason:
+            raise ValueError("reason: a fence needs a reason")
+        return self._set_fence(cluster, reason)
+
+    def unfence(self, cluster: str) -> bool:
+        return self._set_fence(cluster, "")
+
+    def _set_fence(self, cluster: str, reason: str) -> bool:
+        try:
+            code = int(
+                self._fence(
+                    keys=[self._k("fenced"), self._k("leader-token")],
+                    args=[cluster, reason, self._token_arg()],
+                )
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"redis: fence {cluster}: {e}") from e
+        if code < 0:
+            raise Fenced(f"fence {cluster}: this broker's leader lease is no longer current")
+        return code == 1
+
+    def fenced(self) -> dict[str, str]:
+        try:
+            raw = self._r.hgetall(self._k("fenced"))
+        except redis.RedisError as e:
+            raise StoreError(f"redis: fenced: {e}") from e
+        return {_text(k): _text(v) for k, v in raw.items()}
 
     # ------------------------------------------------------------------ the run marker (Redis loss)
 

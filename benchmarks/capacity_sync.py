@@ -1,7 +1,7 @@
 """Capacity sync at fleet scale: kubesim clusters over HTTPS -> PollerShard -> summaries in Redis.
 
 Measures, for C clusters x N nodes x P pods per node (kubesim's synthetic_fleet, GPU pods bound straight
-to the nodes), with the broker's own publishing path (adapters.ray_actors.PollerShard: one ClusterWatcher
+to the nodes), with the broker's own publishing path (adapters.poller_shard.PollerShard: one ClusterWatcher
 per cluster folding events into its CapacityIndex, one publisher writing each changed cluster's summary):
     cold sync        start of the watchers -> every cluster's HEALTHY summary (with all its nodes) in Redis
     steady state     pod watch events per second the broker applies while kubesim replaces pods (delete
@@ -114,7 +114,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
     from adapters.kube import ClusterWatcher, WatchSettings
-    from adapters.ray_actors import PollerShard, PollerSpec
+    from adapters.poller_shard import PollerShard, PollerSpec
     from broker.core.model import ClusterSummary, ClusterTraits, Health
     from kubesim.churn import WRITTEN_AT
 

@@ -84,7 +84,8 @@ def main() -> None:
 
     import ray
 
-    from adapters.ray_actors import PollerFleet, PollerSpec
+    from adapters.poller_shard import PollerSpec
+    from adapters.ray_actors import PollerFleet
     from adapters.redis_process import private_redis
     from adapters.redis_store import RedisStateStore
     from broker.core.model import ClusterTraits, Health

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +39,10 @@ import uvicorn
 from pydantic import ValidationError
 
 from adapters import nvml, poller_liveness, redis_connect, redis_durability
-from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
+from adapters.clusterprofile import ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
-from adapters.kube_rest import KubeRest
-from adapters.ray_actors import HashRing, PollerFleet, PollerSpec
+from adapters.poller_shard import HashRing, PollerSpec
+from adapters.ray_actors import PollerFleet
 from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
@@ -53,16 +53,16 @@ from broker import telemetry
 from broker.api import timeouts
 from broker.api.routes import create_app
 from broker.app.auth import AuthRuntime, token_table, with_tokens_file
+from broker.app.members import FleetMembers, followed_namespace, start_cluster_profiles, start_config_reload
 from broker.burst.gate import BurstGate
-from broker.config import clusterprofile
-from broker.config.reload import ConfigChanges, ConfigWatcher, changes
-from broker.config.settings import ClusterConfig, FleetConfig, load_fleet_config
+from broker.config.reload import ConfigWatcher
+from broker.config.settings import FleetConfig, load_fleet_config
 from broker.controller.change_feed import ChangeFeed
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
 from broker.controller.service import BrokerService, ServiceSettings
 from broker.core.errors import ConfigError, StoreError
-from broker.core.model import ClusterSummary, ClusterTraits, JobState
+from broker.core.model import JobState
 from broker.core.ports import Clock
 from broker.ha import drain as ha
 from broker.ha.leadership import Leadership, take_over
@@ -108,7 +108,7 @@ def build_service(
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = gateway or WatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
-        {c.name: _followed_namespace(c) for c in cfg.clusters},
+        {c.name: followed_namespace(c) for c in cfg.clusters},
     )
     policy = settings.placement_policy()
     service = BrokerService(
@@ -168,180 +168,6 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
     """The pollers' health machine, with settings.clusterLostSeconds."""
     return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
-
-
-class FleetMembers:
-    """The member clusters this process places on, changed while it runs: from clusters.yaml (read again
-    by config_reload) and from ClusterProfiles. An added cluster gets a gateway client, its Jobs
-    followed, a poller and its traits (placeable from the next pass); a removed one is drained: no new
-    placements, its poller and summary go, and the jobs already there are still followed to their end.
-    A name in clusters.yaml wins over a ClusterProfile of the same name. One change at a time."""
-
-    def __init__(
-        self,
-        cfg: FleetConfig,
-        services: Sequence[BrokerService],
-        store: RedisStateStore,
-        gateway: WatchingGateway,
-        pollers: PollerFleet,
-    ) -> None:
-        self._services, self._store, self._gateway, self._pollers = services, store, gateway, pollers
-        self._traits = dict(services[0].traits)  # the services take copies (set_traits)
-        self._from_config = {c.name for c in cfg.clusters}
-        self._lock = threading.RLock()
-
-    def declared(self, name: str) -> bool:
-        """The cluster is one of clusters.yaml's (now)."""
-        with self._lock:
-            return name in self._from_config
-
-    def add(self, traits: ClusterTraits, kubeconfig: Path, context: str | None, followed: str) -> None:
-        """Place on one more cluster; `followed` is the namespace its Jobs are watched in ("": all)."""
-        with self._lock:
-            self._gateway.add_cluster(KubeRest.from_kubeconfig(traits.name, kubeconfig, context), followed)
-            self._pollers.add_cluster(PollerSpec(traits.name, str(kubeconfig), context, traits))
-            self._traits[traits.name] = traits
-            self._publish()
-
-    def remove(self, name: str) -> None:
-        with self._lock:
-            self._traits.pop(name, None)
-            self._publish()  # no new placement lands there from the next pass on
-            self._pollers.remove_cluster(name)
-            self._store.delete_summary(name)
-
-    def redeclare(self, traits: ClusterTraits, kubeconfig: Path, context: str | None) -> None:
-        """Same cluster, other traits: the poller's summaries and the next pass use them."""
-        with self._lock:
-            self._pollers.add_cluster(PollerSpec(traits.name, str(kubeconfig), context, traits))
-            self._traits[traits.name] = traits
-            self._publish()
-
-    def reconnect(self, c: ClusterConfig) -> None:
-        """Same cluster, another connection (kubeconfig, context, followed namespace, GPU allocation): a
-        new gateway client and Job watch; the poller re-points itself on a new kubeconfig or context (a
-        new watcher, whose summaries replace the old one's) and takes the rest as traits. Jobs already
-        there are followed through the new connection."""
-        with self._lock:
-            self._gateway.reconnect_cluster(
-                KubeRest.from_kubeconfig(c.name, c.kubeconfig, c.context), _followed_namespace(c)
-            )
-            self.redeclare(c.traits(), c.kubeconfig, c.context)
-
-    def apply_config(self, change: ConfigChanges) -> None:
-        """A changed clusters.yaml: its clusters added, removed, re-declared and re-connected now; other
-        sections logged (they take effect at the next start)."""
-        with self._lock:
-            for name in change.removed:
-                self._from_config.discard(name)
-                self.remove(name)
-            for c in change.added:
-                if c.name in self._traits:  # a ClusterProfile member of that name: the file's wins
-                    self.remove(c.name)
-                self._from_config.add(c.name)
-                self.add(c.traits(), c.kubeconfig, c.context, _followed_namespace(c))
-            for c in change.redeclared:
-                self.redeclare(c.traits(), c.kubeconfig, c.context)
-            for c in change.reconnected:
-                self.reconnect(c)
-        if change.applied_now:
-            log.info("clusters.yaml reloaded: %s", change.text())
-        if change.restart:
-            log.warning(
-                "clusters.yaml: %s changed: that takes effect when the broker restarts",
-                ", ".join(change.restart),
-            )
-
-    def _publish(self) -> None:
-        for service in self._services:  # the leader's (its next pass places on it) and the API's
-            service.set_traits(self._traits, at_once=service is not self._services[0])
-
-
-def _followed_namespace(c: ClusterConfig) -> str:
-    """The namespace whose Jobs the gateway watches on this cluster ("": every one, for tenant namespaces,
-    docs/tenancy.md)."""
-    return "" if c.tenant_namespace else c.namespace
-
-
-def start_config_reload(
-    cfg: FleetConfig,
-    members: FleetMembers,
-    path: Path,
-    load: Callable[[], FleetConfig],
-    auth: AuthRuntime | None = None,
-) -> ConfigWatcher | None:
-    """Watch clusters.yaml (settings.configReloadSeconds; 0: not at all) and apply what changed in it
-    (its clusters, and its `auth` section through `auth`, which audits every reload)."""
-    interval = cfg.settings.config_reload_seconds
-    if interval <= 0:
-        return None
-    running = [cfg]
-
-    def apply(new: FleetConfig) -> None:
-        change = changes(running[0], new)
-        members.apply_config(change)
-        if auth is not None:
-            auth.apply_config(running[0], new, [change.text(), *change.restart])
-        running[0] = new
-
-    refused = auth.config_refused if auth is not None else None
-    watcher = ConfigWatcher(path, load, apply, interval_seconds=interval, on_invalid=refused)
-    watcher.start()
-    return watcher
-
-
-def start_cluster_profiles(
-    cfg: FleetConfig, members: FleetMembers, store: RedisStateStore, workdir: Path
-) -> ClusterProfileSync | None:
-    """Members from ClusterProfiles on the hub (cfg.clusterProfiles), joined and drained through
-    `members`."""
-    cpc = cfg.cluster_profiles
-    if cpc is None:
-        return None
-    providers = load_provider_file(cpc.provider_file)
-    hub = ClusterProfileHub(
-        KubeRest.from_kubeconfig("hub", cpc.hub_kubeconfig, cpc.context),
-        cpc.namespace,
-        clusterprofile.label_selector(cpc.cluster_manager, cpc.clusterset),
-    )
-
-    def on_add(member: clusterprofile.ProfileMember, kubeconfig: Path) -> None:
-        if members.declared(member.name):
-            log.warning("clusterprofile %s: a cluster of that name is in clusters.yaml; ignored", member.name)
-            return
-        traits = ClusterTraits(
-            name=member.name,
-            region=member.region,
-            labels=dict(member.labels),
-            namespace=cpc.member_namespace,
-            gpu_allocation=cpc.gpu_allocation,
-            tenant_namespace=cfg.settings.tenant_namespace,  # the fleet's tenancy (docs/tenancy.md)
-            create_namespaces=cfg.settings.create_namespaces,
-        )
-        # its Jobs followed by watch like the declared clusters' (reads are GETs until that syncs)
-        followed = "" if cfg.settings.tenant_namespace else cpc.member_namespace  # "": every namespace
-        members.add(traits, kubeconfig, None, followed)
-
-    def on_remove(name: str) -> None:
-        if not members.declared(name):
-            members.remove(name)
-
-    def summary_of(name: str) -> ClusterSummary | None:
-        # every member with a profile gets its capacity published, clusters.yaml ones included
-        return store.get_summary(name)
-
-    sync = ClusterProfileSync(
-        hub,
-        providers,
-        workdir,
-        on_add,
-        on_remove,
-        summary_of if cpc.publish else None,
-        poll_seconds=cpc.poll_seconds,
-        publish_seconds=cpc.publish_seconds,
-    )
-    sync.start()
-    return sync
 
 
 def settle_startup_heap() -> None:

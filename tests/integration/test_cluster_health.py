@@ -22,7 +22,7 @@ import yaml
 
 from adapters.kube import KubeGateway
 from adapters.kube_rest import DEFAULT_TIMEOUT
-from adapters.ray_actors import PollerShard, PollerSpec
+from adapters.poller_shard import PollerShard, PollerSpec
 from adapters.redis_store import RedisStateStore
 from broker.core.errors import ClusterUnreachable
 from broker.core.model import ClusterSummary, ClusterTraits, Health

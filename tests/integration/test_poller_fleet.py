@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from adapters.ray_actors import PollerFleet, PollerSpec
+from adapters.poller_shard import PollerSpec
+from adapters.ray_actors import PollerFleet
 from adapters.redis_store import RedisStateStore
 from broker.core.model import ClusterTraits, Health
 from broker.health.machine import STALE_POLLER, HealthThresholds, observed_health

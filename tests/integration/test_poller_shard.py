@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from adapters.ray_actors import PollerShard, PollerSpec
+from adapters.poller_shard import PollerShard, PollerSpec
 from adapters.redis_store import RedisStateStore
 from broker.capacity import rollup
 from broker.core.model import ClusterSummary, ClusterTraits, Health, Tier

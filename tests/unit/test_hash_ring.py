@@ -1,4 +1,4 @@
-"""Poller shards own clusters by consistent hashing (adapters.ray_actors.HashRing).
+"""Poller shards own clusters by consistent hashing (adapters.poller_shard.HashRing).
 
 What an operator cares about: every cluster has exactly one owner, the load is spread, the owner is the
 same in every process, and growing the fleet (a shard or a cluster more) moves few clusters.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.ray_actors import HashRing, PollerSpec, shard_of, spec_from_json, spec_to_json
+from adapters.poller_shard import HashRing, PollerSpec, shard_of, spec_from_json, spec_to_json
 from broker.core.model import ClusterTraits, Tier
 
 CLUSTERS = [f"cluster-{i:04d}" for i in range(1000)]
