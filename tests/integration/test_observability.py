@@ -261,7 +261,7 @@ from adapters.kube import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
-from broker.ha.drain import drain as ha
+from broker.ha import drain as ha  # noqa: F401 (the API process imports it too)
 from broker.core.model import ClusterTraits, JobRequest
 from broker.controller.service import BrokerService
 
