@@ -54,7 +54,11 @@ def test_redis_down_is_one_warning_per_cause_without_a_traceback(
                 poll_for(
                     "many failed writes", lambda: shard.store_errors.occurrences.get("redis", 0) >= 40, 60
                 )
-                records = [r for r in caplog.records if r.name.startswith(("adapters.ray_actors", "adapters.poller_shard"))]
+                records = [
+                    r
+                    for r in caplog.records
+                    if r.name.startswith(("adapters.ray_actors", "adapters.poller_shard"))
+                ]
                 assert not [r for r in records if r.exc_info], [r.getMessage() for r in records]
                 warned = [r for r in records if r.levelno == logging.WARNING and "Redis" in r.getMessage()]
                 assert len(warned) == 1, [r.getMessage() for r in records]
