@@ -152,7 +152,7 @@ class EventAuditor:
         events = self._read(before, self._block_ms)
         if not events:
             return 0
-        records = [r for _, e in events if (r := from_job_event(e, self._tenant_of(e.job_id))) is not None]
+        records = [r for _, e in events if (r := from_job_event(e, self._tenant_of)) is not None]
         if not self._derived.advance(before, events[-1][0], records):
             return 0  # another replica wrote these
         if records:

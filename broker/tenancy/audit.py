@@ -28,7 +28,7 @@ import binascii
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -172,9 +172,10 @@ def decode_continue(token: str, query: AuditQuery) -> str:
     return str(doc["after"])
 
 
-def from_job_event(event: JobEvent, tenant: str) -> AuditRecord | None:
+def from_job_event(event: JobEvent, tenant_of: Callable[[str], str]) -> AuditRecord | None:
     """The broker's own act that a job event records, or None: a job preempted for another, failed over
-    from a lost cluster, or stopped because its tenant's hard budget is spent."""
+    from a lost cluster, or stopped because its tenant's hard budget is spent. `tenant_of(job id)` is
+    asked only for those (a lookup per event would cost a read per submit and per transition)."""
     if event.state not in (JobState.QUEUED, JobState.FAILED):
         return None
     reason = event.reason
@@ -189,7 +190,7 @@ def from_job_event(event: JobEvent, tenant: str) -> AuditRecord | None:
     return AuditRecord(
         at=event.at,
         subject=SYSTEM,
-        tenant=tenant,
+        tenant=tenant_of(event.job_id),
         role="system",
         verb=verb,
         object=f"job/{event.job_id}",

@@ -70,9 +70,16 @@ def _event(reason: str, state: JobState = JobState.QUEUED) -> JobEvent:
     ],
 )
 def test_the_brokers_own_acts_are_read_from_job_events(event: JobEvent, verb: str | None) -> None:
-    record = from_job_event(event, "ml")
+    asked: list[str] = []
+
+    def tenant_of(job_id: str) -> str:
+        asked.append(job_id)
+        return "ml"
+
+    record = from_job_event(event, tenant_of)
     if verb is None:
         assert record is None
+        assert asked == []  # no read of the job for an event that records nothing (one per submit)
         return
     assert record is not None
     assert (record.verb, record.object, record.subject, record.tenant, record.outcome) == (
