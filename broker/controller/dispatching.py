@@ -26,8 +26,7 @@ from broker.core.model import (
     JobState,
     Placement,
 )
-from broker.workload import finished_ttl
-from broker.workload import manifest as hints
+from broker.workload import finished_ttl, manifest
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ class Dispatching(ControllerBase):
     def _commit(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
         """Record PLACED (compare-and-set from QUEUED) and hand the create to the dispatcher."""
         attempt = record.attempt + 1
-        name = hints.workload_name(record.id, attempt)
+        name = manifest.workload_name(record.id, attempt)
         reason = f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod ({where.product}), score {where.score}"
         try:
             placed = self._transition(
@@ -72,18 +71,18 @@ class Dispatching(ControllerBase):
         """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
         release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
         attempt = placed.attempt
-        name = placed.workload_name or hints.workload_name(placed.id, attempt)
+        name = placed.workload_name or manifest.workload_name(placed.id, attempt)
         traits = self.traits.get(where.cluster)
         try:
             if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
                 raise ClusterRejected(where.cluster, "no longer a member cluster")
-            manifests = hints.build_workload(
+            manifests = manifest.build_workload(
                 placed.id,
                 attempt,
                 placed.request,
                 where,
                 traits,
-                hints.recovery_annotations(
+                manifest.recovery_annotations(
                     placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
                 ),
             )
