@@ -1,0 +1,247 @@
+"""Benchmark: `gpufed serve` holding a fleet of 1,000 member clusters (issue 24), on the production path.
+
+Run: .venv/bin/python -m benchmarks.thousand_clusters [--clusters 1000] [--nodes 10] [--kubesims 2]
+         [--shards 4] [--jobs 2000] [--clients 16]
+     (starts its own redis-server, `--kubesims` `kubesim serve` processes and `gpufed serve`; minutes)
+
+What runs, each in its own process, as deployed:
+    redis-server   private, on a free port
+    kubesim serve  x `kubesims`, each serving a slice of the fleet (`clusters` synthetic clusters of `nodes`
+                   nodes x 8 H100 over HTTPS, one TLS listener and CA per cluster, controllers running)
+    gpufed serve   --config <generated clusters.yaml> with auth ON, `shards` Ray poller shards (list+watch
+                   per cluster), the control loop and the leader lease
+Prints:
+    kubesim       seconds until every kubesim process serves its slice (not the broker's figure)
+    cold start    seconds from `gpufed serve` launched to every one of the clusters HEALTHY in /v1/clusters
+                  (the broker's start, Ray's start, the shards' first list of every cluster)
+    memory        RSS of the broker process and of its Ray processes (shards, raylet, GCS), and per cluster
+    idle          30 s, nothing changing: broker CPU and Ray processes' CPU (% of one core), Redis
+                  commands/s and KiB/s (the pollers' heartbeats and node tables of 1,000 clusters)
+    summary age   (now - heartbeat) over every cluster's summary in Redis, sampled each second, p50/p99
+    placement     `jobs` one-GPU jobs submitted by `clients` keep-alive clients, then the rate at which
+                  the control loop places them (QUEUED -> created in a member) at 1,000 clusters, and the
+                  seconds until every job is RUNNING
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import redis
+import yaml
+
+from adapters.redis_process import private_redis
+from benchmarks.fleet_scale import (
+    HZ,
+    TOKEN,
+    cpu_ticks,
+    descendants,
+    fleet_yaml,
+    pct,
+    redis_totals,
+    submit_all,
+)
+from tests.conftest import free_port
+
+PREFIX = "thousand"
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.5) -> float:
+    started = time.monotonic()
+    while not pred():
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+    return time.monotonic() - started
+
+
+def summary_ages(r: redis.Redis, names: list[str]) -> list[float]:
+    """now - heartbeat of every cluster's summary in Redis (seconds)."""
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.hget(f"{PREFIX}:summary:{name}", "json")
+    raw = pipe.execute()
+    now = time.time()
+    ages: list[float] = []
+    for blob in raw:
+        if blob:
+            ages.append(now - float(orjson.loads(blob).get("heartbeat", 0.0)))
+    return ages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--kubesims", type=int, default=2, help="kubesim processes, each serving a slice")
+    parser.add_argument("--shards", type=int, default=4, help="the broker's pollerShards")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--idle", type=float, default=30.0)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    bindir = Path(sys.executable).parent
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmp_name, private_redis() as rs:
+        tmp = Path(tmp_name)
+        try:
+            fleet = fleet_yaml(args.clusters, args.nodes)["clusters"]
+            started = time.monotonic()
+            outs: list[Path] = []
+            for part in range(args.kubesims):
+                (tmp / f"fleet-{part}.yaml").write_text(
+                    yaml.safe_dump({"clusters": fleet[part :: args.kubesims]})
+                )
+                out = tmp / f"kubesim-{part}"
+                outs.append(out)
+                log = open(tmp / f"kubesim-{part}.log", "wb")  # noqa: SIM115
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            str(bindir / "kubesim"),
+                            "serve",
+                            "--fleet",
+                            str(tmp / f"fleet-{part}.yaml"),
+                            "--out",
+                            str(out),
+                        ],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            wait_for(lambda: all((o / "kubesim.json").exists() for o in outs), 900, "kubesim to start", 1.0)
+            print(
+                f"kubesim {args.clusters} clusters x {args.nodes} nodes x 8 GPUs in {args.kubesims} processes: "
+                f"serving after {time.monotonic() - started:.1f} s"
+            )
+            kubeconfigs: dict[str, str] = {}
+            for o in outs:
+                for c in json.loads((o / "kubesim.json").read_text())["clusters"]:
+                    kubeconfigs[c["name"]] = c["kubeconfig"]
+            names = sorted(kubeconfigs)
+            (tmp / "tokens.yaml").write_text(
+                yaml.safe_dump([{"name": "bench", "tenant": "bench", "role": "admin", "token": TOKEN}])
+            )
+            config = {
+                "clusters": [{"name": n, "kubeconfig": kubeconfigs[n], "tier": "on-prem"} for n in names],
+                "settings": {"redisUrl": rs.url, "redisPrefix": PREFIX, "pollerShards": args.shards},
+                "auth": {"tokensFile": str(tmp / "tokens.yaml")},
+            }
+            (tmp / "clusters.yaml").write_text(yaml.safe_dump(config))
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+            broker_log = open(tmp / "broker.log", "wb")  # noqa: SIM115
+            launched = time.monotonic()
+            broker = subprocess.Popen(
+                [
+                    str(bindir / "gpufed"),
+                    "serve",
+                    "--config",
+                    str(tmp / "clusters.yaml"),
+                    "--port",
+                    str(port),
+                ],
+                stdout=broker_log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+            procs.append(broker)
+            http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+
+            def healthy() -> bool:
+                try:
+                    items = http.get("/v1/clusters").json()["items"]
+                except (httpx.HTTPError, ValueError, KeyError):
+                    return False
+                return len(items) == len(names) and all(c["health"] == "healthy" for c in items)
+
+            wait_for(healthy, 900, "every cluster healthy", 1.0)
+            print(
+                f"cold    gpufed serve launched -> all {len(names)} clusters healthy: "
+                f"{time.monotonic() - launched:.1f} s ({args.shards} poller shards)"
+            )
+            time.sleep(5.0)
+            ray_pids = descendants(broker.pid)
+            broker_rss = rss_kib(broker.pid)
+            ray_rss = sum(rss_kib(p) for p in ray_pids)
+            print(
+                f"memory  broker {broker_rss / 1024:.0f} MiB, Ray processes ({len(ray_pids)}) "
+                f"{ray_rss / 1024:.0f} MiB: {(broker_rss + ray_rss) / len(names):.0f} KiB per cluster in all"
+            )
+            r = redis.Redis.from_url(rs.url)
+            b0 = cpu_ticks(broker.pid)
+            ray0 = {p: cpu_ticks(p) for p in ray_pids}
+            c0, n0 = redis_totals(r)
+            ages: list[float] = []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < args.idle:
+                ages.extend(summary_ages(r, names))
+                time.sleep(1.0)
+            elapsed = time.monotonic() - t0
+            c1, n1 = redis_totals(r)
+            b1 = cpu_ticks(broker.pid)
+            ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
+            print(
+                f"idle    {elapsed:.0f} s: broker {(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes "
+                f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
+                f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
+            )
+            print(
+                f"age     summary age (now - heartbeat) over {len(ages)} samples: p50 {pct(ages, 0.5):.2f} s, "
+                f"p99 {pct(ages, 0.99):.2f} s, max {max(ages):.2f} s"
+            )
+            if args.jobs:
+                latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
+                print(
+                    f"submit  {len(ids)} jobs, p50 {pct(latencies, 0.5) * 1000:.1f} ms, "
+                    f"p99 {pct(latencies, 0.99) * 1000:.1f} ms, {len(errors)} errors"
+                )
+                queued = f"{PREFIX}:jobs:state:QUEUED"
+                first = time.monotonic()
+                wait_for(lambda: r.scard(queued) == 0, 900, "every job placed", 0.1)
+                placed_in = time.monotonic() - first
+                running = f"{PREFIX}:jobs:state:RUNNING"
+                wait_for(lambda: r.scard(running) >= len(ids), 900, "every job RUNNING", 0.2)
+                print(
+                    f"place   the last submit -> no job QUEUED: {placed_in:.1f} s; every job RUNNING "
+                    f"{time.monotonic() - last:.1f} s after the last submit"
+                )
+        finally:
+            for p in reversed(procs):
+                if p.poll() is None:
+                    try:
+                        if p is procs[-1]:
+                            os.killpg(p.pid, signal.SIGTERM)
+                        else:
+                            p.terminate()
+                        p.wait(timeout=60)
+                    except (subprocess.TimeoutExpired, ProcessLookupError):
+                        p.kill()
+
+
+if __name__ == "__main__":
+    main()
