@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubesim.controllers.pods import is_terminal, node_name
+from kubesim.controllers.pods import is_terminal
 from kubesim.store import Obj, ObjectStore
 
 __all__ = [
@@ -156,7 +156,3 @@ def needs(store: ObjectStore, key: UnitKey, pending: int, bound: int) -> UnitNee
             )
         min_count = max(min_count, num)
     return UnitNeeds(min_count, one_clique, all_pending)
-
-
-def bound_nodes(pods: list[Obj]) -> list[str]:
-    return [node_name(p) for p in pods if node_name(p)]
