@@ -270,13 +270,14 @@ class KubeGateway:
             ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
             ("resource.k8s.io/v1", "ResourceClaimTemplate"),
             ("resource.nvidia.com/v1beta1", "ComputeDomain"),
+            ("scheduling.k8s.io/v1alpha1", "Workload"),
         ):
             try:
                 for attempt in _retrying():
                     with attempt:
                         rest.request("DELETE", object_path(api_version, kind, namespace, name), body=body)
             except ApiStatus as e:
-                if e.code != 404:  # gone already (or no PodGroup CRD): success
+                if e.code != 404:  # gone already (or no PodGroup CRD / Workload API): success
                     raise ClusterRejected(cluster, f"delete {kind} {name}: {e.code} {e.message}") from e
 
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:

@@ -89,9 +89,11 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("resource.k8s.io", ("v1",), "resourceslices", "ResourceSlice", False, (), ()),
     ResourceType("resource.k8s.io", ("v1",), "resourceclaims", "ResourceClaim", True, (), ("status",)),
     ResourceType("resource.k8s.io", ("v1",), "resourceclaimtemplates", "ResourceClaimTemplate", True, (), ()),
-    # The NVIDIA DRA driver's ComputeDomain (a CRD): stored and garbage-collected with its owner; no
-    # controller makes its channel ResourceClaimTemplate (docs/topology.md).
+    # The NVIDIA DRA driver's ComputeDomain (a CRD); controllers/computedomain.py makes its channel
+    # ResourceClaimTemplate and status (docs/topology.md).
     ResourceType("resource.nvidia.com", ("v1beta1",), "computedomains", "ComputeDomain", True, ("cd",)),
+    # Kubernetes 1.35's gang API (GenericWorkload + GangScheduling gates): controllers/gangs.py.
+    ResourceType("scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", True, (), ()),
     # SIG-Multicluster Cluster Inventory API (a CRD): a kubesim cluster can be a fleet's hub.
     ResourceType(
         "multicluster.x-k8s.io", ("v1alpha1",), "clusterprofiles", "ClusterProfile", True, (), ("status",)
@@ -120,6 +122,6 @@ def groups() -> dict[str, tuple[str, ...]]:
     """Non-core API groups and their served versions, preferred first."""
     out: dict[str, tuple[str, ...]] = {}
     for r in RESOURCES:
-        if r.group and r.group not in out:
-            out[r.group] = r.versions
+        if r.group:  # a group's versions: the union over its resources (scheduling.k8s.io: v1, v1alpha1)
+            out[r.group] = (*out.get(r.group, ()), *(v for v in r.versions if v not in out.get(r.group, ())))
     return out

@@ -4,6 +4,12 @@ Owns which node counts towards which clique (the GFD `nvidia.com/gpu.clique` lab
 the broker's whole-GPU pods) and the running aggregate behind CliqueCapacity, kept incrementally by
 broker.capacity.index (add / remove one node's part) and built in one pass by rollup.summarize: both
 through `CliqueIndex`, so the two agree by construction. Pure: no I/O, no clock.
+
+The label is the one source on device-plugin and DRA nodes alike: the NVIDIA DRA driver's `gpu.nvidia.com`
+devices publish no clique or cluster-UUID attribute (type, uuid, productName, brand, architecture,
+versions, PCI/NUMA, addressingMode and, with Fabric Manager partitioning, gpuModuleID/partitionN), and the
+driver's ComputeDomains themselves require GFD's `nvidia.com/gpu.clique` label (docs/topology.md). A DRA
+node's facts keep its labels (capacity/dra.merge), so its rack counts here like any other.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Owns `Controllers(store, clock, cluster)`:
 - `tick()`: one synchronous pass of every controller, in the order namespace controller -> garbage
-  collector -> Kueue -> Job controller -> scheduler -> NRT updater -> kubelet -> autoscaler -> spot
+  collector -> Kueue -> Job controller -> ComputeDomain controller -> DRA claims -> scheduler -> NRT updater -> kubelet -> autoscaler -> spot
   interrupter -> disruption (PDB status) -> quota (ResourceQuota usage). Each controller keeps dirty
   flags fed
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
@@ -10,7 +10,7 @@ Owns `Controllers(store, clock, cluster)`:
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
 - `async run(interval)`: tick every `interval` real seconds until cancelled.
 
-One module per controller: spot.py, namespaces.py, jobs.py (+ jobfailure.py), scheduler.py (+ preemption.py), kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
+One module per controller: computedomain.py (+ gangs.py: Workload gangs, domains in one clique), spot.py, namespaces.py, jobs.py (+ jobfailure.py), scheduler.py (+ preemption.py), kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
 disruption.py, quota.py,
 events.py (the Event recorder); accounting.py tracks allocation per node and NUMA zone, matching.py the
 selector/affinity/taint predicates, pods.py the pod arithmetic.
@@ -23,6 +23,7 @@ import asyncio
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
+from kubesim.controllers.computedomain import ComputeDomainController
 from kubesim.controllers.disruption import DisruptionController
 from kubesim.controllers.dra import DraController
 from kubesim.controllers.events import EventRecorder
@@ -58,6 +59,8 @@ class Controllers:
         self.dra = DraController(store, clock, self.events)
         self.scheduler.dra = self.dra
         self.dra.on_change.append(self._dra_changed)
+        self.domains = ComputeDomainController(store, clock, self.events)
+        self.dra.channel_filter = self.domains.channel_filter
         self.topology = TopologyUpdater(store, self.accounting)
         self.kubelet = Kubelet(store, clock, cluster, self.accounting, self.events)
         self.autoscaler = Autoscaler(store, clock, cluster, self.accounting, self.events)
@@ -76,6 +79,7 @@ class Controllers:
             or self.kueue.dirty
             or self.jobs.dirty
             or self.dra.dirty
+            or self.domains.dirty
             or self.scheduler.dirty
             or self.topology.dirty
             or self.kubelet.dirty
@@ -108,6 +112,7 @@ class Controllers:
         self.gc.tick()
         self.kueue.tick()
         self.jobs.tick()
+        self.domains.tick()
         self.dra.tick()
         self.scheduler.tick()
         self.topology.tick()

@@ -8,7 +8,8 @@ Owns `DraController`:
   ownerReference to the pod; the pod's `status.resourceClaimStatuses[]` names it.
 - the scheduler's plugin (`prefilter`, `filter`, `reserve`): the pod waits until its claims exist; a
   node is feasible when every claim is already allocated there or can be allocated there
-  (kubesim/dra.Allocator); binding writes `status.allocation` (results + nodeSelector) and
+  (kubesim/dra.Allocator; a ComputeDomain channel claim is answered by `channel_filter`, set by
+  controllers/computedomain.py); binding writes `status.allocation` (results + nodeSelector) and
   `status.reservedFor` of each claim.
 - release: when a pod ends (Succeeded/Failed) or is deleted, it leaves `reservedFor` of its claims; a
   claim nobody reserves any more is deallocated, and a claim generated for the pod is deleted.
@@ -20,6 +21,7 @@ claims are written (so the members of a gang never share a device).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from kubesim.clock import SimClock
@@ -59,6 +61,8 @@ class DraController:
         self._allocator: Allocator | None = None
         self.dirty = True
         self.on_change: list[Any] = []  # callables run when claims/slices change (the scheduler's dirty)
+        # answers for ComputeDomain channel claims (controllers/computedomain.py), None for other claims
+        self.channel_filter: Callable[[Obj, str], list[Obj] | str | None] | None = None
         for pod in store.list("pods")[0]:
             self._note_pod(pod, deleted=False)
         store.subscribe("pods", self._on_pod)
@@ -235,17 +239,25 @@ class DraController:
 
     def filter(self, claims: list[Obj], node: str) -> DraPlan | str:
         pending: list[Obj] = []
+        by_uid: dict[str, list[Obj]] = {}
         for claim in claims:
             where = allocated_node(claim)
             if where is not None and where not in ("", node):
                 return "resourceclaim not available on the node"
-            if where is None:
+            if where is not None:
+                continue
+            special = self.channel_filter(claim, node) if self.channel_filter is not None else None
+            if isinstance(special, str):
+                return special
+            if special is not None:  # a ComputeDomain channel (controllers/computedomain.py)
+                by_uid[claim["metadata"]["uid"]] = special
+            else:
                 pending.append(claim)
         try:
             results = self._alloc().allocate(node, pending)
         except AllocationError as exc:
             return str(exc)
-        by_uid = {c["metadata"]["uid"]: r for c, r in zip(pending, results, strict=True)}
+        by_uid.update((c["metadata"]["uid"], r) for c, r in zip(pending, results, strict=True))
         return [(c, by_uid.get(c["metadata"]["uid"])) for c in claims]
 
     def assume(self, plan: DraPlan) -> None:

@@ -37,9 +37,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kubesim.clock import SimClock
+from kubesim.controllers import gangs
 from kubesim.controllers.accounting import Accounting, encode_split, exclusive_requests
+from kubesim.controllers.computedomain import CANNOT_ALLOCATE
 from kubesim.controllers.dra import DraController, DraPlan
 from kubesim.controllers.events import EventRecorder
+from kubesim.controllers.gangs import UnitKey
 from kubesim.controllers.matching import (
     preferred_score,
     selector_and_affinity_match,
@@ -206,6 +209,8 @@ class Scheduler:
         store.subscribe("pods", self._on_pod)
         store.subscribe("nodes", self._on_node)
         store.subscribe(PODGROUPS, self._on_podgroup)
+        store.subscribe(gangs.WORKLOADS, self._on_podgroup)
+        store.subscribe(gangs.COMPUTE_DOMAINS, self._on_podgroup)
 
     # ------------------------------------------------------------------ listeners
 
@@ -290,8 +295,9 @@ class Scheduler:
         views = self._node_views()
         if self.dra is not None:
             self.dra.begin_pass()
-        gangs: dict[tuple[str, str], list[Obj]] = {}
-        order: list[Obj | tuple[str, str]] = []
+        groups: dict[tuple[str, str], list[Obj]] = {}
+        units: dict[UnitKey, list[Obj]] = {}
+        order: list[Obj | tuple[str, str] | UnitKey] = []
         for pod in pods:
             spec = pod.get("spec") or {}
             if spec.get("schedulingGates"):
@@ -302,22 +308,31 @@ class Scheduler:
                     event=False,
                 )
                 continue
+            unit = gangs.unit_of(self._store, pod)
+            if unit is not None:
+                if unit not in units:
+                    units[unit] = []
+                    order.append(unit)
+                units[unit].append(pod)
+                continue
             group = (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
             if group and self._profiles[scheduler_name(pod)].coscheduling:
                 gkey = (pod["metadata"].get("namespace", ""), group)
-                if gkey not in gangs:
-                    gangs[gkey] = []
+                if gkey not in groups:
+                    groups[gkey] = []
                     order.append(gkey)
-                gangs[gkey].append(pod)
+                groups[gkey].append(pod)
             else:
                 order.append(pod)
         failed: dict[str, str] = {}
         self._classes, self._default_priority = classes, default
-        for unit in order:
-            if isinstance(unit, tuple):
-                self._schedule_gang(unit, gangs[unit], views)
+        for item in order:
+            if isinstance(item, UnitKey):
+                self._schedule_unit(item, units[item], views)
+            elif isinstance(item, tuple):
+                self._schedule_gang(item, groups[item], views)
             else:
-                self._schedule_one(unit, views, failed, pods)
+                self._schedule_one(item, views, failed, pods)
 
     # ------------------------------------------------------------------ one pod
 
@@ -570,6 +585,27 @@ class Scheduler:
                     f"current pods number: {bound + len(pending)}, minMember: {min_member}",
                 )
             return
+        placed, left = self._place_together(pending, views)
+        if bound + len(placed) >= min_member:
+            for pod, choice in placed:
+                self._bind(pod, choice)
+            for pod, message in left:
+                self._mark(pod, "Unschedulable", message)
+            self._set_group_phase(pg, "Running" if bound + len(placed) >= min_member else "Scheduling")
+            return
+        first = left[0][1] if left else ""
+        for pod in pending:
+            self._mark(
+                pod,
+                "Unschedulable",
+                f"{first} pod group {group} rejected: {bound + len(placed)}/{min_member} members fit".strip(),
+            )
+        self._set_group_phase(pg, "Pending")
+
+    def _place_together(
+        self, pending: list[Obj], views: list[NodeView]
+    ) -> tuple[list[tuple[Obj, _Choice]], list[tuple[Obj, str]]]:
+        """Nodes for pods placed at once (each sees the others' requests): (placed, left with why)."""
         overlay: dict[str, Requests] = {}
         zone_overlay: dict[tuple[str, str], Requests] = {}
         placed: list[tuple[Obj, _Choice]] = []
@@ -589,21 +625,66 @@ class Scheduler:
                 zextra = zone_overlay.setdefault((choice.node, zone), {})
                 for r, v in res.items():
                     zextra[r] = zextra.get(r, 0.0) + v
-        if bound + len(placed) >= min_member:
-            for pod, choice in placed:
-                self._bind(pod, choice)
-            for pod, message in left:
-                self._mark(pod, "Unschedulable", message)
-            self._set_group_phase(pg, "Running" if bound + len(placed) >= min_member else "Scheduling")
+        return placed, left
+
+    def _schedule_unit(self, key: UnitKey, pending: list[Obj], views: list[NodeView]) -> None:
+        """A Workload gang and/or a ComputeDomain's pods (gangs.py): all bound together or none."""
+        alive = gangs.members(self._store, key)
+        held = [node_name(p) for p in alive if node_name(p)]
+        need = gangs.needs(self._store, key, len(pending), len(held))
+        if need.waiting:
+            for pod in pending:
+                self._mark(pod, "Unschedulable", need.waiting, event=False)
             return
-        first = left[0][1] if left else ""
         for pod in pending:
-            self._mark(
-                pod,
-                "Unschedulable",
-                f"{first} pod group {group} rejected: {bound + len(placed)}/{min_member} members fit".strip(),
+            claims, waiting = self.dra.prefilter(pod) if self.dra is not None else ([], "")
+            if claims is None:  # a claim of the pod is not made yet: the unit waits for it
+                for each in pending:
+                    self._mark(each, "Unschedulable", waiting)
+                return
+        if need.min_count <= 1 and not need.one_clique:  # a basic pod group: pod by pod
+            failed: dict[str, str] = {}
+            for pod in pending:
+                self._schedule_one(pod, views, failed, pending)
+            return
+        trials: list[tuple[str, list[NodeView]]] = [("", views)]
+        if need.one_clique:
+            by_clique: dict[str, list[NodeView]] = {}
+            for view in views:
+                clique = view.labels.get(gangs.CLIQUE_LABEL, "")
+                if clique:
+                    by_clique.setdefault(clique, []).append(view)
+            labels = {v.name: v.labels.get(gangs.CLIQUE_LABEL, "") for v in views}
+            holding = {labels.get(n, "") for n in held}
+            trials = (
+                sorted(by_clique.items()) if not holding else [(c, by_clique.get(c, [])) for c in holding]
             )
-        self._set_group_phase(pg, "Pending")
+        best: tuple[int, str] = (-1, "")
+        first = ""
+        for clique, subset in trials:
+            placed, left = self._place_together(pending, subset)
+            if len(held) + len(placed) >= need.min_count and not (need.all_pending and left):
+                for pod, choice in placed:
+                    self._bind(pod, choice)
+                for pod, message in left:
+                    self._mark(pod, "Unschedulable", message)
+                return
+            best = max(best, (len(held) + len(placed), clique))
+            first = first or (left[0][1] if left else "")
+        if need.one_clique:
+            total = len(views)
+            where = f"best: {best[0]} in {best[1]}" if best[1] else "no node has an NVLink clique"
+            message = (
+                f"0/{total} nodes are available: {total} {CANNOT_ALLOCATE}. computedomain "
+                f'"{key.domain}": no NVLink clique takes all {need.min_count} of its pods ({where}).'
+            )
+            for pod in pending:
+                self._mark(pod, "Unschedulable", message)
+            return
+        for pod in pending:  # the Workload gang: the pods that fit wait on permit, the others say why
+            self._mark(
+                pod, "Unschedulable", first or "waiting for minCount pods from a gang to be waiting on permit"
+            )
 
     def _set_group_phase(self, pg: Obj, phase: str) -> None:
         if (pg.get("status") or {}).get("phase") == phase:

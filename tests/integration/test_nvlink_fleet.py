@@ -1,10 +1,15 @@
 """NVLink cliques on real parts: kubesim's GB200 NVL72 racks over HTTPS (kubesim/fleets/nvl72.yaml), a
 private Redis, Ray pollers, the broker's HTTP API, and the real kubectl reading where the pods landed.
 
-Four gangs of 4-GPU pods with `topology.nvlinkClique: required` on cluster nvl-a (two racks of 18):
-8 pods, then 8 more (best fit: the same rack, so the other stays whole), then 12 (the whole rack), then
-8 with 8 nodes free in the cluster but 2 + 6 in two racks: it waits rather than splitting, its reason
-naming the best clique. Every running gang has all its pods on nodes of one clique.
+Both clusters are declared `computeDomains: true` and `workloadApi: true`: every gang gets a
+ComputeDomain whose channel kubesim allocates only inside one clique, and a Workload gang (all pods
+bound or none). Four gangs of 4-GPU pods with `topology.nvlinkClique: required` on cluster nvl-a (two
+racks of 18): 8 pods, then 8 more (best fit: the same rack, so the other stays whole), then 12 (the
+whole rack), then 8 with 8 nodes free in the cluster but 2 + 6 in two racks: it waits rather than
+splitting, its reason naming the best clique. Every running gang has all its pods on nodes of one
+clique, and its ComputeDomain is Ready over exactly those nodes. Cancelling a gang deletes its domain
+and lets the waiting one run in one rack; a gang on nvl-b whose cluster is lost is re-placed on nvl-a
+only once a clique there takes it whole.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from broker.app import main as composition
 from broker.config.settings import load_fleet_config
 from broker.core.model import ClusterTraits, JobRequest, Placement
 from broker.core.topology import CLIQUE_LABEL, NvlinkClique
-from broker.workload.manifest import build_workload, job_id_label_value
+from broker.workload.manifest import build_workload, job_id_label_value, workload_name
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
 from tests.conftest import admin_tokens, free_port, wait_for
@@ -37,6 +42,9 @@ AUTH: dict[str, str] = {}
 KUBECTL = REPO / "tools" / "bin" / "kubectl"
 RACK1 = "5b0e6a43-8f0c-4d0e-9a3c-1f2e3d4c5b6a.1"
 RACK2 = "5b0e6a43-8f0c-4d0e-9a3c-1f2e3d4c5b6a.2"
+GB300_RACK = "0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5.1"
+DOMAINS = "computedomains.resource.nvidia.com"
+LOST_AFTER = 6
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +61,20 @@ def broker_url(
     workdir = tmp_path_factory.mktemp("nvl-broker")
     doc: dict[str, Any] = {
         "clusters": [
-            {"name": name, "kubeconfig": str(sim.kubeconfig_path(name))} for name in ("nvl-a", "nvl-b")
+            {
+                "name": name,
+                "kubeconfig": str(sim.kubeconfig_path(name)),
+                "computeDomains": True,
+                "workloadApi": True,
+            }
+            for name in ("nvl-a", "nvl-b")
         ],
-        "settings": {"redisUrl": redis_url, "redisPrefix": "gpufed-nvl"},
+        "settings": {
+            "redisUrl": redis_url,
+            "redisPrefix": "gpufed-nvl",
+            "clusterLostSeconds": LOST_AFTER,
+            "sweepIntervalSeconds": 2,
+        },
     }
     tokens, header = admin_tokens(workdir)
     doc["auth"] = {"tokensFile": str(tokens)}
@@ -86,19 +105,19 @@ def _kubectl(sim: Simulation, cluster: str, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
-def _spec(name: str, pods: int) -> dict[str, Any]:
+def _spec(name: str, pods: int, products: tuple[str, ...] = ("GB200",)) -> dict[str, Any]:
     return {
         "name": name,
         "gpus": 4,
         "pods": pods,
-        "gpuProducts": ["GB200"],
+        "gpuProducts": list(products),
         "topology": {"nvlinkClique": "required"},
         "durationSeconds": 86400,
     }
 
 
-def _submit(url: str, name: str, pods: int) -> str:
-    spec = _spec(name, pods)
+def _submit(url: str, name: str, pods: int, products: tuple[str, ...] = ("GB200",)) -> str:
+    spec = _spec(name, pods, products)
     r = httpx.post(f"{url}/v1/jobs", json=spec, headers=AUTH)
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
@@ -128,13 +147,18 @@ def _job(url: str, job_id: str) -> dict[str, Any]:
     return body
 
 
-def _running_cliques(sim: Simulation, url: str, job_id: str, pods: int) -> set[str]:
-    """The cliques of the nodes the job's pods run on, once all `pods` run."""
-    wait_for(lambda: _job(url, job_id)["state"] == "RUNNING", timeout=90, what=f"{job_id} RUNNING")
+def _running_cliques(sim: Simulation, url: str, job_id: str, pods: int, cluster: str = "nvl-a") -> set[str]:
+    """The cliques of the nodes the job's pods run on, once all `pods` run; and its ComputeDomain (made
+    by the broker, its channel allocated by kubesim) is Ready over exactly those nodes and cliques."""
+    wait_for(
+        lambda: (j := _job(url, job_id))["state"] == "RUNNING" and j["cluster"] == cluster,
+        timeout=90,
+        what=f"{job_id} RUNNING in {cluster}",
+    )
     selector = f"gpufed.io/job-id={job_id_label_value(job_id)}"
 
     def bound() -> list[str]:
-        items = _kubectl(sim, "nvl-a", "get", "pods", "-A", "-l", selector)["items"]
+        items = _kubectl(sim, cluster, "get", "pods", "-A", "-l", selector)["items"]
         nodes = [p["spec"].get("nodeName") for p in items if p["status"].get("phase") == "Running"]
         return nodes if len(nodes) == pods and all(nodes) else []
 
@@ -142,9 +166,34 @@ def _running_cliques(sim: Simulation, url: str, job_id: str, pods: int) -> set[s
     assert isinstance(nodes, list)
     labels = {
         n["metadata"]["name"]: n["metadata"]["labels"]
-        for n in _kubectl(sim, "nvl-a", "get", "nodes")["items"]
+        for n in _kubectl(sim, cluster, "get", "nodes")["items"]
     }
-    return {labels[n].get(CLIQUE_LABEL, "") for n in nodes}
+    cliques = {labels[n].get(CLIQUE_LABEL, "") for n in nodes}
+
+    def ready() -> dict[str, Any] | None:
+        items = _kubectl(sim, cluster, "get", DOMAINS, "-A", "-l", selector)["items"]
+        live = [d for d in items if (d.get("status") or {}).get("status") == "Ready"]
+        return live[0] if len(items) == 1 and live else None
+
+    domain = wait_for(ready, timeout=30, what=f"the ComputeDomain of {job_id} Ready")
+    assert isinstance(domain, dict)
+    assert domain["spec"]["numNodes"] == pods
+    assert sorted(n["name"] for n in domain["status"]["nodes"]) == sorted(nodes)
+    assert {n["cliqueID"] for n in domain["status"]["nodes"]} == cliques
+    gangs = _kubectl(sim, cluster, "get", "workloads.scheduling.k8s.io", "-A", "-l", selector)["items"]
+    assert [g["spec"]["podGroups"][0]["policy"]["gang"]["minCount"] for g in gangs] == [pods]
+    return cliques
+
+
+def _gone(sim: Simulation, cluster: str, job_id: str) -> bool:
+    """No ComputeDomain, channel template or Workload of the job is left in the cluster."""
+    selector = f"gpufed.io/job-id={job_id_label_value(job_id)}"
+    if _kubectl(sim, cluster, "get", DOMAINS, "-A", "-l", selector)["items"]:
+        return False
+    channels = {f"{workload_name(job_id, attempt)}-channel" for attempt in range(4)}
+    templates = _kubectl(sim, cluster, "get", "resourceclaimtemplates.resource.k8s.io", "-A")["items"]
+    workloads = _kubectl(sim, cluster, "get", "workloads.scheduling.k8s.io", "-A", "-l", selector)["items"]
+    return not workloads and not any(t["metadata"]["name"] in channels for t in templates)
 
 
 def test_gangs_run_in_one_clique_best_fit_and_a_split_gang_waits(sim: Simulation, broker_url: str) -> None:
@@ -182,6 +231,11 @@ def test_the_compute_domain_is_owned_by_its_job_and_goes_with_it(sim: Simulation
     job_uid = _kubectl(sim, "nvl-a", "get", "jobs", w.name, "-n", w.namespace)["metadata"]["uid"]
     assert [(r["kind"], r["uid"]) for r in domain["metadata"]["ownerReferences"]] == [("Job", job_uid)]
     assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == f"{w.name}-channel"
+    template = _kubectl(
+        sim, "nvl-a", "get", "resourceclaimtemplates.resource.k8s.io", f"{w.name}-channel", "-n", w.namespace
+    )
+    request = template["spec"]["spec"]["devices"]["requests"][0]
+    assert request["exactly"]["deviceClassName"] == "compute-domain-default-channel.nvidia.com"
 
     _kubectl_delete(sim, "nvl-a", "jobs", w.name, w.namespace)
 
@@ -192,6 +246,7 @@ def test_the_compute_domain_is_owned_by_its_job_and_goes_with_it(sim: Simulation
         return not any(i["metadata"]["name"] == w.name for i in items)
 
     wait_for(gone, timeout=30, what="the ComputeDomain deleted with its Job")
+    wait_for(lambda: _gone(sim, "nvl-a", "jcd"), timeout=30, what="its channel template deleted with it")
 
 
 def _kubectl_delete(sim: Simulation, cluster: str, kind: str, name: str, namespace: str) -> None:
@@ -205,3 +260,48 @@ def _kubectl_delete(sim: Simulation, cluster: str, kind: str, name: str, namespa
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
+
+
+def _cancel(url: str, job_id: str) -> None:
+    r = httpx.delete(f"{url}/v1/jobs/{job_id}", headers=AUTH)
+    assert r.status_code == 200, r.text
+
+
+def _job_id(url: str, name: str) -> str:
+    items: list[dict[str, Any]] = httpx.get(f"{url}/v1/jobs", headers=AUTH).json()["items"]
+    return str(next(j["id"] for j in items if j["name"] == name))
+
+
+def test_a_cancelled_gang_takes_its_domain_along_and_the_waiting_gang_runs_in_one_rack(
+    sim: Simulation, broker_url: str
+) -> None:
+    """After the first test: rack 1 holds `first` and `second` (2 nodes free), rack 2 `third` (6
+    free) and `fourth` waits. Cancelling `second` deletes its ComputeDomain, channel template and
+    Workload; `fourth` then runs whole in rack 1 (10 free), never over both racks."""
+    second, fourth = _job_id(broker_url, "second"), _job_id(broker_url, "fourth")
+    _cancel(broker_url, second)
+    wait_for(
+        lambda: _gone(sim, "nvl-a", second), timeout=30, what="second's domain, template and Workload gone"
+    )
+    assert _running_cliques(sim, broker_url, fourth, 8) == {RACK1}
+
+
+def test_failover_from_a_lost_cluster_keeps_the_gang_in_one_clique(sim: Simulation, broker_url: str) -> None:
+    """A GB200-or-GB300 gang of 8 runs on nvl-b (nvl-a has no clique with 8 free: 2 + 6). nvl-b is
+    lost: the gang is requeued and waits rather than splitting over nvl-a's racks; once `third`
+    leaves rack 2 it runs there, every pod in rack 2, with a new ComputeDomain."""
+    mover = _submit(broker_url, "mover", 8, ("GB200", "GB300"))
+    assert _running_cliques(sim, broker_url, mover, 8, cluster="nvl-b") == {GB300_RACK}
+    sim.faults("nvl-b").set(down=True)
+    try:
+        wanted = f"no NVLink clique with 8 nodes of 4 free GB200 (best: 6 in {RACK2})"
+        wait_for(
+            lambda: (j := _job(broker_url, mover))["state"] == "QUEUED" and wanted in j["reason"],
+            timeout=60,
+            what="the gang requeued off nvl-b, waiting for a whole clique on nvl-a",
+        )
+        _cancel(broker_url, _job_id(broker_url, "third"))
+        assert _running_cliques(sim, broker_url, mover, 8) == {RACK2}
+        assert _job(broker_url, mover)["attempt"] == 2
+    finally:
+        sim.faults("nvl-b").clear()
