@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from kubernetes import client, config
 
 from broker.app import main as composition
 from broker.config.settings import load_fleet_config
@@ -120,9 +119,24 @@ def kubectl(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Kubect
 
 
 @pytest.fixture(scope="module")
-def member(sim: Simulation) -> client.BatchV1Api:
-    api = config.new_client_from_config(str(sim.kubeconfig_path("gpu-east")), persist_config=False)  # type: ignore[no-untyped-call]
-    return client.BatchV1Api(api)
+def member(sim: Simulation, tmp_path_factory: pytest.TempPathFactory) -> Callable[[], dict[str, Any]]:
+    """The member's Jobs in the broker's namespace, by name (kubectl get jobs -o json)."""
+    cache = tmp_path_factory.mktemp("member-kubectl")
+
+    def jobs() -> dict[str, Any]:
+        out = run_kubectl(
+            "get",
+            "jobs",
+            "-n",
+            "default",
+            "-o",
+            "json",
+            kubeconfig=sim.kubeconfig_path("gpu-east"),
+            cache=cache,
+        )
+        return {j["metadata"]["name"]: j for j in json.loads(out)["items"]}
+
+    return jobs
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +181,7 @@ def job_id_of(kubectl: Kubectl, name: str) -> str:
 
 
 def test_a_hub_job_runs_in_the_member_and_its_completion_shows_on_the_hub(
-    broker: Broker, kubectl: Kubectl, member: client.BatchV1Api, sim: Simulation
+    broker: Broker, kubectl: Kubectl, member: Callable[[], dict[str, Any]]
 ) -> None:
     kubectl("apply", "-f", "-", stdin=hub_job("train", 20))
     job_id = job_id_of(kubectl, "train")
@@ -185,9 +199,9 @@ def test_a_hub_job_runs_in_the_member_and_its_completion_shows_on_the_hub(
     assert jsonpath(kubectl, "train", r"{.metadata.annotations.gpufed\.io/cluster}") == "gpu-east"
     assert broker.job(job_id)["state"] == "SUCCEEDED"
     # the member copy runs under its own controller; the hub's Job controller made no pod
-    copy = member.read_namespaced_job(broker.job(job_id)["workload"], "default")
-    assert copy.spec.managed_by is None
-    assert copy.status.succeeded == 1
+    copy = member()[broker.job(job_id)["workload"]]
+    assert "managedBy" not in copy["spec"]
+    assert copy["status"]["succeeded"] == 1
     assert json.loads(kubectl("get", "pods", "-n", NS, "-o", "json"))["items"] == []
 
 
@@ -207,7 +221,7 @@ def test_a_refused_hub_job_says_why_on_the_hub(broker: Broker, kubectl: Kubectl)
 
 
 def test_deleting_a_hub_job_cancels_it_in_the_member(
-    broker: Broker, kubectl: Kubectl, member: client.BatchV1Api
+    broker: Broker, kubectl: Kubectl, member: Callable[[], dict[str, Any]]
 ) -> None:
     kubectl("apply", "-f", "-", stdin=hub_job("long", 36_000))
     job_id = job_id_of(kubectl, "long")
@@ -217,11 +231,10 @@ def test_deleting_a_hub_job_cancels_it_in_the_member(
         what="the hub Job's job RUNNING",
     )
     workload = broker.job(job_id)["workload"]
-    assert member.read_namespaced_job(workload, "default").status.active == 1
+    assert member()[workload]["status"]["active"] == 1
     kubectl("delete", "job", "long", "-n", NS)
     wait_for(lambda: broker.job(job_id)["state"] == "CANCELLED", timeout=30, what="the job CANCELLED")
-    names = lambda: {j.metadata.name for j in member.list_namespaced_job("default").items}  # noqa: E731
-    wait_for(lambda: workload not in names(), timeout=30, what="the member Job deleted")
+    wait_for(lambda: workload not in member(), timeout=30, what="the member Job deleted")
 
 
 def test_a_restarted_broker_submits_nothing_twice_and_cancels_what_was_deleted_meanwhile(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from kubesim import validation
+from kubesim.resources import BY_KEY
 from tests.unit.kubesim.world import batch_job, job_condition, pod_condition, pool, world
 
 
@@ -130,11 +134,6 @@ def test_a_job_managed_by_another_controller_is_left_alone_and_its_manager_is_im
     """JobManagedBy (GA in Kubernetes 1.35): a Job whose spec.managedBy is not kubernetes.io/job-controller
     gets no pods and no status from the built-in controller (MultiKueue's and gpufed's hub copies), and
     the field cannot be changed afterwards."""
-    import pytest
-
-    from kubesim import validation
-    from kubesim.resources import BY_KEY
-
     w = world({"name": "c", "nodePools": [pool("h", 1)]})
     managed = batch_job("hubjob", {"nvidia.com/gpu": 1}, duration=10, backoffLimit=0)
     managed["spec"]["managedBy"] = "gpufed.io/broker"
