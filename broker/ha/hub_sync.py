@@ -113,6 +113,7 @@ class HubSync:
         self.tenant_mapping = dict(tenant_mapping or {})
         self.reconcile_seconds = reconcile_seconds
         self.submitted = 0  # jobs this HubSync created (a seen uid returns its first job and counts not)
+        self.idle_passes = 0  # worker passes made as a follower (nothing done)
         self._lock = threading.Lock()
         self._dirty: dict[Key, float] = {}  # hub object -> not before (monotonic)
         self._deleted: list[tuple[hub.WatchedKind, Obj]] = []
@@ -312,6 +313,7 @@ class HubSync:
         while not self._stop.is_set():
             if not self.leader():
                 self._was_leader = False
+                self.idle_passes += 1
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue

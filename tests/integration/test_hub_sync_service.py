@@ -11,6 +11,7 @@ cache is not synced."""
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -22,6 +23,7 @@ from broker.controller.service import BrokerService
 from broker.core.model import ClusterTraits, JobState
 from broker.ha.hub_sync import HubSync
 from broker.workload import hub_objects as hub
+from tests.conftest import poll_for
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, idle_h100_node
 
 pytestmark = pytest.mark.integration
@@ -250,3 +252,22 @@ def test_deleting_the_hub_object_cancels_its_job_and_so_does_the_reconcile(store
     assert sync.reconcile_deletes() == [ids["second"]]
     assert service.get(ids["second"]).state is JobState.CANCELLED
     assert sync.reconcile_deletes() == []
+
+
+def test_only_the_lease_holder_acts(store: RedisStateStore) -> None:
+    service, _ = service_over(store)
+    port = FakeHub()
+    leading = threading.Event()
+    sync = HubSync(service, port, Members(), leader=leading.is_set, tenant_mapping={NS: "vision"})
+    obj = port.put(hub_job("train"))
+    sync.start()
+    try:
+        sync.hub_event(JOB, "ADDED", obj)
+        seen = sync.idle_passes
+        poll_for("two follower passes after the event", lambda: sync.idle_passes >= seen + 2 or None, 10)
+        assert store.list_jobs() == [] and port.writes == []
+        leading.set()  # elected: every hub object is looked at
+        poll_for("the hub Job submitted", lambda: store.list_jobs() or None, 10)
+        poll_for("the job id written back", lambda: obj["metadata"].get("annotations") or None, 10)
+    finally:
+        sync.stop()
