@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from broker.app import main as composition
 from broker.config.settings import load_fleet_config
 from kubesim.fleet import parse_fleet
 from kubesim.sim import Simulation
-from tests.conftest import admin_tokens, free_port, wait_for
+from tests.conftest import admin_tokens, free_port, poll_for, wait_for
 from tests.kubectl_cli import run_kubectl
 
 pytestmark = pytest.mark.integration
@@ -238,7 +239,7 @@ def test_deleting_a_hub_job_cancels_it_in_the_member(
 
 
 def test_a_restarted_broker_submits_nothing_twice_and_cancels_what_was_deleted_meanwhile(
-    broker: Broker, kubectl: Kubectl
+    broker: Broker, kubectl: Kubectl, caplog: pytest.LogCaptureFixture
 ) -> None:
     kubectl("apply", "-f", "-", stdin=hub_job("steady", 36_000))
     kubectl("apply", "-f", "-", stdin=hub_job("doomed", 36_000))
@@ -247,8 +248,17 @@ def test_a_restarted_broker_submits_nothing_twice_and_cancels_what_was_deleted_m
     # as if the broker had died between its submit and its write-back: the job id is not on the hub
     kubectl("annotate", "job", "steady", "-n", NS, "gpufed.io/job-id-")
     kubectl("delete", "job", "doomed", "-n", NS)
-    broker.start()
-    assert job_id_of(kubectl, "steady") == steady
+    with caplog.at_level(logging.INFO, logger="adapters.hub_watcher"):
+        broker.start()
+        assert job_id_of(kubectl, "steady") == steady
+
+        def skipped() -> list[str] | None:
+            lines = [r.getMessage() for r in caplog.records if "is not served; skipped" in r.getMessage()]
+            return lines if len(lines) >= 4 else None
+
+        # kubesim's hub serves batch/v1 only: each other watched kind is said once, then looked up again
+        lines = poll_for("the kinds the hub does not serve, said once each", skipped, 30)
+        assert sorted(line.split()[2] for line in lines) == ["JobSet", "PyTorchJob", "RayJob", "TrainJob"]
     assert [j["id"] for j in broker.jobs_named("steady")] == [steady]
     wait_for(lambda: broker.job(doomed)["state"] == "CANCELLED", timeout=30, what="the doomed job CANCELLED")
     assert broker.job(steady)["state"] not in ("CANCELLED", "FAILED")
