@@ -52,6 +52,7 @@ Key = tuple[str, str, str]  # (plural.group, namespace, name)
 # when there is no such object
 MemberStatus = Callable[[str, str, str, str, str], Mapping[str, Any] | None]
 _RETRY_SECONDS = 2.0
+_RETRY_MAX_SECONDS = 60.0
 _ACTIVE = [s for s in JobState if not s.terminal]
 
 
@@ -120,6 +121,7 @@ class HubSync:
         self._jobs: dict[str, Key] = {}  # job id -> its hub object
         self._uids: dict[str, str] = {}  # hub object uid -> job id
         self._refused: dict[str, object] = {}  # uid -> the generation refused
+        self._failures: dict[Key, int] = {}  # hub object -> failed syncs in a row (the worker's own)
         self._was_leader = False
         self._next_reconcile = 0.0
         self._wake = threading.Event()
@@ -185,10 +187,16 @@ class HubSync:
                 continue
             try:
                 self.sync_object(found, obj)
+                self._failures.pop(key, None)
             except GpufedError as exc:
-                log.warning("hub: %s %s/%s: %s (retried)", found.kind, key[1], key[2], exc)
+                # a member or the hub that does not answer, the store, a name still taken: again later,
+                # backing off (2 s doubling to a minute), said once per streak
+                n = self._failures[key] = self._failures.get(key, 0) + 1
+                if n == 1:
+                    log.warning("hub: %s %s/%s: %s (retried)", found.kind, key[1], key[2], exc)
                 with self._lock:
-                    self._dirty[key] = time.monotonic() + _RETRY_SECONDS
+                    delay = min(_RETRY_MAX_SECONDS, _RETRY_SECONDS * 2 ** min(n - 1, 10))
+                    self._dirty.setdefault(key, time.monotonic() + delay)
         if time.monotonic() >= self._next_reconcile:
             try:
                 self.reconcile_deletes()
