@@ -16,12 +16,12 @@ from typing import Any
 
 from adapters.hub_watcher import HubWatcher
 from adapters.job_informer import WatchingGateway
-from adapters.kube_rest import KubeRest
+from adapters.kube_rest import KubeRest, connect
 from broker.config.settings import FleetConfig
 from broker.controller.service import BrokerService
 from broker.ha.hub_sync import HubSync
 from broker.ha.leadership import Leadership
-from broker.workload.hub_objects import WatchedKind
+from broker.workload.hub_objects import WATCHED_KINDS, WatchedKind
 
 __all__ = ["HubRuntime", "start_hub"]
 
@@ -43,7 +43,9 @@ def start_hub(
     hub = cfg.hub
     if hub is None:
         return None
-    rest = KubeRest.from_kubeconfig("hub", hub.kubeconfig, hub.context)
+    # one connection per watch (a kind, or a kind and namespace) and a few for the writes back
+    watches = len(WATCHED_KINDS) * max(1, len(hub.namespaces or ()))
+    rest = KubeRest("hub", connect(hub.kubeconfig, hub.context, pool_size=watches + 4))
 
     def member_status(
         cluster: str, api_version: str, kind: str, namespace: str, name: str
