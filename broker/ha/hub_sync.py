@@ -93,6 +93,12 @@ def first_problem(exc: RequestValidationError) -> tuple[str, str]:
     return "(body)", "invalid"
 
 
+def _owns(record: JobRecord, ref: hub.HubRef) -> bool:
+    """The job was submitted for this very hub object (its source, and its uid as the idempotency key)."""
+    key = record.idempotency_key or ""
+    return record.request.source == ref.source and key.split("/", 1)[-1] == ref.uid
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -139,11 +145,7 @@ class HubSync:
             if type_ == "DELETED":
                 self._deleted.append((kind, obj))
                 self._dirty.pop(ref.key, None)
-            else:
-                job_id = hub.annotations_of(obj).get(hub.JOB_ANNOTATION)
-                if job_id:
-                    self._jobs[job_id] = ref.key
-                    self._uids[ref.uid] = job_id
+            else:  # which job it is, is trusted only once sync_object has checked it (_owns)
                 self._dirty.setdefault(ref.key, 0.0)
         self._wake.set()
 
@@ -210,7 +212,11 @@ class HubSync:
         if ref is None or not hub.is_managed(obj):
             return None
         job_id = hub.annotations_of(obj).get(hub.JOB_ANNOTATION)
-        record: JobRecord | None = None
+        record = self.service.store.get_job(job_id) if job_id else None
+        if job_id and record is not None and not _owns(record, ref):
+            # the annotation is anyone's to write: another object's job is neither shown nor cancelled
+            log.warning("hub: %s names job %s, which is not its own: ignored", ref.source, job_id)
+            job_id, record = None, None
         if not job_id:
             generation = (obj.get("metadata") or {}).get("generation")
             if hub.is_finished(obj.get("status")) or self._refused.get(ref.uid, ...) == generation:
@@ -218,13 +224,11 @@ class HubSync:
             record = self._submit(ref, obj)
             if record is None:
                 return None
-            job_id = record.id
-        with self._lock:
-            self._jobs[job_id] = ref.key
-            self._uids[ref.uid] = job_id
-        record = record or self.service.store.get_job(job_id)
         if record is None:
             return None  # the job's record expired (finishedJobTtlSeconds): the hub object keeps its status
+        with self._lock:
+            self._jobs[record.id] = ref.key
+            self._uids[ref.uid] = record.id
         self._write_back(ref, obj, record)
         return record
 
@@ -280,16 +284,15 @@ class HubSync:
         if ref is None:
             return
         with self._lock:
-            job_id = hub.annotations_of(obj).get(hub.JOB_ANNOTATION) or self._uids.get(ref.uid)
-            self._uids.pop(ref.uid, None)
+            job_id = self._uids.pop(ref.uid, None) or hub.annotations_of(obj).get(hub.JOB_ANNOTATION)
             if job_id is not None:
                 self._jobs.pop(job_id, None)
         if job_id is not None:  # else submitted by no one yet, or found by reconcile_deletes
-            self._cancel(job_id, ref.source)
+            self._cancel(job_id, ref.source, ref)
 
-    def _cancel(self, job_id: str, source: str) -> bool:
+    def _cancel(self, job_id: str, source: str, ref: hub.HubRef | None = None) -> bool:
         record = self.service.store.get_job(job_id)
-        if record is None or record.state.terminal:
+        if record is None or record.state.terminal or (ref is not None and not _owns(record, ref)):
             return False
         try:
             self.service.cancel(job_id)

@@ -271,3 +271,23 @@ def test_only_the_lease_holder_acts(store: RedisStateStore) -> None:
         poll_for("the job id written back", lambda: obj["metadata"].get("annotations") or None, 10)
     finally:
         sync.stop()
+
+
+def test_a_job_id_annotation_naming_another_objects_job_is_not_trusted(store: RedisStateStore) -> None:
+    """The annotation is anyone's to write on the hub: naming another object's (another tenant's) job
+    shows that job's state nowhere and cancels nothing; the object gets its own job."""
+    service, _ = service_over(store)
+    port = FakeHub()
+    sync = hub_sync(service, port)
+    victim = port.put(hub_job("victim"))
+    added(sync, victim)
+    [theirs] = store.list_jobs()
+    thief = hub_job("thief")
+    thief["metadata"]["annotations"] = {"gpufed.io/job-id": theirs.id}
+    forged = copy.deepcopy(thief)
+    added(sync, port.put(thief))
+    own = thief["metadata"]["annotations"]["gpufed.io/job-id"]
+    assert own != theirs.id and service.get(own).request.source == f"hub:jobs.batch/{NS}/thief"
+    sync.hub_event(JOB, "DELETED", {**forged, "metadata": {**forged["metadata"], "uid": "never-seen"}})
+    sync.run_once()
+    assert service.get(theirs.id).state is JobState.QUEUED
