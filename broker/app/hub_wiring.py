@@ -10,7 +10,7 @@ ends both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from broker.config.settings import FleetConfig
 from broker.controller.service import BrokerService
 from broker.ha.hub_sync import HubSync
 from broker.ha.leadership import Leadership
+from broker.tenancy.audit import AuditRecord
 from broker.workload.hub_objects import WATCHED_KINDS, WatchedKind
 
 __all__ = ["HubRuntime", "start_hub"]
@@ -37,9 +38,13 @@ class HubRuntime:
 
 
 def start_hub(
-    cfg: FleetConfig, service: BrokerService, gateway: WatchingGateway, leadership: Leadership
+    cfg: FleetConfig,
+    service: BrokerService,
+    gateway: WatchingGateway,
+    leadership: Leadership,
+    audit: Callable[[AuditRecord], None] | None = None,
 ) -> HubRuntime | None:
-    """The hub duty, started; None when clusters.yaml has no `hub:`."""
+    """The hub duty, started; None when clusters.yaml has no `hub:`. `audit`: the audit trail's writer."""
     hub = cfg.hub
     if hub is None:
         return None
@@ -70,6 +75,7 @@ def start_hub(
         leader=lambda: leadership.leader,
         tenant_mapping=hub.tenant_mapping,
         reconcile_seconds=hub.reconcile_seconds,
+        audit=audit,
     )
     syncs.append(sync)
     gateway.subscribe(sync.workload_changed)

@@ -319,7 +319,7 @@ def running_broker(
         profiles = start_cluster_profiles(cfg, members, store, workdir)
         if reload_from is not None:
             reloader = start_config_reload(cfg, members, *reload_from, auth=auth)
-        hub = start_hub(cfg, service, gateway, leadership)  # acts while this replica leads
+        hub = start_hub(cfg, service, gateway, leadership, auth.writer.record)  # acts while leading
         leadership.start()
         thread.start()
         deadline = time.monotonic() + 10

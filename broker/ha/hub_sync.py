@@ -36,11 +36,13 @@ from typing import Any, Protocol
 
 from fastapi.exceptions import RequestValidationError
 
+from broker import telemetry
 from broker.api import validation_text
 from broker.api.routes import spec_of
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterError, Conflict, GpufedError, InvalidRequest, NotFound, StoreError
 from broker.core.model import JobRecord, JobRequest, JobState
+from broker.tenancy.audit import AuditRecord
 from broker.workload import hub_objects as hub
 from broker.workload import k8s_job
 
@@ -112,8 +114,11 @@ class HubSync:
         leader: Callable[[], bool],
         tenant_mapping: Mapping[str, str] | None = None,
         reconcile_seconds: float = 60.0,
+        audit: Callable[[AuditRecord], None] | None = None,
     ) -> None:
+        """`audit`: where the hub's acts go (the API's audit trail: broker.api.audit_writer.AuditWriter)."""
         self.service = service
+        self.audit = audit
         self.port = port
         self.member_status = member_status
         self.leader = leader
@@ -249,12 +254,36 @@ class HubSync:
         if created:
             self.submitted += 1
             log.info("hub: %s is job %s (tenant %s)", ref.source, record.id, tenant)
+            self._audit("submit", f"job/{record.id}", tenant, 201, ref.source, record.trace_parent)
         return record
+
+    def _audit(
+        self, verb: str, obj: str, tenant: str, code: int, reason: str, trace_parent: str | None = None
+    ) -> None:
+        """One record of the hub's acts in the audit trail: the subject is the hub object."""
+        if self.audit is None:
+            return
+        self.audit(
+            AuditRecord(
+                at=self.service.clock.now(),
+                subject="system:hub",
+                tenant=tenant,
+                role="system",
+                verb=verb,
+                object=obj,
+                outcome="success" if code < 400 else "failure",
+                code=code,
+                reason=reason,
+                trace_id=telemetry.trace_id_of(trace_parent) or "",
+            )
+        )
 
     def _refuse(self, ref: hub.HubRef, obj: Obj, field: str, message: str) -> None:
         self._refused[ref.uid] = (obj.get("metadata") or {}).get("generation")
         text = f"{field}: {message}"
         log.info("hub: %s refused: %s", ref.source, text)
+        tenant = hub.tenant_of(ref.namespace, self.tenant_mapping)
+        self._audit("submit", ref.source, tenant, 422, text)
         try:
             self.port.event(ref.kind, obj, "Warning", "Refused", text)
         except ClusterError as exc:
@@ -299,6 +328,9 @@ class HubSync:
         except (Conflict, NotFound):
             return False  # it ended meanwhile
         log.info("hub: %s was deleted: job %s cancelled", source, job_id)
+        self._audit(
+            "cancel", f"job/{job_id}", record.request.tenant, 200, f"{source} deleted", record.trace_parent
+        )
         return True
 
     def reconcile_deletes(self) -> list[str]:

@@ -22,6 +22,7 @@ from adapters.redis_store import RedisStateStore
 from broker.controller.service import BrokerService
 from broker.core.model import ClusterTraits, JobState
 from broker.ha.hub_sync import HubSync
+from broker.tenancy.audit import AuditRecord
 from broker.workload import hub_objects as hub
 from tests.conftest import poll_for
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, idle_h100_node
@@ -129,8 +130,20 @@ def service_over(store: RedisStateStore) -> tuple[BrokerService, RecordingGatewa
     return BrokerService(store, gateway, ManualClock(), {"gpu-east": ClusterTraits("gpu-east")}), gateway
 
 
-def hub_sync(service: BrokerService, port: FakeHub, members: Members | None = None) -> HubSync:
-    return HubSync(service, port, members or Members(), leader=lambda: True, tenant_mapping={NS: "vision"})
+def hub_sync(
+    service: BrokerService,
+    port: FakeHub,
+    members: Members | None = None,
+    audit: list[AuditRecord] | None = None,
+) -> HubSync:
+    return HubSync(
+        service,
+        port,
+        members or Members(),
+        leader=lambda: True,
+        tenant_mapping={NS: "vision"},
+        audit=None if audit is None else audit.append,
+    )
 
 
 def added(sync: HubSync, obj: dict[str, Any]) -> None:
@@ -204,10 +217,14 @@ def test_the_member_status_is_mirrored_back_when_the_job_changes(store: RedisSta
 def test_a_refused_hub_job_is_said_once_on_the_hub_naming_the_field(store: RedisStateStore) -> None:
     service, _ = service_over(store)
     port = FakeHub()
-    sync = hub_sync(service, port)
+    trail: list[AuditRecord] = []
+    sync = hub_sync(service, port, audit=trail)
     obj = port.put(hub_job("two", containers=2))
     added(sync, obj)
     assert store.list_jobs() == []
+    assert [(r.verb, r.object, r.outcome, r.code) for r in trail] == [
+        ("submit", f"hub:jobs.batch/{NS}/two", "failure", 422)
+    ]
     assert port.events == [
         ("two", "Warning", "Refused", "spec.template.spec.containers[1]: one container per pod is supported")
     ]
@@ -234,7 +251,8 @@ def test_a_tenant_annotation_naming_another_tenant_is_refused(store: RedisStateS
 def test_deleting_the_hub_object_cancels_its_job_and_so_does_the_reconcile(store: RedisStateStore) -> None:
     service, _ = service_over(store)
     port = FakeHub()
-    sync = hub_sync(service, port)
+    trail: list[AuditRecord] = []
+    sync = hub_sync(service, port, audit=trail)
     first, second = port.put(hub_job("first")), port.put(hub_job("second"))
     added(sync, first)
     added(sync, second)
@@ -252,6 +270,14 @@ def test_deleting_the_hub_object_cancels_its_job_and_so_does_the_reconcile(store
     assert sync.reconcile_deletes() == [ids["second"]]
     assert service.get(ids["second"]).state is JobState.CANCELLED
     assert sync.reconcile_deletes() == []
+    # the audit trail has the hub's acts: two submits, two cancels, the subject the hub
+    assert [(r.verb, r.object, r.tenant, r.subject, r.outcome) for r in trail] == [
+        ("submit", f"job/{ids['first']}", "vision", "system:hub", "success"),
+        ("submit", f"job/{ids['second']}", "vision", "system:hub", "success"),
+        ("cancel", f"job/{ids['first']}", "vision", "system:hub", "success"),
+        ("cancel", f"job/{ids['second']}", "vision", "system:hub", "success"),
+    ]
+    assert trail[2].reason == f"hub:jobs.batch/{NS}/first deleted"
 
 
 def test_only_the_lease_holder_acts(store: RedisStateStore) -> None:
