@@ -280,6 +280,18 @@ class KubeGateway:
                 if e.code != 404:  # gone already (or no PodGroup CRD / Workload API): success
                     raise ClusterRejected(cluster, f"delete {kind} {name}: {e.code} {e.message}") from e
 
+    def read_object(
+        self, cluster: str, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """One object of any kind in a member cluster as the API server has it (a GET); None on 404.
+        The hub's status write-back reads the member copy with it (docs/hub.md)."""
+        try:
+            return self._rest(cluster).request("GET", object_path(api_version, kind, namespace, name))
+        except ApiStatus as e:
+            if e.code == 404:
+                return None
+            raise ClusterRejected(cluster, f"read {kind} {name}: {e.code} {e.message}") from e
+
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
         rest = self._rest(cluster)
         try:

@@ -291,6 +291,8 @@ def validate_update(rt: ResourceType, old: Obj, new: Obj) -> None:
             causes.append(("spec.completions", "Invalid value: field is immutable"))
         if old_spec.get("completionMode") != new_spec.get("completionMode"):
             causes.append(("spec.completionMode", "Invalid value: field is immutable"))
+        if old_spec.get("managedBy") != new_spec.get("managedBy"):  # JobManagedBy (GA in 1.35)
+            causes.append(("spec.managedBy", "Invalid value: field is immutable"))
         unstarted = bool(old_spec.get("suspend")) and not (old.get("status") or {}).get("startTime")
         if _job_template_view(old_spec.get("template"), unstarted) != _job_template_view(
             new_spec.get("template"), unstarted

@@ -91,6 +91,7 @@ def job_view(r: JobRecord) -> dict[str, Any]:
         },
         "traceId": trace[1] if len(trace) == 4 else None,
         "warnings": list(r.warnings),
+        "source": req.source or None,
     }
 
 

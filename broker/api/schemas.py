@@ -244,6 +244,7 @@ class JobView(_Wire):
     request: dict[str, Any]
     trace_id: str | None = Field(default=None, alias="traceId")
     warnings: list[str] = Field(default_factory=list)  # e.g. never fits any declared cluster, even empty
+    source: str | None = None  # a hub object's "hub:jobs.batch/<ns>/<name>" (docs/hub.md)
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -255,6 +256,7 @@ class JobView(_Wire):
             state=str(r.state),
             reason=r.reason,
             warnings=list(r.warnings),
+            source=req.source or None,
             attempt=r.attempt,
             cluster=r.cluster,
             workload=r.workload_name,

@@ -53,6 +53,7 @@ from broker import telemetry
 from broker.api import timeouts
 from broker.api.routes import create_app
 from broker.app.auth import AuthRuntime, token_table, with_tokens_file
+from broker.app.hub_wiring import HubRuntime, start_hub
 from broker.app.members import FleetMembers, followed_namespace, start_cluster_profiles, start_config_reload
 from broker.burst.gate import BurstGate
 from broker.config.reload import ConfigWatcher
@@ -87,6 +88,7 @@ class Broker:
     members: FleetMembers | None = None
     reloader: ConfigWatcher | None = None
     auth: AuthRuntime | None = None  # credentials (reloaded while running) and the audit trail
+    hub: HubRuntime | None = None  # kubectl-native submission through a hub (docs/hub.md)
 
     def store_cleanup(self) -> int:
         """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
@@ -310,12 +312,14 @@ def running_broker(
     reloader: ConfigWatcher | None = None
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
+    hub: HubRuntime | None = None
     try:
         gateway.start()
         auth.start()
         profiles = start_cluster_profiles(cfg, members, store, workdir)
         if reload_from is not None:
             reloader = start_config_reload(cfg, members, *reload_from, auth=auth)
+        hub = start_hub(cfg, service, gateway, leadership, auth.writer.record)  # acts while leading
         leadership.start()
         thread.start()
         deadline = time.monotonic() + 10
@@ -340,6 +344,7 @@ def running_broker(
             members,
             reloader,
             auth,
+            hub,
         )
     finally:
         gc.unfreeze()  # what start-up built may be collected again once this broker stops
@@ -350,6 +355,8 @@ def running_broker(
         server.should_exit = True
         if thread.ident is not None:  # started
             thread.join(timeout=10)
+        if hub is not None:
+            hub.stop()
         if reloader is not None:
             reloader.stop()
         auth.stop()

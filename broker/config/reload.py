@@ -89,7 +89,7 @@ def changes(old: FleetConfig, new: FleetConfig) -> ConfigChanges:
         else:
             redeclared.append(now)
     restart: list[str] = []
-    for section in ("settings", "clusterProfiles"):  # auth: applied at once (broker.app.auth)
+    for section in ("settings", "clusterProfiles", "hub"):  # auth: applied at once (broker.app.auth)
         restart += _changed_keys(
             section,
             old.model_dump(by_alias=True, mode="json").get(section),

@@ -27,6 +27,7 @@ from pydantic import (
 
 from broker.burst.settings import BurstConfig
 from broker.config import redis_settings
+from broker.config.hub import HubConfig
 from broker.core import safe_yaml
 from broker.core.errors import ConfigError
 from broker.core.model import TENANT_PLACEHOLDER, ClusterTraits, Tier
@@ -397,6 +398,7 @@ class ClusterProfilesConfig(_Strict):
 class FleetConfig(_Strict):
     clusters: list[ClusterConfig] = Field(default_factory=list)
     cluster_profiles: ClusterProfilesConfig | None = Field(default=None, alias="clusterProfiles")
+    hub: HubConfig | None = None  # kubectl-native submission through a hub cluster (docs/hub.md)
     settings: Settings = Field(default_factory=Settings)
     auth: AuthConfig | None = None
 
@@ -478,6 +480,8 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
                 "provider_file": absolute(cp.provider_file),
             }
         )
+    if cfg.hub is not None and not cfg.hub.kubeconfig.is_absolute():
+        update["hub"] = cfg.hub.model_copy(update={"kubeconfig": (base_dir / cfg.hub.kubeconfig).resolve()})
     return cfg.model_copy(update=update)
 
 
@@ -525,6 +529,8 @@ def load_fleet_config(path: Path, check_kubeconfigs: bool = True) -> FleetConfig
             for field, file in (("hubKubeconfig", cp.hub_kubeconfig), ("providerFile", cp.provider_file)):
                 if not file.is_file():
                     raise ConfigError(f"{path}: clusterProfiles.{field}: file not found: {file}")
+        if cfg.hub is not None and not cfg.hub.kubeconfig.is_file():
+            raise ConfigError(f"{path}: hub.kubeconfig: file not found: {cfg.hub.kubeconfig}")
     return cfg
 
 

@@ -435,6 +435,7 @@ class JobRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     failover: FailoverPolicy = FailoverPolicy.REQUEUE
     nvlink_clique: NvlinkClique = NvlinkClique.NONE  # every pod in one NVLink clique (docs/topology.md)
+    source: str = ""  # where it was submitted other than the API: "hub:jobs.batch/<ns>/<name>" (docs/hub.md)
 
     @property
     def wants_mig(self) -> bool:

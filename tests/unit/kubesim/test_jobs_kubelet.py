@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from kubesim import validation
+from kubesim.resources import BY_KEY
 from tests.unit.kubesim.world import batch_job, job_condition, pod_condition, pool, world
 
 
@@ -124,3 +128,24 @@ def test_pods_on_a_deleted_node_fail_and_the_job_replaces_them() -> None:
     assert pod_condition(lost, "DisruptionTarget")["reason"] == "DeletionByPodGC"
     running = [p for p in w.pods() if p["status"]["phase"] == "Running"]
     assert len(running) == 1 and running[0]["spec"]["nodeName"] != first["spec"]["nodeName"]
+
+
+def test_a_job_managed_by_another_controller_is_left_alone_and_its_manager_is_immutable() -> None:
+    """JobManagedBy (GA in Kubernetes 1.35): a Job whose spec.managedBy is not kubernetes.io/job-controller
+    gets no pods and no status from the built-in controller (MultiKueue's and gpufed's hub copies), and
+    the field cannot be changed afterwards."""
+    w = world({"name": "c", "nodePools": [pool("h", 1)]})
+    managed = batch_job("hubjob", {"nvidia.com/gpu": 1}, duration=10, backoffLimit=0)
+    managed["spec"]["managedBy"] = "gpufed.io/broker"
+    w.store.create("jobs.batch", managed)
+    builtin = batch_job("plain", {"nvidia.com/gpu": 1}, duration=10, backoffLimit=0)
+    builtin["spec"]["managedBy"] = "kubernetes.io/job-controller"
+    w.store.create("jobs.batch", builtin)
+    w.advance(30)
+    assert [p["metadata"]["labels"]["batch.kubernetes.io/job-name"] for p in w.pods()] == ["plain"]
+    assert not w.job("hubjob").get("status")
+    assert job_condition(w.job("plain"), "Complete") is not None
+    old = w.job("hubjob")
+    new = {**old, "spec": {**old["spec"], "managedBy": "kubernetes.io/job-controller"}}
+    with pytest.raises(Exception, match=r"spec\.managedBy"):
+        validation.validate_update(BY_KEY["jobs.batch"], old, new)
