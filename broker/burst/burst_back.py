@@ -14,8 +14,11 @@ For one cloud job (`Candidate`), in order:
 3. Restart cost, in time: the grace period (it still runs, and is paid, on the cloud while it saves)
    + the work lost since its last checkpoint (0 when it saves on SIGTERM as the contract asks and no
    periodic progress is known; all of it when it does not checkpoint) + `startup_seconds` on-prem.
-4. Remaining time: the caller's estimate (its durationSeconds less its progress, else the run-time
-   model's heavy-tail-aware time left, broker.burst.wait_prediction). The move must leave it at least
+4. Remaining time: the caller's estimate (`time_left`: its durationSeconds less its progress, else the
+   median of the observed runs of its shape that lasted longer than it has run, less what it has run:
+   run times are heavy-tailed, so a job that has run long is likely a long one; its tenant's runs of
+   that shape on its own product first, else on any product, else broker.burst.wait_prediction's
+   fallbacks). The move must leave it at least
    `min_remaining_ratio` x the restart cost to run (so the finish is at most 1/ratio later than staying).
 5. Saving: the cloud time it would still run, less the grace period it still runs there, at its price:
    price x GPUs x (remaining - grace) / 3600; at least `min_saving_dollars`.
@@ -37,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from broker.burst.wait_prediction import MIN_SAMPLES, RunTimeModel, median, shape_key
 from broker.core.model import JobRequest
 from broker.core.records import Saving
 
@@ -51,6 +55,7 @@ __all__ = [
     "choose",
     "decide",
     "queued_demand",
+    "time_left",
 ]
 
 
@@ -225,6 +230,27 @@ def choose(
             }
             left[key] = OnPremPool(p.cluster, p.product, free, fits, p.free_since_seconds)
     return out
+
+
+def time_left(model: RunTimeModel, request: JobRequest, product: str, elapsed: float) -> tuple[float, str]:
+    """(seconds a running job has still to run, the basis as a person reads it); see rule 4.
+
+    Burst-back asks about jobs that have run a while on a cloud product whose runs are few; the shape's
+    runs on the other products (on-prem, where most run) say more than the model's bare fallback (10%
+    of the expectation once past every run of its product)."""
+    if request.duration_seconds is not None and request.duration_seconds > 0:
+        return max(0.0, request.duration_seconds - elapsed), "its durationSeconds"
+    own = shape_key(request, product)
+    shape = own.rsplit("/", 1)[1]
+    prefix = f"{request.tenant}/"
+    pooled = [
+        s for k, v in model.samples.items() if k.startswith(prefix) and k.endswith(f"/{shape}") for s in v
+    ]
+    for key, seen in ((own, model.samples.get(own, ())), (f"{request.tenant}/*/{shape}", pooled)):
+        longer = [s for s in seen if s > elapsed]
+        if len(longer) >= MIN_SAMPLES:
+            return median(longer) - elapsed, f"median of {len(longer)} longer runs of {key}"
+    return model.remaining(request, product, elapsed), model.expected(request, product).basis
 
 
 def queued_demand(cluster: str, product: str, queued: Iterable[JobRequest]) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from broker.burst.burst_back import Candidate, FreeHistory, OnPremPool, choose, queued_demand
+from broker.burst.burst_back import Candidate, FreeHistory, OnPremPool, choose, queued_demand, time_left
 from broker.burst.wait_prediction import RunTimeModel
 from broker.controller.base import ControllerBase
 from broker.core.errors import Conflict, NotFound
@@ -179,11 +179,7 @@ class BurstingBack(ControllerBase):
         assert where is not None  # _cloud_price > 0 only for placed jobs
         req = record.request
         elapsed = max(0.0, now - record.updated_at)  # RUNNING since (as spend times a run)
-        if req.duration_seconds is not None and req.duration_seconds > 0:
-            remaining, basis = max(0.0, req.duration_seconds - elapsed), "its durationSeconds"
-        else:
-            remaining = model.remaining(req, where.product, elapsed)
-            basis = model.expected(req, where.product).basis
+        remaining, basis = time_left(model, req, where.product, elapsed)
         grace, last = self.checkpoint_of(record)
         return Candidate(
             job_id=record.id,
