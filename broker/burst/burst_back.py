@@ -25,8 +25,8 @@ For one cloud job (`Candidate`), in order:
 6. Capacity: an on-prem pool (cluster, product) it accepts whose GPUs have been free for
    `free_for_seconds` (the least free over that window: `FreeHistory`), less what the jobs still queued
    for that pool ask for (`queued_demand`: the queue comes first; burst-back takes only what nobody waits
-   for), and whose nodes hold its pods now. Jobs are taken by saving, largest first; each takes its GPUs
-   off the pool it is given.
+   for) and less `keep_free_gpus` (kept for what arrives next), and whose nodes hold its pods now.
+   Jobs are taken by saving, largest first; each takes its GPUs off the pool it is given.
 
 Every verdict carries its numbers and a one-line reason for the job's events:
 "burst-back: est. $41.20 saved (5.1 h left on cloud-burst at $1.00/GPU-h x 8); restart costs 3 min;
@@ -76,6 +76,7 @@ class BurstBackSettings:
     min_remaining_ratio: float = 4.0  # remaining run >= this x the restart cost
     startup_seconds: float = 60.0  # scheduling, image pull and start on-prem
     move_without_checkpoint: bool = False  # also move jobs that do not checkpoint (from scratch)
+    keep_free_gpus: int = 0  # GPUs of each on-prem pool burst-back leaves free for what arrives next
     tenants: Mapping[str, BurstBackPolicy] = field(default_factory=dict)
 
     def policy_of(self, tenant: str) -> BurstBackPolicy:
@@ -125,8 +126,12 @@ class OnPremPool:
     pods_that_fit: Mapping[int, int]  # GPUs per pod -> pods of that size its nodes hold now
     free_since_seconds: float = 0.0  # how long it has had at least one GPU free (for the reason)
 
-    def holds(self, gpus_per_pod: int, pods: int) -> bool:
-        return self.stable_free >= gpus_per_pod * pods and self.pods_that_fit.get(gpus_per_pod, 0) >= pods
+    def holds(self, gpus_per_pod: int, pods: int, keep_free: int = 0) -> bool:
+        """Its nodes hold the pods now, and its stable free GPUs less `keep_free` cover them."""
+        return (
+            self.stable_free - keep_free >= gpus_per_pod * pods
+            and self.pods_that_fit.get(gpus_per_pod, 0) >= pods
+        )
 
 
 @dataclass(frozen=True)
@@ -189,7 +194,7 @@ def decide(
         for p in pools
         if (not job.products or p.product in job.products)
         and (not job.clusters or p.cluster in job.clusters)
-        and p.holds(job.gpus_per_pod, job.pods)
+        and p.holds(job.gpus_per_pod, job.pods, settings.keep_free_gpus)
     ]
     if not fitting:
         return stay(

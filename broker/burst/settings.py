@@ -25,6 +25,7 @@ reads (`BurstSettings`). Every error names the field:
           minRemainingRatio: 4         # time left >= this x the restart cost (grace + lost + startup)
           startupSeconds: 60           # start-up on-prem, counted in the restart cost
           moveWithoutCheckpoint: false # true: also move jobs that do not checkpoint (from scratch)
+          keepFreeGpus: 0              # GPUs of each on-prem pool left free for what arrives next
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class BurstBackConfig(_Strict):
     )
     startup_seconds: float = Field(default=60.0, alias="startupSeconds", ge=0, le=86400, allow_inf_nan=False)
     move_without_checkpoint: bool = Field(default=False, alias="moveWithoutCheckpoint")
+    keep_free_gpus: int = Field(default=0, alias="keepFreeGpus", ge=0, le=100_000)
 
 
 class PoolConfig(_Strict):
@@ -160,6 +162,7 @@ class BurstConfig(_Strict):
             min_remaining_ratio=b.min_remaining_ratio,
             startup_seconds=b.startup_seconds,
             move_without_checkpoint=b.move_without_checkpoint,
+            keep_free_gpus=b.keep_free_gpus,
             tenants={n: t.burst_back for n, t in self.tenants.items() if t.burst_back is not None},
         )
 

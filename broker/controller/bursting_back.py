@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.burst.burst_back import Candidate, FreeHistory, OnPremPool, choose, queued_demand, time_left
 from broker.burst.wait_prediction import RunTimeModel
@@ -49,10 +50,13 @@ class BurstBackState:
 class BurstingBack(ControllerBase):
     burst_back_state: BurstBackState
 
-    def migrate_job(self, job_id: str, *, to_cluster: str | None, reason: str, by: str) -> JobRecord:
-        """Stop the job's attempt through its checkpoint path and requeue it to `to_cluster`: the
-        migration of issue 25 part A, which replaces this at merge."""
-        raise NotImplementedError("migrate_job: the checkpoint stop path is not in this build")
+    if TYPE_CHECKING:  # the hook, typed: provided by the migration mixin (issue 25 part A)
+
+        def migrate_job(self, job_id: str, *, to_cluster: str | None, reason: str, by: str) -> JobRecord:
+            """Stop the job's attempt through its checkpoint path and requeue it to `to_cluster`. Only a
+            declaration here (no body at run time), so the migration's own method is the one called
+            whatever the order of BrokerService's bases."""
+            ...
 
     def checkpoint_of(self, record: JobRecord) -> tuple[float | None, float | None]:
         """(grace period in seconds, or None when the job does not checkpoint; its progress into this
@@ -90,6 +94,8 @@ class BurstingBack(ControllerBase):
         state.moved = {j: t for j, t in state.moved.items() if now - t < settings.cooldown_seconds}
         running = [r for r in self._placed_jobs() if r.state is JobState.RUNNING and self._cloud_price(r) > 0]
         if not running:
+            return []
+        if not hasattr(self, "migrate_job"):  # a build without the migration (issue 25 part A)
             return []
         pools = self._stable_pools(now, window)
         if not pools:

@@ -114,6 +114,13 @@ def test_jobs_share_the_free_gpus_the_largest_saving_first() -> None:
     assert [v.move for v in choose(halves, [POOL], SETTINGS, NOW)] == [True, True, False]
 
 
+def test_gpus_kept_free_for_arrivals_are_not_taken() -> None:
+    roomy = OnPremPool("onprem-b", "H100-80GB", 16, {8: 2}, 60.0)
+    keep = BurstBackSettings(keep_free_gpus=8)
+    assert not decide(JOB, [POOL], keep, NOW).move  # 8 free, 8 kept
+    assert decide(JOB, [POOL, roomy], keep, NOW).to_cluster == "onprem-b"
+
+
 def test_the_pool_with_the_most_left_over_is_taken() -> None:
     roomy = OnPremPool("onprem-b", "H100-80GB", 16, {8: 2}, 60.0)
     assert decide(JOB, [POOL, roomy], SETTINGS, NOW).to_cluster == "onprem-b"
@@ -144,12 +151,12 @@ def test_free_history_counts_only_gpus_free_for_the_whole_window() -> None:
 def test_the_settings_name_the_field_and_carry_the_tenant_policy() -> None:
     config = BurstConfig.model_validate(
         {
-            "burstBack": {"freeForSeconds": 120, "cooldownSeconds": 600},
+            "burstBack": {"freeForSeconds": 120, "cooldownSeconds": 600, "keepFreeGpus": 8},
             "tenants": {"vision": {"burstBack": "never"}},
         }
     )
     s = config.settings().burst_back
-    assert (s.free_for_seconds, s.cooldown_seconds) == (120, 600)
+    assert (s.free_for_seconds, s.cooldown_seconds, s.keep_free_gpus) == (120, 600, 8)
     assert s.policy_of("vision") is BurstBackPolicy.NEVER
     assert s.policy_of("ml") is BurstBackPolicy.AUTO
     with pytest.raises(ValueError, match=r"burstBack\.minRemainingRatio"):
