@@ -10,7 +10,7 @@ For one cloud job (`Candidate`), in order:
    checkpoints is moved (a stop is a pause: it resumes from its checkpoint); a job that does not would
    restart from scratch, which `settings.burst.burstBack.moveWithoutCheckpoint: true` allows, with all
    its elapsed time counted as lost.
-2. Cooldown: a job moved (by burst-back or by hand) less than `cooldown_seconds` ago stays (never bounced).
+2. Cooldown: a job burst-back moved less than `cooldown_seconds` ago stays (never bounced).
 3. Restart cost, in time: the grace period (it still runs, and is paid, on the cloud while it saves)
    + the work lost since its last checkpoint (0 when it saves on SIGTERM as the contract asks and no
    periodic progress is known; all of it when it does not checkpoint) + `startup_seconds` on-prem.
@@ -101,7 +101,7 @@ class Candidate:
     last_checkpoint_seconds: float | None = None  # its progress (into this attempt) at its last checkpoint
     products: tuple[str, ...] = ()  # the GPU products it accepts (empty: any)
     clusters: tuple[str, ...] = ()  # the clusters it is restricted to (empty: any)
-    moved_at: float | None = None  # when it was last moved on purpose (cooldown)
+    moved_at: float | None = None  # when burst-back last moved it (cooldown)
 
     @property
     def checkpoints(self) -> bool:
@@ -204,7 +204,7 @@ def decide(
             restart,
         )
     # the pool with the most GPUs left over after it (keep the tight fits for the queue), then by name
-    pool = max(fitting, key=lambda p: (p.stable_free - job.gpus, p.cluster, p.product))
+    pool = min(fitting, key=lambda p: (job.gpus - p.stable_free, p.cluster, p.product))
     reason = (
         f"burst-back: est. ${saving:.2f} saved ({_human(remaining)} left on {job.cluster} at "
         f"${job.price_per_gpu_hour:.2f}/GPU-h x {job.gpus}; {job.remaining_basis}); restart costs "

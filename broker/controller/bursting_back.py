@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from broker.burst.burst_back import Candidate, FreeHistory, OnPremPool, choose, queued_demand, time_left
 from broker.burst.wait_prediction import RunTimeModel
 from broker.controller.base import ControllerBase
-from broker.core.errors import Conflict, NotFound
+from broker.core.errors import Conflict, Fenced, NotFound
 from broker.core.model import ClusterSummary, JobRecord, JobState, Tier
 from broker.core.records import Saving
 from broker.health import failover
@@ -114,6 +114,13 @@ class BurstingBack(ControllerBase):
                 )
             except (Conflict, NotFound):
                 continue  # it moved on meanwhile (finished, cancelled, moved by hand)
+            except Fenced:
+                raise  # this replica no longer leads: the pass ends (control_loop)
+            except Exception:
+                log.exception(
+                    "burst-back of %s to %s failed; the others go on", record.id, verdict.to_cluster
+                )
+                continue
             state.moved[record.id] = now
             self._event(record, verdict.reason)
             self.burst.ledger.add_saving(

@@ -39,6 +39,7 @@ H100 = "H100-80GB"
 PRICE = 4.25
 TRAITS = {
     "op": ClusterTraits("op"),
+    "op2": ClusterTraits("op2"),
     "cloud": ClusterTraits("cloud", tier=Tier.CLOUD, price_per_gpu_hour={H100: PRICE}),
 }
 
@@ -70,7 +71,11 @@ class Moving(BrokerService):
 
     migrations: list[tuple[str, str | None, str, str]]
 
+    failing: set[str]  # job ids whose move fails (a fault in the member cluster, say)
+
     def migrate_job(self, job_id: str, *, to_cluster: str | None, reason: str, by: str) -> JobRecord:
+        if job_id in self.failing:
+            raise RuntimeError("member API exploded")
         self.migrations.append((job_id, to_cluster, reason, by))
         return self.get(job_id)
 
@@ -91,7 +96,7 @@ class World:
         self.ledger = CountingLedger(store.client, store.prefix)
         gate = BurstGate(self.ledger, BurstSettings(burst_back=settings))
         self.svc = Moving(store, self.gw, self.clock, TRAITS, burst=gate)
-        self.svc.migrations = []
+        self.svc.migrations, self.svc.failing = [], set()
         self.loop = ControlLoop(self.svc)
         self.op_free = 0
         self.summaries()
@@ -99,6 +104,7 @@ class World:
     def summaries(self) -> None:
         """What the pollers write every heartbeat (a new version each time: the cache's generation moves)."""
         self.store.put_summary(h100("op", self.op_free, self.clock.t))
+        self.store.put_summary(h100("op2", self.op_free, self.clock.t))
         self.store.put_summary(h100("cloud", 8, self.clock.t, Tier.CLOUD))
 
     def tick(self, seconds: float) -> None:
@@ -181,11 +187,11 @@ def test_no_move_for_a_tenant_that_says_never_a_job_that_does_not_checkpoint_or_
 def test_the_queue_comes_first(store: RedisStateStore) -> None:
     w = World(store, SETTINGS)
     w.run_on_cloud("ckpt-train", duration_seconds=4 * 3600)
-    # a job that may only run on-prem waits for op; op's free GPUs are its, not burst-back's
+    # jobs that may only run on-prem wait for op and op2; their free GPUs are theirs, not burst-back's
     waiting, _ = w.svc.submit(JobRequest(name="onprem-only", tenant="ml", gpus_per_pod=8, clusters=("op",)))
+    w.svc.submit(JobRequest(name="onprem-only-2", tenant="ml", gpus_per_pod=8, clusters=("op2",)))
     w.svc.migrations.clear()
     w.op_free = 8
-    w.store.put_summary(h100("op", 8, w.clock.t))
     for _ in range(12):
         w.clock.t += 30
         w.summaries()
@@ -193,3 +199,19 @@ def test_the_queue_comes_first(store: RedisStateStore) -> None:
         w.svc.burst_back()  # without the scheduling pass: the queued job still waits
     assert w.svc.get(waiting.id).state is JobState.QUEUED
     assert w.svc.migrations == []
+
+
+def test_a_move_that_fails_is_logged_and_the_others_go_on(
+    store: RedisStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    w = World(store, SETTINGS)
+    first = w.run_on_cloud("ckpt-a", duration_seconds=6 * 3600)  # the larger saving: tried first
+    second = w.run_on_cloud("ckpt-b", duration_seconds=3 * 3600)
+    w.svc.failing.add(first)
+    w.op_free = 8  # op and op2 free up: one node each
+    for _ in range(40):
+        w.tick(10)
+        if w.svc.migrations:
+            break
+    assert [m[0] for m in w.svc.migrations] == [second]
+    assert any(f"burst-back of {first}" in r.getMessage() and r.exc_info for r in caplog.records)
