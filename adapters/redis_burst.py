@@ -7,8 +7,9 @@ BurstLedger port):
     P:burst:rt-keys          set   the shape keys that have a list
     P:spend:runs             hash  "<job id>:<attempt>" -> Run (JSON); HSETNX, so an attempt counts once
     P:burst:verdict          hash  job id -> "wait" | "burst", the last decision (hysteresis)
+    P:spend:avoided          hash  "<job id>:<attempt>" -> Saving (JSON): cloud cost a burst-back avoided
 
-Runs older than RUN_RETENTION_SECONDS are dropped when a new one is added (a month's budget period
+Runs (and savings) older than RUN_RETENTION_SECONDS are dropped when a new one is added (a month's budget period
 and the one before it stay readable).
 """
 
@@ -20,9 +21,11 @@ from pydantic import TypeAdapter
 from broker.burst.spend import Run
 from broker.burst.wait_prediction import SAMPLE_LIMIT
 from broker.core.errors import StoreError
+from broker.core.records import Saving
 
 RUN_RETENTION_SECONDS = 70 * 86400.0
 _RUN = TypeAdapter(Run)
+_SAVING = TypeAdapter(Saving)
 
 
 def _text(v: bytes | str) -> str:
@@ -100,6 +103,30 @@ class RedisBurstLedger:
             self._r.hdel(self._k("burst", "verdict"), job_id)
         except redis.RedisError as e:
             raise StoreError(f"forgetting a burst verdict: {e}") from e
+
+    def add_saving(self, saving: Saving) -> bool:
+        key = self._k("spend", "avoided")
+        try:
+            added = bool(self._r.hsetnx(key, f"{saving.job_id}:{saving.attempt}", _SAVING.dump_json(saving)))
+            if added:
+                old = [f for f, s in self._savings().items() if s.at < saving.at - RUN_RETENTION_SECONDS]
+                if old:
+                    self._r.hdel(key, *old)
+            return added
+        except redis.RedisError as e:
+            raise StoreError(f"adding a saving: {e}") from e
+
+    def _savings(self) -> dict[str, Saving]:
+        raw = self._r.hgetall(self._k("spend", "avoided"))
+        return {_text(f): _SAVING.validate_json(v) for f, v in raw.items()}
+
+    def savings(self, since: float) -> list[Saving]:
+        try:
+            return sorted(
+                (s for s in self._savings().values() if s.at >= since), key=lambda s: (s.at, s.job_id)
+            )
+        except redis.RedisError as e:
+            raise StoreError(f"reading savings: {e}") from e
 
 
 __all__ = ["RUN_RETENTION_SECONDS", "RedisBurstLedger"]

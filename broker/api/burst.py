@@ -2,7 +2,9 @@
 
     GET /v1/spend    each tenant's cloud spend this period: spent (finished runs), committed (its cloud
                      jobs still running, at their expected run time), budget, left, whether over it;
-                     a user sees its own tenant only, admins and viewers every tenant
+                     a user sees its own tenant only, admins and viewers every tenant; avoided: the
+                     cloud cost burst-back moves are expected to have saved it this period (movedBack:
+                     how many moves)
 
 Owns the JSON shapes; api.py routes to them.
 """
@@ -50,6 +52,8 @@ def spend_view(views: FleetViews, principal: Principal) -> dict[str, Any]:
                 "hardBudget": bool(s.budget and s.budget.hard),
                 "left": None if s.left is None else round(s.left, 4),
                 "overBudget": s.over,
+                "avoided": round(s.avoided, 4),
+                "movedBack": s.moved_back,
             }
         )
     return {"items": items}

@@ -141,14 +141,19 @@ class BurstGate:
     ) -> dict[str, TenantSpend]:
         """Spend outside a pass (GET /v1/spend)."""
         model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
-        return self._spend(now, active, model, traits)
+        return self._spend(now, active, model, traits, with_savings=True)
 
     def spend(self, traits: Mapping[str, ClusterTraits]) -> dict[str, TenantSpend]:
         """Each tenant's spend this period, with its cloud jobs still running as committed cost."""
         return self._spend(self._now, self.active(), self.model(), traits)
 
     def _spend(
-        self, now: float, active: list[JobRecord], model: RunTimeModel, traits: Mapping[str, ClusterTraits]
+        self,
+        now: float,
+        active: list[JobRecord],
+        model: RunTimeModel,
+        traits: Mapping[str, ClusterTraits],
+        with_savings: bool = False,
     ) -> dict[str, TenantSpend]:
         budgets = self.settings.budgets()
         committed: dict[str, float] = {}
@@ -163,14 +168,18 @@ class BurstGate:
             committed[r.request.tenant] = (
                 committed.get(r.request.tenant, 0.0) + price * where.total_units * run / 3600
             )
-        return self._settled(now, committed)
+        return self._settled(now, committed, with_savings)
 
-    def _settled(self, now: float, committed: Mapping[str, float] | None = None) -> dict[str, TenantSpend]:
-        """Each tenant's spend this period from the ledger's runs (and `committed` beside it)."""
+    def _settled(
+        self, now: float, committed: Mapping[str, float] | None = None, with_savings: bool = False
+    ) -> dict[str, TenantSpend]:
+        """Each tenant's spend this period from the ledger's runs (and `committed` beside it); with
+        with_savings, what burst-back saved it (read only for the spend view, not by the passes)."""
         budgets = self.settings.budgets()
         periods = {Period.MONTH} | {b.period for b in budgets.values()}
         earliest = min(period_start(now, p) for p in periods)
-        return spend_by_tenant(self.ledger.runs(earliest), budgets, now, committed)
+        savings = self.ledger.savings(earliest) if with_savings else ()
+        return spend_by_tenant(self.ledger.runs(earliest), budgets, now, committed, savings=savings)
 
     def decide(
         self,

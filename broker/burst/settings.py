@@ -12,9 +12,20 @@ reads (`BurstSettings`). Every error names the field:
           ml-research:
             maxWaitSeconds: 300
             budget: {amount: 200, period: month}     # day | week | month (UTC)
+            burstBack: never           # auto (the default: checkpointing jobs) | never
         pools:                         # cloud clusters: what the decision needs beyond the price
           cloud-burst: {provisioningDelaySeconds: 90, minNodes: 0, maxNodes: 4, gpusPerNode: 8,
                         product: L4, interruptionsPerHour: 0.5}
+        burstBack:                     # moving cloud jobs back on-prem (broker.burst.burst_back)
+          policy: auto                 # the tenants' default: auto | never
+          intervalSeconds: 30          # at most one evaluation this often, and only after a change
+          freeForSeconds: 300          # on-prem GPUs must have been free this long
+          cooldownSeconds: 1800        # a job moved is not moved again this soon
+          minSavingDollars: 1          # the least expected saving worth a move
+          minRemainingRatio: 4         # time left >= this x the restart cost (grace + lost + startup)
+          startupSeconds: 60           # start-up on-prem, counted in the restart cost
+          moveWithoutCheckpoint: false # true: also move jobs that do not checkpoint (from scratch)
+          keepFreeGpus: 0              # GPUs of each on-prem pool left free for what arrives next
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from broker.burst.burst_back import BurstBackPolicy, BurstBackSettings
 from broker.burst.spend import Budget, Period
 
 __all__ = ["BurstConfig", "BurstSettings", "PoolSettings", "TenantBurst"]
@@ -49,6 +61,29 @@ class TenantBurstConfig(_Strict):
         default=None, alias="maxWaitSeconds", ge=0, le=MAX_WAIT_LIMIT, allow_inf_nan=False
     )
     budget: BudgetConfig | None = None
+    burst_back: BurstBackPolicy | None = Field(default=None, alias="burstBack")
+
+
+class BurstBackConfig(_Strict):
+    policy: BurstBackPolicy = BurstBackPolicy.AUTO
+    interval_seconds: float = Field(
+        default=30.0, alias="intervalSeconds", ge=0, le=86400, allow_inf_nan=False
+    )
+    free_for_seconds: float = Field(
+        default=300.0, alias="freeForSeconds", ge=0, le=86400, allow_inf_nan=False
+    )
+    cooldown_seconds: float = Field(
+        default=1800.0, alias="cooldownSeconds", ge=0, le=MAX_WAIT_LIMIT, allow_inf_nan=False
+    )
+    min_saving_dollars: float = Field(
+        default=1.0, alias="minSavingDollars", ge=0, le=1e9, allow_inf_nan=False
+    )
+    min_remaining_ratio: float = Field(
+        default=4.0, alias="minRemainingRatio", ge=0, le=1000, allow_inf_nan=False
+    )
+    startup_seconds: float = Field(default=60.0, alias="startupSeconds", ge=0, le=86400, allow_inf_nan=False)
+    move_without_checkpoint: bool = Field(default=False, alias="moveWithoutCheckpoint")
+    keep_free_gpus: int = Field(default=0, alias="keepFreeGpus", ge=0, le=100_000)
 
 
 class PoolConfig(_Strict):
@@ -81,6 +116,7 @@ class BurstConfig(_Strict):
     )
     tenants: dict[str, TenantBurstConfig] = Field(default_factory=dict)
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    burst_back: BurstBackConfig = Field(default_factory=BurstBackConfig, alias="burstBack")
 
     @field_validator("tenants")
     @classmethod
@@ -112,6 +148,22 @@ class BurstConfig(_Strict):
                 )
                 for n, p in self.pools.items()
             },
+            burst_back=self._burst_back(),
+        )
+
+    def _burst_back(self) -> BurstBackSettings:
+        b = self.burst_back
+        return BurstBackSettings(
+            policy=b.policy,
+            interval_seconds=b.interval_seconds,
+            free_for_seconds=b.free_for_seconds,
+            cooldown_seconds=b.cooldown_seconds,
+            min_saving_dollars=b.min_saving_dollars,
+            min_remaining_ratio=b.min_remaining_ratio,
+            startup_seconds=b.startup_seconds,
+            move_without_checkpoint=b.move_without_checkpoint,
+            keep_free_gpus=b.keep_free_gpus,
+            tenants={n: t.burst_back for n, t in self.tenants.items() if t.burst_back is not None},
         )
 
 
@@ -137,6 +189,7 @@ class BurstSettings:
     default_run_seconds: float = 3600.0
     tenants: Mapping[str, TenantBurst] = field(default_factory=dict)
     pools: Mapping[str, PoolSettings] = field(default_factory=dict)
+    burst_back: BurstBackSettings = field(default_factory=BurstBackSettings)
 
     def max_wait(self, tenant: str, own: float | None) -> float:
         """The job's own maxWaitSeconds, else its tenant's, else the fleet's."""

@@ -11,6 +11,8 @@ Pure (no I/O, no clock). Owns:
   (week, month) is charged to each for the time it ran in it, as a cloud bill is.
 - `budget_left`: the budget less the period's settled spend, less what the tenant's cloud jobs still
   running are expected to cost in all (so many bursts at once cannot overshoot the budget together).
+- `avoided`: the cloud cost burst-back moves are expected to avoid in the period (broker.burst.burst_back's
+  Savings, counted when the move is made), beside the spend.
 - `hard_budget_stops`: with a hard budget, the cloud runs to stop now: every one of the tenant's, once
   what its period's settled runs cost plus what its running ones have run up so far reaches the budget.
 """
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from broker.core.records import Run
+from broker.core.records import Run, Saving
 
 __all__ = [
     "Budget",
@@ -87,6 +89,8 @@ class TenantSpend:
     committed: float  # expected cost of its cloud jobs still running
     budget: Budget | None
     period_start: float
+    avoided: float = 0.0  # cloud cost burst-back moves are expected to avoid this period (est.)
+    moved_back: int = 0  # burst-back moves this period
 
     @property
     def left(self) -> float | None:
@@ -106,16 +110,20 @@ def spend_by_tenant(
     now: float,
     committed: Mapping[str, float] | None = None,
     default_period: Period = Period.MONTH,
+    savings: Iterable[Saving] = (),
 ) -> dict[str, TenantSpend]:
-    """Each tenant's spend in its current period (its budget's, else `default_period`)."""
+    """Each tenant's spend in its current period (its budget's, else `default_period`), with what
+    burst-back saved it in that period (`savings`)."""
     runs = list(runs)
+    savings = list(savings)
     committed = committed or {}
-    tenants = {r.tenant for r in runs} | set(budgets) | set(committed)
+    tenants = {r.tenant for r in runs} | set(budgets) | set(committed) | {s.tenant for s in savings}
     out: dict[str, TenantSpend] = {}
     for t in sorted(tenants):
         budget = budgets.get(t)
         since = period_start(now, budget.period if budget else default_period)
         mine = [r for r in runs if r.tenant == t and r.ended_at >= since]
+        saved = [s for s in savings if s.tenant == t and s.at >= since]
         out[t] = TenantSpend(
             tenant=t,
             spent=sum(r.cost_since(since) for r in mine),
@@ -124,6 +132,8 @@ def spend_by_tenant(
             committed=committed.get(t, 0.0),
             budget=budget,
             period_start=since,
+            avoided=sum(s.dollars for s in saved),
+            moved_back=len(saved),
         )
     return out
 

@@ -49,7 +49,8 @@ def spend(
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Cloud spend per tenant this period: finished runs, running jobs' expected cost, budget left."""
+    """Cloud spend per tenant this period: finished runs, running jobs' expected cost, budget left, and
+    the cloud cost burst-back saved (SAVED: shown once any tenant has one, always with -o wide)."""
     body = fetch("GET", "/v1/spend", server, token, context)
 
     def money(v: float | None) -> str:
@@ -57,6 +58,9 @@ def spend(
 
     def table(wide: bool) -> str:
         headers = ["TENANT", "PERIOD", "SPENT", "RUNNING", "BUDGET", "LEFT"]
+        saved = wide or any(t.get("avoided") for t in body["items"])
+        if saved:
+            headers.insert(3, "SAVED")
         if wide:
             headers[3:3] = ["GPU-HOURS", "RUNS"]
         rows = []
@@ -70,6 +74,9 @@ def spend(
                 money(t["budget"]),
                 left,
             ]
+            if saved:
+                n = t.get("movedBack", 0)
+                row.insert(3, money(t.get("avoided", 0.0)) + (f" ({n} moved back)" if n else ""))
             if wide:
                 row[3:3] = [f"{t['gpuHours']:.2f}", str(t["runs"])]
             rows.append(row)

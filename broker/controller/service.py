@@ -5,7 +5,7 @@ stores many at once), get, jobs, events, cancel (CANCELLED by compare-and-set fi
 deleted; a dispatch that created the Job meanwhile sees CANCELLED and deletes it). The read views (fleet,
 explain, the queue's positions, wait predictions, spend) are broker.api.views'. The control loop's steps are the reconcilers'
 (broker/controller: observe_clusters in clusters, sync_status in status_sync, enforce_budgets in budgets,
-schedule_once in scheduling with preempting and dispatching, sweep_orphans in sweeping), over one state
+schedule_once in scheduling with preempting and dispatching, burst_back in bursting_back, sweep_orphans in sweeping), over one state
 writer (broker.controller.state_writer) and the leader's in-memory job records (job_records). Every
 decision is delegated to the pure core (placement, hints, lifecycle, queueing, preemption).
 """
@@ -26,6 +26,7 @@ from broker.cache.fleet_cache import FleetCache
 from broker.controller import faults
 from broker.controller.base import ServiceSettings
 from broker.controller.budgets import Budgets
+from broker.controller.bursting_back import BurstBackState, BurstingBack
 from broker.controller.clusters import ClusterWatch
 from broker.controller.dispatch import Dispatcher, InlineDispatcher
 from broker.controller.dispatching import DISPATCH_BACKOFF_MAX_SECONDS
@@ -74,7 +75,7 @@ def new_job_id() -> str:
     return f"j{_ids.getrandbits(48):012x}"
 
 
-class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets):
+class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack):
     def __init__(
         self,
         store: StateStore,
@@ -133,6 +134,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets):
         self._next_resync = float("-inf")
         self._held_back: dict[str, set[str]] = {}
         self._cache_observed = False  # observe_clusters refreshed the FleetCache (sync_status reuses it)
+        self.burst_back_state = BurstBackState()  # burst-back's memory between passes (bursting_back)
 
     def submit(self, request: JobRequest, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
         """Accept a job into the global queue. Returns (record, created); a seen key returns the first job."""

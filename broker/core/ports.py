@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobPage, JobQuery
 from broker.core.model import ClusterEvent, ClusterSummary, JobEvent, JobRecord, JobState, Reservation
-from broker.core.records import NodeDetail, Run
+from broker.core.records import NodeDetail, Run, Saving
 from broker.core.workloads import WorkloadRef, WorkloadStatus
 
 
@@ -277,6 +277,14 @@ class BurstLedger(Protocol):
     def set_verdict(self, job_id: str, verdict: str) -> None: ...
 
     def forget(self, job_id: str) -> None: ...
+
+    def add_saving(self, saving: Saving) -> bool:
+        """Count the cloud cost a burst-back move avoids; False when that attempt was already counted."""
+        ...
+
+    def savings(self, since: float) -> list[Saving]:
+        """The savings recorded at or after `since`."""
+        ...
 
 
 class JobLister(Protocol):

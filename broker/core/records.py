@@ -1,15 +1,16 @@
 """Records the store keeps beside jobs and summaries, shared by the ports and the pure core.
 
-Owns two plain, frozen shapes: NodeDetail (with NodeMig, NodeNuma), a node's row in the fleet view that
+Owns plain, frozen shapes: NodeDetail (with NodeMig, NodeNuma), a node's row in the fleet view that
 the pollers write per cluster (built by broker.capacity.node_detail), and Run, one attempt's run on a priced
-cluster, the unit of cloud spend (accounted by broker.burst.spend). Pure: no I/O, no clock.
+cluster, the unit of cloud spend (accounted by broker.burst.spend), and Saving, the cloud cost a burst-back
+move is expected to avoid. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["NodeDetail", "NodeMig", "NodeNuma", "Run"]
+__all__ = ["NodeDetail", "NodeMig", "NodeNuma", "Run", "Saving"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,17 @@ class Run:
 
     def cost_since(self, since: float) -> float:
         return self.price_per_gpu_hour * self.gpu_hours_since(since)
+
+
+@dataclass(frozen=True)
+class Saving:
+    """The cloud cost one move back on-prem is expected to avoid (broker.burst.burst_back; `gpufed spend`)."""
+
+    job_id: str
+    attempt: int  # the cloud attempt that was stopped
+    tenant: str
+    cluster: str  # the cloud cluster it left
+    to_cluster: str
+    at: float
+    dollars: float
+    gpu_hours: float

@@ -431,6 +431,8 @@ def test_get_explain_and_spend_show_the_prediction_and_each_tenants_own_spend(
             "hardBudget": False,
             "left": 200.0,
             "overBudget": False,
+            "avoided": 0.0,
+            "movedBack": 0,
         }
     ]
     assert call(app, bob, "GET", "/v1/spend").json()["items"] == []  # another tenant's spend is not shown

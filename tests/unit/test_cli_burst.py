@@ -137,3 +137,15 @@ def test_explain_shows_where_and_when_it_would_start_on_prem(
     assert (
         "queue: position 4 for tenant ml: behind 3 jobs\npredicted on-prem start in 42 min on onprem-b" in out
     )
+
+
+def test_spend_shows_what_burst_back_saved_once_a_tenant_has_a_saving(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved = [dict(SPEND["items"][1], avoided=41.2, movedBack=3), dict(SPEND["items"][1], tenant="nlp")]
+    monkeypatch.setitem(SPEND, "items", saved)
+    assert cli.run(["spend", "--server", url, "--token", "t" * 20]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["TENANT", "PERIOD", "SPENT", "SAVED", "RUNNING", "BUDGET", "LEFT"]
+    assert out[1].split() == ["cv", "month", "$3.40", "$41.20", "(3", "moved", "back)", "$0.00", "-", "-"]
+    assert out[2].split() == ["nlp", "month", "$3.40", "$0.00", "$0.00", "-", "-"]  # an older API: none
