@@ -56,6 +56,7 @@ class DuplicateKeys:
         self._clock = clock
 
     def reconcile(self, restored: Sequence[JobRecord]) -> list[tuple[str, str]]:
+        """`restored`: the records rebuilt from one cluster's Jobs (written now or by an earlier try)."""
         keyed = {r.idempotency_key: r for r in restored if r.idempotency_key and not r.state.terminal}
         if not keyed:
             return []
@@ -66,9 +67,10 @@ class DuplicateKeys:
             if other_id is None or other_id == record.id:
                 continue
             other = self._store.get_job(other_id)
-            if other is None or other.state.terminal:
+            mine = self._store.get_job(record.id)  # as it is now (restored just now, or earlier)
+            if other is None or other.state.terminal or mine is None or mine.state.terminal:
                 continue
-            older, newer = sorted((record, other), key=lambda r: (r.created_at, r.id))
+            older, newer = sorted((mine, other), key=lambda r: (r.created_at, r.id))
             if self._settle(key, older, newer):
                 done.append((older.id, newer.id))
         return done

@@ -290,8 +290,8 @@ class StoreRecovery:
                     (record, JobEvent(record.id, now, record.state, record.attempt, record.reason, cluster))
                 )
             written = [r for (r, _), w in zip(items, self._store.restore_jobs(items), strict=True) if w]
-            if self._duplicates is not None:
-                self._duplicates(written)  # a key re-sent while this cluster was lost: keep the older
+            if self._duplicates is not None:  # a key re-sent while this cluster was lost: keep the older
+                self._duplicates([r for r, _ in items])  # all: a reconcile cut short is done again
             ours = {r.id for r in written}
             restored |= ours
             self._pending.discard(cluster)
