@@ -34,6 +34,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from adapters.kube_rest import ApiStatus, KubeRest, is_transient
 from broker.core.errors import ClusterRejected, ClusterUnreachable
+from broker.core.k8s_names import CLOSED_ANNOTATION
 from broker.core.workloads import WorkloadRef, WorkloadStatus
 from broker.workload.manifest import ATTEMPT_LABEL, JOB_ID_LABEL, job_id_label_value
 
@@ -291,6 +292,21 @@ class KubeGateway:
             if e.code == 404:
                 return None
             raise ClusterRejected(cluster, f"read {kind} {name}: {e.code} {e.message}") from e
+
+    def close_workload(self, cluster: str, namespace: str, name: str, note: str) -> None:
+        """broker.core.ports.WorkloadCloser: a merge-patch of the Job's gpufed.io/closed annotation."""
+        rest = self._rest(cluster)
+        body = {"metadata": {"annotations": {CLOSED_ANNOTATION: note}}}
+        try:
+            rest.request(
+                "PATCH",
+                object_path("batch/v1", "Job", namespace, name),
+                body=body,
+                content_type="application/merge-patch+json",
+            )
+        except ApiStatus as e:
+            if e.code != 404:  # gone already (its TTL ran out): nothing to mark
+                raise ClusterRejected(cluster, f"mark Job {name} closed: {e.code} {e.message}") from e
 
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
         rest = self._rest(cluster)

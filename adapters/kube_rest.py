@@ -188,10 +188,11 @@ class KubeRest:
         query: Sequence[tuple[str, Any]] = (),
         body: Any = None,
         timeout: float | tuple[float, float] | None = None,
+        content_type: str = "application/json",
     ) -> urllib3.BaseHTTPResponse:
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         req = self.api.param_serialize(
             method=method,
             resource_path=path,
@@ -220,9 +221,11 @@ class KubeRest:
         query: Sequence[tuple[str, Any]] = (),
         body: Any = None,
         timeout: float | tuple[float, float] | None = None,
+        content_type: str = "application/json",
     ) -> Obj:
-        """One request; the JSON answer as a dict. Errors as raise_for_status says."""
-        resp = self._open(method, path, query, body, timeout)
+        """One request; the JSON answer as a dict. Errors as raise_for_status says. `content_type`: the
+        body's (application/merge-patch+json for a PATCH)."""
+        resp = self._open(method, path, query, body, timeout, content_type)
         try:
             data = resp.data
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:

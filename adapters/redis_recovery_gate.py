@@ -12,11 +12,17 @@ be a retry. A key the store knows returns its job as always.
     pending_key(prefix)  the key
     RecoveryGate         set(clusters) by the leader's recovery; pending() for /v1/status and tests
     unvouched(...)       the Recovering error the API answers 503 with
+    IdempotencyKeys      the key index as broker.ha.duplicates reads and repoints it (two live jobs of
+                         one key after a cluster declared lost came back: the older is kept)
+
+A cluster declared lost (fenced) is let off: the leader's recovery leaves it out of the pending list,
+so a key re-sent while it is lost makes a new job, and broker.ha.duplicates cancels the newer of the
+two when the cluster comes back and its Job is restored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import redis
 
@@ -65,3 +71,33 @@ class RecoveryGate:
         raw = self._client.get(self._key)
         text = raw.decode() if isinstance(raw, bytes) else str(raw or "")
         return text.split(", ") if text else []
+
+
+class IdempotencyKeys:
+    """broker.ha.duplicates.KeyLedger on the store's key index (P:idem:<key>, adapters.redis_store)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self._client = client
+        self._prefix = prefix
+
+    def _key(self, key: str) -> str:
+        return f"{self._prefix}:idem:{key}"
+
+    def holders(self, keys: Sequence[str]) -> dict[str, str]:
+        if not keys:
+            return {}
+        try:
+            values = self._client.mget([self._key(k) for k in keys])
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: idempotency keys ({len(keys)}): {exc}") from exc
+        return {
+            k: v.decode() if isinstance(v, bytes) else str(v)
+            for k, v in zip(keys, values, strict=True)
+            if v is not None
+        }
+
+    def point(self, key: str, job_id: str) -> None:
+        try:
+            self._client.set(self._key(key), job_id)
+        except redis.RedisError as exc:
+            raise StoreError(f"redis: idempotency key {key}: {exc}") from exc

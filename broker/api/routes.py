@@ -40,7 +40,6 @@ static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) ev
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -60,6 +59,7 @@ from starlette.requests import ClientDisconnect
 
 from broker import telemetry
 from broker.api import lost as api_lost
+from broker.api import openapi as api_openapi
 from broker.api import validation_text
 from broker.api.audit import AuditMiddleware, add_audit_routes, note
 from broker.api.audit_writer import AuditWriter
@@ -307,13 +307,9 @@ def create_app(
 
     @app.exception_handler(NotFound)
     async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
-        job_id = request.path_params.get("job_id")
-        if job_id is not None:  # a job lost with the state store is explained: 410 (broker.api.lost)
-            with contextlib.suppress(StoreError):
-                lost = api_lost.gone(service.store.recovery_report(), str(job_id))
-                if lost is not None:
-                    return JSONResponse(status_code=410, content=lost)
         return _error(404, "not-found", str(exc))
+
+    api_lost.install(app)  # a job lost with the state store is explained to its owner: 410
 
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
@@ -387,9 +383,11 @@ def create_app(
 
     add_list_routes(app, fleet_views, jobs if jobs is not None else service.store, _caller)
 
-    @app.get("/v1/jobs/{job_id}")
+    @app.get("/v1/jobs/{job_id}", responses=api_lost.RESPONSES)
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
-        return queue_bodies(fleet_views, [visible(principal, job_id)])[0]
+        record = visible(principal, job_id)
+        api_lost.answer(service, principal, record)  # LOST: 410 to its owner until seen (broker.api.lost)
+        return queue_bodies(fleet_views, [record])[0]
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel_job(job_id: str, principal: Caller, request: Request) -> dict[str, Any]:
@@ -451,4 +449,5 @@ def create_app(
         records from the clusters after Redis came back empty (None if there was none)."""
         return fleet_views.clusters_body(events)
 
+    api_openapi.install(app)  # /openapi.json completed from the same models (broker.api.openapi)
     return app

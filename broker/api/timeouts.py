@@ -4,7 +4,9 @@ uvicorn bounds an idle keep-alive connection but not a request that arrives slow
 that each sent half a request were held open for as long as their clients liked (slow-loris). This
 module's HTTP protocol (uvicorn's h11 protocol with two timers) closes a connection whose request
 headers are not complete `headers_s` seconds after it opened (or after its previous response), and one
-whose body is not complete `body_s` seconds after its headers. The app never sees either request.
+whose body is not complete `body_s` seconds after its headers. The app never sees either request. The
+composition root passes settings.requestHeadersSeconds and requestBodySeconds (default 10 s and 60 s,
+also GPUFED_REQUEST_HEADERS_SECONDS / GPUFED_REQUEST_BODY_SECONDS; docs/operations.md).
 
     timed_protocol(headers_s, body_s)   the class to pass as uvicorn.Config(http=...)
 """

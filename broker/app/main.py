@@ -46,7 +46,7 @@ from adapters.ray_actors import PollerFleet
 from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
-from adapters.redis_recovery_gate import RecoveryGate
+from adapters.redis_recovery_gate import IdempotencyKeys, RecoveryGate
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
@@ -66,6 +66,7 @@ from broker.core.errors import ConfigError, StoreError
 from broker.core.model import JobState
 from broker.core.ports import Clock
 from broker.ha import drain as ha
+from broker.ha.duplicates import DuplicateKeys
 from broker.ha.leadership import Leadership, take_over
 from broker.ha.recovery import StoreRecovery
 from broker.health.machine import HealthThresholds
@@ -231,9 +232,16 @@ def running_broker(
         lambda: leader_service.traits,
         settings.redis_prefix,
         tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
-        queued_ids=lambda: records.ids_in(JobState.QUEUED) if records.built else None,
+        queued=lambda: records.in_states((JobState.QUEUED,), ordered=False) if records.built else None,
         rebuilt=records.invalidate,
         pending=RecoveryGate(leader_store.client, settings.redis_prefix).set,
+        lost=leader_store.fenced,  # a cluster declared lost no longer holds keys back ...
+        duplicates=DuplicateKeys(  # ... and its original job, back, wins over a re-sent key's
+            leader_store,
+            IdempotencyKeys(leader_store.client, settings.redis_prefix),
+            leader_service.cancel,
+            leader_service.clock,
+        ).reconcile,
     )
     feed = ChangeFeed(leader_store, records, leader_service.work)  # wakes the loop on others' writes
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
@@ -301,7 +309,8 @@ def running_broker(
             port=port,
             log_level="warning",
             lifespan="off",
-            http=timeouts.timed_protocol(),  # slow headers or bodies are cut off
+            # slow headers or bodies are cut off (settings.requestHeadersSeconds, requestBodySeconds)
+            http=timeouts.timed_protocol(settings.request_headers_seconds, settings.request_body_seconds),
             ssl_certfile=str(tls_cert) if tls_cert else None,
             ssl_keyfile=str(tls_key) if tls_key else None,
         )
@@ -375,13 +384,16 @@ def running_broker(
 
 def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
     """The settings the Helm chart passes as environment variables, over the config file's: REDIS_URL
-    (with its password), GPUFED_LEASE_SECONDS and GPUFED_LEASE_RENEW_SECONDS. (GPUFED_LEADER_ELECTION
+    (with its password), GPUFED_LEASE_SECONDS, GPUFED_LEASE_RENEW_SECONDS and the slow-client deadlines
+    GPUFED_REQUEST_HEADERS_SECONDS, GPUFED_REQUEST_BODY_SECONDS. (GPUFED_LEADER_ELECTION
     needs nothing: every broker elects; a single replica is always the leader.)"""
     raw: dict[str, object] = cfg.settings.model_dump(by_alias=True)
     for var, key in (
         ("REDIS_URL", "redisUrl"),
         ("GPUFED_LEASE_SECONDS", "leaseSeconds"),
         ("GPUFED_LEASE_RENEW_SECONDS", "leaseRenewSeconds"),
+        ("GPUFED_REQUEST_HEADERS_SECONDS", "requestHeadersSeconds"),
+        ("GPUFED_REQUEST_BODY_SECONDS", "requestBodySeconds"),
     ):
         if env.get(var):
             raw[key] = env[var]

@@ -238,7 +238,7 @@ class Api:
         matches = self.list_all("/v1/jobs", [("name", ref)])
         if not matches:
             raise CliError(f"no job with id or name {ref!r}")
-        live = [j for j in matches if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+        live = [j for j in matches if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED", "LOST")]
         if len(matches) > 1 and len(live) == 1:  # names are unique among live jobs: the name means it
             return dict(live[0])
         if len(matches) > 1:

@@ -289,6 +289,10 @@ class Settings(_Strict):
     drain_timeout_seconds: float = Field(default=30.0, alias="drainTimeoutSeconds", gt=0)
     # Request bodies over this many bytes get 413 before they are parsed (broker.api.limits).
     max_request_bytes: int = Field(default=1 << 20, alias="maxRequestBytes", ge=1024, le=64 << 20)
+    # Slow clients (broker.api.timeouts): a connection whose request headers are not all in this long
+    # after it opened, or whose body is not all in this long after its headers, is closed.
+    request_headers_seconds: float = Field(default=10.0, alias="requestHeadersSeconds", gt=0, le=600)
+    request_body_seconds: float = Field(default=60.0, alias="requestBodySeconds", gt=0, le=3600)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     # The global queue (docs/tenancy.md): priority class name -> value (higher first), and per tenant
     # its fair-share weight and quotas.

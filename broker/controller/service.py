@@ -233,7 +233,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self.get(job_id)
         return self.store.job_events(job_id)
 
-    def cancel(self, job_id: str) -> JobRecord:
+    def cancel(self, job_id: str, reason: str = "cancelled by user") -> JobRecord:
         """CANCELLED first (compare-and-set on the state read), then the Job is deleted from its cluster.
 
         In that order a dispatch racing with the cancel either loses its own compare-and-set or sees
@@ -244,7 +244,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
             if record.state.terminal:
                 raise Conflict(f"job {job_id} is already {record.state}")
             try:
-                cancelled = self._transition(record, JobState.CANCELLED, "cancelled by user", record.state)
+                cancelled = self._transition(record, JobState.CANCELLED, reason, record.state)
                 faults.point("cancelled")
                 break
             except Conflict:

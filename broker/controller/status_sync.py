@@ -26,7 +26,7 @@ from broker.core.model import (
     JobRecord,
     JobState,
 )
-from broker.core.ports import WorkloadWatch
+from broker.core.ports import WorkloadCloser, WorkloadWatch
 from broker.workload import lifecycle
 
 log = logging.getLogger(__name__)
@@ -156,11 +156,25 @@ class StatusSync(ControllerBase):
         try:
             # the state AND the attempt read: a read that hung on a cluster while the job moved on to a
             # new attempt (now in the same state elsewhere) must not write the old attempt back
-            return self._transition(
+            done = self._transition(
                 target, step.state, step.reason, expected=record.state, expected_attempt=record.attempt
             )
         except Conflict:
             return None  # cancelled or moved on meanwhile
+        if done.state.terminal:
+            self._mark_closed(record, namespace, done)
+        return done
+
+    def _mark_closed(self, record: JobRecord, namespace: str, done: JobRecord) -> None:
+        """Its end is recorded: mark the Job closed, so that a rebuild after a Redis loss skips it
+        (broker.workload.finished_ttl). A mark that fails costs only a record rebuilt as ended."""
+        if not isinstance(self.gateway, WorkloadCloser) or not record.cluster or not record.workload_name:
+            return
+        note = f"{done.state} at {done.updated_at:.3f}"
+        try:
+            self.gateway.close_workload(record.cluster, namespace, record.workload_name, note)
+        except ClusterError as exc:
+            log.debug("could not mark %s closed on %s: %s", record.workload_name, record.cluster, exc)
 
     def adopt_settling(self, record: JobRecord) -> None:
         """A new leader adopts the reservation of a job its predecessor saw RUNNING (the settling list

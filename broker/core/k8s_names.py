@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ATTEMPT_LABEL",
+    "CLOSED_ANNOTATION",
     "CLUSTER_ANNOTATION",
     "DRA_DRIVER",
     "DRA_GPU_CLASS",
@@ -81,6 +82,8 @@ REQUEST_ANNOTATION = "gpufed.io/request"  # the submitted JobRequest as compact 
 IDEMPOTENCY_ANNOTATION = "gpufed.io/idempotency-key"
 SUBMITTED_AT_ANNOTATION = "gpufed.io/submitted-at"  # epoch seconds the job was accepted
 FEDERATION_ANNOTATION = "gpufed.io/federation"  # the store prefix of the broker that owns the Job
+# Written on a Job once the broker has recorded its end ("SUCCEEDED at <epoch>"): a rebuild skips it.
+CLOSED_ANNOTATION = "gpufed.io/closed"
 
 _ME_PROFILE = "+me"
 _ME_RESOURCE = ".me"

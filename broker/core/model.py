@@ -73,10 +73,11 @@ class JobState(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    LOST = "LOST"  # QUEUED when the state store lost its data: no Job anywhere (broker.ha.recovery)
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST)
 
 
 # --------------------------------------------------------------------------- GPUs

@@ -88,6 +88,16 @@ class WorkloadWatch(Protocol):
     def synced(self, cluster: str) -> bool: ...
 
 
+@runtime_checkable
+class WorkloadCloser(Protocol):
+    """A ClusterGateway that marks a Job the broker has closed (its end recorded), so that a rebuild after
+    a Redis loss does not load it again (broker.workload.finished_ttl)."""
+
+    def close_workload(self, cluster: str, namespace: str, name: str, note: str) -> None:
+        """Annotate the Job gpufed.io/closed = note. Not-found is success."""
+        ...
+
+
 class PodLogs(Protocol):
     """The container logs of a job's pods in its member cluster (the gateway implements it)."""
 
@@ -252,6 +262,8 @@ class RecoveryStore(Protocol):
     def restore_jobs(self, items: Sequence[tuple[JobRecord, JobEvent | None]]) -> list[bool]: ...
 
     def job_ids(self, state: JobState) -> set[str]: ...
+
+    def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...
 
     def recovery_report(self) -> str | None: ...
 

@@ -13,12 +13,16 @@ older attempts. Only then is the marker written: until it is, the store refuses 
 A cluster that does not answer during the rebuild may hold the Job of an Idempotency-Key a client now
 re-sends: until every cluster has been listed (or removed from the fleet), the clusters still pending
 are handed to `pending` (the composition root keeps them in Redis: adapters.redis_recovery_gate), and
-the store answers a key it does not know with 503 and that reason instead of making a second job.
-A fenced (lost) cluster is not let off: nothing yet reconciles two live attempts of one key, so a
-key whose cluster may come back waits for it (submits without a key are never held back).
+the store answers a key it does not know with 503 and that reason instead of making a second job
+(submits without a key are never held back). A cluster declared lost (`lost`: the fenced ones) is let
+off: a key re-sent then makes a new job elsewhere, and when the cluster comes back and its Job is
+restored, the two live jobs of that key are reconciled (`duplicates`: broker.ha.duplicates keeps the
+older and cancels the newer, saying so in both jobs' events).
 
 What cannot be rebuilt is said plainly: jobs that were only QUEUED (no Job anywhere) are lost; this
-process remembers the QUEUED ids it saw in the last pass and names them. Clusters that do not answer
+process remembers the QUEUED jobs it saw in the last pass (the leader's records in memory: id, tenant,
+request) and writes each one back as a LOST record, without its key, so it shows in its owner's job
+list and answers 410 with the report (broker.api.lost). Clusters that do not answer
 during the rebuild are listed again each pass until they do. Each rebuild is logged, kept as the
 store's recovery report (/v1/status' `recovery`) and counted in metrics.
 """
@@ -27,16 +31,18 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from prometheus_client import Counter
 
 from broker import telemetry
 from broker.core.errors import ClusterError
 from broker.core.k8s_names import (
+    CLOSED_ANNOTATION,
     FEDERATION_ANNOTATION,
     IDEMPOTENCY_ANNOTATION,
     REQUEST_ANNOTATION,
@@ -101,7 +107,9 @@ class RecoveryReport:
 
 
 def newest_attempts(refs: list[WorkloadRef], federation: str) -> tuple[dict[str, WorkloadRef], int]:
-    """Per job id, its newest attempt among this federation's Jobs; and how many carry no request."""
+    """Per job id, its newest attempt among this federation's Jobs; and how many carry no request. A job
+    whose newest attempt the broker had closed (gpufed.io/closed: its end was recorded) is left out: a
+    finished Job waits in its member for its ttlSecondsAfterFinished, and a rebuild does not load it again."""
     best: dict[str, WorkloadRef] = {}
     unreadable = 0
     for ref in refs:
@@ -114,7 +122,7 @@ def newest_attempts(refs: list[WorkloadRef], federation: str) -> tuple[dict[str,
         seen = best.get(ref.job_id)
         if seen is None or ref.attempt > seen.attempt:
             best[ref.job_id] = ref
-    return best, unreadable
+    return {j: r for j, r in best.items() if CLOSED_ANNOTATION not in r.annotations}, unreadable
 
 
 def record_of(ref: WorkloadRef, cluster: str, now: float) -> JobRecord:
@@ -149,16 +157,22 @@ class StoreRecovery:
         traits: Mapping[str, ClusterTraits] | Callable[[], Mapping[str, ClusterTraits]],
         federation: str,
         tenants: Iterable[str] = (),
-        queued_ids: Callable[[], set[str] | None] | None = None,
+        queued: Callable[[], Iterable[JobRecord] | None] | None = None,
         rebuilt: Callable[[], None] | None = None,
         pending: Callable[[list[str]], None] | None = None,
+        lost: Callable[[], Iterable[str]] | None = None,
+        duplicates: Callable[[list[JobRecord]], object] | None = None,
     ) -> None:
         """`traits`: the member clusters, or a callable returning them now (they change at run time).
         `tenants`: the configured tenants, whose namespaces are listed too (tenant namespaces).
-        `queued_ids`: the QUEUED job ids the leader holds in memory (None: read the store's index);
+        `queued`: the QUEUED jobs the leader holds in memory (None: read them from the store);
         `rebuilt`: called after a rebuild (the leader's job records are read again); `pending`: told the
-        clusters not listed yet (and not declared lost) after each rebuild step."""
+        clusters not listed yet (and not declared lost) after each rebuild step; `lost`: the clusters
+        declared lost (fenced), let off the pending list; `duplicates`: given the records restored, to
+        reconcile two live jobs of one key (broker.ha.duplicates.DuplicateKeys.reconcile)."""
         self._say_pending = pending
+        self._lost = lost
+        self._duplicates = duplicates
         self._store = store
         self._gateway = gateway
         self._clock = clock
@@ -166,9 +180,9 @@ class StoreRecovery:
         self._federation = federation
         self._tenants = tuple(tenants)
         self._run_id: str | None = None
-        self._queued_ids = queued_ids
+        self._queued = queued
         self._rebuilt = rebuilt
-        self._queued_seen: set[str] | None = None
+        self._queued_seen: dict[str, JobRecord] | None = None
         self._pending: set[str] = set()
         self._unlisted: set[str] = set()  # pending clusters whose list failed (said once, until one works)
         self.last: RecoveryReport | None = None
@@ -181,8 +195,10 @@ class StoreRecovery:
             if self._pending:
                 self._list_pending()
                 self._publish_pending()
-            held = self._queued_ids() if self._queued_ids is not None else None
-            self._queued_seen = held if held is not None else self._store.job_ids(JobState.QUEUED)
+            held = self._queued() if self._queued is not None else None
+            if held is None:
+                held = self._store.list_jobs([JobState.QUEUED])
+            self._queued_seen = {r.id: r for r in held if r.state is JobState.QUEUED}
             return None
         return self.rebuild()
 
@@ -194,9 +210,10 @@ class StoreRecovery:
         report.recovered = len(recovered)
         report.recovered_ids = sorted(recovered)[:_REPORT_IDS]
         if self._queued_seen is not None:
-            lost = sorted(self._queued_seen - recovered)
+            lost = sorted(set(self._queued_seen) - recovered)
             report.lost_queued = len(lost)
             report.lost_queued_ids = lost[:_REPORT_IDS]
+            self._keep_lost([self._queued_seen[i] for i in lost], report)
         report.clusters_pending = sorted(self._pending)
         report.seconds = round(self._clock.now() - started, 3)
         self._publish_pending()  # before the marker: no keyed submit is taken while these are unknown
@@ -216,15 +233,36 @@ class StoreRecovery:
                 log.warning(
                     "jobs lost with the state store (only QUEUED): %s", ", ".join(report.lost_queued_ids)
                 )
-        self._queued_seen = set()
+        self._queued_seen = {}
         if self._rebuilt is not None:
             self._rebuilt()
         return report
 
+    def _keep_lost(self, jobs: list[JobRecord], report: RecoveryReport) -> None:
+        """The jobs lost while QUEUED stay as LOST records, in their owners' lists (broker.api.lost says
+        410 with this report until the owner has seen it). Their key is not kept: re-sent, it submits anew."""
+        if not jobs:
+            return
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(report.at))
+        reason = (
+            f"lost: it was QUEUED (not yet in any member cluster) when the state store lost its data, and the "
+            f"rebuild at {when} could not recover it from the clusters; submit it again"
+        )
+        items: list[tuple[JobRecord, JobEvent | None]] = []
+        for job in jobs:
+            record = replace(
+                job, state=JobState.LOST, updated_at=report.at, reason=reason, idempotency_key=None
+            )
+            items.append(
+                (record, JobEvent(record.id, report.at, JobState.LOST, record.attempt, reason, None))
+            )
+        self._store.restore_jobs(items)
+
     def _publish_pending(self) -> None:
         """Hand the clusters not listed yet (and still members) to `pending`."""
         if self._say_pending is not None:
-            self._say_pending(sorted(self._pending & set(self._members())))
+            lost = set(self._lost()) if self._lost is not None else set()
+            self._say_pending(sorted((self._pending & set(self._members())) - lost))
 
     def _list_pending(self, report: RecoveryReport | None = None) -> set[str]:
         """List each cluster not yet read (concurrently) and restore its jobs; the ids restored."""
@@ -251,11 +289,10 @@ class StoreRecovery:
                 items.append(
                     (record, JobEvent(record.id, now, record.state, record.attempt, record.reason, cluster))
                 )
-            ours = {
-                r.id
-                for (r, _), written in zip(items, self._store.restore_jobs(items), strict=True)
-                if written
-            }
+            written = [r for (r, _), w in zip(items, self._store.restore_jobs(items), strict=True) if w]
+            if self._duplicates is not None:  # a key re-sent while this cluster was lost: keep the older
+                self._duplicates([r for r, _ in items])  # all: a reconcile cut short is done again
+            ours = {r.id for r in written}
             restored |= ours
             self._pending.discard(cluster)
             if report is not None:

@@ -4,6 +4,9 @@ Every Job the broker creates carries `spec.ttlSecondsAfterFinished` (settings.fi
 default one hour): the member's TTL-after-finished controller deletes it that long after it completed
 or failed, so member etcd does not grow without bound and a rebuild after a Redis loss does not reload
 every job ever run. The broker reads a job's end long before that (its Job informer). None keeps them.
+Until the TTL runs out, a Job whose end the broker has recorded carries gpufed.io/closed ("SUCCEEDED at
+<epoch>", written by the status sync through broker.core.ports.WorkloadCloser), and a rebuild after a
+Redis loss skips it (broker.ha.recovery.newest_attempts).
 
     apply(job, seconds)   sets the field on a batch/v1 Job manifest (in place)
 """

@@ -28,7 +28,8 @@ from adapters.redis_process import RedisProcess
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.controller.service import BrokerService, ServiceSettings
-from broker.core.errors import ClusterUnreachable, Fenced, Recovering
+from broker.core.errors import ClusterUnreachable, Fenced, NotFound, Recovering
+from broker.core.k8s_names import CLOSED_ANNOTATION
 from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState, Reservation
 from broker.core.workloads import WorkloadRef
 from broker.ha.leadership import Leadership
@@ -166,6 +167,9 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
                 )
                 ids[f"k{i}"] = job.id
             queued, _ = service.submit(JobRequest("never-fits", gpus_per_pod=64), idempotency_key="kq")
+            done, _ = service.submit(
+                JobRequest("short", gpus_per_pod=1, duration_seconds=1), idempotency_key="kd"
+            )
 
             def all_running() -> bool:
                 service.schedule_once()
@@ -173,6 +177,14 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
                 return all(service.get(i).state is JobState.RUNNING for i in ids.values())
 
             wait_for(all_running, timeout=60, interval=0.2, what="4 jobs RUNNING")
+            wait_for(
+                lambda: all_running() and service.get(done.id).state is JobState.SUCCEEDED,
+                timeout=60,
+                interval=0.2,
+                what="the short job SUCCEEDED",
+            )
+            (closed,) = [r for r in gateway.list_workloads(name, "default") if r.job_id == done.id]
+            assert closed.annotations[CLOSED_ANNOTATION].startswith("SUCCEEDED at ")  # its end recorded
             assert recovery.check() is None  # the store is intact: nothing to do
 
             _restart(restartable_redis, tmp_path)  # no persistence: Redis comes back empty
@@ -194,7 +206,9 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
                 rebuilt = service.get(job_id)
                 assert rebuilt.state is JobState.PLACED and rebuilt.cluster == name and rebuilt.attempt == 1
             wait_for(all_running, timeout=60, interval=0.2, what="the rebuilt records to follow their Jobs")
-            refs = gateway.list_workloads(name, "default")
+            with pytest.raises(NotFound):  # closed before the loss: its Job waits for its TTL, not reloaded
+                service.get(done.id)
+            refs = [r for r in gateway.list_workloads(name, "default") if r.job_id != done.id]
             assert sorted(r.job_id for r in refs) == sorted(ids.values())  # none ran twice
             assert all(r.attempt == 1 for r in refs)
         finally:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from kubernetes import client, config
 
 from adapters import redis_process
 from kubesim.fleet import load_fleet
@@ -36,8 +38,20 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
         yield s
 
 
-def _resend(url: str, key: str) -> httpx.Response:
-    body = {"name": key, "gpus": 1, "durationSeconds": 3600, "gpuProducts": ["A100-80GB"]}
+def _down_and_seen(b: BrokerProcess, sim: Simulation, clusters: set[str]) -> None:
+    """Take the clusters down and wait until the broker sees their calls fail."""
+    for cluster in clusters:
+        sim.faults(cluster).down()
+
+    def seen() -> bool:
+        items = b.get("/v1/clusters")["items"]
+        return all(c["health"] != "healthy" for c in items if c["name"] in clusters)
+
+    wait_for(seen, timeout=60, interval=0.3, what=f"{sorted(clusters)} seen failing")
+
+
+def _resend(url: str, key: str, products: list[str] | None = None) -> httpx.Response:
+    body = {"name": key, "gpus": 1, "durationSeconds": 3600, "gpuProducts": products or ["A100-80GB"]}
     return httpx.post(url + "/v1/jobs", json=body, headers={"Idempotency-Key": key}, timeout=30)
 
 
@@ -53,9 +67,8 @@ def test_keys_resent_while_a_member_is_down_after_a_redis_loss_never_make_a_seco
         for job_id in ids.values():
             wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} RUNNING")
         clusters = {b.get(f"/v1/jobs/{job_id}")["cluster"] for job_id in ids.values()}
+        _down_and_seen(b, sim, clusters)  # not listed from a Job cache that has not yet seen it go
         redis_process.stop(server.process)
-        for cluster in clusters:
-            sim.faults(cluster).down()
         server = redis_process.spawn(tmp_path, port)
         wait_for(
             lambda: (b.status() or {}).get("recovery") is not None,
@@ -86,3 +99,93 @@ def test_keys_resent_while_a_member_is_down_after_a_redis_loss_never_make_a_seco
     finally:
         b.stop()
         redis_process.stop(server.process)
+
+
+def _live_jobs_where_up(sim: Simulation, job_id: str, down: set[str]) -> list[str]:
+    """The Jobs of a job id in the member clusters that answer (what runs where the broker can see)."""
+    found = []
+    for name in sim.cluster_names():
+        if name in down:
+            continue
+        api = config.new_client_from_config(str(sim.kubeconfig_path(name)), persist_config=False)  # type: ignore[no-untyped-call]
+        jobs: Any = client.BatchV1Api(api).list_namespaced_job(
+            "default", label_selector=f"gpufed.io/job-id={job_id}"
+        )
+        found += [f"{name}/{j.metadata.name}" for j in jobs.items]
+        api.close()
+    return found
+
+
+def test_a_cluster_declared_lost_lets_resent_keys_through_and_its_original_job_wins_when_it_returns(
+    sim: Simulation, tmp_path: Path
+) -> None:
+    """Case 2, the other half: the down cluster is declared lost (clusterLostSeconds 4), so a re-sent key
+    makes a new job elsewhere; when the cluster returns with the original Job, the rebuild restores it and
+    the newer job is cancelled, both jobs' events say so, and never are both RUNNING."""
+    port = redis_process.free_port()
+    server = redis_process.spawn(tmp_path, port)
+    b = BrokerProcess(_config(sim, tmp_path, server.url, "lostkeys", lost_after=4), tmp_path / "b.log")
+    keys = ("back-0", "back-1")
+    try:
+        b.wait_serving()
+        originals = {k: _submit(b.url, k, k, duration=3600) for k in keys}
+        for job_id in originals.values():
+            wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} RUNNING")
+        down = {b.get(f"/v1/jobs/{job_id}")["cluster"] for job_id in originals.values()}
+        _down_and_seen(b, sim, down)
+        redis_process.stop(server.process)
+        server = redis_process.spawn(tmp_path, port)
+
+        def made_anew(key: str) -> bool:
+            r = _resend(b.url, key, products=["A100-80GB", "H100-80GB"])
+            assert r.status_code in (201, 503), r.text  # held back (pending), or a new job once lost
+            return r.status_code == 201
+
+        for key in keys:
+            wait_for(functools.partial(made_anew, key), timeout=90, interval=0.5, what=f"{key}: a new job")
+        newer = {k: _resend(b.url, k).json()["id"] for k in keys}  # the key names the new job now
+        assert set(newer.values()).isdisjoint(originals.values())
+        for key, job_id in newer.items():
+            wait_for(
+                _state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{key}: {job_id} RUNNING"
+            )
+            assert _live_jobs_where_up(sim, job_id, down) != []
+            assert _live_jobs_where_up(sim, originals[key], down) == []  # before it returns: one runs here
+        for cluster in down:
+            sim.faults(cluster).up()
+
+        def reconciled(key: str) -> bool:
+            old = b.get(f"/v1/jobs/{originals[key]}")
+            new = b.get(f"/v1/jobs/{newer[key]}")
+            assert not old.get("state") == new.get("state") == "RUNNING", (old, new)  # never both
+            return bool(
+                new.get("state") == "CANCELLED"
+                and old.get("state") == "RUNNING"
+                and _resend(b.url, key).json().get("id") == originals[key]
+            )
+
+        for key in keys:
+            wait_for(
+                functools.partial(reconciled, key), timeout=120, interval=0.5, what=f"{key}: the older kept"
+            )
+        for key in keys:
+            cancelled = b.get(f"/v1/jobs/{newer[key]}/events")
+            kept = b.get(f"/v1/jobs/{originals[key]}/events")
+            assert any(
+                "duplicate" in e["reason"] and originals[key] in e["reason"] for e in _items(cancelled)
+            )
+            assert any(e["reason"].startswith("kept:") and newer[key] in e["reason"] for e in _items(kept))
+            wait_for(
+                lambda key=key: _jobs_in_clusters(sim, newer[key]) == [],  # type: ignore[misc]
+                timeout=60,
+                interval=0.5,
+                what=f"{newer[key]}'s Job deleted",
+            )
+            assert len(_jobs_in_clusters(sim, originals[key])) == 1
+    finally:
+        b.stop()
+        redis_process.stop(server.process)
+
+
+def _items(body: Any) -> list[dict[str, Any]]:
+    return list(body["items"] if isinstance(body, dict) else body)

@@ -215,3 +215,20 @@ def test_bad_placement_settings_name_the_field(placement: object, expected: str)
     with pytest.raises(ConfigError) as err:
         parse_fleet_config(_with_placement(placement), "c.yaml", REPO)
     assert expected in str(err.value)
+
+
+def test_the_slow_client_deadlines_are_settings_with_defaults_environment_and_named_errors() -> None:
+    from broker.app.main import with_environment
+
+    base = {"clusters": [{"name": "east", "kubeconfig": "x"}]}
+    cfg = parse_fleet_config(base, "c.yaml", REPO)
+    assert (cfg.settings.request_headers_seconds, cfg.settings.request_body_seconds) == (10.0, 60.0)
+    cfg = parse_fleet_config(
+        {**base, "settings": {"requestHeadersSeconds": 5, "requestBodySeconds": 30}}, "c.yaml", REPO
+    )
+    assert (cfg.settings.request_headers_seconds, cfg.settings.request_body_seconds) == (5.0, 30.0)
+    env = {"GPUFED_REQUEST_HEADERS_SECONDS": "2", "GPUFED_REQUEST_BODY_SECONDS": "7"}
+    cfg = with_environment(cfg, env)
+    assert (cfg.settings.request_headers_seconds, cfg.settings.request_body_seconds) == (2.0, 7.0)
+    with pytest.raises(ConfigError, match="requestHeadersSeconds"):
+        parse_fleet_config({**base, "settings": {"requestHeadersSeconds": 0}}, "c.yaml", REPO)

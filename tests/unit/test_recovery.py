@@ -9,7 +9,12 @@ from broker.app.main import with_environment
 from broker.config.settings import FleetConfig
 from broker.controller import faults
 from broker.core.errors import ConfigError
-from broker.core.k8s_names import FEDERATION_ANNOTATION, IDEMPOTENCY_ANNOTATION, REQUEST_ANNOTATION
+from broker.core.k8s_names import (
+    CLOSED_ANNOTATION,
+    FEDERATION_ANNOTATION,
+    IDEMPOTENCY_ANNOTATION,
+    REQUEST_ANNOTATION,
+)
 from broker.core.model import ClusterTraits, JobRequest, JobState, MigNeed, Placement
 from broker.core.workloads import WorkloadRef
 from broker.ha.recovery import newest_attempts, record_of
@@ -69,6 +74,20 @@ def test_the_rebuild_takes_the_newest_attempt_of_this_federation_only() -> None:
     assert (record.state, record.attempt, record.cluster) == (JobState.PLACED, 2, "c1")
     assert record.workload_name == "gf-j1-2" and record.idempotency_key == "k"
     assert record.request == REQUEST and record.created_at == 50.0
+
+
+def test_a_job_whose_newest_attempt_the_broker_closed_is_not_rebuilt() -> None:
+    mine = manifest.recovery_annotations(REQUEST, 50.0, "k", "gpufed")
+    closed = {**mine, CLOSED_ANNOTATION: "SUCCEEDED at 60.000"}
+    refs = [
+        _ref("j1", 1, closed),  # its end recorded: waits for its ttlSecondsAfterFinished, not reloaded
+        _ref("j2", 1, closed),  # an older attempt, closed when it failed over ...
+        _ref("j2", 2, mine),  # ... the newest one still runs
+        _ref("j3", 1, mine),
+        _ref("j3", 2, closed),  # the newest closed: an older unclosed attempt does not bring it back
+    ]
+    best, _ = newest_attempts(refs, "gpufed")
+    assert {k: v.attempt for k, v in best.items()} == {"j2": 2}
 
 
 def _cfg() -> FleetConfig:
