@@ -2,7 +2,8 @@
 
 Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
 sync_status (follow placed jobs whose Job changed, each cluster on its own worker), enforce_budgets (stop
-the cloud jobs of tenants whose hard budget is spent), schedule_once (place the queue) and, when due,
+the cloud jobs of tenants whose hard budget is spent), schedule_once (place the queue),
+note_reported_checkpoints (running pods' periodic checkpoints, itself at most every 30 s) and, when due,
 sweep_orphans. A pass comes when the service's work queue is woken (a Job's status changed in its
 cluster: the informer's callback; a job written by another replica: the change feed), else every
 interval (the idle tick: health and loss deadlines), or sooner when a failing cluster's loss deadline
@@ -72,6 +73,8 @@ class ControlLoop:
         steps = [*self._first_steps, ("observe_clusters", s.observe_clusters), ("sync_status", s.sync_status)]
         steps.append(("enforce_budgets", s.enforce_budgets))
         steps.append(("schedule_once", s.schedule_once))
+        # running jobs' periodic checkpoints (docs/migration.md): at most every 30 s, off the loop's thread
+        steps.append(("note_reported_checkpoints", s.note_reported_checkpoints))
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval
             steps.append(("sweep_orphans", s.sweep_orphans))

@@ -158,12 +158,12 @@ class Kubelet:
     def tick(self) -> None:
         now = self._clock.now()
         while self._saves and self._saves[0][0] <= now:
-            _, ns, name, uid = heapq.heappop(self._saves)
+            due, ns, name, uid = heapq.heappop(self._saves)
             pod = self._store.find("pods", ns, name)
             if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
                 continue
             if pod["metadata"].get("deletionTimestamp"):
-                self._saved_exit(pod, now)
+                self._saved_exit(pod, due)  # when the process exited, not when this tick saw it
                 self._to_remove.add((ns, name))
         while self._reports and self._reports[0][0] <= now:
             _, ns, name, uid = heapq.heappop(self._reports)
@@ -213,11 +213,11 @@ class Kubelet:
                     continue
                 self._start(pod, now)
         while self._exits and self._exits[0][0] <= now:
-            _, ns, name, uid = heapq.heappop(self._exits)
+            due, ns, name, uid = heapq.heappop(self._exits)
             pod = self._store.find("pods", ns, name)
             if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
                 continue
-            self._exit(pod, now)
+            self._exit(pod, due)  # finishedAt: when the process exited, not when this tick saw it
 
     # ------------------------------------------------------------------ transitions
 
@@ -508,7 +508,7 @@ class Kubelet:
         annotations = pod["metadata"].get("annotations") or {}
         return max(0.0, _float(annotations.get(ANN_DURATION), self._default_duration))
 
-    def _saved_exit(self, pod: Obj, now: float) -> None:
+    def _saved_exit(self, pod: Obj, now: float) -> None:  # `now`: when it exited
         """A checkpointing pod saved on SIGTERM (kubesim.controllers.checkpoints): its container exits
         143 (reason Error) with `progress=<seconds done>` as its termination message; the pod is Failed."""
         ns, name = key_of(pod)
