@@ -78,6 +78,15 @@ class Fleet:
             self.service.schedule_once()
             self.service.sync_status()
 
+    def stepped(self) -> bool:
+        """step(), for wait_for: whether every cluster has a summary in the store."""
+        self.step()
+        return all(self.store.get_summary(c) for c in CLUSTERS)
+
+    def resume_from(self, job_id: str) -> str | None:
+        self.step()
+        return self.service.get(job_id).resume_from
+
     def state(self, job_id: str) -> JobState:
         self.step()
         return self.service.get(job_id).state
@@ -142,7 +151,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
         f = Fleet(sim, redis_url)
         try:
             wait_for(
-                lambda: (f.step(), all(f.store.get_summary(c) for c in CLUSTERS))[1],
+                f.stepped,
                 timeout=30,
                 what="every cluster's summary",
             )
@@ -206,7 +215,7 @@ def test_a_preemption_victim_saves_and_resumes_elsewhere(fleet: Fleet) -> None:
     urgent = fleet.submit(
         "urgent", checkpoint=False, clusters=("sim-002",), priority_class="production", duration=50
     )
-    wait_for(lambda: fleet.service.get(victim).resume_from or fleet.step(), timeout=30, what="a preemption")
+    wait_for(lambda: fleet.resume_from(victim), timeout=30, what="a preemption")
     assert any("preempted by" in e.reason for e in fleet.service.events(victim))
     assert fleet.service.get(fillers[0]).state is JobState.RUNNING  # it had run longer: not the victim
     fleet.service.cancel(fillers[1])  # room on sim-003 for the victim

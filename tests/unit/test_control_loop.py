@@ -36,6 +36,9 @@ class _Steps:
     def schedule_once(self) -> None:
         self._do("schedule_once")
 
+    def note_reported_checkpoints(self) -> None:
+        self._do("note_reported_checkpoints")
+
     def sweep_orphans(self) -> None:
         self._do("sweep_orphans")
 
@@ -51,6 +54,7 @@ def test_a_broken_step_is_logged_and_the_rest_of_the_pass_still_runs(
         "sync_status",
         "enforce_budgets",
         "schedule_once",
+        "note_reported_checkpoints",
         "sweep_orphans",
     ]
     assert loop.step_failures == {"sync_status": 1}
