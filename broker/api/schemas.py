@@ -256,6 +256,8 @@ class JobView(_Wire):
     request: dict[str, Any]
     trace_id: str | None = Field(default=None, alias="traceId")
     warnings: list[str] = Field(default_factory=list)  # e.g. never fits any declared cluster, even empty
+    # the checkpoint the next attempt resumes from (GPUFED_RESUME_FROM, docs/migration.md)
+    resume_from: str | None = Field(default=None, alias="resumeFrom")
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -267,6 +269,7 @@ class JobView(_Wire):
             state=str(r.state),
             reason=r.reason,
             warnings=list(r.warnings),
+            resume_from=r.resume_from,
             attempt=r.attempt,
             cluster=r.cluster,
             workload=r.workload_name,
@@ -293,6 +296,7 @@ class JobView(_Wire):
                 "env": [dict(e) for e in req.env],
                 "labels": dict(req.labels),
                 "priorityClass": req.priority_class,
+                "checkpointGraceSeconds": req.checkpoint_grace_seconds,
             },
         )
 

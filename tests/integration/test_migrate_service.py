@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -37,6 +38,7 @@ from broker.core.model import (
 )
 from broker.core.workloads import WorkloadStatus
 from broker.tenancy.auth import Principal, Role, TokenTable, digest
+from broker.workload.manifest import job_id_label_value
 from broker.workload.stop_path import STOP_MARGIN_SECONDS
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 
@@ -308,3 +310,46 @@ def test_the_routes_let_the_owner_or_an_admin_migrate_and_only_admins_drain(stor
     assert store.fenced() == {other: "drained by root: firmware"}
     r = _call(app, "root", "POST", f"/v1/clusters/{other}/undrain")
     assert r.status_code == 200 and r.json()["wasDrained"] is True and store.fenced() == {}
+
+
+class ReportingGateway(CheckpointingGateway):
+    """Its pods report periodic checkpoints (the annotation gpufed.io/checkpoint)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reported: dict[tuple[str, int], str] = {}
+
+    def reported_checkpoints(self, cluster: str, namespace: str) -> dict[tuple[str, int], str]:
+        return dict(self.reported)
+
+
+def test_a_lost_clusters_job_resumes_from_the_checkpoint_its_pod_last_reported(
+    store: RedisStateStore,
+) -> None:
+    clock, gw = ManualClock(), ReportingGateway()
+    svc = BrokerService(store, gw, clock, TRAITS)
+    for c in ("c1", "c2"):
+        store.put_summary(h100(c, 8))
+    job_id = _running(svc, store, _job("far", clusters=("c1", "c2")))
+    source = svc.get(job_id).cluster
+    assert source is not None
+    gw.reported[(job_id_label_value(job_id), 1)] = "s3://ckpt/step-50"
+    svc.note_reported_checkpoints()
+    assert svc.get(job_id).resume_from == "s3://ckpt/step-50"
+    gw.reported[(job_id_label_value(job_id), 1)] = "s3://ckpt/step-60"
+    svc.note_reported_checkpoints()  # read again only after REPORTED_CHECKPOINT_SECONDS
+    assert svc.get(job_id).resume_from == "s3://ckpt/step-50"
+    clock.t += 40
+    other = "c2" if source == "c1" else "c1"
+    store.put_summary(h100(other, 8, at=clock.t))
+    lost = replace(
+        h100(source, 0, at=clock.t - 20), health=Health.UNREACHABLE, health_reason="connection refused"
+    )
+    store.put_summary(lost)
+    [moved] = svc.observe_clusters()  # lost: it cannot be asked, and the newest report was not read yet
+    assert moved.state is JobState.QUEUED and moved.resume_from == "s3://ckpt/step-50"
+    assert gw.stops == []
+    svc.schedule_once()
+    placed = svc.get(job_id)
+    assert placed.cluster == other
+    assert gw.env(placed.workload_name or "")["GPUFED_RESUME_FROM"] == "s3://ckpt/step-50"
