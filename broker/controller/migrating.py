@@ -90,10 +90,12 @@ class Migrating(ControllerBase):
         at: float | None = None,
         move_to: tuple[str, ...] = (),
         answers: bool = True,
+        namespace: str | None = None,
     ) -> JobRecord | None:
         """Stop a placed job for `trigger` and put it back in the queue (or FAILED, by its failover
         policy, for the triggers that follow it). Returns the record written, or None when the job
-        moved on meanwhile (finished, cancelled, placed again)."""
+        moved on meanwhile (finished, cancelled, placed again). `namespace`: where its Job is, when the
+        cluster's traits are gone already (a member that left)."""
         now = self.clock.now() if at is None else at
         plan = stop_path.choose(trigger, record.request.checkpoint_grace_seconds, answers)
         if plan.path is StopPath.CHECKPOINT:
@@ -124,19 +126,21 @@ class Migrating(ControllerBase):
         cluster, name = record.cluster, record.workload_name
         if cluster and name and plan.path is not StopPath.REPORTED:
             task = (
-                functools.partial(self._checkpoint_stop, moved, cluster, name, plan)
+                functools.partial(self._checkpoint_stop, moved, cluster, name, plan, namespace)
                 if plan.asks_the_job and isinstance(self.gateway, CheckpointGateway)
                 else functools.partial(self._delete_workload, cluster, name, record)
             )
             self.dispatcher.submit(cluster, task)
         return moved
 
-    def _checkpoint_stop(self, moved: JobRecord, cluster: str, name: str, plan: StopPlan) -> None:
+    def _checkpoint_stop(
+        self, moved: JobRecord, cluster: str, name: str, plan: StopPlan, namespace: str | None = None
+    ) -> None:
         """On the source cluster's dispatcher thread: stop the attempt so it saves, and record what it
         said (the reference, an event) on the record, lifting the hold once its pods are gone."""
         assert isinstance(self.gateway, CheckpointGateway)
         attempt = moved.attempt
-        namespace = self._namespace(cluster, moved.request.tenant)
+        namespace = namespace or self._namespace(cluster, moved.request.tenant)
         try:
             reference, gone = self.gateway.stop_for_checkpoint(
                 cluster, namespace, name, moved.id, attempt, plan.grace_seconds, plan.hold_seconds
@@ -214,15 +218,19 @@ class Migrating(ControllerBase):
     # ------------------------------------------------------------------ members, reported checkpoints
 
     def _apply_pending_traits(self) -> None:
-        before = set(self.traits)
+        before = dict(self.traits)
         super()._apply_pending_traits()
-        left = before - set(self.traits)
+        left = {c: t for c, t in before.items() if c not in self.traits}
         if not left:
             return
         for record in self._placed_jobs():
-            if record.cluster in left and record.request.checkpoint_grace_seconds is not None:
+            gone = left.get(record.cluster or "")
+            if gone is not None and record.request.checkpoint_grace_seconds is not None:
                 self._stop_and_requeue(
-                    record, Trigger.MEMBER_LEFT, f"cluster {record.cluster} left the fleet"
+                    record,
+                    Trigger.MEMBER_LEFT,
+                    f"cluster {gone.name} left the fleet",
+                    namespace=gone.namespace_for(record.request.tenant),
                 )
 
     def note_reported_checkpoints(self) -> None:

@@ -72,6 +72,7 @@ class CheckpointingGateway(RecordingGateway):
         self.manifests: dict[str, Mapping[str, Any]] = {}
         self.stops: list[tuple[str, str, int, int]] = []  # (cluster, name, attempt, grace)
         self.answer: tuple[str | None, bool] = ("s3://ckpt/step-100", True)
+        self.stop_namespaces: list[str] = []
 
     def create_workload(
         self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
@@ -90,6 +91,7 @@ class CheckpointingGateway(RecordingGateway):
         wait_seconds: float,
     ) -> tuple[str | None, bool]:
         self.stops.append((cluster, name, attempt, grace_seconds))
+        self.stop_namespaces.append(namespace)
         self.delete_workload(cluster, namespace, name)
         return self.answer
 
@@ -353,3 +355,28 @@ def test_a_lost_clusters_job_resumes_from_the_checkpoint_its_pod_last_reported(
     placed = svc.get(job_id)
     assert placed.cluster == other
     assert gw.env(placed.workload_name or "")["GPUFED_RESUME_FROM"] == "s3://ckpt/step-50"
+
+
+def test_a_member_leaving_moves_its_checkpointing_jobs_and_leaves_the_others_running(
+    store: RedisStateStore,
+) -> None:
+    clock, gw = ManualClock(), CheckpointingGateway()
+    traits = {
+        "c1": ClusterTraits("c1", tenant_namespace="team-{tenant}"),
+        "c2": ClusterTraits("c2"),
+    }
+    svc = BrokerService(store, gw, clock, traits)
+    store.put_summary(h100("c1", 8))
+    store.put_summary(h100("c2", 0))
+    saver = _running(
+        svc, store, JobRequest("saver", tenant="ml", gpus_per_pod=4, checkpoint_grace_seconds=30)
+    )
+    plain = _running(svc, store, JobRequest("plain", tenant="ml", gpus_per_pod=4))
+    assert svc.get(saver).cluster == svc.get(plain).cluster == "c1"
+    svc.set_traits({"c2": traits["c2"]}, at_once=True)  # c1's ClusterProfile was deleted
+    assert [(c, attempt, grace) for c, _, attempt, grace in gw.stops] == [("c1", 1, 30)]
+    assert gw.stop_namespaces == ["team-ml"]  # its Job's namespace, though c1's traits are gone
+    moved = svc.get(saver)
+    assert moved.state is JobState.QUEUED and moved.resume_from == "s3://ckpt/step-100"
+    assert any("cluster c1 left the fleet" in e.reason for e in svc.events(saver))
+    assert svc.get(plain).state is JobState.RUNNING  # followed to its end there, as before
