@@ -11,6 +11,9 @@ routes' permissions (owner or admin migrates, only admins drain; the fleet views
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -18,9 +21,11 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
+from broker import cli
 from broker.api.routes import create_app
 from broker.burst.gate import BurstGate
 from broker.burst.settings import BurstSettings, TenantBurst
@@ -40,6 +45,7 @@ from broker.core.workloads import WorkloadStatus
 from broker.tenancy.auth import Principal, Role, TokenTable, digest
 from broker.workload.manifest import job_id_label_value
 from broker.workload.stop_path import STOP_MARGIN_SECONDS
+from tests.conftest import free_port, wait_for
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 
 pytestmark = pytest.mark.integration
@@ -380,3 +386,53 @@ def test_a_member_leaving_moves_its_checkpointing_jobs_and_leaves_the_others_run
     assert moved.state is JobState.QUEUED and moved.resume_from == "s3://ckpt/step-100"
     assert any("cluster c1 left the fleet" in e.reason for e in svc.events(saver))
     assert svc.get(plain).state is JobState.RUNNING  # followed to its end there, as before
+
+
+def test_the_cli_migrates_drains_and_shows_the_drained_cluster(
+    store: RedisStateStore, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc, _, clock = _service(store)
+    for c in ("c1", "c2"):
+        store.put_summary(h100(c, 8))
+    tokens = TokenTable({digest(TOKENS[w]): p for w, p in PRINCIPALS.items()})
+    app = create_app(svc, clock, tokens=tokens)
+    job_id = _running(svc, store, _job("cli", clusters=("c1", "c2")))
+    source = svc.get(job_id).cluster
+    other = "c2" if source == "c1" else "c1"
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    monkeypatch.setenv("GPUFED_CONFIG", os.devnull)
+    monkeypatch.setenv("GPUFED_URL", f"http://127.0.0.1:{port}")
+
+    def gpufed(who: str, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("GPUFED_TOKEN", TOKENS[who])
+        capsys.readouterr()
+        code = cli.run(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    try:
+        wait_for(lambda: server.started, timeout=30, what="the API to listen")
+        code, out, err = gpufed("alice", "migrate", job_id, "--to", other, "--reason", "closer data")
+        assert code == 0, err
+        assert "QUEUED" in out and "closer data; by alice" in out
+        code, _, err = gpufed("alice", "migrate", job_id)
+        assert code == 1 and "not running anywhere" in err
+        code, _, err = gpufed("alice", "drain", other)
+        assert code == 4 and "only admins drain clusters" in err
+        code, out, err = gpufed("root", "drain", source, "--reason", "firmware")
+        assert code == 0 and f"cluster {source} drained; 0 job(s) moved" in out, err
+        code, out, _ = gpufed("root", "fleet", "-o", "json")
+        drained = {c["cluster"]: c["drained"] for c in json.loads(out)["clusters"]}
+        assert drained == {source: True, other: False}
+        code, out, _ = gpufed("root", "fleet")
+        assert f"{source} is drained by root: firmware" in out
+        code, out, _ = gpufed("root", "undrain", source)
+        assert code == 0 and f"cluster {source} undrained" in out
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
