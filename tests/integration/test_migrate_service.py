@@ -398,6 +398,7 @@ def test_the_cli_migrates_drains_and_shows_the_drained_cluster(
     app = create_app(svc, clock, tokens=tokens)
     job_id = _running(svc, store, _job("cli", clusters=("c1", "c2")))
     source = svc.get(job_id).cluster
+    assert source is not None
     other = "c2" if source == "c1" else "c1"
     port = free_port()
     server = uvicorn.Server(
