@@ -7,7 +7,7 @@ Each move: a running checkpointing job is stopped, attempt 2 runs elsewhere with
 from attempt 1's termination message, and runs only the remainder, so the job's simulated run time is
 about its duration plus the save, not its duration plus the time already run (kubesim's clock, read from
 the pods' container states: no wall-clock timing). The moves: `migrate` to a named cluster, a preemption
-victim, and `drain`. Then a race: while a migrate's stop is under way on the dispatcher's threads, no
+victim, a hard budget stop (cloud to on-prem) and `drain`. Then a race: while a migrate's stop is under way on the dispatcher's threads, no
 second attempt is ever alive beside the first.
 """
 
@@ -24,11 +24,16 @@ import pytest
 from adapters.cluster_watcher import ClusterWatcher
 from adapters.kube_gateway import KubeGateway
 from adapters.kube_rest import KubeRest
+from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
+from broker.burst.gate import BurstGate
+from broker.burst.settings import BurstSettings, TenantBurst
+from broker.burst.spend import Budget, Period
 from broker.controller.dispatch import ConcurrentDispatcher, InlineDispatcher
 from broker.controller.service import BrokerService, ServiceSettings
-from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState
+from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState, Tier
+from broker.core.records import Run
 from broker.queue import queueing
 from broker.scheduler.preemption import PreemptionPolicy
 from broker.workload.manifest import JOB_ID_LABEL, job_id_label_value
@@ -43,9 +48,15 @@ SPEED = 100.0  # simulated seconds per wall second
 DURATION = 400.0  # simulated seconds of work per job
 SAVE = 5.0  # simulated seconds a save takes after SIGTERM
 GRACE = 30  # the jobs' checkpoint grace period
-# four on-prem clusters of one 8-GPU node: sim-000 H100, sim-001 A100, sim-002 H200, sim-003 L4
-CLUSTERS = [f"sim-{i:03d}" for i in range(4)]
-TRAITS = {c: ClusterTraits(c) for c in CLUSTERS}
+# four on-prem clusters of one 8-GPU node: sim-000 H100, sim-001 A100, sim-002 H200, sim-003 L4, and a
+# priced cloud one, sim-004 (H100)
+CLUSTERS = [f"sim-{i:03d}" for i in range(5)]
+CLOUD = "sim-004"
+PRICE = 9.0  # $ per GPU-hour on the cloud cluster
+TRAITS = {c: ClusterTraits(c) for c in CLUSTERS[:4]} | {
+    CLOUD: ClusterTraits(CLOUD, tier=Tier.CLOUD, price_per_gpu_hour={"H100-80GB": PRICE})
+}
+BUDGET = 20.0  # tenant fin's hard monthly budget
 
 
 def _epoch(ts: str) -> float:
@@ -66,7 +77,16 @@ class Fleet:
             queue=queueing.QueuePolicy(priorities={"production": 100000, "batch": 0}),
             preemption=PreemptionPolicy(frozenset({"production"}), max_per_tenant=5, max_global=10),
         )
-        self.service = BrokerService(self.store, self.gateway, SystemClock(), TRAITS, settings=settings)
+        burst = BurstSettings(tenants={"fin": TenantBurst(budget=Budget(BUDGET, Period.MONTH, hard=True))})
+        self.ledger = RedisBurstLedger(self.store.client, self.store.prefix)
+        self.service = BrokerService(
+            self.store,
+            self.gateway,
+            SystemClock(),
+            TRAITS,
+            settings=settings,
+            burst=BurstGate(self.ledger, burst),
+        )
         self._lock = threading.Lock()
 
     def step(self) -> None:
@@ -75,6 +95,7 @@ class Fleet:
             for c, w in self.watchers.items():
                 self.store.put_summary(w.summary(TRAITS[c]))
             self.service.observe_clusters()
+            self.service.enforce_budgets()
             self.service.schedule_once()
             self.service.sync_status()
 
@@ -133,7 +154,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("ckpt")
-    with Simulation(synthetic_fleet(4, 1), tmp / "sim", speed=SPEED) as sim:
+    with Simulation(synthetic_fleet(5, 1), tmp / "sim", speed=SPEED) as sim:
         for c in CLUSTERS:  # the priority classes the jobs name (kubesim admits pods by them)
             rest = KubeRest.from_kubeconfig(c, sim.kubeconfig_path(c))
             for name, value in (("production", 100000), ("batch", 0)):
@@ -241,6 +262,28 @@ def test_drain_moves_the_running_jobs_with_their_checkpoints_and_places_nothing_
     assert fleet.service.get(waiting).state is JobState.QUEUED
     assert fleet.service.undrain_cluster(source)
     wait_for(lambda: fleet.state(waiting) is JobState.SUCCEEDED, timeout=30, what="placed once undrained")
+
+
+def test_a_hard_budget_stop_saves_and_the_job_resumes_on_prem(fleet: Fleet) -> None:
+    # sim-003 full: the job bursts to the priced cloud cluster (its expected cost fits the budget)
+    blockers = [
+        fleet.submit("blocker", checkpoint=False, clusters=("sim-003",), tenant="ops", duration=4000)
+        for _ in range(2)
+    ]
+    for b in blockers:
+        wait_for(lambda b=b: fleet.state(b) is JobState.RUNNING, timeout=30, what="a blocker running")
+    job_id = fleet.submit("paid", tenant="fin", clusters=("sim-003", CLOUD), allow_burst=True)
+    fleet.running_for(job_id, 120)
+    assert fleet.service.get(job_id).cluster == CLOUD
+    # the tenant's other cloud work, settled meanwhile, spends the rest of its budget
+    now = fleet.service.clock.now()
+    fleet.ledger.add_run(Run("jother", 1, "fin", CLOUD, "H100-80GB", 8, PRICE, now - 3600, now))
+    wait_for(lambda: fleet.resume_from(job_id), timeout=30, what="the hard budget stop")
+    assert any("hard budget: tenant fin has spent" in e.reason for e in fleet.service.events(job_id))
+    fleet.service.cancel(blockers[0])  # room on-prem: over budget, it waits for on-prem, not the cloud
+    _resumed_elsewhere(fleet, job_id, CLOUD)
+    assert fleet.service.get(job_id).cluster == "sim-003"
+    fleet.service.cancel(blockers[1])
 
 
 @pytest.mark.race
