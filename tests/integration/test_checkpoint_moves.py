@@ -270,8 +270,11 @@ def test_a_hard_budget_stop_saves_and_the_job_resumes_on_prem(fleet: Fleet) -> N
         fleet.submit("blocker", checkpoint=False, clusters=("sim-003",), tenant="ops", duration=4000)
         for _ in range(2)
     ]
-    for b in blockers:
-        wait_for(lambda b=b: fleet.state(b) is JobState.RUNNING, timeout=30, what="a blocker running")
+    wait_for(
+        lambda: all(fleet.state(b) is JobState.RUNNING for b in blockers),
+        timeout=30,
+        what="the blockers running",
+    )
     job_id = fleet.submit("paid", tenant="fin", clusters=("sim-003", CLOUD), allow_burst=True)
     fleet.running_for(job_id, 120)
     assert fleet.service.get(job_id).cluster == CLOUD
