@@ -166,12 +166,12 @@ class Kubelet:
                 self._saved_exit(pod, due)  # when the process exited, not when this tick saw it
                 self._to_remove.add((ns, name))
         while self._reports and self._reports[0][0] <= now:
-            _, ns, name, uid = heapq.heappop(self._reports)
+            due, ns, name, uid = heapq.heappop(self._reports)
             pod = self._store.find("pods", ns, name)
             if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
                 continue
             if not pod["metadata"].get("deletionTimestamp"):
-                self._report_checkpoint(pod, now)
+                self._report_checkpoint(pod, due)  # its progress when it saved, not when a tick saw it
         while self._kills and self._kills[0][0] <= now:
             _, ns, name, uid = heapq.heappop(self._kills)
             pod = self._store.find("pods", ns, name)

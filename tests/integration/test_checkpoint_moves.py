@@ -37,7 +37,7 @@ from broker.core.records import Run
 from broker.queue import queueing
 from broker.scheduler.preemption import PreemptionPolicy
 from broker.workload.manifest import JOB_ID_LABEL, job_id_label_value
-from kubesim.controllers.checkpoints import ANN_CHECKPOINT_SECONDS
+from kubesim.controllers.checkpoints import ANN_CHECKPOINT_EVERY, ANN_CHECKPOINT_SECONDS
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
 from tests.conftest import wait_for
@@ -112,14 +112,17 @@ class Fleet:
         self.step()
         return self.service.get(job_id).state
 
-    def submit(self, name: str, *, checkpoint: bool = True, **kw: Any) -> str:
+    def submit(self, name: str, *, checkpoint: bool = True, every: float | None = None, **kw: Any) -> str:
+        annotations = {ANN_CHECKPOINT_SECONDS: f"{SAVE:g}"} if checkpoint else {}
+        if every is not None:  # it also reports a checkpoint every that many seconds while it runs
+            annotations[ANN_CHECKPOINT_EVERY] = f"{every:g}"
         request = JobRequest(
             name,
             tenant=kw.pop("tenant", "ml"),
             gpus_per_pod=4,
             duration_seconds=kw.pop("duration", DURATION),
             checkpoint_grace_seconds=GRACE if checkpoint else None,
-            pod_annotations={ANN_CHECKPOINT_SECONDS: f"{SAVE:g}"} if checkpoint else {},
+            pod_annotations=annotations,
             **kw,
         )
         return self.service.submit(request)[0].id
@@ -209,10 +212,17 @@ def _resumed_elsewhere(fleet: Fleet, job_id: str, source: str) -> tuple[float, J
 
 
 def test_migrate_moves_a_running_job_to_the_named_cluster_and_it_resumes_there(fleet: Fleet) -> None:
-    job_id = fleet.submit("moved", clusters=("sim-000", "sim-001"))
+    job_id = fleet.submit("moved", clusters=("sim-000", "sim-001"), every=50)
     fleet.running_for(job_id, 120)
     source = fleet.service.get(job_id).cluster
     assert source is not None
+    # its periodic checkpoint (pod annotation gpufed.io/checkpoint), read by the broker: what it would
+    # resume from were its cluster lost now
+    fleet.service.note_reported_checkpoints()
+    reported = fleet.service.get(job_id).resume_from or ""
+    assert reported.startswith("progress=") and 50 <= float(reported.removeprefix("progress=")) < 150, (
+        reported
+    )
     target = "sim-001" if source == "sim-000" else "sim-000"
     moved = fleet.service.migrate_job(job_id, to_cluster=target, reason="rebalancing", by="ops")
     assert moved.state is JobState.QUEUED and moved.move_to == (target,)
