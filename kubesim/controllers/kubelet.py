@@ -5,6 +5,7 @@ running, conditions PodReadyToStartContainers/Initialized/ContainersReady/Ready 
 `sim.gpufed.io/duration-seconds` simulated seconds (default: the cluster's podDurationSeconds) its
 containers exit with `sim.gpufed.io/exit-code` (default 0): phase Succeeded for 0, Failed otherwise.
 A pod with restartPolicy Always and no duration annotation (a bare `kubectl run` pod) runs until deleted.
+A container's finishedAt is when its process ended (its due time), not the (possibly late) tick that saw it.
 
 Topology manager admission: on a node whose NRT policy is single-numa-node (or restricted), a pod
 with exclusive resources that the scheduler could not put in one zone (no `sim.gpufed.io/numa-zone`
