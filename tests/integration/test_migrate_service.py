@@ -434,6 +434,11 @@ def test_the_cli_migrates_drains_and_shows_the_drained_cluster(
         assert f"{source} is drained by root: firmware" in out
         code, out, _ = gpufed("root", "undrain", source)
         assert code == 0 and f"cluster {source} undrained" in out
+        code, out, err = gpufed(
+            "alice", "submit", "saver", "--gpus", "8", "--checkpoint-grace", "45", "-o", "json"
+        )
+        assert code == 0, err
+        assert svc.get(json.loads(out)["id"]).request.checkpoint_grace_seconds == 45
     finally:
         server.should_exit = True
         thread.join(timeout=10)
