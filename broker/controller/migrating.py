@@ -111,7 +111,8 @@ class Migrating(ControllerBase):
         faults.point("failed-over")
         target = replace(record, placement=None, workload_name=None, move_to=move_to)
         if step.state is JobState.QUEUED:
-            target = replace(target, cluster=None, not_before=max(record.not_before, now + plan.hold_seconds))
+            hold = now + plan.first_hold_seconds
+            target = replace(target, cluster=None, not_before=max(record.not_before, hold))
         try:
             moved = self._transition(
                 target,
@@ -141,6 +142,7 @@ class Migrating(ControllerBase):
         assert isinstance(self.gateway, CheckpointGateway)
         attempt = moved.attempt
         namespace = namespace or self._namespace(cluster, moved.request.tenant)
+        self._hold_from_now(moved.id, attempt, plan)
         try:
             reference, gone = self.gateway.stop_for_checkpoint(
                 cluster, namespace, name, moved.id, attempt, plan.grace_seconds, plan.hold_seconds
@@ -168,6 +170,19 @@ class Migrating(ControllerBase):
             )
         except Conflict:
             log.info("%s moved on before its checkpoint (%s) was recorded", moved.id, reference)
+
+    def _hold_from_now(self, job_id: str, attempt: int, plan: StopPlan) -> None:
+        """The stop starts (it may have waited for a dispatcher thread): the next attempt is held back
+        for the whole of its grace period and margin from now, not from the requeue."""
+        current = self.store.get_job(job_id)
+        until = self.clock.now() + plan.hold_seconds
+        if current is None or current.attempt != attempt or current.state is not JobState.QUEUED:
+            return
+        if current.not_before < until:
+            try:
+                self._save(replace(current, not_before=until))
+            except Conflict:
+                return  # it moved on meanwhile
 
     # ------------------------------------------------------------------ drain
 

@@ -5,7 +5,7 @@
     CHECKPOINT  the member answers and the job checkpoints: its pods are deleted with the job's grace period
                 (SIGTERM, then N seconds to save), the reference is read from the containers' termination
                 message, and the next attempt is held back until the old one is gone (at most grace + a
-                margin), so two attempts never run at once
+                margin from when the stop starts), so two attempts never run at once
     PLAIN       the member answers, the job does not checkpoint: the Job is deleted as before; the next
                 attempt starts from the last recorded checkpoint (if any), else from scratch
     REPORTED    the member cannot be asked (lost, partitioned) or the pods are already gone (disrupted):
@@ -20,10 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["STOP_MARGIN_SECONDS", "StopPath", "StopPlan", "Trigger", "choose"]
+__all__ = ["STOP_MARGIN_SECONDS", "STOP_START_SECONDS", "StopPath", "StopPlan", "Trigger", "choose"]
 
 # What the hold adds to the grace period: the kubelet's kill and the pod's removal after it.
 STOP_MARGIN_SECONDS = 10.0
+# And the longest a stop may wait for its cluster's dispatcher thread (a drain of many jobs queues
+# them); the stop pushes the hold out again to grace + margin from when it starts.
+STOP_START_SECONDS = 60.0
 
 
 class Trigger(StrEnum):
@@ -47,7 +50,13 @@ class StopPath(StrEnum):
 class StopPlan:
     path: StopPath
     grace_seconds: int = 0  # the deletion's grace period (CHECKPOINT)
-    hold_seconds: float = 0.0  # the next attempt waits at most this long for the old one to go
+    hold_seconds: float = 0.0  # the stop follows the old attempt's pods at most this long
+
+    @property
+    def first_hold_seconds(self) -> float:
+        """How long the next attempt is held back from the requeue: the stop lifts it once the pods are
+        gone, or pushes it to hold_seconds from when it starts."""
+        return self.hold_seconds + STOP_START_SECONDS if self.hold_seconds else 0.0
 
     @property
     def asks_the_job(self) -> bool:

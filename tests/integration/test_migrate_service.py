@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -44,7 +44,7 @@ from broker.core.model import (
 from broker.core.workloads import WorkloadStatus
 from broker.tenancy.auth import Principal, Role, TokenTable, digest
 from broker.workload.manifest import job_id_label_value
-from broker.workload.stop_path import STOP_MARGIN_SECONDS
+from broker.workload.stop_path import STOP_MARGIN_SECONDS, STOP_START_SECONDS
 from tests.conftest import free_port, wait_for
 from tests.service_doubles import NOW, ManualClock, RecordingGateway, pods_ready
 
@@ -205,7 +205,8 @@ def test_the_next_attempt_waits_while_the_old_one_may_still_be_saving(store: Red
     gw.answer = (None, False)  # the pods were not seen gone in time, and said nothing
     svc.migrate_job(job_id, to_cluster=None, reason="r", by="ops")
     held = svc.get(job_id)
-    assert held.not_before == pytest.approx(clock.t + 60 + STOP_MARGIN_SECONDS)
+    # held from the requeue for the grace period, the margin and the stop's start
+    assert held.not_before == pytest.approx(clock.t + 60 + STOP_MARGIN_SECONDS + STOP_START_SECONDS)
     assert held.resume_from is None
     assert any(
         f"attempt 1 on {source} stopped without a checkpoint reference" in e.reason
@@ -442,3 +443,54 @@ def test_the_cli_migrates_drains_and_shows_the_drained_cluster(
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+class DeferredDispatcher:
+    """Keeps the tasks until the test runs them: a cluster's dispatcher threads all busy."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Callable[[], object]] = []
+
+    def submit(self, cluster: str, task: Callable[[], object]) -> None:
+        self.tasks.append(task)
+
+    def submit_once(self, cluster: str, key: str, task: Callable[[], object]) -> bool:
+        self.tasks.append(task)
+        return True
+
+    def wait_idle(self, timeout: float) -> bool:
+        return not self.tasks
+
+    def close(self) -> None:
+        self.tasks.clear()
+
+    def run(self) -> None:
+        tasks, self.tasks = self.tasks, []
+        for task in tasks:
+            task()
+
+
+def test_a_stop_that_starts_late_holds_the_next_attempt_from_when_it_starts(store: RedisStateStore) -> None:
+    svc, gw, clock = _service(store)
+    for c in ("c1", "c2"):
+        store.put_summary(h100(c, 8))
+    job_id = _running(svc, store, _job("late", clusters=("c1", "c2")))
+    deferred = DeferredDispatcher()
+    svc.dispatcher = deferred
+    t0 = clock.t
+    svc.migrate_job(job_id, to_cluster=None, reason="r", by="ops")
+    assert gw.stops == [] and len(deferred.tasks) == 1  # the stop waits for a thread
+    clock.t = t0 + 100  # within the first hold (grace 60 + margin 10 + start allowance 60)
+    gw.answer = (None, False)  # its pods are not seen gone within the grace period
+    deferred.run()
+    assert svc.get(job_id).not_before == pytest.approx(t0 + 100 + 60 + STOP_MARGIN_SECONDS)
+    clock.t = t0 + 140  # past the first hold: still held, the old attempt may be saving
+    for c in ("c1", "c2"):
+        store.put_summary(h100(c, 8, at=clock.t))
+    svc.schedule_once()
+    assert svc.get(job_id).state is JobState.QUEUED
+    clock.t = t0 + 171
+    for c in ("c1", "c2"):
+        store.put_summary(h100(c, 8, at=clock.t))
+    svc.schedule_once()
+    assert svc.get(job_id).state is JobState.PLACED
