@@ -75,12 +75,17 @@ class Preempting(Migrating):
         telemetry.preemptions.labels(choice.cluster).inc(len(choice.victims))
         self._preemptions = [p for p in self._preemptions if now - p[0] < policy.window_seconds]
         self._preemptions.append((now, record.request.tenant, len(choice.victims)))
-        self._preempted_for[record.id] = now
+        # victims that checkpoint hold their GPUs while they save: the settle counts from when the
+        # longest save may end, so no second round of victims is taken meanwhile
+        by_id = {r.id: r for r in running}
+        saving = max(
+            (by_id[v.job_id].request.checkpoint_grace_seconds or 0 for v in choice.victims), default=0
+        )
+        self._preempted_for[record.id] = now + saving
         why = (
             f"preempted by {record.id} (priority {priority}) to free {choice.freed} {choice.product} "
             f"on {choice.cluster}"
         )
-        by_id = {r.id: r for r in running}
         for v in choice.victims:  # stopped through their stop path: a checkpointing victim saves first
             self._stop_and_requeue(by_id[v.job_id], Trigger.PREEMPTION, why, at=now)
         self._event(

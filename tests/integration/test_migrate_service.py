@@ -30,7 +30,7 @@ from broker.api.routes import create_app
 from broker.burst.gate import BurstGate
 from broker.burst.settings import BurstSettings, TenantBurst
 from broker.burst.spend import Budget, Period
-from broker.controller.service import BrokerService
+from broker.controller.service import BrokerService, ServiceSettings
 from broker.core.errors import Conflict, NotFound
 from broker.core.model import (
     ClusterSummary,
@@ -42,6 +42,8 @@ from broker.core.model import (
     Tier,
 )
 from broker.core.workloads import WorkloadStatus
+from broker.queue import queueing
+from broker.scheduler.preemption import PreemptionPolicy
 from broker.tenancy.auth import Principal, Role, TokenTable, digest
 from broker.workload.manifest import job_id_label_value
 from broker.workload.stop_path import STOP_MARGIN_SECONDS, STOP_START_SECONDS
@@ -494,3 +496,35 @@ def test_a_stop_that_starts_late_holds_the_next_attempt_from_when_it_starts(stor
         store.put_summary(h100(c, 8, at=clock.t))
     svc.schedule_once()
     assert svc.get(job_id).state is JobState.PLACED
+
+
+def test_a_preemptor_waits_for_its_checkpointing_victims_to_save_before_taking_more(
+    store: RedisStateStore,
+) -> None:
+    clock, gw = ManualClock(), CheckpointingGateway()
+    settings = ServiceSettings(
+        queue=queueing.QueuePolicy(priorities={"production": 100000, "batch": 0}),
+        preemption=PreemptionPolicy(frozenset({"production"}), max_per_tenant=5, max_global=5),
+    )
+    svc = BrokerService(store, gw, clock, {"c1": TRAITS["c1"]}, settings=settings)
+    store.put_summary(h100("c1", 8))
+
+    def four(name: str) -> JobRequest:
+        return JobRequest(
+            name, tenant="ml", gpus_per_pod=4, priority_class="batch", checkpoint_grace_seconds=120
+        )
+
+    first = _running(svc, store, four("first"))
+    clock.t += 3600
+    store.put_summary(h100("c1", 4, at=clock.t))
+    second = _running(svc, store, four("second"))
+    store.put_summary(h100("c1", 0, at=clock.t))  # both counted: the node is full
+    urgent = svc.submit(JobRequest("urgent", tenant="ops", gpus_per_pod=4, priority_class="production"))[0].id
+    svc.schedule_once()
+    assert svc.get(second).state is JobState.QUEUED  # the younger one: less work lost
+    assert svc.get(first).state is JobState.RUNNING
+    clock.t += 40  # the default settle (30 s) is over, but the victim may still be saving for 120 s
+    store.put_summary(h100("c1", 0, at=clock.t))
+    svc.schedule_once()
+    assert svc.get(first).state is JobState.RUNNING  # not a second victim meanwhile
+    assert svc.get(urgent).state is JobState.QUEUED
