@@ -304,6 +304,8 @@ def test_the_routes_let_the_owner_or_an_admin_migrate_and_only_admins_drain(stor
     r = _call(app, "alice", "POST", f"/v1/jobs/{job_id}/migrate", json={"to": other, "reason": "closer data"})
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "QUEUED" and "closer data; by alice" in r.json()["reason"]
+    shown = _call(app, "alice", "GET", f"/v1/jobs/{job_id}").json()
+    assert shown["resumeFrom"] == "s3://ckpt/step-100" and shown["request"]["checkpointGraceSeconds"] == 60
     again = _call(app, "root", "POST", f"/v1/jobs/{job_id}/migrate", json={})
     assert again.status_code == 409 and "not running anywhere" in again.text
     bad = _call(app, "alice", "POST", f"/v1/jobs/{job_id}/migrate", json={"to": ""})
