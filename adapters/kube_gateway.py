@@ -9,6 +9,7 @@ Owns the write side of the Kubernetes edge (broker.core.ports.ClusterGateway):
     delete_workload   the Job with propagationPolicy Background (its pods follow), and a same-named PodGroup,
                       ResourceClaimTemplate (DRA) and ComputeDomain (NVLink, docs/topology.md);
                       404 is success
+    stop_for_checkpoint  the checkpoint stop (adapters.checkpoint_stop), then delete_workload
     read_workload     the Job's status as a WorkloadStatus (active/ready/succeeded/failed, Complete/Failed,
                       spec.suspend); exists=False on 404
     pod_logs          the container log of a job attempt's pods (found by the gpufed.io/job-id and
@@ -32,6 +33,7 @@ from urllib.parse import quote
 import urllib3
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from adapters import checkpoint_stop
 from adapters.kube_rest import ApiStatus, KubeRest, is_transient
 from broker.core.errors import ClusterRejected, ClusterUnreachable
 from broker.core.k8s_names import CLOSED_ANNOTATION
@@ -307,6 +309,27 @@ class KubeGateway:
         except ApiStatus as e:
             if e.code != 404:  # gone already (its TTL ran out): nothing to mark
                 raise ClusterRejected(cluster, f"mark Job {name} closed: {e.code} {e.message}") from e
+
+    def stop_for_checkpoint(
+        self,
+        cluster: str,
+        namespace: str,
+        name: str,
+        job_id: str,
+        attempt: int,
+        grace_seconds: int,
+        wait_seconds: float,
+    ) -> tuple[str | None, bool]:
+        """broker.core.ports.CheckpointGateway: adapters.checkpoint_stop, then the Job's companions."""
+        rest = self._rest(cluster)
+        out = checkpoint_stop.stop_for_checkpoint(
+            rest, namespace, name, job_id, attempt, grace_seconds, wait_seconds
+        )
+        self.delete_workload(cluster, namespace, name)
+        return out
+
+    def reported_checkpoints(self, cluster: str, namespace: str) -> dict[tuple[str, int], str]:
+        return checkpoint_stop.reported_checkpoints(self._rest(cluster), namespace)
 
     def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
         rest = self._rest(cluster)

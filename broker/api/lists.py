@@ -88,10 +88,12 @@ def job_view(r: JobRecord) -> dict[str, Any]:
             "labels": dict(req.labels),
             "priorityClass": req.priority_class,
             "nvlinkClique": str(req.nvlink_clique),
+            "checkpointGraceSeconds": req.checkpoint_grace_seconds,
         },
         "traceId": trace[1] if len(trace) == 4 else None,
         "warnings": list(r.warnings),
         "source": req.source or None,
+        "resumeFrom": r.resume_from,
     }
 
 

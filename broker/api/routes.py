@@ -9,6 +9,7 @@
                                  with queuePosition and queueReason (broker.queue.queueing), and its
                                  predicted on-prem start (predictedStart, predictedWait; docs/burst.md)
     DELETE /v1/jobs/{id}         cancel
+    POST   /v1/jobs/{id}/migrate, /v1/clusters/{name}/drain, /undrain   moves (broker.api.moves)
     GET    /v1/jobs/{id}/events  the job's transitions, oldest first; ?watch=1 streams them (SSE)
     GET    /v1/jobs/{id}/logs    the container log from the member cluster (?follow=1&tailLines=N)
     GET    /v1/events            every job's transitions; ?watch=1 streams them live (SSE)
@@ -68,6 +69,7 @@ from broker.api.credentials import Credentials
 from broker.api.follow import add_follow_routes
 from broker.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.api.lists import add_list_routes, job_view, queue_bodies
+from broker.api.moves import add_move_routes
 from broker.api.schemas import (
     JobSpec,
     JobView,
@@ -404,6 +406,7 @@ def create_app(
 
     add_follow_routes(app, service, logs, reader=tenant_filter)
     add_audit_routes(app, audit_log, _caller, AuthError)
+    add_move_routes(app, service, _caller, AuthError)  # migrate, drain, undrain (docs/migration.md)
 
     @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
     def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from broker.core.model import (
 )
 from broker.core.topology import NvlinkClique
 from broker.scheduler.placement import ClusterVerdict
+from broker.workload import checkpoint
 from broker.workload.pod_template import EnvFromSource, EnvVar, Volume, VolumeMount, dump
 
 # Sane bounds: beyond them a request is a mistake (or an attack), never a job that could run.
@@ -76,6 +77,15 @@ class TopologySpec(_Wire):
     nvlink_clique: Literal["required", "preferred"] | None = Field(default=None, alias="nvlinkClique")
 
 
+class CheckpointSpec(_Wire):
+    """The checkpoint contract (docs/migration.md): on a stop the container gets SIGTERM and this long
+    to save, writes where to its termination message, and the next attempt gets GPUFED_RESUME_FROM."""
+
+    grace_period_seconds: int = Field(
+        alias="gracePeriodSeconds", ge=1, le=checkpoint.MAX_GRACE_SECONDS, strict=True
+    )
+
+
 class JobSpec(_Wire):
     """A job submission. Whole GPUs (`gpus`) or MIG slices (`mig`), per pod; `pods` > 1 is a gang."""
 
@@ -101,6 +111,7 @@ class JobSpec(_Wire):
     mig: MigSpec | None = None
     numa_aligned: bool = Field(default=False, alias="numaAligned")
     topology: TopologySpec | None = None
+    checkpoint: CheckpointSpec | None = None
     cpu: float = Field(default=1.0, gt=0, le=512, description="CPUs per pod")
     memory_gib: float = Field(default=1.0, alias="memoryGiB", gt=0, le=8192)
     allow_burst: bool = Field(default=False, alias="allowBurst")
@@ -194,6 +205,7 @@ class JobSpec(_Wire):
             priority_class=self.priority_class,
             clusters=tuple(self.clusters),
             duration_seconds=self.duration_seconds,
+            checkpoint_grace_seconds=self.checkpoint.grace_period_seconds if self.checkpoint else None,
             labels=dict(self.labels),
             nvlink_clique=NvlinkClique(
                 self.topology.nvlink_clique if self.topology and self.topology.nvlink_clique else "none"
@@ -245,6 +257,8 @@ class JobView(_Wire):
     trace_id: str | None = Field(default=None, alias="traceId")
     warnings: list[str] = Field(default_factory=list)  # e.g. never fits any declared cluster, even empty
     source: str | None = None  # a hub object's "hub:jobs.batch/<ns>/<name>" (docs/hub.md)
+    # the checkpoint the next attempt resumes from (GPUFED_RESUME_FROM, docs/migration.md)
+    resume_from: str | None = Field(default=None, alias="resumeFrom")
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -257,6 +271,7 @@ class JobView(_Wire):
             reason=r.reason,
             warnings=list(r.warnings),
             source=req.source or None,
+            resume_from=r.resume_from,
             attempt=r.attempt,
             cluster=r.cluster,
             workload=r.workload_name,
@@ -283,6 +298,7 @@ class JobView(_Wire):
                 "env": [dict(e) for e in req.env],
                 "labels": dict(req.labels),
                 "priorityClass": req.priority_class,
+                "checkpointGraceSeconds": req.checkpoint_grace_seconds,
             },
         )
 

@@ -227,11 +227,16 @@ class FleetViews:
     def fleet_body(self, nodes: bool = False) -> dict[str, Any]:
         """GET /v1/fleet: each cluster as observed, totals per product beside the queued demand."""
         now = self._clock.now()
-        summaries = self.snapshots.current().observed
+        snapshot = self.snapshots.current()
+        summaries = snapshot.observed
         demand = telemetry.queued_demand(self._queued())
         clusters = []
         for s in summaries:
             view = summary_view(s, now)
+            fence = snapshot.fenced.get(s.cluster) or ""
+            view["drained"] = failover.is_drain(fence)  # gpufed drain (docs/migration.md)
+            if view["drained"]:
+                view["drainedReason"] = fence
             if nodes:
                 table = self._store.get_nodes(s.cluster)
                 view["nodeDetail"] = (
@@ -284,6 +289,7 @@ class FleetViews:
                     "healthSince": h.since,
                     "heartbeat": beats.get(name, 0.0),
                     "fenced": fleet.fenced.get(name),
+                    "drained": failover.is_drain(fleet.fenced.get(name) or ""),
                     "events": [
                         {"at": e.at, "health": str(e.health), "reason": e.reason}
                         for e in (self._store.cluster_events(name, events) if events else [])

@@ -122,7 +122,8 @@ def fleet_table(clusters: list[dict[str, Any]]) -> Table:
         node_text = f"{nodes['ready']}/{nodes['total']}" + (
             f" ({nodes['bad']} bad)" if nodes.get("bad") else ""
         )
-        head = [c["cluster"], c["tier"], c["health"], node_text, age]
+        health = c["health"] + (", drained" if c.get("drained") else "")
+        head = [c["cluster"], c["tier"], health, node_text, age]
         blank = ["", "", "", "", ""]
         rows: list[list[str]] = []
         for p in c["products"]:

@@ -32,6 +32,7 @@ def fleet(
             for c in body["clusters"]
             if c.get("healthReason")
         ]
+        parts += [f"{c['cluster']} is {c['drainedReason']}" for c in body["clusters"] if c.get("drained")]
         parts += numa_notes(body["clusters"])
         if body.get("products"):
             parts.append(rich_text(demand_table(body["products"])))

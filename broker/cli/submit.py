@@ -182,6 +182,13 @@ def submit(
         str | None, typer.Option(help="tenant (default: the token's; only an admin may name another)")
     ] = None,
     priority_class: Annotated[str | None, typer.Option(help="priority class")] = None,
+    checkpoint_grace: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-grace",
+            help="the job checkpoints: seconds it gets to save when stopped (docs/migration.md)",
+        ),
+    ] = None,
     idempotency_key: Annotated[
         str | None, typer.Option(help="resubmitting with the same key is harmless")
     ] = None,
@@ -229,10 +236,13 @@ def submit(
         extra["args"] = list(arg)
     if env:
         extra["env"] = _env_pairs(env)
+    if checkpoint_grace is not None:
+        extra["checkpoint"] = {"gracePeriodSeconds": checkpoint_grace}
     if extra:
         if spec.get("kind") is not None:
             raise CliError(
-                "--image/--command/--arg/--env apply to a native spec; edit the Job's container", EXIT_USAGE
+                "--image/--command/--arg/--env/--checkpoint-grace apply to a native spec; edit the Job",
+                EXIT_USAGE,
             )
         spec.update({k: (spec.get(k) or []) + v if k == "env" else v for k, v in extra.items()})
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}

@@ -1,24 +1,24 @@
 """Hard budgets (docs/burst.md): stop the cloud jobs of a tenant whose hard budget is spent.
 
 Each stopped job is paid for up to now, goes back to the queue by its failover policy and its Job is
-deleted; the placed jobs come from the leader's records.
+stopped through its stop path (a checkpointing job saves first: broker.controller.migrating); the placed jobs come from the leader's records.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from broker import telemetry
-from broker.controller.base import ControllerBase
+from broker.controller.migrating import Migrating
 from broker.core.model import (
     JobRecord,
 )
+from broker.workload.stop_path import Trigger
 
 log = logging.getLogger(__name__)
 
 
-class Budgets(ControllerBase):
+class Budgets(Migrating):
     def enforce_budgets(self) -> list[JobRecord]:
         """Hard budgets (docs/burst.md): the cloud jobs of a tenant whose hard budget is spent are stopped.
         Each is paid for up to now, goes back to the queue by its failover policy (where it waits: no
@@ -31,17 +31,12 @@ class Budgets(ControllerBase):
         moved: list[JobRecord] = []
         for stop in self.burst.budget_stops(now, active, self.traits):
             for job_id in stop.job_ids:
-                record = by_id[job_id]
-                name, cluster = record.workload_name, record.cluster
-                step = self._fail_over(record, stop.reason, at=now)  # its run so far is paid for
+                # its run so far is paid for; a checkpointing job saves first (its stop path)
+                step = self._stop_and_requeue(by_id[job_id], Trigger.BUDGET, stop.reason, at=now)
                 if step is None:
                     continue  # it moved on meanwhile (finished, cancelled)
                 moved.append(step)
                 telemetry.budget_stops.labels(stop.tenant).inc()
-                if name and cluster:
-                    self.dispatcher.submit(
-                        cluster, functools.partial(self._delete_workload, cluster, name, record)
-                    )
             log.warning(
                 "hard budget of tenant %s spent ($%.2f of $%.2f this %s): %d cloud job(s) stopped",
                 stop.tenant,

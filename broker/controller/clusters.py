@@ -85,6 +85,8 @@ class ClusterWatch(Sweeping):
                     self.store.append_cluster_event(ClusterEvent(c, now, h.health, f"fenced: {h.text}"))
         for c in fenced:
             back = healths.get(c)
+            if failover.is_drain(fenced[c]):
+                continue  # an operator's drain: lifted by undrain only (docs/migration.md)
             if c in self.traits and back is not None and failover.may_unfence(back):
                 self.dispatcher.submit_once(c, "unfence", functools.partial(self._sweep_and_unfence, c))
         self._fenced = set(fenced)

@@ -2,7 +2,8 @@
 
 Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
 sync_status (follow placed jobs whose Job changed, each cluster on its own worker), enforce_budgets (stop
-the cloud jobs of tenants whose hard budget is spent), schedule_once (place the queue), burst_back (move
+the cloud jobs of tenants whose hard budget is spent), schedule_once (place the queue),
+note_reported_checkpoints (running pods' periodic checkpoints, itself at most every 30 s), burst_back (move
 cloud jobs back on-prem when worth it; reads nothing unless on-prem capacity changed) and, when due,
 sweep_orphans. A pass comes when the service's work queue is woken (a Job's status changed in its
 cluster: the informer's callback; a job written by another replica: the change feed), else every
@@ -73,6 +74,8 @@ class ControlLoop:
         steps = [*self._first_steps, ("observe_clusters", s.observe_clusters), ("sync_status", s.sync_status)]
         steps.append(("enforce_budgets", s.enforce_budgets))
         steps.append(("schedule_once", s.schedule_once))
+        # running jobs' periodic checkpoints (docs/migration.md): at most every 30 s, off the loop's thread
+        steps.append(("note_reported_checkpoints", s.note_reported_checkpoints))
         steps.append(("burst_back", s.burst_back))  # after placement: what is still free is free
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval

@@ -43,7 +43,14 @@ class Dispatching(ControllerBase):
         reason = f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod ({where.product}), score {where.score}"
         try:
             placed = self._transition(
-                replace(record, attempt=attempt, cluster=where.cluster, placement=where, workload_name=name),
+                replace(
+                    record,
+                    attempt=attempt,
+                    cluster=where.cluster,
+                    placement=where,
+                    workload_name=name,
+                    move_to=(),  # a migration's constraint held for this placement only
+                ),
                 JobState.PLACED,
                 reason,
                 expected=JobState.QUEUED,
@@ -85,6 +92,7 @@ class Dispatching(ControllerBase):
                 manifest.recovery_annotations(
                     placed.request, placed.created_at, placed.idempotency_key, self.settings.federation
                 ),
+                resume_from=placed.resume_from,
             )
             finished_ttl.apply(manifests.job, self.settings.finished_job_ttl_seconds)
             with (

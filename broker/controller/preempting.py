@@ -2,16 +2,15 @@
 
 Owns the arithmetic of one preemption (the victims of one cluster, fair shares, the storm limits):
 broker.scheduler.preemption decides; the victims go back to the queue under their failover policy and their Jobs
-are deleted. The running jobs come from the leader's records, not the store.
+are stopped through their stop path (broker.controller.migrating: a checkpointing victim saves first). The running jobs come from the leader's records, not the store.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from broker import telemetry
-from broker.controller.base import ControllerBase
+from broker.controller.migrating import Migrating
 from broker.core.k8s_names import GPU
 from broker.core.model import (
     JobRecord,
@@ -20,6 +19,7 @@ from broker.core.model import (
 )
 from broker.queue import queueing
 from broker.scheduler import preemption
+from broker.workload.stop_path import Trigger
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 _PREEMPT_SETTLE_SECONDS = 30.0
 
 
-class Preempting(ControllerBase):
+class Preempting(Migrating):
     def _maybe_preempt(self, record: JobRecord, decision: NoFit, now: float) -> str | None:
         """A job of a preempting priority class that fits nowhere evicts the cheapest lower-priority
         running jobs of one cluster (broker.scheduler.preemption); the victims go back to the queue under their
@@ -75,19 +75,19 @@ class Preempting(ControllerBase):
         telemetry.preemptions.labels(choice.cluster).inc(len(choice.victims))
         self._preemptions = [p for p in self._preemptions if now - p[0] < policy.window_seconds]
         self._preemptions.append((now, record.request.tenant, len(choice.victims)))
-        self._preempted_for[record.id] = now
+        # victims that checkpoint hold their GPUs while they save: the settle counts from when the
+        # longest save may end, so no second round of victims is taken meanwhile
+        by_id = {r.id: r for r in running}
+        saving = max(
+            (by_id[v.job_id].request.checkpoint_grace_seconds or 0 for v in choice.victims), default=0
+        )
+        self._preempted_for[record.id] = now + saving
         why = (
             f"preempted by {record.id} (priority {priority}) to free {choice.freed} {choice.product} "
             f"on {choice.cluster}"
         )
-        by_id = {r.id: r for r in running}
-        for v in choice.victims:
-            victim = by_id[v.job_id]
-            name = victim.workload_name
-            if self._fail_over(victim, why, at=now) is not None and name:
-                self.dispatcher.submit(
-                    choice.cluster, functools.partial(self._delete_workload, choice.cluster, name, victim)
-                )
+        for v in choice.victims:  # stopped through their stop path: a checkpointing victim saves first
+            self._stop_and_requeue(by_id[v.job_id], Trigger.PREEMPTION, why, at=now)
         self._event(
             record,
             f"preempting {len(choice.victims)} job(s) on {choice.cluster} to free {choice.freed} "

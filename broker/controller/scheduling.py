@@ -135,6 +135,8 @@ class Scheduling(Preempting, Dispatching):
         `products`, when given, narrows the products it may use in this pass (the queue's quotas)."""
         self.evaluations += 1
         request = record.request if products is None else replace(record.request, gpu_products=products)
+        if record.move_to:  # a moved job's next attempt (docs/migration.md): only these clusters
+            request = replace(request, clusters=record.move_to)
         for _ in range(_RESERVE_ATTEMPTS):
             recorder = telemetry.PhaseRecorder()
             started = time.perf_counter()

@@ -437,6 +437,8 @@ class JobRequest:
     failover: FailoverPolicy = FailoverPolicy.REQUEUE
     nvlink_clique: NvlinkClique = NvlinkClique.NONE  # every pod in one NVLink clique (docs/topology.md)
     source: str = ""  # where it was submitted other than the API: "hub:jobs.batch/<ns>/<name>" (docs/hub.md)
+    # checkpoint: {gracePeriodSeconds}: a stop is SIGTERM with this grace and a resume (docs/migration.md)
+    checkpoint_grace_seconds: int | None = None
 
     @property
     def wants_mig(self) -> bool:
@@ -558,6 +560,10 @@ class JobRecord:
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
     warnings: tuple[str, ...] = ()  # said at submit: never fits any cluster (scheduler.never_fit)
+    # docs/migration.md: the checkpoint reference the next attempt resumes from (GPUFED_RESUME_FROM), and
+    # the clusters a moved job's next attempt may go to (empty: the request's own `clusters`)
+    resume_from: str | None = None
+    move_to: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

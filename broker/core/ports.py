@@ -2,6 +2,7 @@
 
 Clock           now() in epoch seconds; the only time source the service sees
 ClusterGateway  create / delete / read the broker's Jobs in a member cluster
+CheckpointGateway  stop an attempt so that it saves, read the checkpoints pods report (docs/migration.md)
 StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
                 production)
 LeaderLease     the leader lease with its fencing token (broker.ha.leadership runs the control loop in the
@@ -73,6 +74,30 @@ class ClusterGateway(Protocol):
 
     def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         """Every Job in the namespace that carries the gpufed.io/job-id label."""
+        ...
+
+
+@runtime_checkable
+class CheckpointGateway(Protocol):
+    """A gateway that can stop an attempt through the checkpoint contract (docs/migration.md)."""
+
+    def stop_for_checkpoint(
+        self,
+        cluster: str,
+        namespace: str,
+        name: str,
+        job_id: str,
+        attempt: int,
+        grace_seconds: int,
+        wait_seconds: float,
+    ) -> tuple[str | None, bool]:
+        """Delete the attempt's pods with the grace period, follow them until gone (at most
+        wait_seconds) and delete the Job: (the termination message's checkpoint reference or None,
+        whether every pod was seen gone)."""
+        ...
+
+    def reported_checkpoints(self, cluster: str, namespace: str) -> dict[tuple[str, int], str]:
+        """(job id label value, attempt) -> the checkpoint its pod last reported (annotation)."""
         ...
 
 

@@ -24,6 +24,8 @@ and when a cluster that came back may take work again (fencing).
                                                 same reason. Verdicts with a cause still count.
     may_unfence(health)                         a fenced cluster is healthy again: after its stale
                                                 attempts are swept it is offered to placement again
+                                                (not a drained one: drain_reason / is_drain, lifted by
+                                                an operator's undrain only)
 
 The guarantee these rules give (docs/reliability.md): a job starts at least once; once a lost cluster
 is reachable again and its sweep has run, at most one attempt of a job runs anywhere. While a cluster is
@@ -40,8 +42,10 @@ from broker.core.model import ClusterSummary, Health
 
 __all__ = [
     "ClusterHealth",
+    "drain_reason",
     "effective_health",
     "fenced_for_placement",
+    "is_drain",
     "is_lost",
     "loss_deadline",
     "may_unfence",
@@ -130,6 +134,20 @@ def is_lost(h: ClusterHealth, now: float, lost_after: float, blind: bool = False
 def may_unfence(h: ClusterHealth) -> bool:
     """A fenced cluster may be swept and offered again once it answers normally."""
     return h.health in (Health.HEALTHY, Health.DEGRADED)
+
+
+# A fence an operator set for maintenance (gpufed drain): its reason starts with this; health never lifts it.
+DRAIN_PREFIX = "drained"
+
+
+def drain_reason(by: str, reason: str) -> str:
+    """The fence reason of a drained cluster (docs/migration.md)."""
+    return f"{DRAIN_PREFIX} by {by}: {reason}" if reason else f"{DRAIN_PREFIX} by {by}"
+
+
+def is_drain(fence_reason: str) -> bool:
+    """The fence is an operator's drain (lifted only by undrain), not a lost cluster's."""
+    return fence_reason.startswith(DRAIN_PREFIX + " ")
 
 
 def lost_health(h: ClusterHealth) -> bool:

@@ -9,7 +9,8 @@ that `gpufed rbac --cluster NAME` prints for an operator to apply in that member
                         batch/jobs create/delete/get/list/watch (dispatch, cancel, follow, sweep),
                         scheduling.x-k8s.io/podgroups create/delete/get (gang companions),
                         resource.k8s.io/resourceclaimtemplates create/delete/get/update (DRA claims),
-                        pods get/list/watch and pods/log get (a job's pods and their logs)
+                        pods get/list/watch/delete and pods/log get (a job's pods and their logs;
+                        delete: the checkpoint stop, docs/migration.md)
     ClusterRole + ClusterRoleBinding, read-only, list/watch on what the pollers observe:
                         nodes; pods in every namespace (a node's allocated GPUs are the requests of all
                         pods bound to it, whoever runs them); noderesourcetopologies; Kueue clusterqueues and
@@ -46,7 +47,8 @@ NAMESPACE_RULES: tuple[Obj, ...] = (
         "resources": ["resourceclaimtemplates"],
         "verbs": ["create", "delete", "get", "update"],
     },
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # delete: a checkpoint stop deletes an attempt's pods with the job's grace period (docs/migration.md)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 )
 

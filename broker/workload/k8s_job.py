@@ -22,6 +22,7 @@ from typing import Any
 from broker.core.errors import InvalidRequest
 from broker.core.k8s_names import DURATION_ANNOTATION, GPU, MIG_PREFIX
 from broker.core.quantity import QuantityError, parse_quantity
+from broker.workload import checkpoint
 
 __all__ = ["ANNOTATIONS", "as_job_error", "is_k8s_job", "job_field", "to_native", "to_native_all"]
 
@@ -41,6 +42,7 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
     "gpufed.io/tenant": ("tenant", "str"),
     "gpufed.io/duration-seconds": ("durationSeconds", "float"),
     "gpufed.io/nvlink-clique": ("topology", "nvlinkClique"),  # required | preferred (docs/topology.md)
+    checkpoint.GRACE_ANNOTATION: ("checkpoint", "checkpointGrace"),  # seconds (docs/migration.md)
 }
 
 _JOB_SPEC_KEYS = {"parallelism", "completions", "completionMode", "backoffLimit", "template", "suspend"}
@@ -140,6 +142,8 @@ def _annotation(key: str, value: object, native: dict[str, Any]) -> None:
             native[target] = float(text)
         elif kind == "nvlinkClique":
             native[target] = {"nvlinkClique": text}
+        elif kind == "checkpointGrace":
+            native[target] = {"gracePeriodSeconds": checkpoint.parse_grace(text, field)}
         else:
             native[target] = text
     except ValueError as e:

@@ -41,7 +41,7 @@ from broker.core.k8s_names import (
 )
 from broker.core.model import ClusterTraits, JobRequest, Placement
 from broker.tenancy import member_namespace
-from broker.workload import dra_claims, topology
+from broker.workload import checkpoint, dra_claims, topology
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -210,9 +210,11 @@ def build_workload(
     placement: Placement,
     traits: ClusterTraits,
     annotations: Mapping[str, str] | None = None,
+    resume_from: str | None = None,
 ) -> WorkloadManifests:
     """The Job for one attempt of a job in the placement's cluster, with its level-2 hints; `annotations`
-    (recovery_annotations) are added to the Job's metadata."""
+    (recovery_annotations) are added to the Job's metadata. A job that checkpoints (docs/migration.md)
+    gets its grace period on the pods and GPUFED_ATTEMPT / GPUFED_RESUME_FROM (`resume_from`)."""
     name = workload_name(job_id, attempt)
     namespace = traits.namespace_for(job.tenant)  # the tenant's namespace there (where its LocalQueue lives)
     ids = {JOB_ID_LABEL: _label_value(job_id), ATTEMPT_LABEL: str(attempt)}
@@ -240,8 +242,11 @@ def build_workload(
         container["command"] = list(job.command)
     if job.args:
         container["args"] = list(job.args)
-    if job.env:
-        container["env"] = [dict(e) for e in job.env]
+    if job.env or job.checkpoint_grace_seconds is not None:
+        env = [dict(e) for e in job.env]
+        if job.checkpoint_grace_seconds is not None:
+            env = checkpoint.with_resume_env(env, attempt, resume_from)
+        container["env"] = env
     if job.env_from:
         container["envFrom"] = [dict(e) for e in job.env_from]
     if job.volume_mounts:
@@ -254,6 +259,7 @@ def build_workload(
         "restartPolicy": "Never",
         "containers": [container],
         "tolerations": _tolerations(traits),
+        **checkpoint.pod_spec_fields(job),
     }
     if job.volumes:
         pod_spec["volumes"] = [dict(v) for v in job.volumes]

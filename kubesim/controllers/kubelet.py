@@ -5,6 +5,7 @@ running, conditions PodReadyToStartContainers/Initialized/ContainersReady/Ready 
 `sim.gpufed.io/duration-seconds` simulated seconds (default: the cluster's podDurationSeconds) its
 containers exit with `sim.gpufed.io/exit-code` (default 0): phase Succeeded for 0, Failed otherwise.
 A pod with restartPolicy Always and no duration annotation (a bare `kubectl run` pod) runs until deleted.
+A container's finishedAt is when its process ended (its due time), not the (possibly late) tick that saw it.
 
 Topology manager admission: on a node whose NRT policy is single-numa-node (or restricted), a pod
 with exclusive resources that the scheduler could not put in one zone (no `sim.gpufed.io/numa-zone`
@@ -21,7 +22,8 @@ kubelet's Pulling/Failed/BackOff events.
 
 Graceful deletion: a pod with metadata.deletionTimestamp keeps running until that time (deletion +
 deletionGracePeriodSeconds; the containers are taken not to exit on SIGTERM), then its containers are
-killed (exit code 137) and it is Failed; a terminal or never-started pod is finished at once. The kubelet
+killed (exit code 137) and it is Failed; a checkpointing pod (controllers/checkpoints.py) given a grace
+period of at least its save time saves and exits 143 with its progress as the termination message; a terminal or never-started pod is finished at once. The kubelet
 then deletes it with grace period 0: it goes unless finalizers hold it (they keep it, terminal, until they
 are removed).
 """
@@ -34,7 +36,7 @@ import heapq
 from datetime import UTC, datetime
 
 from kubesim.clock import SimClock
-from kubesim.controllers import image_pull
+from kubesim.controllers import checkpoints, image_pull
 from kubesim.controllers.accounting import Accounting, exclusive_requests
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.pods import (
@@ -108,6 +110,8 @@ class Kubelet:
         self._kills: list[tuple[float, str, str, str]] = []
         self._pulls: list[tuple[float, str, str, str, int]] = []  # (due, ns, name, uid, failed pulls)
         self._kill_at: dict[tuple[str, str], str] = {}  # pod -> deletionTimestamp it is scheduled for
+        self._saves: list[tuple[float, str, str, str]] = []  # checkpointing pods exiting on SIGTERM
+        self._reports: list[tuple[float, str, str, str]] = []  # periodic checkpoint annotations
         for pod in store.list("pods")[0]:
             self._track(pod)
             if phase(pod) == "Running":
@@ -116,7 +120,8 @@ class Kubelet:
 
     @property
     def next_due(self) -> float | None:
-        dues = [h[0][0] for h in (self._exits, self._restarts, self._kills, self._pulls) if h]
+        heaps = (self._exits, self._restarts, self._kills, self._pulls, self._saves, self._reports)
+        dues = [h[0][0] for h in heaps if h]
         return min(dues) if dues else None
 
     @property
@@ -136,6 +141,9 @@ class Kubelet:
                 self._kill_at[key] = stamp
                 due = _epoch(stamp, self._clock.now())
                 heapq.heappush(self._kills, (due, key[0], key[1], meta.get("uid", "")))
+                saved = checkpoints.save_due(pod)  # it catches SIGTERM, saves and exits (143)
+                if saved is not None and saved < due:
+                    heapq.heappush(self._saves, (saved, key[0], key[1], meta.get("uid", "")))
         elif node_name(pod) and phase(pod) == "Pending":
             self._to_start.add(key)
 
@@ -150,6 +158,21 @@ class Kubelet:
 
     def tick(self) -> None:
         now = self._clock.now()
+        while self._saves and self._saves[0][0] <= now:
+            due, ns, name, uid = heapq.heappop(self._saves)
+            pod = self._store.find("pods", ns, name)
+            if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
+                continue
+            if pod["metadata"].get("deletionTimestamp"):
+                self._saved_exit(pod, due)  # when the process exited, not when this tick saw it
+                self._to_remove.add((ns, name))
+        while self._reports and self._reports[0][0] <= now:
+            due, ns, name, uid = heapq.heappop(self._reports)
+            pod = self._store.find("pods", ns, name)
+            if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
+                continue
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._report_checkpoint(pod, due)  # its progress when it saved, not when a tick saw it
         while self._kills and self._kills[0][0] <= now:
             _, ns, name, uid = heapq.heappop(self._kills)
             pod = self._store.find("pods", ns, name)
@@ -191,11 +214,11 @@ class Kubelet:
                     continue
                 self._start(pod, now)
         while self._exits and self._exits[0][0] <= now:
-            _, ns, name, uid = heapq.heappop(self._exits)
+            due, ns, name, uid = heapq.heappop(self._exits)
             pod = self._store.find("pods", ns, name)
             if pod is None or pod["metadata"].get("uid") != uid or phase(pod) != "Running":
                 continue
-            self._exit(pod, now)
+            self._exit(pod, due)  # finishedAt: when the process exited, not when this tick saw it
 
     # ------------------------------------------------------------------ transitions
 
@@ -354,7 +377,12 @@ class Kubelet:
         ):
             return
         duration = max(0.0, _float(annotations.get(ANN_DURATION), self._default_duration))
+        if not restarted:  # started with GPUFED_RESUME_FROM=progress=<s>: only the remainder
+            duration = max(0.0, duration - checkpoints.resumed_progress(pod))
         ns, name = key_of(pod)
+        every = checkpoints.every_seconds(pod)
+        if every is not None and not restarted:
+            heapq.heappush(self._reports, (started + every, ns, name, pod["metadata"].get("uid", "")))
         heapq.heappush(self._exits, (started + duration, ns, name, pod["metadata"].get("uid", "")))
 
     def _exit_code(self, pod: Obj) -> int:
@@ -476,6 +504,50 @@ class Kubelet:
         for c in (pod.get("spec") or {}).get("containers") or ():
             self._events.record(pod, "Started", f"Started container {c.get('name', '')}", "Normal", "kubelet")
         self._schedule_exit(running, now, restarted=True)
+
+    def _duration(self, pod: Obj) -> float:
+        annotations = pod["metadata"].get("annotations") or {}
+        return max(0.0, _float(annotations.get(ANN_DURATION), self._default_duration))
+
+    def _saved_exit(self, pod: Obj, now: float) -> None:  # `now`: when it exited
+        """A checkpointing pod saved on SIGTERM (kubesim.controllers.checkpoints): its container exits
+        143 (reason Error) with `progress=<seconds done>` as its termination message; the pod is Failed."""
+        ns, name = key_of(pod)
+        ts = rfc3339(now)
+        save = checkpoints.save_seconds(pod) or 0.0
+        message = checkpoints.progress_text(checkpoints.progress(pod, now - save, self._duration(pod)))
+
+        def saved(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            started = st.get("startTime", ts)
+            before = {c.get("name"): c for c in st.get("containerStatuses") or ()}
+            st["phase"] = "Failed"
+            statuses = []
+            for c in (obj.get("spec") or {}).get("containers") or ():
+                done = _container_done(
+                    c, started, ts, checkpoints.SIGTERM_EXIT, obj, before.get(c.get("name"))
+                )
+                done["state"]["terminated"]["message"] = message
+                statuses.append(done)
+            st["containerStatuses"] = statuses
+            set_condition(obj, "PodReadyToStartContainers", "False", now)
+            set_condition(obj, "ContainersReady", "False", now, "PodFailed")
+            set_condition(obj, "Ready", "False", now, "PodFailed")
+
+        self._store.mutate("pods", ns, name, saved)
+
+    def _report_checkpoint(self, pod: Obj, now: float) -> None:
+        """A running checkpointing pod's periodic checkpoint: its progress on the pod annotation."""
+        ns, name = key_of(pod)
+        text = checkpoints.progress_text(checkpoints.progress(pod, now, self._duration(pod)))
+
+        def report(obj: Obj) -> None:
+            obj["metadata"].setdefault("annotations", {})[checkpoints.REPORTED_ANNOTATION] = text
+
+        self._store.mutate("pods", ns, name, report)
+        every = checkpoints.every_seconds(pod)
+        if every is not None:
+            heapq.heappush(self._reports, (now + every, ns, name, pod["metadata"].get("uid", "")))
 
     def _kill(self, pod: Obj, now: float) -> None:
         """The grace period is over: the containers are killed and the pod is Failed."""

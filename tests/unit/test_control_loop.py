@@ -36,6 +36,8 @@ class _Steps:
     def schedule_once(self) -> None:
         self._do("schedule_once")
 
+    def note_reported_checkpoints(self) -> None:
+        self._do("note_reported_checkpoints")
     def burst_back(self) -> None:
         self._do("burst_back")
 
@@ -54,6 +56,7 @@ def test_a_broken_step_is_logged_and_the_rest_of_the_pass_still_runs(
         "sync_status",
         "enforce_budgets",
         "schedule_once",
+        "note_reported_checkpoints",
         "burst_back",
         "sweep_orphans",
     ]

@@ -117,11 +117,13 @@ def test_the_rules_grant_what_the_broker_calls_and_nothing_more() -> None:
     # cluster-wide it only reads
     assert {v for r in cluster_rules for v in r["verbs"]} == {"list", "watch"}
 
-    # in the job namespace: Jobs in full, PodGroups for gangs, pods and their logs read-only
+    # in the job namespace: Jobs in full, PodGroups for gangs, pods read and deleted (the checkpoint
+    # stop, docs/migration.md) but never created or changed, their logs read
     for verb in ("create", "delete", "get", "list", "watch"):
         assert _allows(ns_rules, "batch", "jobs", verb)
     assert _allows(ns_rules, "", "pods/log", "get")
-    assert not _allows(ns_rules, "", "pods", "delete")
+    assert _allows(ns_rules, "", "pods", "delete") and not _allows(cluster_rules, "", "pods", "delete")
+    assert not any(_allows(ns_rules, "", "pods", v) for v in ("create", "update", "patch"))
     everything = cluster_rules + ns_rules
     assert not any("*" in r["verbs"] or "*" in r["resources"] or "*" in r["apiGroups"] for r in everything)
     assert not any("secrets" in r["resources"] for r in everything)
