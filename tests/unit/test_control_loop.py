@@ -38,6 +38,7 @@ class _Steps:
 
     def note_reported_checkpoints(self) -> None:
         self._do("note_reported_checkpoints")
+
     def burst_back(self) -> None:
         self._do("burst_back")
 
