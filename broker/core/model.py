@@ -65,6 +65,13 @@ class FailoverPolicy(StrEnum):
     NEVER = "never"  # FAILED with the reason
 
 
+class ImagePullFailure(StrEnum):
+    """What happens to a job whose image cannot be pulled for imagePullFailSeconds (docs/health.md)."""
+
+    FAIL = "fail"  # FAILED with the registry's message (another cluster would pull the same image)
+    REQUEUE = "requeue"  # withdrawn from that cluster and placed again elsewhere (a cluster-local registry)
+
+
 class JobState(StrEnum):
     QUEUED = "QUEUED"
     PLACED = "PLACED"
@@ -435,6 +442,10 @@ class JobRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     failover: FailoverPolicy = FailoverPolicy.REQUEUE
     nvlink_clique: NvlinkClique = NvlinkClique.NONE  # every pod in one NVLink clique (docs/topology.md)
+    on_image_pull_failure: ImagePullFailure = ImagePullFailure.FAIL
+    # Set by the broker for one placement, never by a user: the clusters this job's attempts were
+    # withdrawn from a short while ago (JobRecord.avoid; plugins/allowlist.py leaves them out).
+    avoid_clusters: tuple[str, ...] = ()
 
     @property
     def wants_mig(self) -> bool:
@@ -556,6 +567,9 @@ class JobRecord:
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
     warnings: tuple[str, ...] = ()  # said at submit: never fits any cluster (scheduler.never_fit)
+    # (cluster, until): clusters an attempt was withdrawn from for member trouble (workload/member_trouble.py),
+    # not offered to this job again before `until` (epoch seconds)
+    avoid: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

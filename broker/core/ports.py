@@ -1,7 +1,8 @@
 """Ports: the Protocols the service layer needs from the outside world. Adapters implement them.
 
 Clock           now() in epoch seconds; the only time source the service sees
-ClusterGateway  create / delete / read the broker's Jobs in a member cluster
+ClusterGateway  create / delete / read the broker's Jobs in a member cluster (WorkloadWatch: by watch;
+                MemberWatch: their pods' and the Job controller's trouble)
 StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
                 production)
 LeaderLease     the leader lease with its fencing token (broker.ha.leadership runs the control loop in the
@@ -20,7 +21,7 @@ from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobPage, JobQuery
 from broker.core.model import ClusterEvent, ClusterSummary, JobEvent, JobRecord, JobState, Reservation
 from broker.core.records import NodeDetail, Run
-from broker.core.workloads import WorkloadRef, WorkloadStatus
+from broker.core.workloads import MemberTrouble, WorkloadRef, WorkloadStatus
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,21 @@ class WorkloadWatch(Protocol):
         ...
 
     def synced(self, cluster: str) -> bool: ...
+
+
+@runtime_checkable
+class MemberWatch(Protocol):
+    """A ClusterGateway that also follows the pods of the broker's Jobs and the Job controller's
+    FailedCreate events (adapters.member_watch): what goes wrong inside the member (docs/health.md)."""
+
+    def member_trouble(self, cluster: str, namespace: str, name: str) -> MemberTrouble:
+        """What the pods and events of the Job `name` say now (from memory; MemberTrouble() when nothing)."""
+        ...
+
+    def last_termination(self, cluster: str, namespace: str, name: str) -> MemberTrouble:
+        """The same, once the Job failed: asks the member when the pods' watch has not told a failed
+        termination yet (the Job's status may come before its pod's)."""
+        ...
 
 
 class PodLogs(Protocol):
