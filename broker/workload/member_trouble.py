@@ -224,7 +224,7 @@ def judge(record: JobRecord, trouble: PodTrouble, since: float, now: float, poli
     limit = _limit(trouble, policy)
     if limit is None or now - since < limit:
         return Verdict(Act.NOTE, said)
-    lasted = f"for {now - since:.0f} s"
+    lasted = f"{now - since:.0f} s"
     if group(trouble.kind) == "pending":
         return Verdict(
             Act.WITHDRAW, f"withdrawn from {where} after {lasted}: {trouble.kind}: {trouble.message}"
@@ -235,7 +235,7 @@ def judge(record: JobRecord, trouble: PodTrouble, since: float, now: float, poli
             f"withdrawn from {where} after {lasted} (onImagePullFailure: requeue): "
             f"{trouble.kind}: {trouble.message}",
         )
-    return Verdict(Act.FAIL, f"image pull failed on {where} {lasted}: {trouble.kind}: {trouble.message}")
+    return Verdict(Act.FAIL, f"image pull failed on {where} for {lasted}: {trouble.kind}: {trouble.message}")
 
 
 def failed_reason(reason: str, termination: Termination | None) -> str:
