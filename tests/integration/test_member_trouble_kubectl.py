@@ -237,6 +237,7 @@ def test_an_unpullable_image_shows_image_pull_backoff_then_fails_with_the_regist
     j = submit(
         broker_url, name="pull", gpus=1, gpuProducts=["A100-80GB"], image="registry.invalid/team/train:1"
     )
+
     def backing_off() -> str | None:
         out = gpufed("get", j)
         return out if "ImagePullBackOff" in out else None

@@ -227,9 +227,9 @@ def test_the_allowlist_filter_keeps_an_avoided_cluster_away_resolvably() -> None
     request = JobRequest("r", gpus_per_pod=1, avoid_clusters=("a",))
     job = prepare(request, PlacementPolicy())
     assert plugin.applies(job)
-    verdict = plugin.filter(job, ClusterSummary("a", Health.HEALTHY), None, 0.0, ())
+    verdict = plugin.filter(job, ClusterSummary("a", health=Health.HEALTHY), None, 0.0, ())
     assert isinstance(verdict, Status) and not verdict.code.name.endswith("UNRESOLVABLE")
-    assert plugin.filter(job, ClusterSummary("b", Health.HEALTHY), None, 0.0, ()) == ()
+    assert plugin.filter(job, ClusterSummary("b", health=Health.HEALTHY), None, 0.0, ()) == ()
     assert not plugin.applies(prepare(JobRequest("r", gpus_per_pod=1), PlacementPolicy()))
 
 
