@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from broker.api.schemas import JobSpec
 from broker.core.model import (
     ClusterSummary,
     FailoverPolicy,
@@ -21,6 +23,7 @@ from broker.scheduler.framework import Status
 from broker.scheduler.placement import PlacementPolicy, prepare
 from broker.scheduler.plugins.allowlist import ClusterAllowList
 from broker.workload import member_trouble as mt
+from broker.workload.k8s_job import to_native
 from broker.workload.member_trouble import Act, TroublePolicy
 
 SCHED = (
@@ -235,3 +238,19 @@ def test_the_allowlist_filter_keeps_an_avoided_cluster_away_resolvably() -> None
 
 def test_failover_never_is_not_the_default() -> None:
     assert record().request.failover is FailoverPolicy.REQUEUE
+
+
+def test_on_image_pull_failure_is_a_validated_job_field() -> None:
+    spec = JobSpec.model_validate({"name": "j", "gpus": 1, "onImagePullFailure": "requeue"})
+    assert spec.to_request().on_image_pull_failure is ImagePullFailure.REQUEUE
+    assert JobSpec.model_validate({"name": "j", "gpus": 1}).to_request().on_image_pull_failure is ImagePullFailure.FAIL
+    with pytest.raises(ValidationError) as bad:
+        JobSpec.model_validate({"name": "j", "gpus": 1, "onImagePullFailure": "retry"})
+    assert bad.value.errors()[0]["loc"] == ("onImagePullFailure",)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "annotations": {"gpufed.io/on-image-pull-failure": "requeue"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}},
+    }
+    assert to_native(job)["onImagePullFailure"] == "requeue"
