@@ -134,7 +134,8 @@ def pod_trouble(pod: Mapping[str, Any]) -> PodTrouble | None:
                         "OOMKilled", f"container {t.container} was OOMKilled (exit code {t.exit_code})", name
                     )
                 )
-    if not _dict(pod.get("spec")).get("nodeName"):
+    # bound, or nominated (victims of the member's own preemption are going): not stuck
+    if not _dict(pod.get("spec")).get("nodeName") and not status.get("nominatedNodeName"):
         for cond in _list(status.get("conditions")):
             c = _dict(cond)
             if (

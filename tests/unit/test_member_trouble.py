@@ -115,6 +115,10 @@ def test_a_pods_trouble_in_the_members_words(obj: dict[str, Any], kind: str, mes
         pod(node="n1", waiting=("ContainerCreating", "")),  # starting
         pod(node="n1", terminated=("Completed", 0)),  # done
         pod(unschedulable=SCHED, node="n1"),  # bound since: the condition is history
+        {
+            **pod(unschedulable=SCHED),
+            "status": {**pod(unschedulable=SCHED)["status"], "nominatedNodeName": "n1"},
+        },
     ],
 )
 def test_a_pod_with_nothing_wrong_says_nothing(obj: dict[str, Any]) -> None:
@@ -243,7 +247,10 @@ def test_failover_never_is_not_the_default() -> None:
 def test_on_image_pull_failure_is_a_validated_job_field() -> None:
     spec = JobSpec.model_validate({"name": "j", "gpus": 1, "onImagePullFailure": "requeue"})
     assert spec.to_request().on_image_pull_failure is ImagePullFailure.REQUEUE
-    assert JobSpec.model_validate({"name": "j", "gpus": 1}).to_request().on_image_pull_failure is ImagePullFailure.FAIL
+    assert (
+        JobSpec.model_validate({"name": "j", "gpus": 1}).to_request().on_image_pull_failure
+        is ImagePullFailure.FAIL
+    )
     with pytest.raises(ValidationError) as bad:
         JobSpec.model_validate({"name": "j", "gpus": 1, "onImagePullFailure": "retry"})
     assert bad.value.errors()[0]["loc"] == ("onImagePullFailure",)
