@@ -1,7 +1,7 @@
 """Member trouble end to end (docs/health.md): a broker over a kubesim fleet of two clusters, the jobs'
 trouble read by watch from their pods and the Job controller's events, shown by `gpufed get`, and acted
-on; the member side checked with the real kubectl. Small settings: memberPendingSeconds 3,
-imagePullFailSeconds 6.
+on; the member side checked with the real kubectl. Small settings: memberPendingSeconds 2,
+imagePullFailSeconds 4.
 
     small   one A100 node with 16 GiB of memory, and an H200 node published by the DRA driver while the
             cluster is declared `gpuAllocation: device-plugin` (the override: nothing H200 placeable)
@@ -86,8 +86,8 @@ def broker_url(
         "settings": {
             "redisUrl": redis_url,
             "redisPrefix": "gpufed-trouble",
-            "memberPendingSeconds": 3,
-            "imagePullFailSeconds": 6,
+            "memberPendingSeconds": 2,
+            "imagePullFailSeconds": 4,
             "priorityClasses": {"production": 1000},
         },
         "auth": {"tokensFile": str(tokens)},
