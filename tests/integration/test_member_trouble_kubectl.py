@@ -5,12 +5,14 @@ imagePullFailSeconds 4.
 
     small   one A100 node with 16 GiB of memory, and an H200 node published by the DRA driver while the
             cluster is declared `gpuAllocation: device-plugin` (the override: nothing H200 placeable)
-    big     one A100 node with 512 GiB, one H200 node through the device plugin
+    big     one A100 node with 512 GiB (device plugin), no gpuAllocation declared; an H200 node published
+            by the DRA driver is added to it with kubectl (a mixed cluster)
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,8 +52,6 @@ FLEET = {
             "nodePools": [
                 {"name": "a100", "count": 1, "cpu": "64", "memory": "512Gi",
                  "gpu": {"product": "A100-80GB", "count": 2}},
-                {"name": "h200", "count": 1, "cpu": "64", "memory": "512Gi",
-                 "gpu": {"product": "H200-141GB", "count": 4}},
             ],
         },
     ]
@@ -167,14 +167,63 @@ def gpufed(
     return run
 
 
-def test_a_product_the_override_does_not_serve_is_not_placed_there(broker_url: str) -> None:
-    fleet = _fleet(broker_url)
-    small = {p["product"]: p for p in fleet["small"]["products"]}
+def add_dra_node(kubectl: Callable[..., str], source: str, target: str, name: str) -> None:
+    """Add to `target`, with kubectl, a copy of `source`'s DRA node: the Node, its ResourceSlices and the
+    driver's DeviceClasses (what the NVIDIA DRA driver's kubelet plugin would publish there)."""
+
+    def fresh(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        keep = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+        return {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "metadata": keep,
+            "spec": obj.get("spec", {}),
+        }
+
+    classes = json.loads(kubectl(source, "get", "deviceclasses", "-o", "json"))["items"]
+    nodes = json.loads(kubectl(source, "get", "nodes", "-o", "json"))["items"]
+    node = next(n for n in nodes if "-h200-" in n["metadata"]["name"])
+    old = node["metadata"]["name"]
+    copy = fresh(node)
+    copy["metadata"]["name"] = name
+    copy["metadata"]["labels"] = {**copy["metadata"].get("labels", {}), "kubernetes.io/hostname": name}
+    copy["status"] = {
+        k: node["status"][k] for k in ("capacity", "allocatable", "conditions") if k in node["status"]
+    }
+    items = [fresh(c) for c in classes] + [copy]
+    for published in json.loads(kubectl(source, "get", "resourceslices", "-o", "json"))["items"]:
+        if published["spec"].get("nodeName") != old:
+            continue
+        rs = fresh(published)
+        rs["metadata"]["name"] = rs["metadata"]["name"].replace(old, name)
+        rs["spec"]["nodeName"] = name
+        rs["spec"]["pool"]["name"] = name
+        items.append(rs)
+    for item in items:  # one at a time: the error names the object
+        kubectl(target, "apply", "-f", "-", stdin=json.dumps(item))
+
+
+def test_a_dra_node_added_with_kubectl_runs_its_product_through_a_claim_and_the_override_is_honoured(
+    broker_url: str, kubectl: Callable[..., str]
+) -> None:
+    add_dra_node(kubectl, "small", "big", "big-h200-dra-0")
+
+    def h200_on_big() -> dict[str, Any] | None:
+        products = {p["product"]: p for p in _fleet(broker_url)["big"]["products"]}
+        h200 = products.get("H200-141GB")
+        return h200 if h200 is not None and h200["free"] == 4 else None
+
+    h200 = poll_for("H200 on big in the fleet view", h200_on_big, 60)
+    assert (h200["offered"], h200["askedThrough"]) == ("dra", "dra")  # no gpuAllocation: as published
+    small = {p["product"]: p for p in _fleet(broker_url)["small"]["products"]}
     assert small["H200-141GB"]["offered"] == "dra" and small["H200-141GB"]["askedThrough"] == "device-plugin"
     j = submit(broker_url, name="h200", gpus=2, gpuProducts=["H200-141GB"])
     running = wait_state(broker_url, j, "RUNNING")
-    assert running["cluster"] == "big"
+    assert running["cluster"] == "big"  # small, forced to the device plugin, has no H200 to place on
     assert all(e.get("cluster") in (None, "big") for e in events(broker_url, j))
+    claims = kubectl("big", "get", "resourceclaims", "-n", "default")
+    assert claims.count("allocated,reserved") == 1, claims
     cancel(broker_url, j)
 
 
