@@ -1,8 +1,8 @@
 """Member trouble in the status sync: what a placed job's pods and the Job controller's events say went
 wrong inside its member, shown in the job's reason and acted on (docs/health.md).
 
-Owns MemberTroubles (a ControllerBase mixin of StatusSync) and TroubleMemory (when each trouble of each
-attempt was first seen, in the leader's memory: a new leader starts the clocks afresh, which only waits
+Owns MemberTroubles (a ControllerBase mixin of StatusSync) and TroubleMemory (when each job's trouble was
+first seen, in the leader's memory: a new leader starts the clocks afresh, which only waits
 longer). Decisions are broker.workload.member_trouble's; this applies them:
 
     NOTE      the reason (and one event) once per change of what the member says
@@ -37,27 +37,26 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TroubleMemory:
-    """(job id, attempt) -> (trouble group, first seen); job id -> when to look again. Thread-safe: the
-    per-cluster sync workers write it."""
+    """job id -> (attempt, trouble group, first seen); job id -> when to look again. Thread-safe: the
+    per-cluster sync workers write it. Holds only the jobs in trouble."""
 
-    since: dict[tuple[str, int], tuple[str, float]] = field(default_factory=dict)
+    since: dict[str, tuple[int, str, float]] = field(default_factory=dict)
     deadlines: dict[str, float] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def seen(self, job_id: str, attempt: int, trouble: PodTrouble, now: float) -> tuple[float, bool]:
-        """When this spell of `trouble` began, and whether it begins now."""
+        """When this spell of `trouble` of this attempt began, and whether it begins now."""
         g = member_trouble.group(trouble.kind)
         with self.lock:
-            old = self.since.get((job_id, attempt))
-            if old is not None and old[0] == g:
-                return old[1], False
-            self.since[(job_id, attempt)] = (g, now)
+            old = self.since.get(job_id)
+            if old is not None and old[:2] == (attempt, g):
+                return old[2], False
+            self.since[job_id] = (attempt, g, now)
             return now, True
 
     def forget(self, job_id: str) -> None:
         with self.lock:
-            for key in [k for k in self.since if k[0] == job_id]:
-                del self.since[key]
+            self.since.pop(job_id, None)
             self.deadlines.pop(job_id, None)
 
     def look_again(self, job_id: str, at: float | None) -> None:
