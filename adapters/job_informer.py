@@ -115,6 +115,12 @@ class JobCache:
             return None
         return entry.status
 
+    def job_id(self, name: str) -> str | None:
+        """The broker job id of the Job `name`, when the cache holds it."""
+        with self._lock:
+            entry = self._jobs.get(name)
+        return entry.ref.job_id if entry is not None and entry.ref is not None else None
+
     def refs(self, namespace: str | None = None) -> list[WorkloadRef]:
         with self._lock:
             return [
@@ -243,6 +249,10 @@ class JobFollower:
         """Call on_change(cluster, job id) when a followed Job's status changes (an informer thread)."""
         with self._lock:
             self._subscribers.append(on_change)
+
+    def notify(self, cluster: str, job_id: str) -> None:
+        """Tell the subscribers that something of this job changed (the pods' watch says so too)."""
+        self._notify(cluster, job_id)
 
     def _notify(self, cluster: str, job_id: str) -> None:
         for subscriber in list(self._subscribers):

@@ -81,6 +81,7 @@ def job_view(r: JobRecord) -> dict[str, Any]:
             "allowBurst": req.allow_burst,
             "maxWaitSeconds": req.max_wait_seconds,
             "failover": str(req.failover),
+            "onImagePullFailure": str(req.on_image_pull_failure),
             "image": req.image,
             "command": list(req.command),
             "args": list(req.args),

@@ -15,6 +15,7 @@ from broker.capacity.node_detail import NodeDetail
 from broker.core.model import (
     ClusterSummary,
     FailoverPolicy,
+    ImagePullFailure,
     JobEvent,
     JobRecord,
     JobRequest,
@@ -126,6 +127,12 @@ class JobSpec(_Wire):
         default=FailoverPolicy.REQUEUE,
         description="requeue: placed again elsewhere when its cluster is lost or its pods disrupted; never: FAILED",
     )
+    on_image_pull_failure: ImagePullFailure = Field(
+        default=ImagePullFailure.FAIL,
+        alias="onImagePullFailure",
+        description="fail: FAILED with the registry's message once the image cannot be pulled for "
+        "imagePullFailSeconds; requeue: withdrawn from that cluster and placed again elsewhere",
+    )
     max_price_per_gpu_hour: float | None = Field(default=None, alias="maxPricePerGpuHour", ge=0, le=10_000)
     priority_class: str | None = Field(default=None, alias="priorityClass", pattern=_DNS_LABEL)
     clusters: list[str] = Field(default_factory=list, max_length=256)
@@ -201,6 +208,7 @@ class JobSpec(_Wire):
             allow_burst=self.allow_burst,
             max_wait_seconds=self.max_wait_seconds,
             failover=self.failover,
+            on_image_pull_failure=self.on_image_pull_failure,
             max_price_per_gpu_hour=self.max_price_per_gpu_hour,
             priority_class=self.priority_class,
             clusters=tuple(self.clusters),
@@ -292,6 +300,7 @@ class JobView(_Wire):
                 "allowBurst": req.allow_burst,
                 "maxWaitSeconds": req.max_wait_seconds,
                 "failover": str(req.failover),
+                "onImagePullFailure": str(req.on_image_pull_failure),
                 "image": req.image,
                 "command": list(req.command),
                 "args": list(req.args),

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from adapters import nvml, poller_liveness, redis_connect, redis_durability
 from adapters.clusterprofile import ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
+from adapters.member_watch import MemberWatchingGateway
 from adapters.poller_shard import HashRing, PollerSpec
 from adapters.ray_actors import PollerFleet
 from adapters.reaper import Reaper
@@ -71,6 +72,7 @@ from broker.ha.leadership import Leadership, take_over
 from broker.ha.recovery import StoreRecovery
 from broker.health.machine import HealthThresholds
 from broker.telemetry import freshness
+from broker.workload.member_trouble import TroublePolicy
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ def build_service(
     a given clock instead of the wall clock (benchmarks/burst_replay.py: kubesim's simulated clock)."""
     settings = cfg.settings
     store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
-    gateway = gateway or WatchingGateway.watching(
+    gateway = gateway or MemberWatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
         {c.name: followed_namespace(c) for c in cfg.clusters},
     )
@@ -124,6 +126,11 @@ def build_service(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             finished_job_ttl_seconds=settings.finished_job_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
+            trouble_policy=TroublePolicy(
+                settings.member_pending_seconds,
+                settings.image_pull_fail_seconds,
+                settings.member_avoid_seconds,
+            ),
             federation=settings.redis_prefix,
             queue=settings.queue_policy(),
             preemption=settings.preemption.policy() if settings.preemption else None,

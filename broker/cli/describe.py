@@ -62,6 +62,7 @@ def describe_text(job: dict[str, Any], events: list[dict[str, Any]], verdicts: d
             ),
             ("Priority class", req.get("priorityClass")),
             ("Failover", req.get("failover")),
+            ("On image pull failure", req.get("onImagePullFailure")),
             ("Image", req.get("image")),
             ("Command", " ".join([*(req.get("command") or []), *(req.get("args") or [])])),
             ("Env", ", ".join(e.get("name", "?") for e in req.get("env") or [])),

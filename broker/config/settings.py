@@ -273,6 +273,12 @@ class Settings(_Strict):
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
+    # Member trouble (docs/health.md): pods unschedulable, or not created (an admission refusal), this long:
+    # the attempt is withdrawn and the cluster avoided by that job for memberAvoidSeconds; an image that
+    # cannot be pulled this long: FAILED (or withdrawn, with the job's onImagePullFailure: requeue).
+    member_pending_seconds: float = Field(default=120.0, alias="memberPendingSeconds", gt=0)
+    image_pull_fail_seconds: float = Field(default=300.0, alias="imagePullFailSeconds", gt=0)
+    member_avoid_seconds: float = Field(default=600.0, alias="memberAvoidSeconds", ge=0)
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from broker.burst.gate import BurstGate
 from broker.cache.fleet_cache import FleetCache
@@ -39,7 +39,7 @@ from broker.health.failover import ClusterHealth
 from broker.queue import queueing
 from broker.scheduler import placement, preemption
 from broker.tenancy import member_quota
-from broker.workload import lifecycle
+from broker.workload import lifecycle, member_trouble
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ class ServiceSettings:
     preemption: preemption.PreemptionPolicy | None = None
     # a finished Job is deleted from its member this long after it ended (ttlSecondsAfterFinished)
     finished_job_ttl_seconds: int | None = 3600
+    # what is done about trouble inside a member (memberPendingSeconds, imagePullFailSeconds,
+    # memberAvoidSeconds; broker.workload.member_trouble, docs/health.md)
+    trouble_policy: member_trouble.TroublePolicy = field(default_factory=member_trouble.TroublePolicy)
 
     def queue_policy(self) -> queueing.QueuePolicy:
         """The global queue's policy (`queue`, else just `priorities`)."""

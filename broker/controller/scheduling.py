@@ -39,6 +39,7 @@ from broker.health import failover
 from broker.queue import queueing
 from broker.scheduler.batch_placement import BatchPlacer
 from broker.tenancy import member_quota
+from broker.workload import member_trouble
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,8 @@ class Scheduling(Preempting, Dispatching):
         request = record.request if products is None else replace(record.request, gpu_products=products)
         if record.move_to:  # a moved job's next attempt (docs/migration.md): only these clusters
             request = replace(request, clusters=record.move_to)
+        if record.avoid:  # clusters an attempt was withdrawn from lately (member trouble)
+            request = replace(request, avoid_clusters=member_trouble.avoided(record, now))
         for _ in range(_RESERVE_ATTEMPTS):
             recorder = telemetry.PhaseRecorder()
             started = time.perf_counter()

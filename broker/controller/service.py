@@ -31,6 +31,7 @@ from broker.controller.clusters import ClusterWatch
 from broker.controller.dispatch import Dispatcher, InlineDispatcher
 from broker.controller.dispatching import DISPATCH_BACKOFF_MAX_SECONDS
 from broker.controller.job_records import JobRecords
+from broker.controller.member_troubles import TroubleMemory
 from broker.controller.scheduling import Scheduling
 from broker.controller.state_writer import StateWriter
 from broker.controller.status_sync import StatusSync
@@ -133,6 +134,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._watch: WorkloadWatch | None = None  # set by watch_changes(): statuses come by event
         self._next_resync = float("-inf")
         self._held_back: dict[str, set[str]] = {}
+        self._troubles = TroubleMemory()  # member trouble: when first seen, when to look again
         self._cache_observed = False  # observe_clusters refreshed the FleetCache (sync_status reuses it)
         self.burst_back_state = BurstBackState()  # burst-back's memory between passes (bursting_back)
 

@@ -61,6 +61,12 @@ class StateWriter:
         """A change that is not a transition (a new reason): compare-and-set at the record's state."""
         return self._write(record, record.state, None, None)
 
+    def note(self, record: JobRecord, reason: str) -> JobRecord:
+        """A new reason in the same state (member trouble), with its event, in one compare-and-set at the
+        record's state and attempt."""
+        changed = replace(record, reason=reason, updated_at=self.clock.now())
+        return self._write(changed, record.state, event_of(changed, reason), record.attempt)
+
     def event(self, record: JobRecord, reason: str) -> None:
         self.store.append_event(event_of(record, reason))
 

@@ -4,6 +4,8 @@ A Job whose status changed is put on the work queue by the informer's callback (
 reads only those, every job of a cluster whose watch is not synced (or a gateway that does not watch),
 and every job from memory every STATUS_RESYNC_SECONDS. lifecycle.observe decides; reservations are
 released once the pods are counted by a newer summary of their cluster (settling) or the job ended.
+What the pods and the Job controller's events say beyond the Job's status (member trouble) is read and
+acted on by MemberTroubles (broker.controller.member_troubles).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from dataclasses import replace
 
 from broker import telemetry
 from broker.controller import faults
-from broker.controller.base import ControllerBase
 from broker.controller.job_records import PLACED_STATES
+from broker.controller.member_troubles import MemberTroubles
 from broker.core.errors import (
     ClusterError,
     Conflict,
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 STATUS_RESYNC_SECONDS = 60.0
 
 
-class StatusSync(ControllerBase):
+class StatusSync(MemberTroubles):
     def watch_changes(self) -> None:
         """Follow Job statuses by event (the leader's service): a gateway that watches says which Job
         changed, and a pass reads only those (plus every job on a cluster whose watch is not synced, and
@@ -59,7 +61,7 @@ class StatusSync(ControllerBase):
         changed: list[JobRecord] = []
         self._release_settled()
         self.records.ensure()
-        dirty = self.work.take_jobs()
+        dirty = self.work.take_jobs() | self._troubled_due()  # + member trouble reaching its deadline
         skip = self._unavailable_clusters() | self._fenced
         for back in [c for c in self._held_back if c not in skip]:  # back: read what changed meanwhile
             dirty |= self._held_back.pop(back)
@@ -139,6 +141,9 @@ class StatusSync(ControllerBase):
             self._unreadable.discard(record.cluster)
             log.info("Jobs on %s can be read again", record.cluster)
         step = lifecycle.observe(record, status, self.clock.now())
+        handled, step, written = self._member_step(record, status, step)  # the pods' and events' words
+        if handled:
+            return written if written is not None and written.state is not record.state else None
         if step is None:
             return None
         faults.point("observed")

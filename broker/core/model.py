@@ -65,6 +65,13 @@ class FailoverPolicy(StrEnum):
     NEVER = "never"  # FAILED with the reason
 
 
+class ImagePullFailure(StrEnum):
+    """What happens to a job whose image cannot be pulled for imagePullFailSeconds (docs/health.md)."""
+
+    FAIL = "fail"  # FAILED with the registry's message (another cluster would pull the same image)
+    REQUEUE = "requeue"  # withdrawn from that cluster and placed again elsewhere (a cluster-local registry)
+
+
 class JobState(StrEnum):
     QUEUED = "QUEUED"
     PLACED = "PLACED"
@@ -439,6 +446,10 @@ class JobRequest:
     source: str = ""  # where it was submitted other than the API: "hub:jobs.batch/<ns>/<name>" (docs/hub.md)
     # checkpoint: {gracePeriodSeconds}: a stop is SIGTERM with this grace and a resume (docs/migration.md)
     checkpoint_grace_seconds: int | None = None
+    on_image_pull_failure: ImagePullFailure = ImagePullFailure.FAIL
+    # Set by the broker for one placement, never by a user: the clusters this job's attempts were
+    # withdrawn from a short while ago (JobRecord.avoid; plugins/allowlist.py leaves them out).
+    avoid_clusters: tuple[str, ...] = ()
 
     @property
     def wants_mig(self) -> bool:
@@ -564,6 +575,9 @@ class JobRecord:
     # the clusters a moved job's next attempt may go to (empty: the request's own `clusters`)
     resume_from: str | None = None
     move_to: tuple[str, ...] = ()
+    # (cluster, until): clusters an attempt was withdrawn from for member trouble (workload/member_trouble.py),
+    # not offered to this job again before `until` (epoch seconds)
+    avoid: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Ports: the Protocols the service layer needs from the outside world. Adapters implement them.
 
 Clock           now() in epoch seconds; the only time source the service sees
-ClusterGateway  create / delete / read the broker's Jobs in a member cluster
+ClusterGateway  create / delete / read the broker's Jobs in a member cluster (WorkloadWatch: by watch;
+                MemberWatch: their pods' and the Job controller's trouble)
 CheckpointGateway  stop an attempt so that it saves, read the checkpoints pods report (docs/migration.md)
 StateStore      summaries, per-node tables, reservations, jobs, events and idempotency keys (Redis in
                 production)
@@ -21,7 +22,7 @@ from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobPage, JobQuery
 from broker.core.model import ClusterEvent, ClusterSummary, JobEvent, JobRecord, JobState, Reservation
 from broker.core.records import NodeDetail, Run, Saving
-from broker.core.workloads import WorkloadRef, WorkloadStatus
+from broker.core.workloads import MemberTrouble, WorkloadRef, WorkloadStatus
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,19 @@ class WorkloadCloser(Protocol):
 
     def close_workload(self, cluster: str, namespace: str, name: str, note: str) -> None:
         """Annotate the Job gpufed.io/closed = note. Not-found is success."""
+
+
+class MemberWatch(Protocol):
+    """A ClusterGateway that also follows the pods of the broker's Jobs and the Job controller's
+    FailedCreate events (adapters.member_watch): what goes wrong inside the member (docs/health.md)."""
+
+    def member_trouble(self, cluster: str, namespace: str, name: str) -> MemberTrouble:
+        """What the pods and events of the Job `name` say now (from memory; MemberTrouble() when nothing)."""
+        ...
+
+    def last_termination(self, cluster: str, namespace: str, name: str) -> MemberTrouble:
+        """The same, once the Job failed: asks the member when the pods' watch has not told a failed
+        termination yet (the Job's status may come before its pod's)."""
         ...
 
 

@@ -120,6 +120,7 @@ PLACEMENT_FIELDS: tuple[str, ...] = (
     "allow_burst",
     "max_price_per_gpu_hour",
     "clusters",
+    "avoid_clusters",
     # the tenant namespace's quota and limits (plugins/namespace_quota.py)
     "tenant",
     "cpu_millis_per_pod",

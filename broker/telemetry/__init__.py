@@ -88,6 +88,14 @@ dispatch_failures = Counter(
     ["cluster"],
     registry=REGISTRY,
 )
+member_stuck = Counter(
+    "gpufed_member_stuck",
+    "Trouble inside a member with a job's pods (docs/health.md), by the member's reason (Unschedulable, "
+    "FailedCreate, ErrImagePull, ImagePullBackOff, CrashLoopBackOff, OOMKilled, Evicted, ...) and, for the "
+    "broker's acts, withdrawn / image-pull-failed / crashed: counted once per change, not per pass",
+    ["reason"],
+    registry=REGISTRY,
+)
 config_reloads = Counter(
     "gpufed_config_reloads",
     "clusters.yaml read again while running, by result: applied, invalid (kept the running config), failed",
@@ -512,6 +520,7 @@ __all__ = [
     "exposition",
     "job_context",
     "job_span",
+    "member_stuck",
     "placement_latency",
     "placements",
     "preemptions",

@@ -10,13 +10,15 @@ that `gpufed rbac --cluster NAME` prints for an operator to apply in that member
                         scheduling.x-k8s.io/podgroups create/delete/get (gang companions),
                         resource.k8s.io/resourceclaimtemplates create/delete/get/update (DRA claims),
                         pods get/list/watch/delete and pods/log get (a job's pods and their logs;
-                        delete: the checkpoint stop, docs/migration.md)
+                        delete: the checkpoint stop, docs/migration.md), events list/watch (the Job
+                        controller's FailedCreate: member trouble, docs/health.md)
     ClusterRole + ClusterRoleBinding, read-only, list/watch on what the pollers observe:
                         nodes; pods in every namespace (a node's allocated GPUs are the requests of all
                         pods bound to it, whoever runs them); noderesourcetopologies; Kueue clusterqueues and
                         localqueues; resource.k8s.io resourceslices and resourceclaims (DRA GPUs);
                         namespaces, resourcequotas and limitranges (tenant namespaces' quotas and limits);
-                        with a tenant namespace pattern, batch jobs too (the broker's Jobs, one watch)
+                        with a tenant namespace pattern, batch jobs and events too (the broker's Jobs
+                        and their FailedCreate events, one watch each)
     Role + RoleBinding  the same, in each existing tenant namespace (`tenant_namespaces`)
     ClusterRole + ClusterRoleBinding `<sa>-tenant-jobs`, only with `create_namespaces`: create namespaces
                         and Kueue localqueues, and the job rules in every namespace (tenant namespaces
@@ -50,6 +52,8 @@ NAMESPACE_RULES: tuple[Obj, ...] = (
     # delete: a checkpoint stop deletes an attempt's pods with the job's grace period (docs/migration.md)
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # member trouble (docs/health.md): the Job controller's FailedCreate events of the broker's Jobs
+    {"apiGroups": [""], "resources": ["events"], "verbs": READ},
 )
 
 CLUSTER_RULES: tuple[Obj, ...] = (
@@ -62,7 +66,10 @@ CLUSTER_RULES: tuple[Obj, ...] = (
 )
 
 # Tenant namespaces: the broker's Jobs are followed by one watch over every namespace.
-FOLLOW_JOBS_RULES: tuple[Obj, ...] = ({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ},)
+FOLLOW_JOBS_RULES: tuple[Obj, ...] = (
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ},
+    {"apiGroups": [""], "resources": ["events"], "verbs": READ},  # their FailedCreate events (member trouble)
+)
 
 # createNamespaces: the broker creates a tenant's namespace and LocalQueue on first use, and runs Jobs in
 # namespaces that do not exist yet, so the job rules are granted cluster-wide (a ClusterRole bound by a

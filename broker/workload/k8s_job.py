@@ -39,6 +39,7 @@ ANNOTATIONS: dict[str, tuple[str, str]] = {
     "gpufed.io/min-gpu-memory-gib": ("minGpuMemoryGiB", "int"),
     "gpufed.io/max-price-per-gpu-hour": ("maxPricePerGpuHour", "float"),
     "gpufed.io/failover": ("failover", "str"),
+    "gpufed.io/on-image-pull-failure": ("onImagePullFailure", "str"),  # fail | requeue (docs/health.md)
     "gpufed.io/tenant": ("tenant", "str"),
     "gpufed.io/duration-seconds": ("durationSeconds", "float"),
     "gpufed.io/nvlink-clique": ("topology", "nvlinkClique"),  # required | preferred (docs/topology.md)

@@ -357,8 +357,10 @@ async function renderTimeline() {
   $("#timeline-meta").textContent = job && job.traceId ? "trace id " + job.traceId : "";
   const list = $("#timeline-list");
   list.replaceChildren();
+  // member trouble (docs/health.md): the member's own words, and what the broker did about them
+  const trouble = /^(member trouble on |withdrawn from |image pull failed on )|\(last termination: /;
   for (const e of events) {
-    list.append(el("li", {},
+    list.append(el("li", trouble.test(e.reason || "") ? { class: "trouble" } : {},
       el("time", { datetime: new Date(e.at * 1000).toISOString() }, new Date(e.at * 1000).toLocaleTimeString()),
       " ", el("span", { class: "badge s-" + e.state }, e.state),
       e.cluster ? el("span", { class: "meta" }, " on " + e.cluster) : null,
