@@ -123,6 +123,7 @@ class WorkloadCloser(Protocol):
         """Annotate the Job gpufed.io/closed = note. Not-found is success."""
 
 
+@runtime_checkable
 class MemberWatch(Protocol):
     """A ClusterGateway that also follows the pods of the broker's Jobs and the Job controller's
     FailedCreate events (adapters.member_watch): what goes wrong inside the member (docs/health.md)."""
