@@ -16,7 +16,8 @@ from pydantic import TypeAdapter
 
 from broker.capacity.node_detail import NodeDetail
 from broker.core.errors import Fenced, StoreError
-from broker.core.model import ClusterEvent, JobEvent
+from broker.core.model import JobEvent
+from broker.core.records import ClusterEvent
 
 FLEET_STREAM_MAXLEN = 100_000
 _FLEET_STREAM_MAXLEN = FLEET_STREAM_MAXLEN

@@ -18,10 +18,10 @@ from broker.core.errors import (
     StoreError,
 )
 from broker.core.model import (
-    ClusterEvent,
     Health,
     JobRecord,
 )
+from broker.core.records import ClusterEvent
 from broker.health import failover
 from broker.health.failover import ClusterHealth
 

@@ -589,13 +589,3 @@ class JobEvent:
     reason: str = ""
     cluster: str | None = None
     trace_id: str | None = None  # the job's trace (32 hex), to find its spans from its timeline
-
-
-@dataclass(frozen=True)
-class ClusterEvent:
-    """A change of a member cluster's health (or its fence), with the cause."""
-
-    cluster: str
-    at: float
-    health: Health
-    reason: str = ""

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobPage, JobQuery
-from broker.core.model import ClusterEvent, ClusterSummary, JobEvent, JobRecord, JobState, Reservation
-from broker.core.records import NodeDetail, Run, Saving
+from broker.core.model import ClusterSummary, JobEvent, JobRecord, JobState, Reservation
+from broker.core.records import ClusterEvent, NodeDetail, Run, Saving
 from broker.core.workloads import MemberTrouble, WorkloadRef, WorkloadStatus
 
 

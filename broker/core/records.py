@@ -3,12 +3,14 @@
 Owns plain, frozen shapes: NodeDetail (with NodeMig, NodeNuma), a node's row in the fleet view that
 the pollers write per cluster (built by broker.capacity.node_detail), and Run, one attempt's run on a priced
 cluster, the unit of cloud spend (accounted by broker.burst.spend), and Saving, the cloud cost a burst-back
-move is expected to avoid. Pure: no I/O, no clock.
+move is expected to avoid, and ClusterEvent, a change of a member's health in its event stream. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from broker.core.model import Health
 
 __all__ = ["NodeDetail", "NodeMig", "NodeNuma", "Run", "Saving"]
 
@@ -98,3 +100,13 @@ class Saving:
     at: float
     dollars: float
     gpu_hours: float
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """A change of a member cluster's health (or its fence), with the cause."""
+
+    cluster: str
+    at: float
+    health: Health
+    reason: str = ""

@@ -30,10 +30,13 @@ def test_fails_the_first_time() -> None:
 
 def _run(tmp_path: Path, decorators: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_throwaway.py").write_text(FLAKY_ONCE.format(decorators=decorators))
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\n"
+    )  # none of the project's settings (pytest 9 refuses -c /dev/null)
     repo = Path(__file__).resolve().parents[2]
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:randomly", "-p", "no:cacheprovider",
-         "-c", "/dev/null", "--rootdir", str(tmp_path), "-q", *args, str(tmp_path)],
+         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-q", *args, str(tmp_path)],
         cwd=repo, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
