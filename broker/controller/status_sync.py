@@ -28,6 +28,7 @@ from broker.core.model import (
 )
 from broker.core.ports import WorkloadWatch
 from broker.workload import lifecycle
+from broker.workload.kinds import follow
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,9 @@ class StatusSync(ControllerBase):
             return None
         namespace = self._namespace(record.cluster, record.request.tenant)
         try:
-            status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
+            status = follow.read_status(  # a workload kind by its own status; a Job as before
+                self.gateway, record.cluster, namespace, record.workload_name, record.request
+            )
         except ClusterError as exc:
             if record.cluster not in self._unreadable:  # said once, not per job per pass, until it answers
                 self._unreadable.add(record.cluster)

@@ -435,6 +435,9 @@ class JobRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     failover: FailoverPolicy = FailoverPolicy.REQUEUE
     nvlink_clique: NvlinkClique = NvlinkClique.NONE  # every pod in one NVLink clique (docs/topology.md)
+    # A workload kind (JobSet, TrainJob, PyTorchJob, RayJob): {apiVersion, kind, spec} as submitted, created
+    # as such in the member with level-2 hints (broker/workload/kinds); None: a batch/v1 Job
+    workload: Mapping[str, Any] | None = None
 
     @property
     def wants_mig(self) -> bool:
