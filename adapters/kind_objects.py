@@ -25,7 +25,7 @@ from broker.core.workloads import WorkloadRef
 from broker.workload.kinds.registry import KINDS
 from broker.workload.manifest import JOB_ID_LABEL
 
-__all__ = ["KindApis", "delete_kinds", "list_refs", "read_object", "served_apis"]
+__all__ = ["KindApis", "KindDiscovery", "delete_kinds", "list_refs", "read_object", "served_apis"]
 
 RUNTIMES_PATH = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"
 _TRAINER = "trainer.kubeflow.org/v1alpha1"
@@ -52,6 +52,31 @@ def served_apis(rest: KubeRest) -> tuple[tuple[str, ...], tuple[str, ...]]:
         items, _ = rest.list_pages(RUNTIMES_PATH)
         runtimes = tuple(sorted(str((r.get("metadata") or {}).get("name")) for r in items))
     return apis, runtimes
+
+
+class KindDiscovery:
+    """A poller's view of a member's workload-kind APIs and runtimes, read again every `interval` seconds
+    (after a liveness probe that succeeded): `refresh` says whether it changed (publish a summary)."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self.interval = interval
+        self.apis: tuple[str, ...] = ()
+        self.runtimes: tuple[str, ...] = ()
+        self.observed = False
+        self._next = 0.0
+
+    def refresh(self, rest: KubeRest) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.interval
+        try:
+            apis, runtimes = served_apis(rest)
+        except Exception:  # a failed read keeps what was known; the next one tries again
+            return False
+        changed = not self.observed or (apis, runtimes) != (self.apis, self.runtimes)
+        self.apis, self.runtimes, self.observed = apis, runtimes, True
+        return changed
 
 
 class KindApis:

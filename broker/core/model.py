@@ -332,6 +332,11 @@ class ClusterSummary:
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
     cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)
+    # the workload kinds' APIs it serves ("jobset.x-k8s.io/v1alpha2", ...) and its ClusterTrainingRuntimes,
+    # read by the poller from discovery (adapters/kind_objects.py); observed False: not read yet
+    workload_apis: tuple[str, ...] = ()
+    training_runtimes: tuple[str, ...] = ()
+    workload_apis_observed: bool = False
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)
