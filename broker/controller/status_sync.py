@@ -74,6 +74,7 @@ class StatusSync(ControllerBase):
             candidates = self.records.in_states(PLACED_STATES, ordered=False)
         else:  # only those whose Job changed: idle, this loop does not grow with the jobs held
             candidates = [r for j in dirty if (r := self.records.get(j)) is not None]
+            candidates += follow.unwatched(self.records.in_states(PLACED_STATES, ordered=False), dirty)
         later: list[str] = []
         for record in candidates:
             cluster = record.cluster
@@ -83,7 +84,7 @@ class StatusSync(ControllerBase):
             if cluster in skip:
                 if record.id in dirty:  # its cluster does not answer: read once it does
                     self._held_back.setdefault(cluster, set()).add(record.id)
-            elif resync or record.id in dirty or cluster in unwatched:
+            elif resync or record.id in dirty or cluster in unwatched or record.request.workload is not None:
                 by_cluster.setdefault(cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
             task = functools.partial(self._sync_into, records, changed)

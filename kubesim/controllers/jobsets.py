@@ -29,7 +29,7 @@ from typing import Any
 from kubesim.clock import SimClock
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.owned import children, create_child, delete_child, reconciled_by
-from kubesim.controllers.pods import condition_true, set_condition
+from kubesim.controllers.pods import ANN_DURATION, condition_true, set_condition
 from kubesim.store import Obj, ObjectStore, WatchEvent
 
 JOBSETS = "jobsets.jobset.x-k8s.io"
@@ -256,6 +256,10 @@ class JobSetController:
             job_spec = rjob.setdefault("template", {}).setdefault("spec", {})
             pod = job_spec.setdefault("template", {}).setdefault("spec", {})
             if rjob.get("name") == "node":
+                run_for = (spec.get("annotations") or {}).get(ANN_DURATION)  # the sim's run time, to the pods
+                if run_for is not None:
+                    pmeta = job_spec["template"].setdefault("metadata", {})
+                    pmeta["annotations"] = {**(pmeta.get("annotations") or {}), ANN_DURATION: run_for}
                 nodes = int(trainer.get("numNodes") or 1)
                 job_spec["parallelism"] = job_spec["completions"] = nodes
                 job_spec.setdefault("completionMode", "Indexed")

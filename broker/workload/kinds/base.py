@@ -34,7 +34,7 @@ class Kind:
     templates: Callable[[dict[str, Any]], list[Template]]
     status: Callable[[Mapping[str, Any], str, str, int], WorkloadStatus]
     managed_by_path: tuple[str, ...] = ("spec", "managedBy")
-    overrides: Callable[[dict[str, Any], dict[str, Any]], None] | None = None  # (obj, hinted pod spec)
+    overrides: Callable[[dict[str, Any], dict[str, Any]], None] | None = None  # (obj, hinted pod template)
 
     @property
     def group(self) -> str:

@@ -131,7 +131,7 @@ def build_member(
     for _role, template, gpu in adapter.templates(obj):
         _hint(template, base_pod, base_template.get("metadata") or {}, gpu, placement)
     if adapter.overrides is not None:
-        adapter.overrides(obj, base_pod)
+        adapter.overrides(obj, base_template)
     companions = tuple(
         c
         for c in base.companions

@@ -89,14 +89,20 @@ def templates(obj: dict[str, Any]) -> list[Template]:
     return []  # the pod templates are the runtime's: hints go through podSpecOverrides
 
 
-def overrides(obj: dict[str, Any], pod_spec: dict[str, Any]) -> None:
-    """Level 2's node selection for the trainer nodes, as a podSpecOverride of the runtime's trainer Job."""
+def overrides(obj: dict[str, Any], template: dict[str, Any]) -> None:
+    """Level 2's node selection for the trainer nodes, as a podSpecOverride of the runtime's trainer Job;
+    the pod annotations (kubesim's run time) go to spec.annotations, which the Trainer puts on the JobSet
+    and its Jobs."""
+    pod_spec = template.get("spec") or {}
     override: dict[str, Any] = {"targetJobs": [{"name": TRAINER_JOB}]}
     if pod_spec.get("nodeSelector"):
         override["nodeSelector"] = dict(pod_spec["nodeSelector"])
     if pod_spec.get("tolerations"):
         override["tolerations"] = list(pod_spec["tolerations"])
     obj["spec"]["podSpecOverrides"] = [*(obj["spec"].get("podSpecOverrides") or []), override]
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    if annotations:
+        obj["spec"]["annotations"] = {**(obj["spec"].get("annotations") or {}), **annotations}
 
 
 def status(obj: Mapping[str, Any], name: str, namespace: str, pods: int) -> WorkloadStatus:
