@@ -10,7 +10,7 @@ conditions).
 RayJob: a RayCluster <job>-raycluster from spec.rayClusterSpec (status.rayClusterName, jobId,
 jobDeploymentStatus Initializing); once it is ready, Running, and the submitter: a batch/v1 Job named as
 the RayJob (submitterPodTemplate, else one container "ray-job-submitter" on the head's image running
-`ray job submit -- <entrypoint>`; it runs as long as the head template's sim.gpufed.io/duration-seconds
+`ray job submit -- <entrypoint>`, with the head's tolerations: a sim convenience); it runs as long as the head template's sim.gpufed.io/duration-seconds
 annotation says). jobStatus follows it: RUNNING, then SUCCEEDED (jobDeploymentStatus Complete) or FAILED
 (jobDeploymentStatus Failed, reason AppFailed). With shutdownAfterJobFinishes the RayCluster is deleted
 ttlSecondsAfterFinished after the end. spec.managedBy other than ray.io/kuberay-operator is left alone.
@@ -242,7 +242,7 @@ class RayController:
         head_containers = (head.get("spec") or {}).get("containers") or [{}]
         duration = ((head.get("metadata") or {}).get("annotations") or {}).get(ANN_DURATION)
         template = copy.deepcopy(spec.get("submitterPodTemplate") or {})
-        if not template:
+        if not template:  # the head's image; in the sim also its tolerations (GPU-tainted nodes only)
             template = {
                 "spec": {
                     "restartPolicy": "Never",
@@ -255,6 +255,9 @@ class RayController:
                     ],
                 }
             }
+            tolerations = (head.get("spec") or {}).get("tolerations")
+            if tolerations:
+                template["spec"]["tolerations"] = copy.deepcopy(tolerations)
         template.setdefault("spec", {})["restartPolicy"] = "Never"
         if duration is not None:
             meta = template.setdefault("metadata", {})

@@ -105,6 +105,9 @@ def templates(obj: dict[str, Any]) -> list[Template]:
     for group in cluster.get("workerGroupSpecs") or ():
         tmpl = group.setdefault("template", {})
         out.append((str(group.get("groupName")), tmpl, read_pod(tmpl, "t").wants_gpu))
+    submitter = obj["spec"].get("submitterPodTemplate")
+    if isinstance(submitter, dict) and submitter.get("spec"):  # no GPU: labels, tolerations, priority
+        out.append(("submitter", submitter, False))
     return out
 
 
