@@ -164,3 +164,36 @@ def test_a_lost_member_object_is_workload_lost() -> None:
     record = JobRecord(id="x", request=req, state=JobState.RUNNING, cluster="a", workload_name="gf-x-0")
     step = lifecycle.observe(record, WorkloadStatus("gf-x-0", "default", exists=False), now=100.0)
     assert step is not None and step.state is JobState.QUEUED
+
+
+class _Objects:
+    """A gateway that reads objects (KindObjects) and Jobs: which one status sync asks depends on the kind."""
+
+    def __init__(self, obj: dict[str, Any] | None) -> None:
+        self.obj, self.asked = obj, []  # type: ignore[var-annotated]
+
+    def read_object(self, cluster: str, api_version: str, kind: str, namespace: str, name: str) -> Any:
+        self.asked.append((cluster, api_version, kind, namespace, name))
+        return self.obj
+
+    def read_workload(self, cluster: str, namespace: str, name: str) -> WorkloadStatus:
+        self.asked.append((cluster, "batch/v1", "Job", namespace, name))
+        return WorkloadStatus(name, namespace, exists=True, complete=True)
+
+
+def test_status_sync_reads_a_kind_as_itself_and_a_job_as_a_job() -> None:
+    from broker.workload.kinds import follow
+
+    req = request_of(rayjob())
+    done = {**rayjob(), "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}
+    gw = _Objects(done)
+    status = follow.read_status(gw, "a", "default", "gf-x-0", req)  # type: ignore[arg-type]
+    assert status.complete and gw.asked == [("a", "ray.io/v1", "RayJob", "default", "gf-x-0")]
+    assert not follow.read_status(_Objects(None), "a", "default", "gf-x-0", req).exists  # type: ignore[arg-type]
+    plain = JobRequest("p", gpus_per_pod=1)
+    gw = _Objects(None)
+    assert follow.read_status(gw, "a", "default", "gf-p-0", plain).complete  # type: ignore[arg-type]
+    assert gw.asked == [("a", "batch/v1", "Job", "default", "gf-p-0")]
+    record = JobRecord(id="k", request=req, state=JobState.PLACED, cluster="a")
+    assert follow.unwatched([record, JobRecord(id="p", request=plain)], set()) == [record]
+    assert follow.unwatched([record], {"k"}) == []
