@@ -36,9 +36,14 @@ def _path(api_version: str, plural: str, namespace: str, name: str | None = None
     return base if name is None else f"{base}/{quote(name, safe='')}"
 
 
+# Discovery runs on the liveness prober's thread: a short deadline, so a cluster that starts hanging delays
+# the next probe (and so its health verdict) by seconds at most.
+DISCOVERY_TIMEOUT = (1.5, 3.0)
+
+
 def served_apis(rest: KubeRest) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the kinds' group/versions the member serves, its ClusterTrainingRuntime names), sorted."""
-    groups = rest.request("GET", "/apis")
+    groups = rest.request("GET", "/apis", timeout=DISCOVERY_TIMEOUT)
     versions = {
         str(v.get("groupVersion"))
         for g in (groups.get("groups") or ())
@@ -49,7 +54,7 @@ def served_apis(rest: KubeRest) -> tuple[tuple[str, ...], tuple[str, ...]]:
     apis = tuple(sorted({k.api_version for k in KINDS.values()} & versions))
     runtimes: tuple[str, ...] = ()
     if _TRAINER in apis:
-        items, _ = rest.list_pages(RUNTIMES_PATH)
+        items, _ = rest.list_pages(RUNTIMES_PATH, timeout=DISCOVERY_TIMEOUT)
         runtimes = tuple(sorted(str((r.get("metadata") or {}).get("name")) for r in items))
     return apis, runtimes
 
