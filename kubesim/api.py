@@ -332,9 +332,9 @@ def discovery_v2(core: bool, hidden: frozenset[str] = frozenset()) -> Obj:
     }
 
 
-def openapi_v3_root() -> Obj:
+def openapi_v3_root(hidden: frozenset[str] = frozenset()) -> Obj:
     """/openapi/v3: one document per group-version (kubectl reads it to see that the server validates fields)."""
-    gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in groups().items() for v in vs]
+    gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in groups().items() if g not in hidden for v in vs]
     return {
         "paths": {
             gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=kubesim-{KUBE_VERSION['gitVersion']}"}
@@ -744,7 +744,7 @@ class ClusterApi:
 
     def _openapi(self, gv: list[str]) -> Response:
         if not gv:
-            return self._json(openapi_v3_root())
+            return self._json(openapi_v3_root(self.hidden_groups))
         served = self._groups()
         if gv == ["api", "v1"]:
             return self._json(openapi_v3_doc("", "v1"))
