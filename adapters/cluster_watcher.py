@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from adapters.kind_objects import KindDiscovery
 from adapters.kube_informer import (
     ABSENT,
     ALL_RESOURCES,
@@ -143,6 +144,7 @@ class ClusterWatcher:
         self._tenancy_dirty = False
         self._tenancy_cache: tuple[str | None, str, tuple[MemberNamespace, ...]] | None = None
         self._index = CapacityIndex(cluster, spot=spot)
+        self._kinds = KindDiscovery()  # workload-kind APIs and Trainer runtimes served (read after probes)
         self._bad: dict[str, str] = {}
         self._queues: tuple[QueueHeadroom, ...] = ()
         self._dirty: set[str] = set()
@@ -338,6 +340,9 @@ class ClusterWatcher:
         while not self._stop.is_set():
             started = time.monotonic()
             outcome = self.probe_once()
+            if outcome.ok and self._kinds.refresh(self.rest):
+                self._tenancy_dirty = True  # publish a summary with what it serves now
+                self._wake.set()
             # In doubt, look again sooner (WatchSettings.probe_retry_interval_s): a failing cluster gives
             # health enough samples to judge within its window, and one success clears it.
             wait = interval if outcome.ok else min(interval, self._settings.probe_retry_interval_s)
@@ -516,6 +521,9 @@ class ClusterWatcher:
             health_since=view.since,
             namespaces=namespaces,
             namespaces_observed=observed,
+            workload_apis=self._kinds.apis,
+            training_runtimes=self._kinds.runtimes,
+            workload_apis_observed=self._kinds.observed,
         )
 
     def _flush_loop(self) -> None:

@@ -378,5 +378,5 @@ class WatchingGateway(KubeGateway):
     def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         cache = self._cache(cluster, namespace)
         if cache is not None:
-            return cache.refs(namespace)
+            return cache.refs(namespace) + self.kind_refs(cluster, namespace)
         return super().list_workloads(cluster, namespace)

@@ -33,7 +33,7 @@ from urllib.parse import quote
 import urllib3
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from adapters import checkpoint_stop
+from adapters import checkpoint_stop, kind_objects
 from adapters.kube_rest import ApiStatus, KubeRest, is_transient
 from broker.core.errors import ClusterRejected, ClusterUnreachable
 from broker.core.k8s_names import CLOSED_ANNOTATION
@@ -158,6 +158,7 @@ class KubeGateway:
         # they are sent with every Job, but asked for once per broker process (forgotten when a Job
         # create finds its namespace gone).
         self._ensured: set[tuple[str, str, str, str]] = set()
+        self._kind_apis = kind_objects.KindApis()  # which workload kinds each member serves
 
     @classmethod
     def from_kubeconfigs(cls, kubeconfigs: Mapping[str, tuple[Path | str, str | None]]) -> KubeGateway:
@@ -224,7 +225,7 @@ class KubeGateway:
                 # the namespace went away since it was created: create it again next time
                 self._ensured = {k for k in self._ensured if k[0] != cluster}
             raise
-        if created is not None:
+        if created is not None and job.get("kind") == "Job":
             self.created_job(cluster, created)
         templates = [c for c in companions if c.get("kind") in _OWNED_KINDS]
         if templates:
@@ -241,12 +242,13 @@ class KubeGateway:
         garbage collector), whoever deletes it. Best effort: delete_workload removes them by name too."""
         meta = job.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+        api_version, kind = str(job.get("apiVersion") or "batch/v1"), str(job.get("kind") or "Job")
         try:
             if created is None:  # it existed already (a retried create): read its uid
-                created = rest.request("GET", object_path("batch/v1", "Job", namespace, name))
+                created = rest.request("GET", object_path(api_version, kind, namespace, name))
             owner = {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
+                "apiVersion": api_version,
+                "kind": kind,
                 "name": name,
                 "uid": (created.get("metadata") or {}).get("uid"),
                 "controller": False,
@@ -282,6 +284,20 @@ class KubeGateway:
             except ApiStatus as e:
                 if e.code != 404:  # gone already (or no PodGroup CRD / Workload API): success
                     raise ClusterRejected(cluster, f"delete {kind} {name}: {e.code} {e.message}") from e
+        kind_objects.delete_kinds(
+            rest, self._kind_apis, namespace, name
+        )  # a JobSet, RayJob, ... of that name
+
+    def read_object(
+        self, cluster: str, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """A workload kind's object (broker.workload.kinds.follow.KindObjects); None when not found."""
+        return kind_objects.read_object(self._rest(cluster), api_version, kind, namespace, name)
+
+    def kind_refs(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        """The broker's objects of the workload kinds a member serves, as WorkloadRefs."""
+        items = kind_objects.list_refs(self._rest(cluster), self._kind_apis, namespace)
+        return kind_objects.refs(items, namespace, workload_ref)
 
     def read_object(
         self, cluster: str, api_version: str, kind: str, namespace: str, name: str
@@ -352,7 +368,8 @@ class KubeGateway:
                     jobs, _ = rest.list_pages(path, selector=[("labelSelector", JOB_ID_LABEL)])
         except ApiStatus as e:
             raise ClusterRejected(cluster, f"list Jobs: {e.code} {e.message}") from e
-        return [ref for ref in (workload_ref(job, namespace) for job in jobs) if ref is not None]
+        refs = [ref for ref in (workload_ref(job, namespace) for job in jobs) if ref is not None]
+        return refs + self.kind_refs(cluster, namespace)
 
     def job_pods(self, cluster: str, namespace: str, job_id: str, attempt: int) -> list[str]:
         """Names of the pods of one attempt of a broker job, by completion index then name."""

@@ -285,10 +285,10 @@ def api_group(name: str, versions: tuple[str, ...]) -> Obj:
     return {"name": name, "versions": vs, "preferredVersion": vs[0]}
 
 
-def discovery_v2(core: bool) -> Obj:
-    """Aggregated discovery (apidiscovery.k8s.io/v2) for /api or /apis."""
+def discovery_v2(core: bool, hidden: frozenset[str] = frozenset()) -> Obj:
+    """Aggregated discovery (apidiscovery.k8s.io/v2) for /api or /apis (without the `hidden` groups)."""
     items = []
-    group_versions = {"": ("v1",)} if core else groups()
+    group_versions = {"": ("v1",)} if core else {g: v for g, v in groups().items() if g not in hidden}
     for group, versions in group_versions.items():
         gv_items = []
         for version in versions:
@@ -332,9 +332,9 @@ def discovery_v2(core: bool) -> Obj:
     }
 
 
-def openapi_v3_root() -> Obj:
+def openapi_v3_root(hidden: frozenset[str] = frozenset()) -> Obj:
     """/openapi/v3: one document per group-version (kubectl reads it to see that the server validates fields)."""
-    gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in groups().items() for v in vs]
+    gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in groups().items() if g not in hidden for v in vs]
     return {
         "paths": {
             gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash=kubesim-{KUBE_VERSION['gitVersion']}"}
@@ -486,10 +486,15 @@ class ClusterApi:
         self.requests: dict[tuple[str, str], int] = {}
         self.metrics = RequestMetrics()  # the same requests with their status, on /metrics
         self.users: dict[str, Identity] = {}  # bearer token -> the user it authenticates (besides admin)
+        self.hidden_groups: frozenset[str] = frozenset()  # operators not installed (kubesim/operators.py)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+
+    def _groups(self) -> dict[str, tuple[str, ...]]:
+        """The API groups this cluster serves (the workload operators' only where installed)."""
+        return {g: v for g, v in groups().items() if g not in self.hidden_groups}
 
     # ------------------------------------------------------------------ faults
 
@@ -674,7 +679,7 @@ class ClusterApi:
                         "/api",
                         "/api/v1",
                         "/apis",
-                        *[f"/apis/{g}" for g in groups()],
+                        *[f"/apis/{g}" for g in self._groups()],
                         "/healthz",
                         "/livez",
                         "/readyz",
@@ -708,10 +713,10 @@ class ClusterApi:
             if version != "v1":
                 raise _not_found()
         elif head == "apis":
-            served = groups()
+            served = self._groups()
             if len(segs) == 1:
                 if DISCOVERY_V2 in req.headers.get("accept", "").replace(" ", ""):
-                    return self._json(discovery_v2(core=False), DISCOVERY_V2)
+                    return self._json(discovery_v2(core=False, hidden=self.hidden_groups), DISCOVERY_V2)
                 return self._json(
                     {
                         "kind": "APIGroupList",
@@ -739,8 +744,8 @@ class ClusterApi:
 
     def _openapi(self, gv: list[str]) -> Response:
         if not gv:
-            return self._json(openapi_v3_root())
-        served = groups()
+            return self._json(openapi_v3_root(self.hidden_groups))
+        served = self._groups()
         if gv == ["api", "v1"]:
             return self._json(openapi_v3_doc("", "v1"))
         if len(gv) == 3 and gv[0] == "apis" and gv[2] in served.get(gv[1], ()):

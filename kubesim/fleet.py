@@ -330,6 +330,11 @@ class ClusterSpec(_Model):
     kueue: KueueSpec | None = None
     pod_duration_seconds: float = Field(default=30.0, ge=0)  # when a pod has no duration annotation
     users: list[UserSpec] = []  # tokens bound to users, besides the admin token
+    # workload operators installed (their APIs served, their controllers run): jobset, kuberay,
+    # training-operator (PyTorchJob), trainer (TrainJob; needs jobset). trainingRuntimes: the
+    # ClusterTrainingRuntimes created with trainer.
+    operators: list[Literal["jobset", "kuberay", "training-operator", "trainer"]] = []
+    training_runtimes: list[str] = ["torch-distributed"]
 
     @model_validator(mode="after")
     def _unique_pools(self) -> ClusterSpec:
@@ -339,6 +344,8 @@ class ClusterSpec(_Model):
             raise ValueError(f"node pool names must be unique in a cluster: {', '.join(dupes)}")
         if "default-scheduler" not in {s.name for s in self.schedulers}:
             raise ValueError("schedulers must include default-scheduler")
+        if "trainer" in self.operators and "jobset" not in self.operators:
+            raise ValueError("operators: trainer runs its TrainJobs as JobSets: install jobset too")
         return self
 
     @property
@@ -878,6 +885,9 @@ def populate(store: ObjectStore, cluster: ClusterSpec, clock: SimClock) -> None:
             create_node(store, template, node_name(cluster, cloud.name, i), now)
     for key, obj in kueue_objects(cluster):
         _create_quietly(store, key, obj)
+    from kubesim.operators import populate_operators
+
+    populate_operators(store, cluster)  # the ClusterTrainingRuntimes of a Trainer install
 
 
 # --------------------------------------------------------------------------- scale

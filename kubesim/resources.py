@@ -94,6 +94,23 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("resource.nvidia.com", ("v1beta1",), "computedomains", "ComputeDomain", True, ("cd",)),
     # Kubernetes 1.35's gang API (GenericWorkload + GangScheduling gates): controllers/gangs.py.
     ResourceType("scheduling.k8s.io", ("v1alpha1",), "workloads", "Workload", True, (), ()),
+    # Workload operators' CRDs (served only where the fleet file installs the operator: OPERATOR_GROUPS;
+    # controllers in kubesim/controllers/{jobsets,pytorch,ray}.py)
+    ResourceType("jobset.x-k8s.io", ("v1alpha2",), "jobsets", "JobSet", True, ("js",), ("status",), ("all",)),
+    ResourceType("ray.io", ("v1",), "rayjobs", "RayJob", True, (), ("status",), ("all",)),
+    ResourceType("ray.io", ("v1",), "rayclusters", "RayCluster", True, (), ("status",), ("all",)),
+    ResourceType("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob", True, (), ("status",), ("all",)),
+    ResourceType("trainer.kubeflow.org", ("v1alpha1",), "trainjobs", "TrainJob", True, (), ("status",)),
+    ResourceType(
+        "trainer.kubeflow.org",
+        ("v1alpha1",),
+        "clustertrainingruntimes",
+        "ClusterTrainingRuntime",
+        False,
+        (),
+        (),
+    ),
+    ResourceType("trainer.kubeflow.org", ("v1alpha1",), "trainingruntimes", "TrainingRuntime", True, (), ()),
     # SIG-Multicluster Cluster Inventory API (a CRD): a kubesim cluster can be a fleet's hub.
     ResourceType(
         "multicluster.x-k8s.io", ("v1alpha1",), "clusterprofiles", "ClusterProfile", True, (), ("status",)
@@ -101,6 +118,14 @@ RESOURCES: tuple[ResourceType, ...] = (
 )
 
 BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}
+# The workload operators a fleet file may install per cluster (ClusterSpec.operators) and the API group
+# each serves; a cluster without the operator does not serve the group (discovery, routes: 404).
+OPERATOR_GROUPS: dict[str, str] = {
+    "jobset": "jobset.x-k8s.io",
+    "kuberay": "ray.io",
+    "training-operator": "kubeflow.org",
+    "trainer": "trainer.kubeflow.org",
+}
 # Resources that are only created (answered, never stored): the access reviews.
 CREATE_ONLY = frozenset(
     {

@@ -33,6 +33,7 @@ from kubesim.clock import SimClock
 from kubesim.faults import ClusterFaults
 from kubesim.http import HttpServer
 from kubesim.kubeconfig import write_kubeconfig
+from kubesim.operators import hidden_groups
 from kubesim.store import ObjectStore
 
 log = logging.getLogger("kubesim")
@@ -147,6 +148,7 @@ class Simulation:
             populate(store, spec, self.clock)
             token = secrets.token_urlsafe(32)
             api = ClusterApi(name, store, self.clock, token, bookmark_interval=self._bookmark_interval)
+            api.hidden_groups = hidden_groups(spec)  # workload operators it does not install
             tls = make_cluster_tls(name, certs_dir, self.host)
             server = HttpServer(api.handle, self.host, 0, tls.server_context())
             await server.start()

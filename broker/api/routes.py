@@ -96,6 +96,7 @@ from broker.tenancy.audit import AuditLog
 from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.tenancy.oidc_claims import Refusal
 from broker.workload import k8s_job
+from broker.workload.kinds import registry as kinds
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,14 @@ def spec_of(body: object) -> JobSpec:
         raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
     if k8s_job.is_k8s_job(body):
         assert isinstance(body, Mapping)
-        native, problems = k8s_job.to_native_all(body)  # one problem per part of the Job, not the first only
+        adapter = kinds.kind_of(body)  # JobSet, TrainJob, PyTorchJob, RayJob (broker/workload/kinds)
+        origin: Mapping[str, str] = {}
+        if adapter is not None:
+            native, problems, origin = kinds.to_native_all(body)
+        else:
+            native, problems = k8s_job.to_native_all(
+                body
+            )  # one problem per part of the Job, not the first only
         errors: list[dict[str, Any]] = [
             {"loc": (p.field,), "msg": p.detail, "type": "value_error"} for p in problems
         ]
@@ -232,7 +240,8 @@ def spec_of(body: object) -> JobSpec:
         except ValidationError as e:
             reported = {p.field for p in problems}
             for err in e.errors():
-                field = k8s_job.job_field([str(p) if not isinstance(p, int) else p for p in err["loc"]])
+                loc = [str(p) if not isinstance(p, int) else p for p in err["loc"]]
+                field = kinds.kind_field(loc, origin) if adapter is not None else k8s_job.job_field(loc)
                 if field not in reported and not (problems and not err["loc"]):  # no echo of a part refused
                     errors.append({**err, "loc": (field,)})
         else:
@@ -364,7 +373,7 @@ def create_app(
         # Checked on the event loop; stored by the group commit with the submits that come meanwhile.
         if not principal.can_submit:
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
-        job_request = spec.to_request()
+        job_request = kinds.with_workload(body, spec.to_request())
         if "tenant" not in spec.model_fields_set or principal.role is not Role.ADMIN:
             # The tenant is the token's; a user naming another tenant is refused, not silently moved.
             if "tenant" in spec.model_fields_set and spec.tenant != principal.tenant:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.core.model import ClusterSummary, JobRecord, JobRequest, JobState, ProductCapacity, Tier
+from broker.workload.kinds import registry as kinds_registry
 
 __all__ = [
     "DEFAULT_RUN_SECONDS",
@@ -174,6 +175,7 @@ class _Pool:
         "fit_now",
         "free",
         "key",
+        "kinds",
         "largest_pod",
         "not_before",
         "now",
@@ -198,6 +200,7 @@ class _Pool:
         `slots(gpus_per_pod)`: how many such pods the pool runs at once when empty (None: unknown), so
         jobs ahead take slots as well as GPUs: three 8-GPU jobs queued for one 8-GPU slot get three
         different starts, though the pool's GPU count would take them together."""
+        self.kinds: ClusterSummary | None = None  # its summary, for the workload kinds it serves
         self.cluster = cluster
         self.product = product
         self.key = f"{cluster}/{product}"
@@ -291,6 +294,7 @@ def _pools(summaries: Iterable[ClusterSummary], now: float) -> list[_Pool]:
                         functools.partial(slots_for, p) if p.domains_by_size else None,
                     )
                 )
+                pools[-1].kinds = s
     return pools
 
 
@@ -299,7 +303,17 @@ def _wants(request: JobRequest, pool: _Pool) -> bool:
         return False
     if request.clusters and pool.cluster not in request.clusters:
         return False
+    if request.workload is not None and pool.kinds is not None and not _serves(pool.kinds, request):
+        return False  # a JobSet, RayJob, ... never starts where its API is not served (scheduler/plugins/kinds.py)
     return not request.gpu_products or pool.product in request.gpu_products
+
+
+def _serves(summary: ClusterSummary, request: JobRequest) -> bool:
+    if not summary.workload_apis_observed:
+        return True  # not read yet: as the placer will once it is
+    runtime = kinds_registry.runtime_of(request)
+    api_ok = kinds_registry.api_of(request) in summary.workload_apis
+    return api_ok and (runtime is None or runtime in summary.training_runtimes)
 
 
 def predict_queue(

@@ -27,6 +27,7 @@ from broker.core.model import (
     Placement,
 )
 from broker.workload import finished_ttl, manifest
+from broker.workload.kinds import member
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class Dispatching(ControllerBase):
         try:
             if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
                 raise ClusterRejected(where.cluster, "no longer a member cluster")
-            manifests = manifest.build_workload(
+            manifests = member.build_workload_any(  # a workload kind's object, else the batch/v1 Job
                 placed.id,
                 attempt,
                 placed.request,

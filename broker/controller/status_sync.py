@@ -30,6 +30,7 @@ from broker.core.model import (
 )
 from broker.core.ports import WorkloadCloser, WorkloadWatch
 from broker.workload import lifecycle
+from broker.workload.kinds import follow
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class StatusSync(MemberTroubles):
             candidates = self.records.in_states(PLACED_STATES, ordered=False)
         else:  # only those whose Job changed: idle, this loop does not grow with the jobs held
             candidates = [r for j in dirty if (r := self.records.get(j)) is not None]
+            candidates += follow.unwatched(self.records.in_states(PLACED_STATES, ordered=False), dirty)
         later: list[str] = []
         for record in candidates:
             cluster = record.cluster
@@ -84,7 +86,7 @@ class StatusSync(MemberTroubles):
             if cluster in skip:
                 if record.id in dirty:  # its cluster does not answer: read once it does
                     self._held_back.setdefault(cluster, set()).add(record.id)
-            elif resync or record.id in dirty or cluster in unwatched:
+            elif resync or record.id in dirty or cluster in unwatched or record.request.workload is not None:
                 by_cluster.setdefault(cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
             task = functools.partial(self._sync_into, records, changed)
@@ -126,7 +128,9 @@ class StatusSync(MemberTroubles):
             return None
         namespace = self._namespace(record.cluster, record.request.tenant)
         try:
-            status = self.gateway.read_workload(record.cluster, namespace, record.workload_name)
+            status = follow.read_status(  # a workload kind by its own status; a Job as before
+                self.gateway, record.cluster, namespace, record.workload_name, record.request
+            )
         except ClusterError as exc:
             if record.cluster not in self._unreadable:  # said once, not per job per pass, until it answers
                 self._unreadable.add(record.cluster)

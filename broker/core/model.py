@@ -340,6 +340,11 @@ class ClusterSummary:
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
     cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)
+    # the workload kinds' APIs it serves ("jobset.x-k8s.io/v1alpha2", ...) and its ClusterTrainingRuntimes,
+    # read by the poller from discovery (adapters/kind_objects.py); observed False: not read yet
+    workload_apis: tuple[str, ...] = ()
+    training_runtimes: tuple[str, ...] = ()
+    workload_apis_observed: bool = False
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)
@@ -450,6 +455,9 @@ class JobRequest:
     # Set by the broker for one placement, never by a user: the clusters this job's attempts were
     # withdrawn from a short while ago (JobRecord.avoid; plugins/allowlist.py leaves them out).
     avoid_clusters: tuple[str, ...] = ()
+    # A workload kind (JobSet, TrainJob, PyTorchJob, RayJob): {apiVersion, kind, spec} as submitted, created
+    # as such in the member with level-2 hints (broker/workload/kinds); None: a batch/v1 Job
+    workload: Mapping[str, Any] | None = None
 
     @property
     def wants_mig(self) -> bool:

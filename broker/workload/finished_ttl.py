@@ -17,6 +17,15 @@ from typing import Any
 
 
 def apply(job: dict[str, Any], seconds: int | None) -> None:
+    """Also on the workload kinds that have the field: JobSet (spec), PyTorchJob (spec.runPolicy), RayJob
+    (spec, only with shutdownAfterJobFinishes, as KubeRay requires); a TrainJob has none."""
     if seconds is None:
         return
-    job.setdefault("spec", {})["ttlSecondsAfterFinished"] = int(seconds)
+    kind = job.get("kind", "Job")
+    spec = job.setdefault("spec", {})
+    if kind in ("Job", "JobSet"):
+        spec["ttlSecondsAfterFinished"] = int(seconds)
+    elif kind == "PyTorchJob":
+        spec.setdefault("runPolicy", {}).setdefault("ttlSecondsAfterFinished", int(seconds))
+    elif kind == "RayJob" and spec.get("shutdownAfterJobFinishes"):
+        spec.setdefault("ttlSecondsAfterFinished", int(seconds))

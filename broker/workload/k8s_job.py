@@ -24,7 +24,15 @@ from broker.core.k8s_names import DURATION_ANNOTATION, GPU, MIG_PREFIX
 from broker.core.quantity import QuantityError, parse_quantity
 from broker.workload import checkpoint
 
-__all__ = ["ANNOTATIONS", "as_job_error", "is_k8s_job", "job_field", "to_native", "to_native_all"]
+__all__ = [
+    "ANNOTATIONS",
+    "annotation_into",
+    "as_job_error",
+    "is_k8s_job",
+    "job_field",
+    "to_native",
+    "to_native_all",
+]
 
 POD = "spec.template.spec"
 CONTAINER = f"{POD}.containers[0]"
@@ -149,6 +157,12 @@ def _annotation(key: str, value: object, native: dict[str, Any]) -> None:
             native[target] = text
     except ValueError as e:
         raise InvalidRequest(field, f"{value!r}: {e}") from None
+
+
+def annotation_into(key: str, value: object, native: dict[str, Any]) -> None:
+    """A gpufed.io/* annotation (one of ANNOTATIONS) read into the native submission (the workload kinds
+    take the same annotations)."""
+    _annotation(key, value, native)
 
 
 def _gpu_resources(resources: Mapping[str, Any], native: dict[str, Any]) -> None:

@@ -29,11 +29,14 @@ from kubesim.controllers.dra import DraController
 from kubesim.controllers.events import EventRecorder
 from kubesim.controllers.gc import GarbageCollector
 from kubesim.controllers.jobs import JobController
+from kubesim.controllers.jobsets import JobSetController
 from kubesim.controllers.kubelet import Kubelet
 from kubesim.controllers.kueue import KueueController
 from kubesim.controllers.namespaces import NamespaceController
 from kubesim.controllers.nrt import TopologyUpdater
+from kubesim.controllers.pytorch import PyTorchJobController
 from kubesim.controllers.quota import QuotaController
+from kubesim.controllers.ray import RayController
 from kubesim.controllers.scheduler import Scheduler
 from kubesim.controllers.spot import SpotInterrupter
 from kubesim.fleet import ClusterSpec
@@ -55,6 +58,10 @@ class Controllers:
         self.gc = GarbageCollector(store, clock)
         self.kueue = KueueController(store, clock, self.events)
         self.jobs = JobController(store, clock, self.events)
+        # workload operators (jobsets.py, ray.py, pytorch.py): their objects are only served where installed
+        self.jobsets = JobSetController(store, clock, self.events)
+        self.ray = RayController(store, clock, self.events)
+        self.pytorch = PyTorchJobController(store, clock, self.events)
         self.scheduler = Scheduler(store, clock, cluster, self.accounting, self.events)
         self.dra = DraController(store, clock, self.events)
         self.scheduler.dra = self.dra
@@ -78,6 +85,9 @@ class Controllers:
             or self.gc.dirty
             or self.kueue.dirty
             or self.jobs.dirty
+            or self.jobsets.dirty
+            or self.ray.dirty
+            or self.pytorch.dirty
             or self.dra.dirty
             or self.domains.dirty
             or self.scheduler.dirty
@@ -98,6 +108,7 @@ class Controllers:
             self.kubelet.next_due,
             self.autoscaler.next_due,
             self.spot.next_due,
+            self.ray.next_due,
         )
 
     def next_due(self) -> float | None:
@@ -111,6 +122,9 @@ class Controllers:
         self.namespaces.tick()
         self.gc.tick()
         self.kueue.tick()
+        self.jobsets.tick()
+        self.ray.tick()
+        self.pytorch.tick()
         self.jobs.tick()
         self.domains.tick()
         self.dra.tick()

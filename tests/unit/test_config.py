@@ -159,6 +159,7 @@ def test_settings_placement_builds_the_policy_from_the_registry() -> None:
         "health",
         "allowlist",
         "burst",
+        "workload-kind",
         "gpu-product",
         "gpu-fit",
         "mig-fit",

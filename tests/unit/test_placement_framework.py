@@ -158,7 +158,7 @@ def test_skipped_filters_are_reported_as_passed_and_name_themselves() -> None:
     (v,) = explain(JOB, [summary("a", h100(8))], {}, PlacementPolicy(), NOW)
     assert v.feasible and [s.plugin for s in v.statuses] == [s.name for s in registry.FILTERS]
     skipped = {s.plugin for s in v.statuses if s.reason.startswith("skipped")}
-    assert skipped == {"allowlist", "mig-fit", "numa-fit", "nvlink-clique", "price-cap"}
+    assert skipped == {"allowlist", "workload-kind", "mig-fit", "numa-fit", "nvlink-clique", "price-cap"}
     assert all(s.is_success for s in v.statuses)
 
 

@@ -178,3 +178,17 @@ def test_jobs_ahead_take_slots_not_only_gpus() -> None:
         ClusterSummary("onprem-b", tier=Tier.ONPREM, products=(replace(onprem_b, domains_by_size=()),))
     ]
     assert predict_queue([queued("big-0", 8)], [], unknown, RunTimeModel(), NOW)["big-0"].start_at == NOW
+
+
+def test_a_workload_kind_is_predicted_only_where_its_api_is_served() -> None:
+    kind = replace(
+        queued("ray", 1).request, workload={"apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {}}
+    )
+    job = replace(queued("ray", 1), request=kind)
+    with_ray = replace(pool("a", 8, 0), workload_apis=("ray.io/v1",), workload_apis_observed=True)
+    without = replace(
+        pool("b", 8, 8), workload_apis=("jobset.x-k8s.io/v1alpha2",), workload_apis_observed=True
+    )
+    got = predict_queue([job], [], [with_ray, without], RunTimeModel(), NOW)["ray"]
+    assert "b/H100-80GB" not in got.per_pool  # b has free GPUs but no KubeRay: no start there
+    assert predict_queue([job], [], [without], RunTimeModel(), NOW)["ray"].start_at is None

@@ -21,6 +21,7 @@ from broker.scheduler.plugins.burst import BurstEligibility
 from broker.scheduler.plugins.gpu_fit import WholeGpuFit
 from broker.scheduler.plugins.gpu_product import GpuProductMemory
 from broker.scheduler.plugins.health import HealthFreshness
+from broker.scheduler.plugins.kinds import WorkloadKindServed
 from broker.scheduler.plugins.kueue import KueueHeadroom, QueueHeadroomScore
 from broker.scheduler.plugins.mig_fit import MigFit
 from broker.scheduler.plugins.namespace_quota import NamespaceQuota
@@ -69,6 +70,12 @@ FILTERS: tuple[PluginSpec, ...] = (
     PluginSpec("health", "filter", HealthFreshness, "reachable, heartbeat within the staleness limit"),
     PluginSpec("allowlist", "filter", ClusterAllowList, "only the clusters a job names"),
     PluginSpec("burst", "filter", BurstEligibility, "cloud clusters only for jobs that allow burst"),
+    PluginSpec(
+        "workload-kind",
+        "filter",
+        WorkloadKindServed,
+        "serves the job's kind (JobSet, RayJob, ...) and runtime",
+    ),
     PluginSpec("gpu-product", "filter", GpuProductMemory, "an acceptable product with enough memory"),
     PluginSpec("gpu-fit", "filter", WholeGpuFit, "whole GPUs fit, each pod on one node, the gang at once"),
     PluginSpec("mig-fit", "filter", MigFit, "MIG slices fit, on settled nodes"),

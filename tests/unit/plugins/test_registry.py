@@ -22,6 +22,7 @@ def test_the_registry_names_every_plugin_in_chain_order_with_defaults() -> None:
         "health",
         "allowlist",
         "burst",
+        "workload-kind",
         "gpu-product",
         "gpu-fit",
         "mig-fit",

@@ -1,0 +1,156 @@
+"""Level 2 for a workload kind: the object itself, created in the member with hints in each role's pod
+template (not a translation into Jobs).
+
+`build_member(job_id, attempt, request, placement, traits, annotations)` builds the batch/v1 Job that
+manifest.build_workload would write for the same request and placement, and carries its hints over:
+- the object: the name and namespace of the attempt (manifest.workload_name), the Job's labels (job id,
+  attempt, the Kueue queue label) and annotations (recovery, cluster), no spec.managedBy;
+- every role's pod template: the broker's pod labels (job id, attempt, coscheduling pod group) and
+  annotations, tolerations added, the scheduler name and priority class; GPU roles also get the node
+  selection (GPU product selector, preferred nodes, NVLink clique pin) and their GPU resource re-named to
+  the placement's (nvidia.com/gpu or nvidia.com/mig-<profile>, as many as the placement gives per pod), or,
+  on a DRA placement, the claim instead of the resource;
+- the companions: the tenant's namespace and LocalQueue, the PodGroup, DRA claim template, ComputeDomain
+  (not Kubernetes' Workload gang object: its pod templates carry no workloadRef here).
+Child Jobs of the kind carry no broker labels of their own (the member's controller makes them), so the
+sweep never mistakes them for attempts. Pure: plain dicts.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from broker.core.k8s_names import GPU, MIG_PREFIX
+from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.workload import manifest
+from broker.workload.kinds.base import Kind
+from broker.workload.kinds.registry import by_api
+from broker.workload.manifest import WorkloadManifests
+
+__all__ = ["build_member", "build_workload_any"]
+
+_GPU_ONLY = ("nodeSelector", "affinity")
+
+
+def _merge_tolerations(pod: dict[str, Any], extra: list[dict[str, Any]]) -> None:
+    have = list(pod.get("tolerations") or [])
+    for t in extra:
+        if t not in have:
+            have.append(t)
+    if have:
+        pod["tolerations"] = have
+
+
+def _gpu_resources(container: dict[str, Any], placement: Placement, dra_claim: list[Any] | None) -> bool:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return False
+    found = False
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if not isinstance(values, dict):
+            continue
+        for key in [k for k in values if k == GPU or str(k).startswith(MIG_PREFIX)]:
+            count = str(values.pop(key))
+            if count in ("0", ""):
+                continue
+            found = True
+            if dra_claim is None and placement.resource_name:
+                values[placement.resource_name] = str(placement.units_per_pod)
+    if found and dra_claim is not None:
+        resources["claims"] = copy.deepcopy(dra_claim)
+    return found
+
+
+def _hint(
+    template: dict[str, Any],
+    base_pod: Mapping[str, Any],
+    base_meta: Mapping[str, Any],
+    gpu: bool,
+    placement: Placement,
+) -> None:
+    meta = template.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **dict(base_meta.get("labels") or {})}
+    if base_meta.get("annotations"):
+        meta["annotations"] = {**(meta.get("annotations") or {}), **dict(base_meta["annotations"])}
+    pod = template.setdefault("spec", {})
+    _merge_tolerations(pod, list(base_pod.get("tolerations") or []))
+    for key in ("schedulerName", "priorityClassName"):
+        if base_pod.get(key):
+            pod[key] = base_pod[key]
+    if not gpu:
+        return
+    if base_pod.get("nodeSelector"):
+        pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **dict(base_pod["nodeSelector"])}
+    if base_pod.get("affinity"):
+        pod["affinity"] = copy.deepcopy(dict(base_pod["affinity"]))
+    claims = None
+    if base_pod.get("resourceClaims"):
+        main = base_pod["containers"][0].get("resources", {})
+        claims = list(main.get("claims") or [])
+        pod["resourceClaims"] = [
+            *(pod.get("resourceClaims") or []),
+            *copy.deepcopy(base_pod["resourceClaims"]),
+        ]
+    for container in pod.get("containers") or ():
+        if isinstance(container, dict):
+            _gpu_resources(container, placement, claims)
+
+
+def build_member(
+    adapter: Kind,
+    job_id: str,
+    attempt: int,
+    request: JobRequest,
+    placement: Placement,
+    traits: ClusterTraits,
+    annotations: Mapping[str, str] | None = None,
+) -> WorkloadManifests:
+    base = manifest.build_workload(job_id, attempt, request, placement, traits, annotations)
+    assert request.workload is not None
+    job = base.job
+    obj: dict[str, Any] = copy.deepcopy(dict(request.workload))
+    obj["metadata"] = {
+        "name": job["metadata"]["name"],
+        "namespace": job["metadata"]["namespace"],
+        "labels": dict(job["metadata"]["labels"]),
+        "annotations": dict(job["metadata"]["annotations"]),
+    }
+    spec = obj.setdefault("spec", {})
+    path = adapter.managed_by_path
+    holder: dict[str, Any] = obj
+    for key in path[:-1]:
+        nxt = holder.get(key)
+        holder = nxt if isinstance(nxt, dict) else {}
+    holder.pop(path[-1], None)
+    spec.pop("suspend", None)
+    base_template = job["spec"]["template"]
+    base_pod = base_template["spec"]
+    for _role, template, gpu in adapter.templates(obj):
+        _hint(template, base_pod, base_template.get("metadata") or {}, gpu, placement)
+    if adapter.overrides is not None:
+        adapter.overrides(obj, base_template)
+    companions = tuple(
+        c
+        for c in base.companions
+        if not (c.get("kind") == "Workload" and str(c.get("apiVersion", "")).startswith("scheduling.k8s.io"))
+    )
+    return WorkloadManifests(job=obj, companions=companions)
+
+
+def build_workload_any(
+    job_id: str,
+    attempt: int,
+    request: JobRequest,
+    placement: Placement,
+    traits: ClusterTraits,
+    annotations: Mapping[str, str] | None = None,
+) -> WorkloadManifests:
+    """What dispatching creates for one attempt: a workload kind's object, else the batch/v1 Job."""
+    wl = request.workload
+    adapter = by_api(wl.get("apiVersion"), wl.get("kind")) if wl is not None else None
+    if adapter is None:
+        return manifest.build_workload(job_id, attempt, request, placement, traits, annotations)
+    return build_member(adapter, job_id, attempt, request, placement, traits, annotations)
