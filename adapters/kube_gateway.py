@@ -291,25 +291,15 @@ class KubeGateway:
     def read_object(
         self, cluster: str, api_version: str, kind: str, namespace: str, name: str
     ) -> dict[str, Any] | None:
-        """A workload kind's object (broker.workload.kinds.follow.KindObjects); None when not found."""
+        """One member object of any kind as the API server has it (a GET); None when not found: a workload
+        kind's object (broker.workload.kinds.follow.KindObjects), or the member copy the hub's status
+        write-back reads (docs/hub.md)."""
         return kind_objects.read_object(self._rest(cluster), api_version, kind, namespace, name)
 
     def kind_refs(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         """The broker's objects of the workload kinds a member serves, as WorkloadRefs."""
         items = kind_objects.list_refs(self._rest(cluster), self._kind_apis, namespace)
         return kind_objects.refs(items, namespace, workload_ref)
-
-    def read_object(
-        self, cluster: str, api_version: str, kind: str, namespace: str, name: str
-    ) -> dict[str, Any] | None:
-        """One object of any kind in a member cluster as the API server has it (a GET); None on 404.
-        The hub's status write-back reads the member copy with it (docs/hub.md)."""
-        try:
-            return self._rest(cluster).request("GET", object_path(api_version, kind, namespace, name))
-        except ApiStatus as e:
-            if e.code == 404:
-                return None
-            raise ClusterRejected(cluster, f"read {kind} {name}: {e.code} {e.message}") from e
 
     def close_workload(self, cluster: str, namespace: str, name: str, note: str) -> None:
         """broker.core.ports.WorkloadCloser: a merge-patch of the Job's gpufed.io/closed annotation."""

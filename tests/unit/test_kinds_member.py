@@ -197,3 +197,19 @@ def test_status_sync_reads_a_kind_as_itself_and_a_job_as_a_job() -> None:
     record = JobRecord(id="k", request=req, state=JobState.PLACED, cluster="a")
     assert follow.unwatched([record, JobRecord(id="p", request=plain)], set()) == [record]
     assert follow.unwatched([record], {"k"}) == []
+
+
+def test_a_checkpointing_kind_resumes_in_every_role() -> None:
+    """docs/migration.md for the kinds: each role's pods get the grace period and the next attempt's
+    GPUFED_ATTEMPT / GPUFED_RESUME_FROM, beside the env the user gave them."""
+    from dataclasses import replace
+
+    obj = edited(jobset(leader_gpus=None), "spec.managedBy", "gpufed.io/broker")
+    req = replace(request_of(obj), checkpoint_grace_seconds=45)
+    built = build_workload_any("J1", 3, req, placement(2), TRAITS, resume_from="progress=120")
+    for rjob in built.job["spec"]["replicatedJobs"]:
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == 45
+        for container in pod["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env") or ()}
+            assert env["GPUFED_RESUME_FROM"] == "progress=120" and env["GPUFED_ATTEMPT"] == "3"

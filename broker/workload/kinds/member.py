@@ -64,6 +64,22 @@ def _gpu_resources(container: dict[str, Any], placement: Placement, dra_claim: l
     return found
 
 
+def _checkpoint(pod: dict[str, Any], base_pod: Mapping[str, Any]) -> None:
+    """A checkpointing job's contract in every role (docs/migration.md): its grace period, and the
+    GPUFED_ATTEMPT / GPUFED_RESUME_FROM the broker gave the base pod, in each container."""
+    if base_pod.get("terminationGracePeriodSeconds") is not None:
+        pod["terminationGracePeriodSeconds"] = base_pod["terminationGracePeriodSeconds"]
+    containers = base_pod.get("containers") or [{}]
+    ours = [e for e in containers[0].get("env") or () if str(e.get("name", "")).startswith("GPUFED_")]
+    if not ours:
+        return
+    names = {e["name"] for e in ours}
+    for container in pod.get("containers") or ():
+        if isinstance(container, dict):
+            kept = [e for e in container.get("env") or () if e.get("name") not in names]
+            container["env"] = [*kept, *copy.deepcopy(ours)]
+
+
 def _hint(
     template: dict[str, Any],
     base_pod: Mapping[str, Any],
@@ -80,6 +96,7 @@ def _hint(
     for key in ("schedulerName", "priorityClassName"):
         if base_pod.get(key):
             pod[key] = base_pod[key]
+    _checkpoint(pod, base_pod)
     if not gpu:
         return
     if base_pod.get("nodeSelector"):
@@ -107,8 +124,9 @@ def build_member(
     placement: Placement,
     traits: ClusterTraits,
     annotations: Mapping[str, str] | None = None,
+    resume_from: str | None = None,
 ) -> WorkloadManifests:
-    base = manifest.build_workload(job_id, attempt, request, placement, traits, annotations)
+    base = manifest.build_workload(job_id, attempt, request, placement, traits, annotations, resume_from)
     assert request.workload is not None
     job = base.job
     obj: dict[str, Any] = copy.deepcopy(dict(request.workload))
@@ -147,10 +165,12 @@ def build_workload_any(
     placement: Placement,
     traits: ClusterTraits,
     annotations: Mapping[str, str] | None = None,
+    resume_from: str | None = None,
 ) -> WorkloadManifests:
-    """What dispatching creates for one attempt: a workload kind's object, else the batch/v1 Job."""
+    """What dispatching creates for one attempt: a workload kind's object, else the batch/v1 Job
+    (`resume_from`: the checkpoint the attempt resumes from, docs/migration.md)."""
     wl = request.workload
     adapter = by_api(wl.get("apiVersion"), wl.get("kind")) if wl is not None else None
     if adapter is None:
-        return manifest.build_workload(job_id, attempt, request, placement, traits, annotations)
-    return build_member(adapter, job_id, attempt, request, placement, traits, annotations)
+        return manifest.build_workload(job_id, attempt, request, placement, traits, annotations, resume_from)
+    return build_member(adapter, job_id, attempt, request, placement, traits, annotations, resume_from)
