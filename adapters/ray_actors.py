@@ -46,6 +46,13 @@ from broker.health.machine import HealthThresholds
 log = logging.getLogger(__name__)
 
 
+def placement(detached: bool) -> dict[str, Any]:
+    """Ray options of a shard actor beyond its name: on a shared Ray cluster (adapters.ray_shared) a
+    shard belongs to the deployment, not to the replica that made it (lifetime "detached"), and the
+    shards are spread over the Ray nodes ("SPREAD", also when Ray restarts one after its node died)."""
+    return {"lifetime": "detached", "scheduling_strategy": "SPREAD"} if detached else {}
+
+
 class PollerSupervisor:
     """Keeps the shards assigned and alive (a Ray actor; see the module docstring)."""
 
@@ -178,7 +185,7 @@ class PollerSupervisor:
         self.restarts[shard] += 1
         opts = dict(self._shard_options)
         remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
-        remote.options(name=shard, get_if_exists=True).remote(
+        remote.options(name=shard, get_if_exists=True, **placement(bool(opts.get("detached")))).remote(
             group,
             self._redis_url,
             self._prefix,
