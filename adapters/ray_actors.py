@@ -6,9 +6,10 @@
                     supervisor has it), assigns clusters to shards by the ring, and every second pings each
                     shard: a shard that comes back from a crash with an old assignment generation is sent
                     the current one; a shard that is dead for good is made anew.
-    PollerFleet     the broker's handle (the driver side): starts Ray (RAY_ADDRESS joins an existing
-                    cluster; log_to_driver=True so the shards' health transitions reach the broker's
-                    output, prefixed "(PollerShard pid=...)"), creates the shards and the supervisor;
+    PollerFleet     the broker's handle (the driver side): starts Ray (log_to_driver=True so the shards'
+                    health transitions reach the broker's output, prefixed "(PollerShard pid=...)"),
+                    creates the shards and the supervisor (`gpufed serve` with RAY_ADDRESS uses
+                    adapters.ray_shared instead: detached shards, the supervisor in the leader);
                     set_clusters(specs) applies a config reload (clusters added, removed, changed);
                     add_cluster(spec) / remove_cluster(name) (ClusterProfile members) are the same
                     thing for one cluster.

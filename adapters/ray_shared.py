@@ -106,14 +106,19 @@ class ReplicaRoster:
         self._thread.start()
 
     def others(self) -> list[str]:
-        """The other replicas heard of within ROSTER_TTL_SECONDS."""
+        """The other replicas heard of within ROSTER_TTL_SECONDS (the entries of replicas gone silent,
+        SIGKILLed ones, are deleted on the way)."""
         now = time.time()
         raw: dict[Any, Any] = self._store.client.hgetall(self._key)
-        out = []
+        out, gone = [], []
         for name, until in raw.items():
             replica = name.decode() if isinstance(name, bytes) else str(name)
-            if replica != self.replica and float(until) > now:
+            if float(until) <= now:
+                gone.append(replica)
+            elif replica != self.replica:
                 out.append(replica)
+        if gone:
+            self._store.client.hdel(self._key, *gone)
         return sorted(out)
 
     def leave(self) -> bool:

@@ -110,6 +110,7 @@ def test_a_replica_gone_silent_does_not_count(redis_url: str) -> None:
         roster = ray_shared.ReplicaRoster(store, "me")
         roster.beat()
         assert roster.others() == []
+        assert store.client.hkeys(f"{prefix}:ray:replicas") == [b"me"]  # the silent one's entry is gone
         assert roster.leave() is True
     finally:
         store.close()
