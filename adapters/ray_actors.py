@@ -184,6 +184,7 @@ class PollerSupervisor:
 
         log.warning("poller shard %s is gone; starting it anew with %d clusters", shard, len(group))
         self.restarts[shard] += 1
+        self._liveness.restarted(shard)  # a new process lists its clusters before it publishes
         opts = dict(self._shard_options)
         remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
         remote.options(name=shard, get_if_exists=True, **placement(bool(opts.get("detached")))).remote(
