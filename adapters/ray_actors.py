@@ -46,12 +46,18 @@ from broker.health.machine import HealthThresholds
 
 log = logging.getLogger(__name__)
 
+SHARD_CPU = 0.01  # a detached shard's CPU request (see placement)
+
 
 def placement(detached: bool) -> dict[str, Any]:
     """Ray options of a shard actor beyond its name: on a shared Ray cluster (adapters.ray_shared) a
     shard belongs to the deployment, not to the replica that made it (lifetime "detached"), and the
-    shards are spread over the Ray nodes ("SPREAD", also when Ray restarts one after its node died)."""
-    return {"lifetime": "detached", "scheduling_strategy": "SPREAD"} if detached else {}
+    shards are spread over the Ray nodes ("SPREAD", also when Ray restarts one after its node died).
+    A shard then asks for a token CPU share: Ray sends an actor that asks for no resource at all to a
+    random node, where SPREAD never runs; with one, the owner's raylet deals them out round-robin."""
+    if not detached:
+        return {}
+    return {"lifetime": "detached", "scheduling_strategy": "SPREAD", "num_cpus": SHARD_CPU}
 
 
 class PollerSupervisor:
@@ -67,7 +73,10 @@ class PollerSupervisor:
         shard_options: dict[str, Any],
         check_seconds: float = SUPERVISE_SECONDS,
         worker_logging: bool = False,
+        start: bool = True,
     ) -> None:
+        """`start`: begin the checks (and the liveness watch) now; otherwise start() does, once the
+        caller has made the shards and seen them answer (adapters.ray_shared)."""
         if worker_logging:
             log_to_stderr()
         self._store = RedisStateStore(redis_url, prefix=prefix)
@@ -97,6 +106,14 @@ class PollerSupervisor:
         self._run = run_id
         self._save()
         self._thread = threading.Thread(target=self._loop, name="gpufed-supervisor", daemon=True)
+        if start:
+            self.start()
+
+    def start(self, fresh: bool = False) -> None:
+        """Check every second, and watch the shards' output. `fresh`: the shards have just started:
+        each gets the start-up grace before its silence counts."""
+        for shard in self._shard_names if fresh else []:
+            self._liveness.restarted(shard)
         self._thread.start()
         # a frozen shard never crashes: judged by its output, on a thread of its own (a ping of a
         # frozen shard blocks the check above for its whole timeout)
@@ -230,7 +247,8 @@ class PollerSupervisor:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
         self._store.close()
 
 

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 SHARED_RUN = "deployment"
 ROSTER_SECONDS = 2.0  # how often a replica says it is alive
 ROSTER_TTL_SECONDS = 10.0  # a replica not heard of for this long is gone
+STARTUP_SECONDS = 60.0  # how long a new leader waits for the shards to answer before it judges them
 # Shard numbers looked at beyond pollerShards when retiring surplus shards (settings: at most 64).
 MAX_SHARDS = 64
 
@@ -205,9 +206,17 @@ class SharedPollerFleet(PollerFleet):
             try:
                 self._retire_surplus()
                 supervisor = PollerSupervisor(
-                    self._specs, self._names, self._redis_url, self._prefix, SHARED_RUN, self._options()
+                    self._specs,
+                    self._names,
+                    self._redis_url,
+                    self._prefix,
+                    SHARED_RUN,
+                    self._options(),
+                    start=False,
                 )
                 supervisor.check()  # missing shards made, old assignments re-sent
+                self._await_shards()
+                supervisor.start(fresh=True)  # their silence counts once they answer
             except Exception:
                 log.exception("taking charge of the poller shards failed; retrying")
                 if supervisor is not None:
@@ -225,6 +234,24 @@ class SharedPollerFleet(PollerFleet):
             log.info("leading the poller shards: %s", {k: len(v) for k, v in assignment.items()})
         except Exception:
             log.exception("assigning the clusters to the poller shards failed; the checks retry")
+
+    def _await_shards(self, timeout: float = STARTUP_SECONDS) -> None:
+        """Until every shard answers a ping, at most `timeout` (a new one imports, connects and lists
+        its clusters first: judging its silence before that would kill it mid-start). One that does not
+        answer by then (frozen, or on a node Ray has not declared dead yet) is left to the checks."""
+        import ray
+
+        deadline = time.monotonic() + timeout
+        for name in self._names:
+            while time.monotonic() < deadline:
+                try:
+                    ray.get(ray.get_actor(name).ping.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                    break
+                except ValueError:  # not registered yet
+                    time.sleep(0.5)
+                except Exception as exc:  # no answer in time, or dead: the checks take it from here
+                    log.warning("poller shard %s does not answer (%s); the checks take it over", name, exc)
+                    break
 
     def unlead(self) -> None:
         """The lease is gone: stop reconciling (the shards go on polling)."""

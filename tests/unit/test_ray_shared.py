@@ -52,7 +52,7 @@ def test_token_auth_without_a_token_names_the_variable(tmp_path: Path) -> None:
 
 
 def test_detached_shards_are_spread_and_embedded_ones_are_not() -> None:
-    assert placement(True) == {"lifetime": "detached", "scheduling_strategy": "SPREAD"}
+    assert placement(True) == {"lifetime": "detached", "scheduling_strategy": "SPREAD", "num_cpus": 0.01}
     assert placement(False) == {}
 
 
