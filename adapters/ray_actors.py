@@ -60,6 +60,18 @@ def placement(detached: bool) -> dict[str, Any]:
     return {"lifetime": "detached", "scheduling_strategy": "SPREAD", "num_cpus": SHARD_CPU}
 
 
+def _being_restarted(actor: Any) -> bool:
+    """Whether Ray is (re)creating this actor now (RESTARTING or PENDING_CREATION in the GCS's actor
+    table; Ray's developer API, so any failure to read it counts as no)."""
+    try:
+        from ray._private import state
+
+        info: Any = state.actors(actor_id=actor._actor_id.hex())
+        return str(info.get("State", "")) in ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
+    except Exception:
+        return False
+
+
 class PollerSupervisor:
     """Keeps the shards assigned and alive (a Ray actor; see the module docstring)."""
 
@@ -193,7 +205,13 @@ class PollerSupervisor:
     def _kill(self, shard: str) -> None:
         import ray
 
-        ray.kill(self._actor(shard), no_restart=False)  # Ray restarts it; it resumes by itself
+        actor = self._actor(shard)
+        if self._shard_options.get("detached") and _being_restarted(actor):
+            # its process or node died and Ray is starting it again (on a live node): a kill now would
+            # only make Ray start over
+            log.warning("poller shard %s is being restarted by Ray; not killed", shard)
+            return
+        ray.kill(actor, no_restart=False)  # Ray restarts it; it resumes by itself
         poller_liveness.force_kill_local(self._pids.get(shard))  # a stopped process: at once
 
     def _create(self, shard: str, group: list[PollerSpec], gen: int) -> None:

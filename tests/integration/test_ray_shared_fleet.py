@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 PREFIX = "rf"  # the ring gives each of the 2 shards one of sim-000 and sim-001
 NAMESPACE = f"gpufed-{PREFIX}"
 SHARDS = 2
-LOST_SECONDS = 30.0  # the node-loss deadline is half of it; a loaded 2-core host restarts a shard slowly
+LOST_SECONDS = 40.0  # the node-loss deadline is half of it; a loaded 2-core host starts a Ray worker slowly
 # What the pollers watch (adapters/cluster_watcher.py); "jobs" are each replica's gateway's Job informer.
 JOB_RESOURCES = {"jobs"}
 
