@@ -139,6 +139,16 @@ def _reconstructed() -> bool:
         return False
 
 
+def _node_id() -> str | None:
+    """In a Ray actor: the id of the Ray node it runs on (None outside Ray)."""
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else None
+    except Exception:
+        return None
+
+
 def log_to_stderr() -> None:
     """In a Ray worker: the adapters' INFO and above to stderr, which Ray forwards to the driver."""
     logger = logging.getLogger("adapters")
@@ -334,6 +344,7 @@ class PollerShard:
             "clusters": clusters,
             "started_at": self._started_at,
             "restarted": _reconstructed(),
+            "node": _node_id(),
         }
 
     def publish_once(self) -> int:

@@ -6,9 +6,10 @@
                     supervisor has it), assigns clusters to shards by the ring, and every second pings each
                     shard: a shard that comes back from a crash with an old assignment generation is sent
                     the current one; a shard that is dead for good is made anew.
-    PollerFleet     the broker's handle (the driver side): starts Ray (RAY_ADDRESS joins an existing
-                    cluster; log_to_driver=True so the shards' health transitions reach the broker's
-                    output, prefixed "(PollerShard pid=...)"), creates the shards and the supervisor;
+    PollerFleet     the broker's handle (the driver side): starts Ray (log_to_driver=True so the shards'
+                    health transitions reach the broker's output, prefixed "(PollerShard pid=...)"),
+                    creates the shards and the supervisor (`gpufed serve` with RAY_ADDRESS uses
+                    adapters.ray_shared instead: detached shards, the supervisor in the leader);
                     set_clusters(specs) applies a config reload (clusters added, removed, changed);
                     add_cluster(spec) / remove_cluster(name) (ClusterProfile members) are the same
                     thing for one cluster.
@@ -45,6 +46,31 @@ from broker.health.machine import HealthThresholds
 
 log = logging.getLogger(__name__)
 
+SHARD_CPU = 0.01  # a detached shard's CPU request (see placement)
+
+
+def placement(detached: bool) -> dict[str, Any]:
+    """Ray options of a shard actor beyond its name: on a shared Ray cluster (adapters.ray_shared) a
+    shard belongs to the deployment, not to the replica that made it (lifetime "detached"), and the
+    shards are spread over the Ray nodes ("SPREAD", also when Ray restarts one after its node died).
+    A shard then asks for a token CPU share: Ray sends an actor that asks for no resource at all to a
+    random node, where SPREAD never runs; with one, the owner's raylet deals them out round-robin."""
+    if not detached:
+        return {}
+    return {"lifetime": "detached", "scheduling_strategy": "SPREAD", "num_cpus": SHARD_CPU}
+
+
+def _being_restarted(actor: Any) -> bool:
+    """Whether Ray is (re)creating this actor now (RESTARTING or PENDING_CREATION in the GCS's actor
+    table; Ray's developer API, so any failure to read it counts as no)."""
+    try:
+        from ray._private import state
+
+        info: Any = state.actors(actor_id=actor._actor_id.hex())
+        return str(info.get("State", "")) in ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
+    except Exception:
+        return False
+
 
 class PollerSupervisor:
     """Keeps the shards assigned and alive (a Ray actor; see the module docstring)."""
@@ -59,7 +85,10 @@ class PollerSupervisor:
         shard_options: dict[str, Any],
         check_seconds: float = SUPERVISE_SECONDS,
         worker_logging: bool = False,
+        start: bool = True,
     ) -> None:
+        """`start`: begin the checks (and the liveness watch) now; otherwise start() does, once the
+        caller has made the shards and seen them answer (adapters.ray_shared)."""
         if worker_logging:
             log_to_stderr()
         self._store = RedisStateStore(redis_url, prefix=prefix)
@@ -89,6 +118,14 @@ class PollerSupervisor:
         self._run = run_id
         self._save()
         self._thread = threading.Thread(target=self._loop, name="gpufed-supervisor", daemon=True)
+        if start:
+            self.start()
+
+    def start(self, fresh: bool = False) -> None:
+        """Check every second, and watch the shards' output. `fresh`: the shards have just started:
+        each gets the start-up grace before its silence counts."""
+        for shard in self._shard_names if fresh else []:
+            self._liveness.restarted(shard)
         self._thread.start()
         # a frozen shard never crashes: judged by its output, on a thread of its own (a ping of a
         # frozen shard blocks the check above for its whole timeout)
@@ -168,7 +205,13 @@ class PollerSupervisor:
     def _kill(self, shard: str) -> None:
         import ray
 
-        ray.kill(self._actor(shard), no_restart=False)  # Ray restarts it; it resumes by itself
+        actor = self._actor(shard)
+        if self._shard_options.get("detached") and _being_restarted(actor):
+            # its process or node died and Ray is starting it again (on a live node): a kill now would
+            # only make Ray start over
+            log.warning("poller shard %s is being restarted by Ray; not killed", shard)
+            return
+        ray.kill(actor, no_restart=False)  # Ray restarts it; it resumes by itself
         poller_liveness.force_kill_local(self._pids.get(shard))  # a stopped process: at once
 
     def _create(self, shard: str, group: list[PollerSpec], gen: int) -> None:
@@ -176,9 +219,10 @@ class PollerSupervisor:
 
         log.warning("poller shard %s is gone; starting it anew with %d clusters", shard, len(group))
         self.restarts[shard] += 1
+        self._liveness.restarted(shard)  # a new process lists its clusters before it publishes
         opts = dict(self._shard_options)
         remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerShard)
-        remote.options(name=shard, get_if_exists=True).remote(
+        remote.options(name=shard, get_if_exists=True, **placement(bool(opts.get("detached")))).remote(
             group,
             self._redis_url,
             self._prefix,
@@ -221,7 +265,8 @@ class PollerSupervisor:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
         self._store.close()
 
 

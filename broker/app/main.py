@@ -38,12 +38,13 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
-from adapters import nvml, poller_liveness, redis_connect, redis_durability
+from adapters import nvml, poller_liveness, ray_shared, redis_connect, redis_durability
 from adapters.clusterprofile import ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.member_watch import MemberWatchingGateway
 from adapters.poller_shard import HashRing, PollerSpec
 from adapters.ray_actors import PollerFleet
+from adapters.ray_shared import SharedPollerFleet
 from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
@@ -148,12 +149,29 @@ def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     ]
 
 
+def poller_fleet(cfg: FleetConfig, replica: str) -> PollerFleet:
+    """The pollers: this replica's own on an embedded Ray, or, with RAY_ADDRESS or settings.rayAddress,
+    the deployment's detached shards on that Ray cluster (adapters.ray_shared)."""
+    settings = cfg.settings
+    specs, url, prefix = poller_specs(cfg), settings.redis_url, settings.redis_prefix
+    shards, interval, health = (
+        settings.poller_shards,
+        settings.summary_interval_seconds,
+        health_thresholds(cfg),
+    )
+    address = ray_shared.ray_address(settings.ray_address, os.environ)
+    if address is None:
+        return PollerFleet(specs, url, prefix, shards, interval, health)
+    return SharedPollerFleet(specs, url, prefix, address, replica, shards, interval, health)
+
+
 class StartupError(RuntimeError):
     """The broker cannot start; the message is one line naming the cause."""
 
 
 def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
-    """What would otherwise fail deep inside a start, checked first: Redis answers, the port is free."""
+    """What would otherwise fail deep inside a start, checked first: Redis answers, the Ray token is
+    there when joining a Ray cluster with token authentication, the port is free."""
     url = cfg.settings.redis_url
     shown = redis_connect.redact(url)  # never print a password
     try:
@@ -167,6 +185,10 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
         raise StartupError(f"redisUrl {shown!r}: {e}") from None
     finally:
         store.close()
+    if ray_shared.ray_address(cfg.settings.ray_address, os.environ) is not None:
+        problem = ray_shared.check_token_environment(os.environ)
+        if problem is not None:
+            raise StartupError(f"joining the Ray cluster: {problem}")
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -252,14 +274,7 @@ def running_broker(
     )
     feed = ChangeFeed(leader_store, records, leader_service.work)  # wakes the loop on others' writes
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
-    pollers = PollerFleet(
-        poller_specs(cfg),
-        redis_url=cfg.settings.redis_url,
-        prefix=cfg.settings.redis_prefix,
-        shards=cfg.settings.poller_shards,
-        summary_interval_seconds=cfg.settings.summary_interval_seconds,
-        health=health_thresholds(cfg),
-    )
+    pollers = poller_fleet(cfg, holder)
     loop = ControlLoop(
         leader_service,
         settings.schedule_interval_seconds,
@@ -279,8 +294,12 @@ def running_broker(
         finally:
             loop.start()
             feed.start()
+            if isinstance(pollers, SharedPollerFleet):
+                pollers.lead()  # only the lease holder reconciles the deployment's shards
 
     def deposed() -> None:
+        if isinstance(pollers, SharedPollerFleet):
+            pollers.unlead()
         loop.stop()
         feed.stop()
         records.invalidate()  # another leader writes now: read everything again when elected again

@@ -280,6 +280,9 @@ class Settings(_Strict):
     image_pull_fail_seconds: float = Field(default=300.0, alias="imagePullFailSeconds", gt=0)
     member_avoid_seconds: float = Field(default=600.0, alias="memberAvoidSeconds", ge=0)
     poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
+    # A Ray cluster to join (RAY_ADDRESS overrides it): the poller shards become the deployment's
+    # detached actors there (adapters/ray_shared.py, docs/operations.md); unset: an embedded local Ray.
+    ray_address: str | None = Field(default=None, alias="rayAddress", min_length=1)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
     # How often `gpufed serve` looks at clusters.yaml for changes to its clusters (0: never; docs/health.md).

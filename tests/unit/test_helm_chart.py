@@ -295,3 +295,21 @@ def test_the_default_image_is_the_one_make_image_builds() -> None:
     assert make.returncode == 0, make.stderr
     assert "-f Containerfile" in make.stdout
     assert f"{values['image']['repository']}:{app_version}" in make.stdout
+
+
+def test_a_ray_cluster_and_its_token_reach_every_replica() -> None:
+    """ray.address becomes RAY_ADDRESS and ray.authToken the Ray token from its Secret (docs/operations.md,
+    "Running on a Ray cluster"); without them the pod runs the embedded Ray, as before."""
+
+    def env(values: str) -> dict[str, Any]:
+        container = _render(values)[("Deployment", "rel-gpufed")]["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e for e in container["env"]}
+
+    shared = env("documented.yaml")
+    assert shared["RAY_ADDRESS"]["value"] == "gpufed-ray-head-svc:6379"
+    assert shared["RAY_AUTH_MODE"]["value"] == "token"
+    assert shared["RAY_AUTH_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "gpufed-ray", "key": "auth_token"}
+    }
+    embedded = env("minimal.yaml")
+    assert not {"RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} & set(embedded)
