@@ -45,7 +45,7 @@ NAMESPACE = f"gpufed-{PREFIX}"
 SHARDS = 2
 LOST_SECONDS = 40.0  # the node-loss deadline is half of it; a loaded 2-core host starts a Ray worker slowly
 # What the pollers watch (adapters/cluster_watcher.py); "jobs" are each replica's gateway's Job informer.
-JOB_RESOURCES = {"jobs"}
+JOB_RESOURCES = {"jobs", "events"}  # listed by each replica's gateway (with its pods of gpufed's Jobs)
 
 
 @pytest.fixture(scope="module")
@@ -200,10 +200,18 @@ def test_two_replicas_share_one_detached_poller_fleet_that_outlives_them(
         replicas.append(_replica(ray_cluster, cfg, ports[1], tmp_path / "replica-1.log"))
         poll_for("the second replica to serve", lambda: _status(ports[1], auth), 120, interval=0.5)
         two = _settled(sim)
-        assert _pollers_part(two) == _pollers_part(one)
-        for c in clusters:  # the second replica's Job informer (its gateway's own): one list, one watch
-            assert two[c][0]["jobs"] == one[c][0]["jobs"] + 1, (c, one[c], two[c])
-            assert two[c][1] == one[c][1] + 1, (c, one[c], two[c])
+        for c in clusters:
+            # only the second replica's gateway: its Job informer and its member-trouble informers (the
+            # pods of gpufed's Jobs, the Job controller's FailedCreate events): one list and one watch each;
+            # a second poller fleet would list nodes, pods, ... again
+            lists_two, lists_one = two[c][0], one[c][0]
+            added = {r: lists_two.get(r, 0) - lists_one.get(r, 0) for r in {*lists_two, *lists_one}}
+            assert {r: n for r, n in added.items() if n} == {"jobs": 1, "pods": 1, "events": 1}, (
+                c,
+                one[c],
+                two[c],
+            )
+            assert two[c][1] == one[c][1] + 3, (c, one[c], two[c])
         assert {k: v["pid"] for k, v in _shards(probe).items()} == {k: v["pid"] for k, v in shards.items()}
 
         # SIGKILL of the leader: the summaries stay fresh while the other replica takes over
@@ -232,7 +240,7 @@ def test_two_replicas_share_one_detached_poller_fleet_that_outlives_them(
         )
         after = _shards(probe)
         assert {k: v["pid"] for k, v in after.items()} == {k: v["pid"] for k, v in shards.items()}
-        assert _pollers_part(_load(sim)) == _pollers_part(one)  # the shards did not list again
+        assert _pollers_part(_load(sim)) == _pollers_part(two)  # the shards did not list again
 
         # the worker Ray node is lost: its shard runs again on the head, its clusters fresh again
         head = nodes["head"]

@@ -32,7 +32,7 @@ def _run(tmp_path: Path, decorators: str, *args: str) -> subprocess.CompletedPro
     (tmp_path / "test_throwaway.py").write_text(FLAKY_ONCE.format(decorators=decorators))
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\n"
-    )  # none of the project's settings (pytest 9 refuses -c /dev/null)
+    )  # an empty ini: none of the project's settings
     repo = Path(__file__).resolve().parents[2]
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:randomly", "-p", "no:cacheprovider",
