@@ -57,6 +57,7 @@ from broker.app.members import FleetMembers, followed_namespace, start_cluster_p
 from broker.burst.gate import BurstGate
 from broker.config.reload import ConfigWatcher
 from broker.config.settings import FleetConfig, load_fleet_config
+from broker.config.sizing import poller_shards_for
 from broker.controller.change_feed import ChangeFeed
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
@@ -239,7 +240,7 @@ def running_broker(
         poller_specs(cfg),
         redis_url=cfg.settings.redis_url,
         prefix=cfg.settings.redis_prefix,
-        shards=cfg.settings.poller_shards,
+        shards=poller_shards_for(len(cfg.clusters), cfg.settings.poller_shards),
         summary_interval_seconds=cfg.settings.summary_interval_seconds,
         health=health_thresholds(cfg),
     )

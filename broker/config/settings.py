@@ -272,7 +272,8 @@ class Settings(_Strict):
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
-    poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
+    # Unset: one shard per 125 clusters (broker.config.sizing, docs/operations.md "Sizing").
+    poller_shards: int | None = Field(default=None, alias="pollerShards", ge=1, le=64)
     summary_interval_seconds: float = Field(default=0.2, alias="summaryIntervalSeconds", gt=0)
     sweep_interval_seconds: float = Field(default=30.0, alias="sweepIntervalSeconds", gt=0)
     # How often `gpufed serve` looks at clusters.yaml for changes to its clusters (0: never; docs/health.md).
