@@ -48,7 +48,7 @@ from adapters.kube_informer import (
     object_key,
 )
 from adapters.kube_rest import ApiStatus, KubeRest, Obj
-from adapters.probe_scheduler import ProbeScheduler
+from adapters.probe_scheduler import STARVED_LAG_SECONDS, ProbeScheduler
 from adapters.watched_objects import DraState, Requests, add_requests, trim_node, trim_nrt
 from broker.capacity import dra, kube_objects
 from broker.capacity.index import CapacityIndex
@@ -339,7 +339,10 @@ class ClusterWatcher:
             outcome = Outcome.failure(self._clock(), http_cause(e.code, e.reason))
         except Exception as e:  # a probe must never kill its thread
             outcome = Outcome.failure(self._clock(), type(e).__name__)
-        if not self._stop.is_set():
+        # A timeout while the shard itself runs late (lag >= STARVED_LAG_SECONDS) proves nothing about the
+        # member: it is not counted (no success either, so a dead member is still lost in time).
+        starved = lag is not None and outcome.cause.startswith("timeout") and lag() >= STARVED_LAG_SECONDS
+        if not self._stop.is_set() and not starved:
             self.observe(outcome)
         return outcome
 

@@ -5,9 +5,10 @@ Owns:
                     much longer it took; lag() is the largest of the last `window` seconds. A poller starved
                     of CPU (a busy host, or its interpreter lock shared by a thousand informer threads) would
                     read every member as slow: ClusterWatcher.probe_once subtracts the lag from a probe's
-                    latency, so health judges the member's answer time, not the poller's own backlog
-                    (in doubt, the member is not blamed; a member that does not answer at all still fails
-                    its probes and is lost after clusterLostSeconds as before).
+                    latency, so health judges the member's answer time, not the poller's own backlog, and
+                    a probe that timed out while the lag was >= STARVED_LAG_SECONDS is not counted (in
+                    doubt, the member is not blamed; a member that does not answer at all has no success
+                    either and is lost after clusterLostSeconds as before).
     ProbeScheduler  every cluster's liveness probe (ClusterWatcher.probe_once) on its own schedule: every
                     `interval` after a success, every `retry` after a failure, the first ones spread over
                     one interval; run by a pool that grows only as far as probes are in flight at once
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.1
 LAG_WINDOW_SECONDS = 5.0
 MIN_WAIT_SECONDS = 0.05
+# A shard this late on its own ticks is starved: a probe that timed out then is not held against the member.
+STARVED_LAG_SECONDS = 1.0
 
 
 class LagMeter:

@@ -10,12 +10,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from adapters.probe_scheduler import LagMeter, ProbeScheduler
+from adapters.cluster_watcher import ClusterWatcher
+from adapters.kube_rest import KubeRest
+from adapters.probe_scheduler import STARVED_LAG_SECONDS, LagMeter, ProbeScheduler
 from adapters.redis_store import RedisStateStore
 from adapters.summary_batch import put_summaries
 from broker.config.sizing import poller_shards_for
-from broker.core.model import ClusterSummary, Tier
-from broker.health.machine import Outcome
+from broker.core.errors import ClusterUnreachable
+from broker.core.model import ClusterSummary, Health, Tier
+from broker.health.machine import Outcome, timeout_cause
 
 
 class FakeMember:
@@ -154,3 +157,41 @@ def test_heartbeat_summaries_are_written_in_one_pipeline_with_their_versions(red
         assert put_summaries(store, []) == []
     finally:
         store.close()
+
+
+class ScriptedRest(KubeRest):
+    """A member whose GET /version times out (`timeout`) or answers at once; no connection is made."""
+
+    def __init__(self, timeout: bool) -> None:
+        self.cluster = "member"
+        self.timeout_probe = timeout
+
+    def probe(self, timeout: tuple[float, float] = (1.5, 2.0)) -> None:
+        if self.timeout_probe:
+            raise ClusterUnreachable(self.cluster, "GET /version: timed out", cause=timeout_cause(2))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("lag", "counted"), [(0.0, True), (STARVED_LAG_SECONDS + 0.5, False)])
+def test_a_probe_timeout_is_not_held_against_a_member_while_the_shard_is_starved(
+    lag: float, counted: bool
+) -> None:
+    clock = [1000.0]
+    watcher = ClusterWatcher("member", ScriptedRest(timeout=True), clock=lambda: clock[0])
+    for _ in range(5):
+        clock[0] += 0.5
+        watcher.probe_once(lambda: lag)
+    clock[0] += 11.0  # past clusterLostSeconds without a success: lost either way
+    view = watcher.health_view()
+    assert view.health == Health.UNREACHABLE
+    assert ("timeout after 2 s" in view.reason) is counted, view.reason
+
+
+def test_a_starved_shard_does_not_make_a_quick_member_slow() -> None:
+    clock = [1000.0]
+    watcher = ClusterWatcher("member", ScriptedRest(timeout=False), clock=lambda: clock[0])
+    outcome = watcher.probe_once(lambda: 5.0)  # the probe's own latency is far below the shard's lag
+    assert outcome.ok
+    assert outcome.latency == 0.0
