@@ -178,7 +178,8 @@ class PollerShard:
         worker_logging: bool = False,
         ring: tuple[str, str, list[str]] | None = None,
     ) -> None:
-        """`autostart` starts the work here (a Ray actor: a restarted actor resumes by itself);
+        """`autostart` starts the work now, on a thread of its own (a Ray actor: a restarted actor resumes by
+        itself);
         otherwise start() does. `ring` = (run id, this shard's name, every shard's name): a shard
         (re)starting reads the fleet's current cluster list from Redis (the supervisor keeps it there)
         and takes its own part of it, so an actor Ray restarts with its creation arguments does not
@@ -209,8 +210,10 @@ class PollerShard:
         self.lag = LagMeter()
         self.prober = ProbeScheduler(lag=self.lag.lag)
         self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
-        if autostart:
-            self.start()
+        if autostart:  # on a thread: 125 clusters' clients take seconds to build, and a Ray actor answers
+            # no ping before its constructor returns (8 shards of a 1,000-cluster fleet on a busy host
+            # missed the fleet's 120 s start deadline)
+            threading.Thread(target=self.start, name="gpufed-shard-start", daemon=True).start()
 
     def _failed(self, exc: Exception, what: str, name: str) -> None:
         """A failed write: Redis down is expected (one warning a minute, counted), anything else is not."""
