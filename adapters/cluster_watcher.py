@@ -49,6 +49,7 @@ from adapters.kube_informer import (
     object_key,
 )
 from adapters.kube_rest import ApiStatus, KubeRest, Obj
+from adapters.probe_scheduler import STARVED_LAG_SECONDS, ProbeScheduler
 from adapters.watched_objects import DraState, Requests, add_requests, trim_node, trim_nrt
 from broker.capacity import dra, kube_objects
 from broker.capacity.index import CapacityIndex
@@ -114,6 +115,7 @@ class ClusterWatcher:
         spot: bool = False,
         health: HealthThresholds | None = None,
         on_transition: Callable[[Transition], None] | None = None,
+        prober: ProbeScheduler | None = None,
     ) -> None:
         """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
         of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
@@ -121,7 +123,8 @@ class ClusterWatcher:
         `spot` says how the cluster is declared (which taints count as tolerated) so the index is built
         right the first time; a summary asked with other traits re-aggregates once. `health` sets the
         health machine's thresholds (clusterLostSeconds is its lost_seconds); on_transition(t) is called
-        (on the thread that saw it) for every change of shown health, after it is logged."""
+        (on the thread that saw it) for every change of shown health, after it is logged. `prober`: the
+        shard's shared ProbeScheduler runs the liveness probes (else a prober thread of its own)."""
         self.cluster = cluster
         self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
         self._on_snapshot = on_snapshot
@@ -167,6 +170,7 @@ class ClusterWatcher:
         self.stats.informers = {i.resource.name: i.stats for i in self._informers}
         self._flusher: threading.Thread | None = None
         self._prober: threading.Thread | None = None
+        self._probes = prober
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,6 +179,9 @@ class ClusterWatcher:
             inf.start()
         self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
         self._flusher.start()
+        if self._probes is not None:
+            self._probes.add(self, self._settings.probe_interval_s, self._settings.probe_retry_interval_s)
+            return
         self._prober = threading.Thread(target=self._probe_loop, name=f"prober-{self.cluster}", daemon=True)
         self._prober.start()
 
@@ -182,6 +189,8 @@ class ClusterWatcher:
         """Stop the threads. A watch blocked in a read ends at its read timeout; threads are daemons."""
         self._stop.set()
         self._wake.set()
+        if self._probes is not None:
+            self._probes.remove(self)
         if self._flusher is not None:
             self._flusher.join(timeout)
         self.rest.close()
@@ -307,8 +316,9 @@ class ClusterWatcher:
                     log.exception("cluster %s: the transition callback failed", self.cluster)
         return bool(todo)
 
-    def probe_once(self) -> Outcome:
-        """One liveness probe (GET /version, short deadline), fed to the health machine."""
+    def probe_once(self, lag: Callable[[], float] | None = None) -> Outcome:
+        """One liveness probe (GET /version, short deadline), fed to the health machine. `lag` (the shard's
+        LagMeter.lag) is taken off the measured latency: a starved poller is not a slow member."""
         timeout = self._settings.probe_timeout
         start = time.monotonic()
         try:
@@ -321,7 +331,8 @@ class ClusterWatcher:
                 with attempt:
                     start = time.monotonic()
                     self.rest.probe(timeout)
-            outcome = Outcome.success(self._clock(), latency=time.monotonic() - start)
+            latency = time.monotonic() - start
+            outcome = Outcome.success(self._clock(), latency=max(0.0, latency - (lag() if lag else 0.0)))
         except ClusterForbidden as e:
             outcome = Outcome.failure(self._clock(), e.cause or str(e), auth=True)
         except ClusterUnreachable as e:
@@ -330,7 +341,10 @@ class ClusterWatcher:
             outcome = Outcome.failure(self._clock(), http_cause(e.code, e.reason))
         except Exception as e:  # a probe must never kill its thread
             outcome = Outcome.failure(self._clock(), type(e).__name__)
-        if not self._stop.is_set():
+        # A timeout while the shard itself runs late (lag >= STARVED_LAG_SECONDS) proves nothing about the
+        # member: it is not counted (no success either, so a dead member is still lost in time).
+        starved = lag is not None and outcome.cause.startswith("timeout") and lag() >= STARVED_LAG_SECONDS
+        if not self._stop.is_set() and not starved:
             self.observe(outcome)
         return outcome
 
@@ -528,7 +542,7 @@ class ClusterWatcher:
 
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=1.0)
+            self._wake.wait(timeout=30.0)  # stop() sets _wake too; a timeout alone does nothing
             if self._stop.is_set():
                 return
             if not self._wake.is_set():

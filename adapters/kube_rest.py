@@ -33,6 +33,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from adapters.tls_context import share_tls_context
 from broker.core.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
 from broker.health import machine
 
@@ -67,7 +68,9 @@ def connect(kubeconfig: Path | str, context: str | None = None, pool_size: int =
         ) from e
     cfg.retries = 0  # retries are ours (tenacity, jittered); urllib3's would hide a dead cluster for seconds
     cfg.connection_pool_maxsize = pool_size
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    share_tls_context(api, cfg)  # one SSLContext per cluster, not one per connection
+    return api
 
 
 def _chain(e: BaseException) -> list[BaseException]:

@@ -4,16 +4,19 @@ PollerSpec      one cluster to watch: name, kubeconfig, context, declared traits
                 through spec_to_json / spec_from_json)
 HashRing        consistent hashing with virtual nodes: which shard owns a cluster; adding a shard
                 moves about 1/(n+1) of the clusters, removing a cluster moves none of the others
-PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a liveness probe, a
-                health machine) per cluster; after each batch of events the cluster's watcher thread
-                writes its ClusterSummary (health, health_reason, health_since, heartbeat = the last
-                SUCCESSFUL call) from the watcher's incremental CapacityIndex; a publisher thread
-                retries failed writes and re-writes each summary at least every HEARTBEAT_SECONDS,
-                and each cluster's per-node table (broker.capacity.node_detail, the fleet view's node
-                detail) every NODES_INTERVAL_SECONDS. assign(specs, generation) adds, removes and
-                re-points clusters without a restart. As a Ray actor (adapters.ray_actors applies
-                ray.remote) it starts its work in its constructor, so an actor Ray restarts after a
-                crash resumes by itself, rebuilding its state from the clusters.
+PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a health machine) per
+                cluster, their liveness probes run by one shared adapters.probe_scheduler (which also
+                keeps the shard's own lag, so a starved shard does not call its clusters slow); after
+                each batch of events the cluster's watcher thread writes its ClusterSummary (health,
+                health_reason, health_since, heartbeat = the last SUCCESSFUL call) from the watcher's
+                incremental CapacityIndex; a publisher thread retries failed writes and re-writes each
+                summary at least every HEARTBEAT_SECONDS (the heartbeat-only re-writes of a pass in one
+                pipeline, adapters.summary_batch), and each cluster's per-node table
+                (broker.capacity.node_detail, the fleet view's node detail) every NODES_INTERVAL_SECONDS.
+                assign(specs, generation) adds, removes and re-points clusters without a restart. As a
+                Ray actor (adapters.ray_actors applies ray.remote) it starts its work in its
+                constructor, so an actor Ray restarts after a crash resumes by itself, rebuilding its
+                state from the clusters.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import logging.handlers
 import os
+import queue
 import sys
 import threading
 import time
@@ -35,7 +40,9 @@ from typing import Any
 import orjson
 
 from adapters.kube import ClusterWatcher
+from adapters.probe_scheduler import LagMeter, ProbeScheduler
 from adapters.redis_store import RedisStateStore
+from adapters.summary_batch import put_summaries
 from broker import telemetry
 from broker.capacity.node_detail import nodes_table
 from broker.core.errors import StoreError
@@ -150,12 +157,17 @@ def _node_id() -> str | None:
 
 
 def log_to_stderr() -> None:
-    """In a Ray worker: the adapters' INFO and above to stderr, which Ray forwards to the driver."""
+    """In a Ray worker: the adapters' INFO and above to stderr, which Ray forwards to the driver. Through a
+    queue and one writer thread: with a thousand informer threads, a slow stderr pipe (Ray's log monitor)
+    must not hold every thread that logs a failure on the handler's lock (seen at 200 clusters: 187
+    informer threads of one shard waiting there while their clusters went unreachable)."""
     logger = logging.getLogger("adapters")
     if any(getattr(h, "gpufed", False) for h in logger.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler = logging.handlers.QueueHandler(queue.SimpleQueue())
+    logging.handlers.QueueListener(handler.queue, stream).start()
     handler.gpufed = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -176,7 +188,8 @@ class PollerShard:
         worker_logging: bool = False,
         ring: tuple[str, str, list[str]] | None = None,
     ) -> None:
-        """`autostart` starts the work here (a Ray actor: a restarted actor resumes by itself);
+        """`autostart` starts the work now, on a thread of its own (a Ray actor: a restarted actor resumes by
+        itself);
         otherwise start() does. `ring` = (run id, this shard's name, every shard's name): a shard
         (re)starting reads the fleet's current cluster list from Redis (the supervisor keeps it there)
         and takes its own part of it, so an actor Ray restarts with its creation arguments does not
@@ -203,9 +216,14 @@ class PollerShard:
         self._publisher: threading.Thread | None = None
         self._started_at = time.time()
         self.writes = 0
+        # One lag meter and one prober for all the shard's clusters (not a prober thread per cluster).
+        self.lag = LagMeter()
+        self.prober = ProbeScheduler(lag=self.lag.lag)
         self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
-        if autostart:
-            self.start()
+        if autostart:  # on a thread: 125 clusters' clients take seconds to build, and a Ray actor answers
+            # no ping before its constructor returns (8 shards of a 1,000-cluster fleet on a busy host
+            # missed the fleet's 120 s start deadline)
+            threading.Thread(target=self.start, name="gpufed-shard-start", daemon=True).start()
 
     def _failed(self, exc: Exception, what: str, name: str) -> None:
         """A failed write: Redis down is expected (one warning a minute, counted), anything else is not."""
@@ -229,6 +247,7 @@ class PollerShard:
             spot=spec.traits.spot,
             health=self._health,
             on_transition=self._transitioned,
+            prober=self.prober,
         )
 
     def _transitioned(self, t: Transition) -> None:
@@ -259,6 +278,8 @@ class PollerShard:
     def start(self) -> list[str]:
         """Start watching every assigned cluster and publishing (idempotent)."""
         with self._assign_lock:
+            self.lag.start()
+            self.prober.start()
             for name, spec in self._specs.items():
                 if name not in self._watchers:
                     self._add(spec)
@@ -355,9 +376,11 @@ class PollerShard:
             last = dict(self._last_write)
             last_nodes = dict(self._last_nodes)
             names = list(self._watchers)
-        written = 0
+        written = self._heartbeat(
+            [n for n in names if n not in dirty and now - last.get(n, 0.0) >= HEARTBEAT_SECONDS]
+        )
         for name in names:
-            if name not in dirty and now - last.get(name, 0.0) < HEARTBEAT_SECONDS:
+            if name not in dirty:
                 continue
             try:
                 self.publish_cluster(name)
@@ -377,6 +400,41 @@ class PollerShard:
                 except Exception as exc:
                     self._failed(exc, "the node table", name)
         return written
+
+    def _heartbeat(self, names: list[str]) -> int:
+        """Re-write the summaries of clusters with nothing new (their heartbeat and health move on) in one
+        pipeline; each cluster's publish lock is held from its read to the write, as in publish_cluster.
+        Returns how many were written (0 on failure: they are marked for the next pass)."""
+        held: list[threading.Lock] = []
+        batch: list[ClusterSummary] = []
+        try:
+            for name in sorted(names):
+                lock = self._publish_locks.get(name)
+                with self._lock:
+                    watcher, spec = self._watchers.get(name), self._specs.get(name)
+                if lock is None or watcher is None or spec is None:
+                    continue  # taken away meanwhile
+                lock.acquire()
+                held.append(lock)
+                batch.append(dataclasses.replace(watcher.summary(spec.traits), published_at=time.time()))
+            put_summaries(self._store, batch)
+        except Exception as exc:
+            self._failed(exc, "the heartbeat summaries", f"{len(batch)} clusters")
+            with self._lock:
+                self._dirty.update(s.cluster for s in batch)
+            return 0
+        finally:
+            for lock in held:
+                lock.release()
+        if batch:
+            self.store_errors.recovered("redis", "publishing to Redis works again")
+        done = time.time()
+        with self._lock:
+            for s in batch:
+                if s.cluster in self._watchers:
+                    self._last_write[s.cluster] = done
+            self.writes += len(batch)
+        return len(batch)
 
     def publish_nodes(self, name: str) -> int:
         """Write one cluster's per-node table (the fleet view's `nodes=true`). Returns its rows."""
@@ -432,4 +490,6 @@ class PollerShard:
             watchers = list(self._watchers.values())
         for w in watchers:
             w.stop()
+        self.prober.stop()
+        self.lag.stop()
         self._store.close()

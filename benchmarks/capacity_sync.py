@@ -46,7 +46,13 @@ def run_kubesim(args: argparse.Namespace, part: int, out_dir: str, conn: Any) ->
 
     whole = synthetic_fleet(args.clusters, args.nodes, gpus_per_node=8)
     fleet = FleetSpec(clusters=whole.clusters[part :: args.sim_procs])
-    with Simulation(fleet, Path(out_dir) / f"part-{part}", speed=0, controllers=False) as sim:
+    with Simulation(
+        fleet,
+        Path(out_dir) / f"part-{part}",
+        speed=0,
+        controllers=False,
+        bookmark_interval=args.bookmark_seconds,
+    ) as sim:
         names = [c.name for c in fleet.clusters]
         churn = PodChurn({c: sim.store(c) for c in names})
         sim.call(lambda: churn.populate(args.pods_per_node))
@@ -156,6 +162,7 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
                 flush_interval_s=args.summary_interval,
                 settings=settings,
                 spot=spec.traits.spot,
+                prober=self.prober,
             )
 
         def publish_cluster(self, name: str) -> ClusterSummary:
@@ -267,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--decode", action="store_true", help="only compare typed vs raw decoding of a node list")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--bookmark-seconds",
+        type=float,
+        default=60.0,
+        help="kubesim's watch BOOKMARK interval (a real kube-apiserver sends one about once a minute)",
+    )
     args = p.parse_args(argv)
     result = bench_decode(args) if args.decode else bench_sync(args)
     for k, v in result.items():

@@ -51,6 +51,14 @@ def serve(
     controllers: Annotated[
         bool, typer.Option("--controllers/--no-controllers", help="Run the clusters' controllers.")
     ] = True,
+    bookmark_seconds: Annotated[
+        float,
+        typer.Option(
+            "--bookmark-seconds",
+            min=0.05,
+            help="Seconds between watch BOOKMARKs (a real kube-apiserver: about 60; fleets of hundreds of clusters).",
+        ),
+    ] = 5.0,
 ) -> None:
     """Serve every cluster of FLEET until SIGINT/SIGTERM."""
     from kubesim.fleet import FleetError, load_fleet
@@ -62,7 +70,15 @@ def serve(
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
     started = time.monotonic()
-    sim = Simulation(spec, out, speed=speed, host=host, admin_port=admin_port, controllers=controllers)
+    sim = Simulation(
+        spec,
+        out,
+        speed=speed,
+        host=host,
+        admin_port=admin_port,
+        controllers=controllers,
+        bookmark_interval=bookmark_seconds,
+    )
     try:
         sim.start()
     except OSError as e:

@@ -60,6 +60,7 @@ from broker.app.members import FleetMembers, followed_namespace, start_cluster_p
 from broker.burst.gate import BurstGate
 from broker.config.reload import ConfigWatcher
 from broker.config.settings import FleetConfig, load_fleet_config
+from broker.config.sizing import poller_shards_for
 from broker.controller.change_feed import ChangeFeed
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
@@ -155,7 +156,7 @@ def poller_fleet(cfg: FleetConfig, replica: str) -> PollerFleet:
     settings = cfg.settings
     specs, url, prefix = poller_specs(cfg), settings.redis_url, settings.redis_prefix
     shards, interval, health = (
-        settings.poller_shards,
+        poller_shards_for(len(cfg.clusters), settings.poller_shards),  # unset: sized by the fleet
         settings.summary_interval_seconds,
         health_thresholds(cfg),
     )

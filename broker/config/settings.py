@@ -279,7 +279,8 @@ class Settings(_Strict):
     member_pending_seconds: float = Field(default=120.0, alias="memberPendingSeconds", gt=0)
     image_pull_fail_seconds: float = Field(default=300.0, alias="imagePullFailSeconds", gt=0)
     member_avoid_seconds: float = Field(default=600.0, alias="memberAvoidSeconds", ge=0)
-    poller_shards: int = Field(default=1, alias="pollerShards", ge=1, le=64)
+    # Unset: one shard per 125 clusters (broker.config.sizing, docs/operations.md "Sizing").
+    poller_shards: int | None = Field(default=None, alias="pollerShards", ge=1, le=64)
     # A Ray cluster to join (RAY_ADDRESS overrides it): the poller shards become the deployment's
     # detached actors there (adapters/ray_shared.py, docs/operations.md); unset: an embedded local Ray.
     ray_address: str | None = Field(default=None, alias="rayAddress", min_length=1)
