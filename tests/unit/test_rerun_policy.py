@@ -30,9 +30,7 @@ def test_fails_the_first_time() -> None:
 
 def _run(tmp_path: Path, decorators: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_throwaway.py").write_text(FLAKY_ONCE.format(decorators=decorators))
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\n"
-    )  # an empty ini: none of the project's settings
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # an empty ini: none of the project's settings
     repo = Path(__file__).resolve().parents[2]
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:randomly", "-p", "no:cacheprovider",
