@@ -346,6 +346,11 @@ class ClusterWatcher:
         starved = lag is not None and outcome.cause.startswith("timeout") and lag() >= STARVED_LAG_SECONDS
         if not self._stop.is_set() and not starved:
             self.observe(outcome)
+        # which workload kinds it serves (discovery, at most once a minute, after a successful probe),
+        # on whichever thread probes: its own prober or the shard's ProbeScheduler
+        if outcome.ok and not self._stop.is_set() and self._kinds.refresh(self.rest):
+            self._tenancy_dirty = True  # publish a summary with what it serves now
+            self._wake.set()
         return outcome
 
     def _probe_loop(self) -> None:
@@ -354,9 +359,6 @@ class ClusterWatcher:
         while not self._stop.is_set():
             started = time.monotonic()
             outcome = self.probe_once()
-            if outcome.ok and self._kinds.refresh(self.rest):
-                self._tenancy_dirty = True  # publish a summary with what it serves now
-                self._wake.set()
             # In doubt, look again sooner (WatchSettings.probe_retry_interval_s): a failing cluster gives
             # health enough samples to judge within its window, and one success clears it.
             wait = interval if outcome.ok else min(interval, self._settings.probe_retry_interval_s)

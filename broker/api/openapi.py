@@ -14,7 +14,8 @@ with, so the two cannot drift apart:
     JobList      a page of jobs; EventList: a job's events (schemas.EventView)
     Error        {error, message, fields?} (routes._error, broker.api.lost's 410); Status: a 401/403
 
-and the answers every /v1 route may give (401, 403, 503; 404 for a job id; 413 and 422 for a body).
+and the answers every /v1 route may give (401, 403, 503; 404 for a job id or a cluster name; 409 for a
+move that cannot be made; 413 and 422 for a body).
 tests/integration/test_openapi_contract.py compares the document with the models and runs schemathesis
 against the app.
 
@@ -158,6 +159,10 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
                 responses.setdefault(code, answer)
             if "{job_id}" in path:
                 responses.setdefault("404", _json(_ref("Error"), "no such job (or another tenant's)"))
+            if path.startswith("/v1/clusters/{name}"):
+                responses.setdefault("404", _json(_ref("Error"), "no such member cluster"))
+            if path.endswith("/migrate") or path.endswith("/drain"):  # broker.api.moves
+                responses.setdefault("409", _json(_ref("Error"), "it cannot move now: the reason"))
             if method in ("post", "put", "patch"):
                 responses.setdefault("413", _json(_ref("Error"), "the body is over maxRequestBytes"))
             if "422" in responses or method in ("post", "put", "patch"):

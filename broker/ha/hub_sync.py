@@ -45,6 +45,7 @@ from broker.core.model import JobRecord, JobRequest, JobState
 from broker.tenancy.audit import AuditRecord
 from broker.workload import hub_objects as hub
 from broker.workload import k8s_job
+from broker.workload.kinds import registry as kinds_registry
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,9 @@ class HubPort(Protocol):
 
 def submission_request(body: Mapping[str, Any]) -> JobRequest:
     """The JobRequest `POST /v1/jobs` makes of a manifest body (InvalidRequest or RequestValidationError
-    naming the manifest's field)."""
-    return spec_of(body).to_request()
+    naming the manifest's field); a workload kind (JobSet, RayJob, ...) keeps its object on the request
+    (broker.workload.kinds), as the API's submit does."""
+    return kinds_registry.with_workload(body, spec_of(body).to_request())
 
 
 def first_problem(exc: RequestValidationError) -> tuple[str, str]:

@@ -17,10 +17,12 @@ Ray cluster through RAY_ADDRESS (and the cluster's RAY_AUTH_TOKEN). Shown, in or
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,13 +51,17 @@ JOB_RESOURCES = {"jobs", "events"}  # listed by each replica's gateway (with its
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    cluster = RayCluster(Path(tmp_path_factory.mktemp("rf")))
+def ray_cluster() -> Iterator[RayCluster]:
+    # a short root of its own: under pytest-xdist, tmp_path (/tmp/pytest-of-<user>/pytest-N/popen-gwK/...)
+    # makes Ray's socket paths longer than AF_UNIX's 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="gf-rf-", dir="/tmp"))
+    cluster = RayCluster(root)
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
