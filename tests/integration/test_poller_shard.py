@@ -92,6 +92,10 @@ def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
                 health_since=0.0,
                 namespaces=(),
                 namespaces_observed=False,
+                # which workload kinds it serves: the watcher's discovery after a probe, not the snapshot
+                workload_apis=want.workload_apis,
+                training_runtimes=want.training_runtimes,
+                workload_apis_observed=want.workload_apis_observed,
             )
             == want
         )

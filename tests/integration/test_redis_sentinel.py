@@ -45,7 +45,9 @@ def test_no_acknowledged_submit_is_lost_or_doubled_when_the_primary_is_killed(
     assert result.never_answered == 0 and result.acknowledged == result.sent == 1200
     assert result.lost == 0
     assert result.duplicated == 0 and result.conflicts == 0
-    assert result.unavailable_s <= 10.0, result.line()
+    # submits succeed again once the sentinels have promoted a replica; how soon is a figure of
+    # benchmarks/redis_failover.py (docs/benchmarks.md), not of this test: here only that they do
+    assert result.unavailable_s < 60.0, result.line()
     assert not [b for b in result.bodies if PASSWORD in b]
     assert PASSWORD not in caplog.text
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ def _job(job_id: str) -> dict[str, Any]:
     return body
 
 
-def _state(job_id: str, state: str, timeout: float = 90) -> dict[str, Any]:
+def _state(job_id: str, state: str, timeout: float = 240) -> dict[str, Any]:
     job: dict[str, Any] = poll_for(
         f"{job_id} {state} (events: {_events(job_id)})" if False else f"{job_id} {state}",
         lambda: (j := _job(job_id))["state"] == state and j,
@@ -197,7 +198,9 @@ def test_a_rayjob_from_gpufed_submit_f_runs_its_raycluster_with_kuberay(
     sim: Simulation, kubectl: Callable[..., str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "rayjob.yaml"
-    path.write_text((REPO / "examples" / "rayjob.yaml").read_text())
+    obj = yaml.safe_load((REPO / "examples" / "rayjob.yaml").read_text())
+    obj["metadata"]["name"] += "-" + tmp_path.name[-6:].lower().strip("_-")  # its own name on a rerun too
+    path.write_text(yaml.safe_dump(obj))
     token = AUTH["Authorization"].removeprefix("Bearer ")
     capsys.readouterr()
     code = cli.run(["submit", "-f", str(path), "-o", "json", "--server", URL[0], "--token", token])
@@ -219,7 +222,7 @@ def test_a_rayjob_from_gpufed_submit_f_runs_its_raycluster_with_kuberay(
 def _told(example: str, reason: str) -> None:
     """A kind that only cloud-burst (H200s, no operator) could hold: the placer's verdict names the API."""
     obj = _example(example, **{"gpufed.io/gpu-products": "H200-141GB", "gpufed.io/allow-burst": "true"})
-    obj["metadata"]["name"] += "-h200"
+    obj["metadata"]["name"] += "-h200-" + uuid.uuid4().hex[:4]  # its own name on a rerun too
     job = _submit(obj)
     poll_for(f"{obj['metadata']['name']} told {reason!r}", lambda: reason in _job(job["id"])["reason"], 30)
     httpx.delete(f"{URL[0]}/v1/jobs/{job['id']}", timeout=10, headers=AUTH)
