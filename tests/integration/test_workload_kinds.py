@@ -206,7 +206,11 @@ def test_a_rayjob_from_gpufed_submit_f_runs_its_raycluster_with_kuberay(
     code = cli.run(["submit", "-f", str(path), "-o", "json", "--server", URL[0], "--token", token])
     out, err = capsys.readouterr()
     assert code == 0, err
-    job_id = json.loads(out)["id"]
+    # the CLI's answer; other JSON may share this process's stdout (a console span exporter that another
+    # test's telemetry set-up left on), so take the document that is a job
+    job_id = next(
+        d["id"] for d in _json_documents(out) if isinstance(d, dict) and {"id", "state"} <= d.keys()
+    )
     running = _state(job_id, "RUNNING")
     where = running["cluster"]
     assert where in ("onprem-a", "onprem-b")  # the members with KubeRay
@@ -217,6 +221,15 @@ def test_a_rayjob_from_gpufed_submit_f_runs_its_raycluster_with_kuberay(
     assert (status["jobDeploymentStatus"], status["jobStatus"]) == ("Complete", "SUCCEEDED")
 
     _told("rayjob.yaml", "no ray.io/v1")
+
+
+def _json_documents(text: str) -> list[Any]:
+    """Every JSON document in `text`, one after the other."""
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while (at := len(text) - len(text[at:].lstrip())) < len(text):
+        doc, at = decoder.raw_decode(text, at)
+        docs.append(doc)
+    return docs
 
 
 def _told(example: str, reason: str) -> None:
