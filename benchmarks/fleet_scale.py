@@ -99,6 +99,13 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def descendants(pid: int) -> set[int]:
     """Every live process under `pid` (Ray's raylet, GCS and worker processes run under the broker)."""
     children: dict[int, list[int]] = {}
@@ -214,6 +221,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=8000)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of the idle measurement")
+    parser.add_argument(
+        "--api-processes", type=int, default=0, help="settings.apiProcesses: the HTTP API's own processes"
+    )
+    parser.add_argument(
+        "--members-nice",
+        type=int,
+        default=0,
+        help="run kubesim (the member clusters, remote machines in a deployment) at this niceness",
+    )
     args = parser.parse_args()
     if args.jobs > args.clusters * args.nodes * 8:
         raise SystemExit("--jobs: more than the fleet's GPUs")
@@ -228,9 +244,18 @@ def main() -> None:
             (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet_yaml(args.clusters, args.nodes)))
             out = tmp / "kubesim"
             kubesim_log = open(tmp / "kubesim.log", "wb")  # noqa: SIM115
+            nice = ["nice", "-n", str(args.members_nice)] if args.members_nice else []
             procs.append(
                 subprocess.Popen(
-                    [str(bindir / "kubesim"), "serve", "--fleet", str(tmp / "fleet.yaml"), "--out", str(out)],
+                    [
+                        *nice,
+                        str(bindir / "kubesim"),
+                        "serve",
+                        "--fleet",
+                        str(tmp / "fleet.yaml"),
+                        "--out",
+                        str(out),
+                    ],
                     stdout=kubesim_log,
                     stderr=subprocess.STDOUT,
                 )
@@ -244,7 +269,12 @@ def main() -> None:
             )
             config = {
                 "clusters": [{"name": n, "kubeconfig": kubeconfigs[n], "tier": "on-prem"} for n in names],
-                "settings": {"redisUrl": rs.url, "redisPrefix": PREFIX, "pollerShards": 2},
+                "settings": {
+                    "redisUrl": rs.url,
+                    "redisPrefix": PREFIX,
+                    "pollerShards": 2,
+                    "apiProcesses": args.api_processes,
+                },
                 "auth": {"tokensFile": str(tmp / "tokens.yaml")},
             }
             (tmp / "clusters.yaml").write_text(yaml.safe_dump(config))
@@ -280,7 +310,8 @@ def main() -> None:
             wait(healthy, 600, "a healthy fleet", 1.0)
             print(
                 f"set-up  {args.clusters} clusters x {args.nodes} nodes x 8 GPUs, {args.jobs} one-GPU jobs, "
-                f"{args.clients} keep-alive httpx clients, auth on, an Idempotency-Key per request"
+                f"{args.clients} keep-alive httpx clients, auth on, an Idempotency-Key per request, "
+                f"{args.api_processes} API processes, kubesim at nice {args.members_nice}"
             )
             started = time.monotonic()
             latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
@@ -296,18 +327,20 @@ def main() -> None:
             print(f"running every job RUNNING {time.monotonic() - last:.1f} s after the last submit")
 
             time.sleep(3.0)  # the last status writes and settles land
-            ray_pids = descendants(broker.pid)
-            b0 = cpu_ticks(broker.pid)
+            under = descendants(broker.pid)
+            api_pids = {p for p in under if "broker.app.api_process" in cmdline(p)}
+            ray_pids = under - api_pids
+            b0 = cpu_ticks(broker.pid) + sum(cpu_ticks(p) for p in api_pids)
             ray0 = {p: cpu_ticks(p) for p in ray_pids}
             c0, n0 = redis_totals(r)
             t0 = time.monotonic()
             time.sleep(args.idle)
             elapsed = time.monotonic() - t0
             c1, n1 = redis_totals(r)
-            b1 = cpu_ticks(broker.pid)
+            b1 = cpu_ticks(broker.pid) + sum(cpu_ticks(p) for p in api_pids)
             ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
             print(
-                f"idle    {elapsed:.0f} s, {r.scard(running_key)} running: broker process "
+                f"idle    {elapsed:.0f} s, {r.scard(running_key)} running: broker process (+ {len(api_pids)} API) "
                 f"{(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes ({len(ray_pids)}) "
                 f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
                 f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"

@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
 from pydantic import ValidationError
 
 from adapters import nvml, poller_liveness, ray_shared, redis_connect, redis_durability
@@ -52,8 +51,8 @@ from adapters.redis_recovery_gate import IdempotencyKeys, RecoveryGate
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
-from broker.api import timeouts
-from broker.api.routes import create_app
+from broker.app.api_wiring import api_app, api_server
+from broker.app.api_workers import ApiProcessArgs, ApiWorkers, listening_socket
 from broker.app.auth import AuthRuntime, token_table, with_tokens_file
 from broker.app.hub_wiring import HubRuntime, start_hub
 from broker.app.members import FleetMembers, followed_namespace, start_cluster_profiles, start_config_reload
@@ -222,12 +221,14 @@ def running_broker(
     insecure_no_auth: bool = False,
     clock: Clock | None = None,
     reload_from: tuple[Path, Callable[[], FleetConfig]] | None = None,
+    serve_api: bool = True,
 ) -> Iterator[Broker]:
     """Everything a broker process runs, started in order and stopped in reverse order. With tls_cert
     and tls_key, the API serves HTTPS. Refuses to start without auth.tokensFile unless
     `insecure_no_auth`. `clock`: the services' clock (default the wall clock; the pollers' heartbeats
     stay on the wall clock). `reload_from`: clusters.yaml's path and how to load it, to apply changes to
-    its clusters while running (settings.configReloadSeconds)."""
+    its clusters while running (settings.configReloadSeconds). `serve_api` False: no HTTP API in this
+    process (`gpufed serve` with settings.apiProcesses runs it in processes of its own)."""
     tokens = token_table(cfg, insecure_no_auth)
     if cfg.cluster_profiles is not None:
         load_provider_file(cfg.cluster_profiles.provider_file)  # a bad file stops us before anything runs
@@ -311,38 +312,9 @@ def running_broker(
     electors.append(leadership)
     drain = ha.Drain()
     auth = AuthRuntime(cfg, tokens, store)
-    app = create_app(
-        service,
-        service.clock,
-        max_body_bytes=cfg.settings.max_request_bytes,
-        logs=gateway,
-        tokens=auth.credentials,
-        audit=auth.writer,
-        audit_log=auth.log,
-        jobs=store,
-        readiness={
-            "redis": store.ping,
-            "lease": leadership.readiness,
-            "records": lambda: _records_ready(store),
-            "draining": drain.readiness,
-            "capacity": poller_liveness.capacity_check(store, settings.cluster_lost_seconds),
-        },
-    )
-    ha.install(app, drain, leadership, lease.holder_now, store)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="off",
-            # slow headers or bodies are cut off (settings.requestHeadersSeconds, requestBodySeconds)
-            http=timeouts.timed_protocol(settings.request_headers_seconds, settings.request_body_seconds),
-            ssl_certfile=str(tls_cert) if tls_cert else None,
-            ssl_keyfile=str(tls_key) if tls_key else None,
-        )
-    )
-    thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)
+    app = api_app(cfg, service, store, gateway, auth, drain, leadership, lease.holder_now)
+    server = api_server(app, cfg, host, port, tls_cert, tls_key)
+    thread = threading.Thread(target=server.run, name="gpufed-api", daemon=True)  # unless serve_api is False
     pollers.start()
     profiles: ClusterProfileSync | None = None
     reloader: ConfigWatcher | None = None
@@ -357,12 +329,13 @@ def running_broker(
             reloader = start_config_reload(cfg, members, *reload_from, auth=auth)
         hub = start_hub(cfg, service, gateway, leadership, auth.writer.record)  # acts while leading
         leadership.start()
-        thread.start()
         deadline = time.monotonic() + 10
-        while not server.started and thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not server.started:
-            raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
+        if serve_api:
+            thread.start()
+            while not server.started and thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not server.started:
+                raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         _await_records(store, deadline=time.monotonic() + 30)
         settle_startup_heap()
         ring = HashRing(pollers.shard_names)
@@ -411,8 +384,8 @@ def running_broker(
 
 def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
     """The settings the Helm chart passes as environment variables, over the config file's: REDIS_URL
-    (with its password), GPUFED_LEASE_SECONDS, GPUFED_LEASE_RENEW_SECONDS and the slow-client deadlines
-    GPUFED_REQUEST_HEADERS_SECONDS, GPUFED_REQUEST_BODY_SECONDS. (GPUFED_LEADER_ELECTION
+    (with its password), GPUFED_LEASE_SECONDS, GPUFED_LEASE_RENEW_SECONDS, the slow-client deadlines
+    GPUFED_REQUEST_HEADERS_SECONDS, GPUFED_REQUEST_BODY_SECONDS and GPUFED_API_PROCESSES. (GPUFED_LEADER_ELECTION
     needs nothing: every broker elects; a single replica is always the leader.)"""
     raw: dict[str, object] = cfg.settings.model_dump(by_alias=True)
     for var, key in (
@@ -421,6 +394,7 @@ def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
         ("GPUFED_LEASE_RENEW_SECONDS", "leaseRenewSeconds"),
         ("GPUFED_REQUEST_HEADERS_SECONDS", "requestHeadersSeconds"),
         ("GPUFED_REQUEST_BODY_SECONDS", "requestBodySeconds"),
+        ("GPUFED_API_PROCESSES", "apiProcesses"),
     ):
         if env.get(var):
             raw[key] = env[var]
@@ -433,13 +407,6 @@ def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
     return cfg.model_copy(update={"settings": settings})
 
 
-def _records_ready(store: RedisStateStore) -> bool:
-    """Readiness: the store holds the federation's records (not being rebuilt after a Redis loss)."""
-    if store.run_marker() is None:
-        raise RuntimeError("the state store is empty: the leader is rebuilding the job records")
-    return True
-
-
 def _await_records(store: RedisStateStore, deadline: float) -> None:
     """Wait (bounded) until the leader has initialised or rebuilt the store, so submits are taken."""
     while time.monotonic() < deadline:
@@ -448,6 +415,14 @@ def _await_records(store: RedisStateStore, deadline: float) -> None:
                 return
         time.sleep(0.05)
     log.warning("the state store is not initialised yet: submits are refused (503) until the leader does it")
+
+
+def configured(config_path: Path, env: Mapping[str, str]) -> FleetConfig:
+    """clusters.yaml as `gpufed serve` runs it: with the environment's settings and tokens file
+    (GPUFED_TOKENS_FILE: the Helm chart mounts the tokens Secret there)."""
+    cfg = with_environment(load_fleet_config(config_path), env)
+    tokens_file = env.get("GPUFED_TOKENS_FILE")
+    return with_tokens_file(cfg, tokens_file) if tokens_file else cfg
 
 
 def serve(
@@ -463,12 +438,9 @@ def serve(
     logging.basicConfig(level=logging.INFO, format=telemetry.LOG_FORMAT)
     for handler in logging.getLogger().handlers:
         telemetry.install_log_filter(handler)  # every line carries the trace id of the job it is about
-    tokens_file = os.environ.get("GPUFED_TOKENS_FILE")  # the Helm chart mounts the tokens Secret here
 
     def load() -> FleetConfig:
-        """clusters.yaml as this process runs it: with the environment's settings and tokens file."""
-        cfg = with_environment(load_fleet_config(config_path), os.environ)
-        return with_tokens_file(cfg, tokens_file) if tokens_file else cfg
+        return configured(config_path, os.environ)
 
     cfg = load()
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
@@ -482,6 +454,8 @@ def serve(
     token_table(cfg, insecure_no_auth, warn=False)  # refuse before anything starts
     scheme = "https" if tls_cert else "http"
     reaper = Reaper()  # whatever ends this process, no process it started (Ray's) outlives it
+    processes = cfg.settings.api_processes
+    workers: ApiWorkers | None = None
     try:
         with running_broker(
             cfg,
@@ -491,9 +465,21 @@ def serve(
             tls_key,
             insecure_no_auth=insecure_no_auth,
             reload_from=(config_path, load),
+            serve_api=processes == 0,
         ) as broker:
             # ray.init installs its own SIGTERM handler (exit 15 with a stack dump): take it back
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            if processes:
+                args = ApiProcessArgs(
+                    config_path,
+                    broker.leadership.holder,
+                    Path(tempfile.mkdtemp(prefix="gpufed-api-")) / "members.pickle",
+                    broker.pollers.shard_names,
+                    tls_cert,
+                    tls_key,
+                    insecure_no_auth,
+                )
+                workers = start_api_processes(processes, args, host, port, broker)
             log.info(
                 "gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters)
             )
@@ -503,10 +489,26 @@ def serve(
             log.info("draining: refusing new work, finishing the pass, handing the lease over")
             _exit_after(cfg.settings.drain_timeout_seconds, reaper)  # the whole shutdown is bounded
             broker.drain.begin()
+            if workers is not None:
+                workers.stop()  # their requests in flight finish; writes get 503 meanwhile
             _bounded(broker.leadership.stop, cfg.settings.drain_timeout_seconds)
     finally:
+        if workers is not None:
+            workers.stop()
         reaper.close()
     log.info("gpufed broker stopped")
+
+
+def start_api_processes(count: int, args: ApiProcessArgs, host: str, port: int, broker: Broker) -> ApiWorkers:
+    """settings.apiProcesses: the HTTP API in `count` processes of its own on host:port; restarted when
+    the member clusters change (they read them at start)."""
+    workers = ApiWorkers(count, args)
+    members = broker.members.traits() if broker.members is not None else dict(broker.service.traits)
+    workers.start(listening_socket(host, port), members)
+    if broker.members is not None:
+        broker.members.on_change = workers.members_changed
+    log.info("the HTTP API runs in %d process(es) of its own", count)
+    return workers
 
 
 def _exit_after(seconds: float, reaper: Reaper) -> None:

@@ -49,6 +49,8 @@ class FleetMembers:
         self._traits = dict(services[0].traits)  # the services take copies (set_traits)
         self._from_config = {c.name for c in cfg.clusters}
         self._lock = threading.RLock()
+        # called with the members' traits after each change (the API processes restart on it)
+        self.on_change: Callable[[dict[str, ClusterTraits]], None] | None = None
 
     def declared(self, name: str) -> bool:
         """The cluster is one of clusters.yaml's (now)."""
@@ -112,9 +114,15 @@ class FleetMembers:
                 ", ".join(change.restart),
             )
 
+    def traits(self) -> dict[str, ClusterTraits]:
+        with self._lock:
+            return dict(self._traits)
+
     def _publish(self) -> None:
         for service in self._services:  # the leader's (its next pass places on it) and the API's
             service.set_traits(self._traits, at_once=service is not self._services[0])
+        if self.on_change is not None:
+            self.on_change(dict(self._traits))
 
 
 def followed_namespace(c: ClusterConfig) -> str:

@@ -3,7 +3,10 @@ They reach adapters only through broker.app.main (the composition root) or broke
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +24,30 @@ def quiet_ray() -> None:
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     if not os.environ.get("RAY_ADDRESS"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+def metrics_across_processes(config: Path) -> Path | None:
+    """With settings.apiProcesses (or GPUFED_API_PROCESSES) >= 1, every process of the broker counts into
+    one directory that /metrics adds up (prometheus_client's multiprocess mode, broker.telemetry). It must
+    be set before any metric exists, so here, before the broker's modules are imported. Returns the
+    directory made (removed after the broker stops), or None."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    raw = os.environ.get("GPUFED_API_PROCESSES")
+    try:
+        if raw:
+            count = int(raw)
+        else:
+            from broker.config.settings import load_fleet_config
+
+            count = load_fleet_config(config).settings.api_processes
+    except Exception:  # the broker's own load reports a bad file or variable, naming the field
+        return None
+    if count < 1:
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="gpufed-metrics-"))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    return directory
 
 
 @app.command()
@@ -43,12 +70,16 @@ def serve(
 ) -> None:
     """Run the broker: the HTTP API, the scheduling loop and the Ray poller actors. $REDIS_URL overrides
     the config's redisUrl."""
+    metrics_dir = metrics_across_processes(config)
     from broker.app import main as composition
     from broker.core.errors import ConfigError
 
     quiet_ray()
     try:
-        composition.serve(config, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth)
+        with contextlib.ExitStack() as cleanup:
+            if metrics_dir is not None:
+                cleanup.callback(shutil.rmtree, metrics_dir, True)
+            composition.serve(config, host, port, tls_cert, tls_key, insecure_no_auth=insecure_no_auth)
     except composition.StartupError as e:
         raise CliError(f"cannot start: {e}") from None
     except ConfigError as e:  # a startup problem like the others: exit 1 (README), with where to begin

@@ -303,6 +303,10 @@ class Settings(_Strict):
     # after it opened, or whose body is not all in this long after its headers, is closed.
     request_headers_seconds: float = Field(default=10.0, alias="requestHeadersSeconds", gt=0, le=600)
     request_body_seconds: float = Field(default=60.0, alias="requestBodySeconds", gt=0, le=3600)
+    # The HTTP API in processes of its own beside the broker's (docs/operations.md "API processes"): 0
+    # serves it in the broker's process; N >= 1 starts N that share the port, so a submit or a list never
+    # waits for the control loop's thread (one Python thread runs at a time in a process).
+    api_processes: int = Field(default=0, alias="apiProcesses", ge=0, le=32)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     # The global queue (docs/tenancy.md): priority class name -> value (higher first), and per tenant
     # its fair-share weight and quotas.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -23,9 +23,25 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from broker.api import routes
 from broker.core.errors import StoreError
 from broker.core.ports import RecoveryStore
-from broker.ha.leadership import Leadership
 
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+class ReplicaRole(Protocol):
+    """What /v1/status and /readyz say of this replica's lease: broker.ha.leadership.Leadership in the
+    broker process, broker.ha.lease_view.LeaseView in an API process (which never holds the lease)."""
+
+    @property
+    def holder(self) -> str: ...
+    @property
+    def leader(self) -> bool: ...
+    @property
+    def token(self) -> int | None: ...
+    @property
+    def error(self) -> str | None: ...
+    def readiness(self) -> bool: ...
+
+
 RETRY_AFTER_SECONDS = 2
 
 
@@ -82,7 +98,7 @@ async def _viewer_or_admin(request: Request) -> None:
 def install(
     app: FastAPI,
     drain: Drain,
-    leadership: Leadership,
+    leadership: ReplicaRole,
     holder_now: Callable[[], str | None],
     store: RecoveryStore,
 ) -> None:

@@ -40,11 +40,13 @@ is_leader = Gauge(
     "gpufed_leader",
     "1 while this replica holds the leader lease (runs the control loop)",
     registry=telemetry.REGISTRY,
+    multiprocess_mode="livemax",  # the controller's value, not the API processes' 0
 )
 elections = Gauge(
     "gpufed_leader_token",
     "The fencing token of this replica's lease (0 while a follower)",
     registry=telemetry.REGISTRY,
+    multiprocess_mode="livemax",
 )
 
 

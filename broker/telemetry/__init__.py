@@ -10,6 +10,10 @@ Metrics live in one private CollectorRegistry (no process/platform collectors, s
 app in one process sees exactly the broker's series). Counters export as `<name>_total`, histograms as
 real `_bucket`/`_sum`/`_count` series. The fleet gauges (capacity, health, queued demand) are computed at
 scrape time from what the caller passes to `exposition` (the summaries in Redis), never cached here.
+When the HTTP API runs in processes of its own (settings.apiProcesses, broker.app.api_workers), every
+process of the broker writes its counters and histograms to PROMETHEUS_MULTIPROC_DIR and `/metrics` in any
+of them adds them up: prometheus_client's multiprocess mode, set up by `gpufed serve` before this module
+is imported. Collectors that compute at scrape time are added with `add_collector`.
 
 Traces: one trace per job. submit starts the root span; its W3C traceparent is kept on the JobRecord
 (`trace_parent`) and every later step (placement with one span per plugin phase and cluster, reservation,
@@ -50,6 +54,7 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
     generate_latest,
+    multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -63,6 +68,27 @@ log = logging.getLogger(__name__)
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series: Prometheus reads counter resets without them
 REGISTRY = CollectorRegistry(auto_describe=True)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
+_SCRAPE_COLLECTORS: list[Collector] = []  # computed at scrape time (e.g. broker.telemetry.freshness)
+
+
+def add_collector(collector: Collector) -> None:
+    """A collector that computes its series at scrape time, in whichever process serves /metrics."""
+    REGISTRY.register(collector)
+    _SCRAPE_COLLECTORS.append(collector)
+
+
+def _process_metrics() -> bytes:
+    """The broker's counters and histograms: this process's, or, in multiprocess mode, every process's
+    added up (the controller's placements and the API processes' audit records on one page)."""
+    if not os.environ.get(MULTIPROC_ENV):
+        return generate_latest(REGISTRY)
+    merged = CollectorRegistry(auto_describe=False)
+    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+    for collector in _SCRAPE_COLLECTORS:
+        merged.register(collector)
+    return generate_latest(merged)
+
 
 # Latencies inside the broker are ms..s; queue waits and summary ages run to minutes or hours.
 _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -308,7 +334,7 @@ def exposition(sample: FleetSample) -> bytes:
     """The Prometheus text page: the broker's counters and histograms, then the fleet gauges."""
     fleet = CollectorRegistry(auto_describe=False)
     fleet.register(_FleetCollector(sample))
-    return generate_latest(REGISTRY) + generate_latest(fleet)
+    return _process_metrics() + generate_latest(fleet)
 
 
 # ----------------------------------------------------------------------------------------------- traces

@@ -104,4 +104,4 @@ class ShardFreshness(Collector):
 
 
 SHARDS = ShardFreshness()
-telemetry.REGISTRY.register(SHARDS)
+telemetry.add_collector(SHARDS)

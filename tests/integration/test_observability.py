@@ -34,7 +34,7 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
 from broker.api.routes import create_app
-from broker.app.main import _records_ready
+from broker.app.api_wiring import records_ready
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterUnreachable
 from broker.core.model import (
@@ -344,7 +344,7 @@ def test_readyz_names_each_check_that_fails_and_why(
     drain = ha.Drain()
     checks = {
         "lease": leadership.readiness,
-        "records": lambda: _records_ready(empty),
+        "records": lambda: records_ready(empty),
         "draining": drain.readiness,
     }
     client = TestClient(create_app(service, service.clock, readiness=checks))

@@ -1,0 +1,195 @@
+"""The HTTP API's processes beside the broker process (settings.apiProcesses): started, kept, stopped.
+
+ApiWorkers   `start(sock, members)` starts `count` processes of broker.app.api_process that accept on the broker's
+             listening socket (inherited; connections made while one restarts wait in its backlog) and
+             waits until each serves; a process that exits while the broker runs (a crash, a kill) is
+             started again, at most once a second; `restart()` replaces them one at a time (the member
+             clusters changed: `members` is written to a file they read at start); `stop()` sends SIGTERM (in-flight requests
+             finish, writes get 503), then SIGKILL after `grace_seconds`.
+api_argv     the command line of one.
+listening_socket(host, port)  the socket they share, opened by the broker process.
+
+A process that has exited is marked dead for prometheus_client's multiprocess gauges.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import multiprocess
+
+from broker import telemetry
+from broker.core.model import ClusterTraits
+
+log = logging.getLogger(__name__)
+
+READY_SECONDS = 60.0  # a process that does not serve within this long is a failed start
+
+
+@dataclass(frozen=True)
+class ApiProcessArgs:
+    config: Path
+    replica: str  # the broker process's lease holder name
+    members_file: Path  # the member clusters' traits now (clusters.yaml's and ClusterProfiles')
+    shards: Sequence[str] = ()
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure_no_auth: bool = False
+
+
+def api_argv(args: ApiProcessArgs, fd: int, ready_fd: int) -> list[str]:
+    argv = [sys.executable, "-m", "broker.app.api_process", "--config", str(args.config)]
+    argv += ["--fd", str(fd), "--ready-fd", str(ready_fd), "--replica", args.replica]
+    argv += ["--members", str(args.members_file)]
+    for shard in args.shards:
+        argv += ["--shard", shard]
+    if args.tls_cert is not None and args.tls_key is not None:
+        argv += ["--tls-cert", str(args.tls_cert), "--tls-key", str(args.tls_key)]
+    if args.insecure_no_auth:
+        argv.append("--insecure-no-auth")
+    return argv
+
+
+@dataclass
+class ApiWorkers:
+    count: int
+    args: ApiProcessArgs
+    grace_seconds: float = 10.0
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    restarts: int = 0
+    _sock: socket.socket | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    def start(self, sock: socket.socket, members: dict[str, ClusterTraits]) -> None:
+        """Start every process and wait until each serves; RuntimeError if one does not."""
+        self._sock = sock
+        write_members(self.args.members_file, members)
+        with self._lock:
+            self.procs = [self._spawn() for _ in range(self.count)]
+        self._thread = threading.Thread(target=self._supervise, name="gpufed-api-workers", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        assert self._sock is not None
+        fd = self._sock.fileno()
+        read_end, write_end = os.pipe()
+        try:
+            proc = subprocess.Popen(api_argv(self.args, fd, write_end), pass_fds=(fd, write_end))
+        finally:
+            os.close(write_end)
+        try:
+            ready = _read_ready(read_end, READY_SECONDS)
+        finally:
+            os.close(read_end)
+        if not ready:
+            _end(proc, 2.0)
+            raise RuntimeError(
+                f"an API process did not start serving within {READY_SECONDS:.0f} s (exit {proc.returncode})"
+            )
+        return proc
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                for i, proc in enumerate(self.procs):
+                    if proc.poll() is None or self._stop.is_set():
+                        continue
+                    log.warning("API process %d exited with %s: starting another", proc.pid, proc.returncode)
+                    _mark_dead(proc.pid)
+                    try:
+                        self.procs[i] = self._spawn()
+                        self.restarts += 1
+                    except (OSError, RuntimeError) as exc:
+                        log.warning("starting an API process failed (%s); trying again in a second", exc)
+                        time.sleep(1.0)
+
+    def members_changed(self, members: dict[str, ClusterTraits]) -> None:
+        """The member clusters changed: the processes are replaced, one at a time, on a thread."""
+        write_members(self.args.members_file, members)
+        threading.Thread(target=self.restart, name="gpufed-api-restart", daemon=True).start()
+
+    def restart(self) -> None:
+        """Replace each process in turn by a new one (it reads the members afresh)."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            for i, old in enumerate(self.procs):
+                self.procs[i] = self._spawn()
+                _end(old, self.grace_seconds)
+                _mark_dead(old.pid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in self.procs:
+                _end(proc, self.grace_seconds)
+                _mark_dead(proc.pid)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The API's socket, bound and listening, inherited by the API processes."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def write_members(path: Path, members: dict[str, ClusterTraits]) -> None:
+    """The members' traits for the API processes (written whole, then renamed into place)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(pickle.dumps(members))
+    tmp.replace(path)
+
+
+def read_members(path: Path) -> dict[str, ClusterTraits] | None:
+    """What write_members wrote (only ever by the broker process that started this one), or None."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    members = pickle.loads(data)  # written by our own parent process, a file only it writes
+    assert isinstance(members, dict)
+    return members
+
+
+def _read_ready(fd: int, seconds: float) -> bool:
+    """True once the process wrote its byte; False when it closed the pipe (exited) or took too long."""
+    ready, _, _ = select.select([fd], [], [], seconds)
+    return bool(ready) and os.read(fd, 1) == b"1"
+
+
+def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _mark_dead(pid: int) -> None:
+    """Its live gauges leave /metrics (prometheus_client multiprocess mode)."""
+    if os.environ.get(telemetry.MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
