@@ -8,7 +8,7 @@ What runs, each in its own process, as deployed:
     kubesim serve  --fleet <generated YAML>: `clusters` clusters of `nodes` nodes x 8 GPUs over HTTPS
     gpufed serve   --config <generated clusters.yaml> with auth ON (a tokens file), its Ray pollers
                    (2 shards), its control loop and leader lease
-The load: `clients` keep-alive httpx clients submit one-GPU jobs (durationSeconds 36000, so they stay
+The load: `clients` keep-alive clients (raw asyncio streams) submit one-GPU jobs (durationSeconds 36000, so they stay
 RUNNING), each request with a Bearer token and its own Idempotency-Key.
 
 Prints:
@@ -137,36 +137,60 @@ def redis_totals(r: redis.Redis) -> tuple[int, int]:
 async def submit_all(
     url: str, jobs: int, clients: int
 ) -> tuple[list[float], list[str], dict[str, str], float]:
-    """Closed loop of `clients` keep-alive clients. Returns (latencies, errors, key -> job id, last submit)."""
+    """Closed loop of `clients` keep-alive clients. Returns (latencies, errors, key -> job id, last submit).
+    Raw asyncio streams, not httpx: on this 2-core machine httpx spends about as much CPU a request as the
+    broker does (benchmarks/http_load.py), so the figure would be the client's."""
     latencies: list[float] = []
     errors: list[str] = []
     ids: dict[str, str] = {}
     counter = iter(range(jobs))
     last = 0.0
+    port = int(url.rsplit(":", 1)[1])
 
     async def client() -> None:
         nonlocal last
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as http:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
             for i in counter:
                 key = f"fs-{i}-{uuid.uuid4().hex[:8]}"
-                body = {"name": f"fs-{i}", "gpus": 1, "durationSeconds": 36000}
+                body = json.dumps({"name": f"fs-{i}", "gpus": 1, "durationSeconds": 36000}).encode()
                 started = time.perf_counter()
                 try:
-                    resp = await http.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
-                except httpx.HTTPError as e:
+                    writer.write(request_bytes(port, key, body))
+                    status, answer = await read_answer(reader)
+                except (OSError, asyncio.IncompleteReadError) as e:
                     errors.append(f"{type(e).__name__}: {e}")
-                    continue
+                    return
                 latencies.append(time.perf_counter() - started)
                 last = time.monotonic()
-                if resp.status_code != 201:
-                    errors.append(f"{resp.status_code} {resp.text[:200]}")
+                if status != 201:
+                    errors.append(f"{status} {answer[:200]!r}")
                     continue
-                ids[key] = resp.json()["id"]
+                ids[key] = json.loads(answer)["id"]
+        finally:
+            writer.close()
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return latencies, errors, ids, last
+
+
+def request_bytes(port: int, key: str, body: bytes) -> bytes:
+    head = (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nIdempotency-Key: {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    return status, (await reader.readexactly(length)) if length else b""
 
 
 def list_pages(url: str) -> None:
@@ -310,7 +334,7 @@ def main() -> None:
             wait(healthy, 600, "a healthy fleet", 1.0)
             print(
                 f"set-up  {args.clusters} clusters x {args.nodes} nodes x 8 GPUs, {args.jobs} one-GPU jobs, "
-                f"{args.clients} keep-alive httpx clients, auth on, an Idempotency-Key per request, "
+                f"{args.clients} keep-alive clients, auth on, an Idempotency-Key per request, "
                 f"{args.api_processes} API processes, kubesim at nice {args.members_nice}"
             )
             started = time.monotonic()
