@@ -6,8 +6,12 @@ Owns the read side of the broker's Jobs:
                       Jobs labelled gpufed.io/job-id, fed by an adapters.kube_informer.Informer (paginated
                       list, watch from its resourceVersion with bookmarks, relist on 410, jittered backoff
                       on errors); synced once listed and while its watch is healthy
-    JobFollower       one JobCache + Informer thread per member cluster; start / stop
-    WatchingGateway   a KubeGateway whose read_workload and list_workloads answer from the caches
+    JobFollower       one JobCache + Informer thread per member cluster; start / suspend / stop. The
+                      informers of all clusters share one adapters.watch_pacing.ConnectGate: at most
+                      DEFAULT_CONNECTS lists or watch set-ups in flight at once, however many members
+    WatchingGateway   a KubeGateway whose read_workload and list_workloads answer from the caches; its
+                      informers run only between start() and suspend() (broker.app.main: while this
+                      replica leads), and reads fall back to requests while they do not
 
 What is served from memory and what still costs a request:
     read_workload     a Job in a synced cache: from the cache, no request. A Job a synced cache does not
@@ -48,6 +52,7 @@ from adapters.kube_informer import (
     WatchSettings,
 )
 from adapters.kube_rest import KubeRest, Obj
+from adapters.watch_pacing import ConnectGate
 from broker.core.workloads import WorkloadRef, WorkloadStatus
 from broker.workload.manifest import JOB_ID_LABEL
 
@@ -56,7 +61,9 @@ log = logging.getLogger(__name__)
 # A Job's status matters at human time scales, and every watch request is one member API request: a
 # watch of 60 s costs a quiet cluster one request a minute. The read timeout (60 + 15 s) bounds how long
 # a connection that hangs without closing goes unnoticed.
-JOB_WATCH = WatchSettings(watch_timeout_s=60, read_slack_s=15.0)
+# Each watch asks for 60-90 s (watch_timeout_jitter), so the watches of many members, started together,
+# do not all end and re-watch together.
+JOB_WATCH = WatchSettings(watch_timeout_s=60, read_slack_s=15.0, watch_timeout_jitter=0.5)
 
 
 ALL_NAMESPACES = ""  # a JobCache of every namespace (tenant namespaces, docs/tenancy.md)
@@ -218,10 +225,13 @@ class JobFollower:
         clusters: Mapping[str, KubeRest],
         namespaces: Mapping[str, str],
         settings: WatchSettings = JOB_WATCH,
+        gate: ConnectGate | None = None,
     ) -> None:
-        """`namespaces` names the clusters to follow and the namespace the broker's Jobs live in there."""
+        """`namespaces` names the clusters to follow and the namespace the broker's Jobs live in there.
+        `gate`: paces the informers' connection set-ups (default: a gate of its own)."""
         self._stop = threading.Event()
         self._settings = settings
+        self.gate = gate or ConnectGate()
         self.caches: dict[str, JobCache] = {}
         self.informers: dict[str, Informer] = {}
         self._stops: dict[str, threading.Event] = {}  # per cluster: remove() ends one informer
@@ -237,13 +247,18 @@ class JobFollower:
         with self._lock:
             if cluster in self.caches:
                 return
-            cache = JobCache(cluster, namespace, self._notify)
-            stop = self._stops[cluster] = threading.Event()
-            informer = Informer(rest, jobs_resource(namespace), cache, stop, self._settings)
-            self.informers[cluster] = informer
-            self.caches[cluster] = cache
+            informer = self._follow(rest, namespace)
             if self._started and not self._stop.is_set():
                 informer.start()
+
+    def _follow(self, rest: KubeRest, namespace: str) -> Informer:
+        """A new cache and informer (not started) for one cluster; the caller holds the lock."""
+        cache = JobCache(rest.cluster, namespace, self._notify)
+        stop = self._stops[rest.cluster] = threading.Event()
+        informer = Informer(rest, jobs_resource(namespace), cache, stop, self._settings, self.gate)
+        self.informers[rest.cluster] = informer
+        self.caches[rest.cluster] = cache
+        return informer
 
     def subscribe(self, on_change: Callable[[str, str], None]) -> None:
         """Call on_change(cluster, job id) when a followed Job's status changes (an informer thread)."""
@@ -278,6 +293,24 @@ class JobFollower:
             for informer in self.informers.values():
                 informer.start()
 
+    def suspend(self) -> None:
+        """Stop every informer, keep following the same clusters: each gets a fresh cache (not synced:
+        reads fall back to requests) and an informer that start() starts again, listing afresh. The old
+        threads end at their next read and write only into the caches they were given, no longer read."""
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+            old = [(self._stops[c], self.caches[c], self.informers[c]) for c in list(self.caches)]
+            for stop, cache, informer in old:
+                stop.set()
+                cache.stopping()
+                self._follow(informer.rest, cache.namespace)
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the threads, waiting at most `timeout` in all. A watch blocked in a read ends at its next
         event or bookmark, when its connection closes, or at its read timeout; the threads are daemons
@@ -306,9 +339,11 @@ class WatchingGateway(KubeGateway):
         clusters: Mapping[str, KubeRest],
         namespaces: Mapping[str, str],
         settings: WatchSettings = JOB_WATCH,
+        gate: ConnectGate | None = None,
     ) -> None:
         super().__init__(clusters)
-        self.follower = JobFollower(clusters, namespaces, settings)
+        self.gate = gate or ConnectGate()  # every informer of this gateway connects through it
+        self.follower = JobFollower(clusters, namespaces, settings, self.gate)
         self.served_from_cache = 0  # read_workload answers that cost no request
 
     @classmethod
@@ -339,6 +374,11 @@ class WatchingGateway(KubeGateway):
     def start(self) -> None:
         """Start following every cluster's Jobs (one thread each). Reads fall back to GET until synced."""
         self.follower.start()
+
+    def suspend(self) -> None:
+        """Stop following (no list or watch on any member) until start() again; reads are requests
+        meanwhile, and no change is told to the subscribers (nothing watches)."""
+        self.follower.suspend()
 
     def close(self) -> None:
         self.follower.stop()

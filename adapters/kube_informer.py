@@ -8,7 +8,11 @@ Owns the watch protocol:
                     timeoutSeconds and a client read timeout; relist on 410 Gone; lists retry transient
                     failures (a reset connection, 5xx, 429) with tenacity's jittered backoff, and a watch
                     cut by a reset resumes from its last resourceVersion after a short jittered pause
-                    without telling health (one reset is not a fault); a missing CRD (404) is "absent"
+                    without telling health (one reset is not a fault); a missing CRD (404) is "absent";
+                    with a shared adapters.watch_pacing.ConnectGate, each list request and each watch's
+                    set-up waits for a slot (many members never connect all at once), and a watch that
+                    ends normally re-watches from its resourceVersion (no LIST), with a jittered
+                    timeoutSeconds so that watches started together do not end together
     Resource        which resources a cluster's informers follow (ALL_RESOURCES)
 
 Each informer runs in its own thread; a failing cluster only fails its own threads. The sinks are
@@ -17,16 +21,19 @@ adapters.cluster_watcher.ClusterWatcher (capacity) and adapters.job_informer (th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, Obj, is_transient
+from adapters.watch_pacing import ConnectGate, reconnect_delay, watch_timeout
 from broker.core.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
 from broker.health.machine import (
     CONNECTION_RESET,
@@ -87,6 +94,9 @@ class WatchSettings:
     # The end of each watch is the heartbeat of a quiet cluster (real API servers bookmark about once a
     # minute): keep it well inside the placer's staleness limit (settings.staleAfterSeconds, default 30).
     watch_timeout_s: int = 20
+    # Each watch asks for watch_timeout_s plus up to this share of it more (adapters.watch_pacing): 0
+    # keeps every watch at watch_timeout_s.
+    watch_timeout_jitter: float = 0.0
     read_slack_s: float = 15.0
     list_timeout: tuple[float, float] = (3.0, 15.0)
     page_size: int = 500
@@ -141,8 +151,11 @@ class Informer:
         sink: InformerSink,
         stop: threading.Event,
         settings: WatchSettings,
+        gate: ConnectGate | None = None,
     ) -> None:
+        """`gate`: shared by the informers whose connection set-ups are paced together (None: not paced)."""
         self.rest = rest
+        self.gate = gate
         self.resource = resource
         self.sink = sink
         self.stop = stop
@@ -173,7 +186,7 @@ class Informer:
                     stop=stop_after_attempt(self.settings.list_attempts),
                     reraise=True,
                 ):
-                    with attempt:
+                    with attempt, self._slot():
                         items, rv = self.rest.list_pages(
                             path,
                             self.settings.page_size,
@@ -206,6 +219,8 @@ class Informer:
                     self._rv = rv
                 self._rv = self._watch(self._rv)
                 failures = transient = 0
+            except _Stopped:
+                break
             except ApiStatus as e:
                 if e.code == 410:
                     self.stats.relists_410 += 1
@@ -245,15 +260,25 @@ class Informer:
                     self.resource.name, UNREACHABLE, f"{type(e).__name__}: {e}", type(e).__name__
                 )
             if failures:
-                delay = min(s.backoff_max_s, s.backoff_base_s * 2 ** min(failures, 10))
-                self.stop.wait(delay * random.uniform(0.5, 1.0))
+                self.stop.wait(reconnect_delay(failures, s.backoff_base_s, s.backoff_max_s, random.random()))
+
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[None]:
+        """A connection set-up: through the gate when there is one; _Stopped when stopped while waiting."""
+        if self.gate is None:
+            yield
+            return
+        with self.gate.slot(self.stop) as held:
+            if not held:
+                raise _Stopped
+            yield
 
     def _watch(self, rv: str) -> str:
         """One watch request; returns the resourceVersion to resume from. Raises ApiStatus(410) to relist."""
         s = self.settings
-        stream = self.rest.watch(
-            self.path, rv, s.watch_timeout_s, s.watch_timeout_s + s.read_slack_s, self.resource.selector
-        )
+        seconds = watch_timeout(s.watch_timeout_s, s.watch_timeout_jitter, random.random())
+        with self._slot():  # KubeRest.watch connects before it returns; the stream holds no slot
+            stream = self.rest.watch(self.path, rv, seconds, seconds + s.read_slack_s, self.resource.selector)
         connected = False
         for ev in stream:
             if self.stop.is_set():
@@ -278,6 +303,10 @@ class Informer:
             rv = self._rv = new_rv
         self.sink.report(self.resource.name, SYNCED, call=False)
         return rv
+
+
+class _Stopped(Exception):
+    """The informer was stopped while it waited for a connection slot."""
 
 
 def object_key(obj: Obj) -> str:

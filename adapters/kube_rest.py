@@ -288,7 +288,9 @@ class KubeRest:
     ) -> Iterator[Obj]:
         """Watch events ({"type", "object"}) from resource_version, with bookmarks, until the server ends
         the stream (timeoutSeconds) or the connection fails (ClusterUnreachable). `selector` as for
-        list_pages (the same selector the list used)."""
+        list_pages (the same selector the list used). The request is made here, before the first event
+        is read (a failure to connect is raised by this call): what a caller paces with
+        adapters.watch_pacing.ConnectGate is the set-up only, not the stream."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
@@ -297,6 +299,9 @@ class KubeRest:
             *selector,
         ]
         resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
+        return self._events(resp, path, read_timeout)
+
+    def _events(self, resp: urllib3.BaseHTTPResponse, path: str, read_timeout: float) -> Iterator[Obj]:
         try:
             if resp.status != 200:
                 raise_for_status(self.cluster, resp.status, resp.data)

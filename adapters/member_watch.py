@@ -7,7 +7,8 @@ Owns:
                          each judged by broker.workload.member_trouble as it arrives; keeps per Job name only
                          what is wrong (a healthy pod costs one dict entry of None)
     MemberWatchingGateway a WatchingGateway that runs two more informers per cluster into a TroubleCache
-                         and answers broker.core.ports.MemberWatch from memory
+                         and answers broker.core.ports.MemberWatch from memory; they connect through the
+                         gateway's ConnectGate and run only between start() and suspend(), as its Jobs'
 
 Cost follows change, not the jobs held: a quiet cluster costs two watch requests per watch timeout; a
 pod's or event's change calls on_change(cluster, job id) only when the Job's MemberTrouble changed
@@ -28,6 +29,7 @@ from adapters.job_informer import ALL_NAMESPACES, JOB_WATCH, WatchingGateway
 from adapters.kube_gateway import object_path
 from adapters.kube_informer import Informer, Resource, WatchSettings
 from adapters.kube_rest import ApiStatus, KubeRest, Obj
+from adapters.watch_pacing import ConnectGate
 from broker.core.errors import ClusterError
 from broker.core.workloads import MemberTrouble, PodTrouble, Termination
 from broker.workload import member_trouble
@@ -176,13 +178,15 @@ class MemberWatchingGateway(WatchingGateway):
         clusters: Mapping[str, KubeRest],
         namespaces: Mapping[str, str],
         settings: WatchSettings = JOB_WATCH,
+        gate: ConnectGate | None = None,
     ) -> None:
         self._trouble_lock = threading.Lock()
         self.troubles: dict[str, TroubleCache] = {}
         self._trouble_informers: dict[str, tuple[threading.Event, list[Informer]]] = {}
+        self._trouble_targets: dict[str, tuple[KubeRest, str]] = {}  # what suspend() follows afresh
         self._trouble_settings = settings
         self._trouble_started = False
-        super().__init__(clusters, namespaces, settings)
+        super().__init__(clusters, namespaces, settings, gate)
         for cluster, namespace in namespaces.items():
             self._follow_troubles(clusters[cluster], namespace)
 
@@ -211,21 +215,30 @@ class MemberWatchingGateway(WatchingGateway):
         with self._trouble_lock:
             if cluster in self.troubles:
                 return
-            cache = TroubleCache(cluster, self._job_id_of(cluster), self._notify)
-            stop = threading.Event()
-            informers = [
-                Informer(rest, pods_resource(namespace), cache, stop, self._trouble_settings),
-                Informer(rest, events_resource(namespace), cache, stop, self._trouble_settings),
-            ]
-            self.troubles[cluster] = cache
-            self._trouble_informers[cluster] = (stop, informers)
+            informers = self._trouble_watch(rest, namespace)
             if self._trouble_started:
                 for informer in informers:
                     informer.start()
 
+    def _trouble_watch(self, rest: KubeRest, namespace: str) -> list[Informer]:
+        """A new TroubleCache and its two informers (not started); the caller holds the lock."""
+        cluster = rest.cluster
+        cache = TroubleCache(cluster, self._job_id_of(cluster), self._notify)
+        stop = threading.Event()
+        s, gate = self._trouble_settings, self.gate
+        informers = [
+            Informer(rest, pods_resource(namespace), cache, stop, s, gate),
+            Informer(rest, events_resource(namespace), cache, stop, s, gate),
+        ]
+        self.troubles[cluster] = cache
+        self._trouble_informers[cluster] = (stop, informers)
+        self._trouble_targets[cluster] = (rest, namespace)
+        return informers
+
     def _unfollow_troubles(self, cluster: str) -> None:
         with self._trouble_lock:
             self.troubles.pop(cluster, None)
+            self._trouble_targets.pop(cluster, None)
             entry = self._trouble_informers.pop(cluster, None)
         if entry is not None:
             entry[0].set()
@@ -242,10 +255,23 @@ class MemberWatchingGateway(WatchingGateway):
     def start(self) -> None:
         super().start()
         with self._trouble_lock:
+            if self._trouble_started:
+                return
             self._trouble_started = True
             informers = [i for _, group in self._trouble_informers.values() for i in group]
         for informer in informers:
             informer.start()
+
+    def suspend(self) -> None:
+        """The Jobs' informers and the member-trouble informers stop; start() follows afresh."""
+        with self._trouble_lock:
+            was, self._trouble_started = self._trouble_started, False
+            if was:
+                for stop, _ in self._trouble_informers.values():
+                    stop.set()
+                for rest, namespace in list(self._trouble_targets.values()):
+                    self._trouble_watch(rest, namespace)
+        super().suspend()
 
     def close(self) -> None:
         with self._trouble_lock:

@@ -3,8 +3,9 @@
 build_service(cfg)            BrokerService over RedisStateStore + WatchingGateway (a KubeGateway whose Job
                               status reads come from one Job informer per cluster) + SystemClock
 running_broker(cfg, host, port)  a context manager: Ray pollers, Job informers, the leader elector (the
-                              control loop runs while this replica holds the lease), HTTP API, and the
-                              ClusterProfile sync when configured; all stopped on exit
+                              control loop and the gateway's member informers run while this replica
+                              holds the lease), HTTP API, and the ClusterProfile sync when configured;
+                              all stopped on exit
 serve(config_path, host, port)   `gpufed serve`: the same, until SIGINT/SIGTERM, which drains (503 +
                               Retry-After for writes, the pass finishes, the lease is released, Ray
                               stops); a reaper process makes sure no process it started outlives it;
@@ -285,6 +286,7 @@ def running_broker(
     )
 
     def elected() -> None:
+        gateway.start()  # the member informers (Jobs, pods, events): one set per deployment, the leader's
         try:
             released, resumed = take_over(leader_service)
             if released or resumed:
@@ -304,6 +306,7 @@ def running_broker(
             pollers.unlead()
         loop.stop()
         feed.stop()
+        gateway.suspend()  # a follower's reads of a Job are requests, on demand
         records.invalidate()  # another leader writes now: read everything again when elected again
 
     leadership = Leadership(
@@ -322,7 +325,6 @@ def running_broker(
     members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
     hub: HubRuntime | None = None
     try:
-        gateway.start()
         auth.start()
         profiles = start_cluster_profiles(cfg, members, store, workdir)
         if reload_from is not None:

@@ -5,10 +5,13 @@ authentication on), two kubesim clusters, a private Redis, and two `gpufed serve
 Ray cluster through RAY_ADDRESS (and the cluster's RAY_AUTH_TOKEN). Shown, in order:
     - one replica: `pollerShards` detached shard actors in the namespace gpufed-<prefix>, one per Ray
       node (SPREAD); each member's list and watch requests counted (kubesim's apiserver_request_total);
-    - a second replica: still that many shards, and no member sees one more list or watch of the
-      resources the pollers watch (the Job informers of each replica's gateway are its own: counted apart);
-    - SIGKILL of the leader replica: no summary older than 5 s while the survivor takes the lease;
-      still the same shards (same processes), the survivor leads them;
+    - a second replica: still that many shards, and no member sees one more list or watch at all (the
+      gateway's member informers, gpufed's Jobs and their pods and FailedCreate events, run only in the
+      leader);
+    - SIGKILL of the leader replica while a job runs: no summary older than 5 s while the survivor takes
+      the lease; still the same shards (same processes), the survivor leads them; the survivor's
+      informers list and watch each member once (the pollers do not list again), and the job is
+      followed to SUCCEEDED;
     - SIGKILL of the worker node's raylet (the Ray node that hosts a shard is lost): that shard runs
       again on the head node and its clusters are published again within clusterLostSeconds / 2;
     - SIGTERM of the last replica: it takes the shards down (nothing left running on the Ray cluster).
@@ -46,8 +49,7 @@ PREFIX = "rf"  # the ring gives each of the 2 shards one of sim-000 and sim-001
 NAMESPACE = f"gpufed-{PREFIX}"
 SHARDS = 2
 LOST_SECONDS = 40.0  # the node-loss deadline is half of it; a loaded 2-core host starts a Ray worker slowly
-# What the pollers watch (adapters/cluster_watcher.py); "jobs" are each replica's gateway's Job informer.
-JOB_RESOURCES = {"jobs", "events"}  # listed by each replica's gateway (with its pods of gpufed's Jobs)
+RUN_SECONDS = 45  # a job still running when the leader is killed (kubesim at speed 1)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,8 @@ def ray_cluster() -> Iterator[RayCluster]:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
-    with Simulation(synthetic_fleet(2, 2), tmp_path_factory.mktemp("kubeconfigs"), controllers=False) as s:
+    # controllers on: a job's Job runs and completes (after RUN_SECONDS)
+    with Simulation(synthetic_fleet(2, 2), tmp_path_factory.mktemp("kubeconfigs")) as s:
         yield s
 
 
@@ -142,9 +145,26 @@ def _settled(sim: Simulation) -> dict[str, tuple[dict[str, float], int]]:
     return poll_for("the members' list/watch load to settle", probe, 90, interval=0.5)
 
 
-def _pollers_part(load: dict[str, tuple[dict[str, float], int]]) -> dict[str, dict[str, float]]:
-    """The list requests of what the pollers watch (not the gateways' Job informers)."""
-    return {c: {r: n for r, n in lists.items() if r not in JOB_RESOURCES} for c, (lists, _) in load.items()}
+def _added(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The list requests that came between two loads, by resource (those that did)."""
+    grew = {r: after.get(r, 0) - before.get(r, 0) for r in {*before, *after}}
+    return {r: n for r, n in grew.items() if n}
+
+
+def _submit(port: int, auth: dict[str, str]) -> str:
+    body = {"name": "across-failover", "gpus": 1, "durationSeconds": RUN_SECONDS}
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/jobs", json=body, headers=auth, timeout=10)
+    assert r.status_code == 201, r.text
+    job_id: str = r.json()["id"]
+    return job_id
+
+
+def _state(port: int, auth: dict[str, str], job_id: str) -> str | None:
+    try:
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/jobs/{job_id}", headers=auth, timeout=5)
+    except httpx.HTTPError:
+        return None
+    return str(r.json()["state"]) if r.status_code == 200 else None
 
 
 def _shards(probe: Probe) -> dict[str, Any]:
@@ -202,29 +222,24 @@ def test_two_replicas_share_one_detached_poller_fleet_that_outlives_them(
         assert {info["node"] for info in shards.values()} == set(nodes["alive"])  # spread
         one = _settled(sim)
 
-        # a second replica: no second fleet, no second set of list/watch requests of the pollers
+        # a second replica: no second fleet, and no list or watch request of its own (a follower's
+        # gateway runs no informer; a second poller fleet would list nodes, pods, ... again)
         replicas.append(_replica(ray_cluster, cfg, ports[1], tmp_path / "replica-1.log"))
         poll_for("the second replica to serve", lambda: _status(ports[1], auth), 120, interval=0.5)
         two = _settled(sim)
         for c in clusters:
-            # only the second replica's gateway: its Job informer and its member-trouble informers (the
-            # pods of gpufed's Jobs, the Job controller's FailedCreate events): one list and one watch each;
-            # a second poller fleet would list nodes, pods, ... again
-            lists_two, lists_one = two[c][0], one[c][0]
-            added = {r: lists_two.get(r, 0) - lists_one.get(r, 0) for r in {*lists_two, *lists_one}}
-            assert {r: n for r, n in added.items() if n} == {"jobs": 1, "pods": 1, "events": 1}, (
-                c,
-                one[c],
-                two[c],
-            )
-            assert two[c][1] == one[c][1] + 3, (c, one[c], two[c])
+            assert _added(one[c][0], two[c][0]) == {}, (c, one[c], two[c])
+            assert two[c][1] == one[c][1], (c, one[c], two[c])  # the same watches open
         assert {k: v["pid"] for k, v in _shards(probe).items()} == {k: v["pid"] for k, v in shards.items()}
 
-        # SIGKILL of the leader: the summaries stay fresh while the other replica takes over
+        # SIGKILL of the leader while a job runs: the summaries stay fresh while the other replica takes over
         leader_pid = _pid_of((_status(ports[0], auth) or {}).get("leader"))
         assert leader_pid in (replicas[0].pid, replicas[1].pid)
         gone = 0 if leader_pid == replicas[0].pid else 1
         survivor = ports[1 - gone]
+        job_id = _submit(ports[1 - gone], auth)
+        poll_for("the job RUNNING", lambda: _state(survivor, auth, job_id) == "RUNNING" or None, 90, 0.5)
+        running = _settled(sim)
         replicas[gone].send_signal(signal.SIGKILL)
         replicas[gone].wait(timeout=30)
         worst = 0.0
@@ -246,7 +261,15 @@ def test_two_replicas_share_one_detached_poller_fleet_that_outlives_them(
         )
         after = _shards(probe)
         assert {k: v["pid"] for k, v in after.items()} == {k: v["pid"] for k, v in shards.items()}
-        assert _pollers_part(_load(sim)) == _pollers_part(two)  # the shards did not list again
+        # the survivor's gateway now lists and watches each member, once; the shards did not list again
+        took_over = _settled(sim)
+        for c in clusters:
+            added = _added(running[c][0], took_over[c][0])
+            # the new leader's first sweep may list gpufed's Jobs before its informer has
+            assert added.pop("jobs", 0) in (1, 2), (c, running[c], took_over[c])
+            assert added == {"pods": 1, "events": 1}, (c, running[c], took_over[c])
+            assert took_over[c][1] == running[c][1], (c, running[c], took_over[c])  # 3 watches for 3
+        poll_for("the job SUCCEEDED", lambda: _state(survivor, auth, job_id) == "SUCCEEDED" or None, 120, 0.5)
 
         # the worker Ray node is lost: its shard runs again on the head, its clusters fresh again
         head = nodes["head"]
