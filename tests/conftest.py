@@ -139,7 +139,29 @@ _KUBESIM_ERRORS = _KubesimErrors()
 RERUNS = 1
 
 
+# --------------------------------------------------------------------------- the order of files (xdist)
+
+# Under `-n N --dist loadfile` each worker takes the next file in collection order when it is nearly out
+# of work (pyproject.toml turns off xdist's own reorder, which put the files with the most tests first:
+# the many quick unit files ahead of the one-test files that start a fleet, so those ran last, on a
+# single worker, while the others had nothing left). The costliest files start first, then every other
+# integration and end-to-end file, then the unit tests, which fill the workers up to the end. A file's
+# own tests keep their order. The list: files of over ~60 s (setup, tests and teardown) in a measured run
+# (docs/benchmarks.md, "The demo and the test suite"); a file missing from it only starts later.
+SLOWEST_FILES = ("tests/e2e/test_demo.py",)
+
+
+def _file_rank(item: pytest.Item) -> tuple[int, int]:
+    path = item.nodeid.split("::", 1)[0]
+    if path in SLOWEST_FILES:
+        return (0, SLOWEST_FILES.index(path))
+    if path.startswith(("tests/integration/", "tests/e2e/")):
+        return (1, 0)
+    return (2, 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_file_rank)  # stable: a file's tests stay together and in their order
     for item in items:
         if item.get_closest_marker("flaky") is not None:
             continue
