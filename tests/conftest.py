@@ -139,7 +139,54 @@ _KUBESIM_ERRORS = _KubesimErrors()
 RERUNS = 1
 
 
+# --------------------------------------------------------------------------- the order of files (xdist)
+
+# Under `-n N --dist loadfile` each worker takes the next file in collection order when it is nearly out
+# of work (pyproject.toml turns off xdist's own reorder, which put the files with the most tests first:
+# the many quick unit files ahead of the one-test files that start a fleet, so those ran last, on a
+# single worker, while the others had nothing left). The costliest files start first, then every other
+# integration and end-to-end file, then the unit tests, which fill the workers up to the end. A file's
+# own tests keep their order. The list, costliest first: the files of over ~60 s (setup, tests and
+# teardown summed from --durations) in a measured run (docs/benchmarks.md, "The demo and the test
+# suite"); a file missing from it only starts later. test_crash_safety.py was split in two for the same
+# reason: it alone was the longest file by far.
+SLOWEST_FILES = (
+    "tests/integration/test_crash_safety.py",
+    "tests/integration/test_crash_safety_leaders.py",
+    "tests/integration/test_poller_fleet.py",
+    "tests/integration/test_rebuild_with_a_member_down.py",
+    "tests/integration/test_failover.py",
+    "tests/integration/test_config_reload.py",
+    "tests/integration/test_following.py",
+    "tests/e2e/test_readme.py",
+    "tests/integration/test_openapi_contract.py",
+    "tests/integration/test_ray_shared_fleet.py",
+    "tests/unit/test_rerun_policy.py",
+    "tests/integration/test_poller_liveness.py",
+    "tests/integration/test_two_brokers.py",
+    "tests/e2e/test_demo.py",
+    "tests/integration/test_clusterprofile_fleet.py",
+    "tests/integration/test_shutdown_after_redis_loss.py",
+    "tests/integration/test_auth_serve.py",
+    "tests/integration/test_burst_kubesim.py",
+    "tests/integration/test_workload_kinds.py",
+    "tests/integration/test_redis_sentinel.py",
+    "tests/integration/test_nvlink_explain.py",
+    "tests/integration/test_hub_kubectl.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> tuple[int, int]:
+    path = item.nodeid.split("::", 1)[0]
+    if path in SLOWEST_FILES:
+        return (0, SLOWEST_FILES.index(path))
+    if path.startswith(("tests/integration/", "tests/e2e/")):
+        return (1, 0)
+    return (2, 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_file_rank)  # stable: a file's tests stay together and in their order
     for item in items:
         if item.get_closest_marker("flaky") is not None:
             continue
