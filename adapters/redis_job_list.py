@@ -27,7 +27,7 @@ import redis
 from pydantic import TypeAdapter
 
 from broker.core.errors import StoreError
-from broker.core.job_list import JobPage, JobQuery, position_of
+from broker.core.job_list import JobDocPage, JobPage, JobQuery, position_of
 from broker.core.model import JobRecord
 
 __all__ = ["ORDER_INDEX_LUA", "RedisJobList", "order_keys"]
@@ -125,6 +125,12 @@ class RedisJobList:
         self._page = client.register_script(_PAGE)
 
     def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
+        page = self.page_job_docs(query, after)
+        return JobPage(tuple(_JOB.validate_json(raw) for raw in page.docs), page.next_after)
+
+    def page_job_docs(self, query: JobQuery, after: str | None = None) -> JobDocPage:
+        """The page's records as stored (their JSON documents), undecoded: the API encodes its answer
+        from them without building JobRecords (broker.api.list_items)."""
         order, tenant_order = order_keys(self._p, query.tenant or "")
         index = order if query.tenant is None else tenant_order
         budget = query.scan_budget()
@@ -145,8 +151,7 @@ class RedisJobList:
                 answer = self._page(keys=keys, args=[*args, "0"])
         except redis.RedisError as e:
             raise StoreError(f"redis: list jobs: {e}") from e
-        after_next = _text(answer[0]) or None
-        return JobPage(tuple(_JOB.validate_json(raw) for raw in answer[1:]), after_next)
+        return JobDocPage(tuple(answer[1:]), _text(answer[0]) or None)
 
     def backfill(self) -> int:
         """Add every stored job missing from the order index (records written before the index

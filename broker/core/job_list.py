@@ -9,6 +9,8 @@ submitted during the walk come at its end (or not at all if it already ended).
 
     JobQuery      the filters (states, tenant, cluster, name) and `limit` (None: every match at once)
     JobPage       one page: the records, and the position to continue after (None: the last page)
+    JobDocPage    the same page as the records' stored JSON documents, undecoded (what the API encodes
+                  its answer from: broker.api.list_items)
     position_of   a job's position in the walk (the index's member)
     encode_continue / decode_continue
                   the token: base64url of {position, digest of the filters}, checksummed. A token
@@ -36,6 +38,7 @@ from broker.core.model import JobRecord, JobState
 __all__ = [
     "MAX_LIMIT",
     "BadContinue",
+    "JobDocPage",
     "JobPage",
     "JobQuery",
     "decode_continue",
@@ -108,6 +111,15 @@ class JobPage:
     """One page of a list: its records in walk order, and where the next page starts (None: last)."""
 
     items: tuple[JobRecord, ...]
+    next_after: str | None
+
+
+@dataclass(frozen=True)
+class JobDocPage:
+    """One page as the records' JSON documents (the form TypeAdapter(JobRecord) writes and reads: the
+    dataclasses' fields by name, enums by value), in walk order; next_after as JobPage's."""
+
+    docs: tuple[bytes, ...]
     next_after: str | None
 
 
