@@ -7,10 +7,10 @@ and its view read straight from it (`view_of_doc`, the same dict broker.api.list
 the record: tests/unit/test_list_items.py checks both give the same bytes, for documents written by
 older brokers too: a field they lack takes the dataclass default, as validation would give it).
 
-A job that is not QUEUED looks the same whatever the queue does, so its encoded item is kept by its
-document's bytes (`ItemCache`): the next page that reads the same unchanged document sends the bytes
-again without parsing. A changed record is a new document, hence a miss; the cache is dropped whole
-when it holds `max_items` (bounded memory, no eviction bookkeeping). QUEUED jobs are parsed each time:
+A job that is not QUEUED looks the same whatever the queue does, so its encoded item is kept by job id
+(broker.core.job_list.KeptItems): the store follows its change stream from the items' cursor, drops
+the items of jobs written since, and sends documents only for the jobs not kept; a page of unchanged
+jobs is their ids from Redis and their kept bytes joined. QUEUED jobs are read and parsed each time:
 their items carry the queue's current view (position, reason, predicted start).
 
 Owns the document-to-view mapping and the page's encoding; reads nothing itself.
@@ -19,17 +19,17 @@ Owns the document-to-view mapping and the page's encoding; reads nothing itself.
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
 import orjson
 
+from broker.core.job_list import JobDocPage, KeptItems
 from broker.core.model import JobRecord, JobRequest, JobState, MigNeed, Placement
 from broker.queue import queueing
 
-__all__ = ["ItemCache", "encode_page", "view_of_doc"]
+__all__ = ["encode_page", "view_of_doc"]
 
 _QUEUED = JobState.QUEUED.value
 _NO_SLOT = b',"queuePosition":null,"queueReason":null}'
@@ -127,50 +127,27 @@ def view_of_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class ItemCache:
-    """Encoded items of jobs that are not QUEUED, by their record document's bytes (see the module
-    docstring). Shared by the requests of one app; safe across its threads."""
-
-    def __init__(self, max_items: int = 20_000) -> None:
-        self._max = max_items
-        self._items: dict[bytes, bytes] = {}
-        self._lock = threading.Lock()
-
-    def get(self, raw: bytes) -> bytes | None:
-        return self._items.get(raw)
-
-    def put(self, raw: bytes, item: bytes) -> None:
-        with self._lock:
-            if len(self._items) >= self._max:
-                self._items = {}
-            self._items[raw] = item
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
 QueueSlots = Callable[[list[str]], tuple[Mapping[str, queueing.Slot], Mapping[str, dict[str, Any]]]]
 
 
-def encode_page(
-    docs: Sequence[bytes],
-    token: str | None,
-    queue: QueueSlots,
-    cache: ItemCache,
-) -> bytes:
-    """The JobList answer (the bytes orjson.dumps writes for broker.api.lists' answer dict) for the
-    record documents `docs`; `queue(ids)` gives the queued ones' slots and predictions (by id)."""
+def encode_page(page: JobDocPage, token: str | None, queue: QueueSlots, kept: KeptItems) -> bytes:
+    """The JobList answer (the bytes orjson.dumps writes for broker.api.lists' answer dict) for `page`;
+    `queue(ids)` gives the queued ones' slots and predictions (by id). The items of jobs that are not
+    queued are kept in `kept` (one page at a time), and taken from it where the page sent no
+    document."""
     parts: list[bytes] = []
     queued: list[tuple[int, dict[str, Any]]] = []
-    for raw in docs:
-        item = cache.get(raw)
+    for job_id, raw in zip(page.ids, page.docs, strict=True):
+        item = kept.get(job_id) if raw is None else None
         if item is None:
+            if raw is None:
+                raise AssertionError(f"job {job_id}: neither kept nor sent")
             view = view_of_doc(orjson.loads(raw))
             if view["state"] == _QUEUED:
                 queued.append((len(parts), view))
             else:
                 item = orjson.dumps(view)[:-1] + _NO_SLOT
-                cache.put(raw, item)
+                kept.put(job_id, item)
         parts.append(item or b"")
     if queued:
         slots, predicted = queue([view["id"] for _, view in queued])

@@ -23,6 +23,7 @@ Owns the list's query parsing and its answer; reads jobs through the JobLister p
 (No `from __future__ import annotations`: the route's dependency on `caller` is a local FastAPI must resolve.)
 """
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
@@ -31,9 +32,9 @@ from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from broker.api.burst import prediction_view
-from broker.api.list_items import ItemCache, encode_page
+from broker.api.list_items import encode_page
 from broker.api.views import FleetViews
-from broker.core.job_list import MAX_LIMIT, BadContinue, JobQuery, decode_continue, encode_continue
+from broker.core.job_list import MAX_LIMIT, BadContinue, JobQuery, KeptItems, decode_continue, encode_continue
 from broker.core.model import JobRecord, JobState
 from broker.core.ports import JobLister
 from broker.queue import queueing
@@ -128,7 +129,8 @@ def queue_bodies(views: FleetViews, records: Sequence[JobRecord], wait: bool = T
 
 def add_list_routes(app: FastAPI, views: FleetViews, jobs: JobLister, caller: Callable[..., Any]) -> None:
     """GET /v1/jobs over `jobs`; `caller` is the app's authentication dependency."""
-    items = ItemCache()
+    kept = KeptItems()  # the encoded items of jobs not queued, current up to its cursor
+    kept_lock = threading.Lock()
 
     def queue(ids: list[str]) -> tuple[Mapping[str, queueing.Slot], dict[str, dict[str, Any]]]:
         """The queued jobs' slots and predicted starts, from the last queue view (a page never waits)."""
@@ -169,9 +171,11 @@ def add_list_routes(app: FastAPI, views: FleetViews, jobs: JobLister, caller: Ca
             limit=limit,
         )
         after = decode_continue(query, continue_) if continue_ else None
-        page = jobs.page_job_docs(query, after)
-        token = encode_continue(query, page.next_after) if page.next_after is not None else None
-        return Response(encode_page(page.docs, token, queue, items), media_type="application/json")
+        with kept_lock:  # one page at a time keeps and drops items (see KeptItems)
+            page = jobs.page_job_docs(query, after, kept)
+            token = encode_continue(query, page.next_after) if page.next_after is not None else None
+            body = encode_page(page, token, queue, kept)
+        return Response(body, media_type="application/json")
 
 
 def _answer(items: list[dict[str, Any]], token: str | None) -> Response:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from broker.core.errors import Conflict, StoreError
-from broker.core.job_list import JobDocPage, JobPage, JobQuery
+from broker.core.job_list import JobDocPage, JobPage, JobQuery, KeptItems
 from broker.core.model import ClusterSummary, JobEvent, JobRecord, JobState, Reservation
 from broker.core.records import ClusterEvent, NodeDetail, Run, Saving
 from broker.core.workloads import MemberTrouble, WorkloadRef, WorkloadStatus
@@ -233,7 +233,9 @@ class StateStore(Protocol):
         """One page of a job list in submission order (see JobLister)."""
         ...
 
-    def page_job_docs(self, query: JobQuery, after: str | None = None) -> JobDocPage:
+    def page_job_docs(
+        self, query: JobQuery, after: str | None = None, kept: KeptItems | None = None
+    ) -> JobDocPage:
         """The same page as the records' JSON documents (see JobLister)."""
         ...
 
@@ -350,7 +352,11 @@ class JobLister(Protocol):
         None on the last page. StoreError when the store does not answer."""
         ...
 
-    def page_job_docs(self, query: JobQuery, after: str | None = None) -> JobDocPage:
+    def page_job_docs(
+        self, query: JobQuery, after: str | None = None, kept: KeptItems | None = None
+    ) -> JobDocPage:
         """The same page, its records as their JSON documents, undecoded (an API page encodes its
-        answer from them: broker.api.list_items)."""
+        answer from them: broker.api.list_items). With `kept` (one page at a time), the items of
+        jobs written since kept.cursor are dropped from it, the cursor moves on, and the documents of
+        the jobs it still keeps come as None."""
         ...

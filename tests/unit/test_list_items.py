@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -15,9 +16,10 @@ import pytest
 from pydantic import TypeAdapter
 
 from broker.api.burst import prediction_view
-from broker.api.list_items import ItemCache, encode_page, view_of_doc
+from broker.api.list_items import encode_page, view_of_doc
 from broker.api.lists import job_view
 from broker.burst.wait_prediction import Prediction
+from broker.core.job_list import JobDocPage, KeptItems
 from broker.core.model import (
     FailoverPolicy,
     ImagePullFailure,
@@ -126,6 +128,12 @@ def _as_before(records: list[JobRecord], token: str | None) -> bytes:
     return orjson.dumps({"kind": "JobList", "apiVersion": "gpufed/v1", "metadata": metadata, "items": items})
 
 
+def _page(records: list[JobRecord], kept: KeptItems | None = None) -> JobDocPage:
+    """A page as the store sends it: no document for a job whose item `kept` holds."""
+    docs = [None if kept is not None and kept.get(r.id) else _JOB.dump_json(r) for r in records]
+    return JobDocPage(tuple(r.id for r in records), tuple(docs), None)
+
+
 def _queue(records: list[JobRecord]) -> Any:
     slots, predicted = _slots(records), _predictions(records)
     asked: list[list[str]] = []
@@ -140,9 +148,9 @@ def _queue(records: list[JobRecord]) -> Any:
 @pytest.mark.parametrize("token", [None, "tok-en_1"])
 def test_a_page_from_documents_is_the_answer_the_views_give(token: str | None) -> None:
     records = _records()
-    docs = [_JOB.dump_json(r) for r in records]
+    page = _page(records)
     queue, asked = _queue(records)
-    got = encode_page(docs, token, queue, ItemCache())
+    got = encode_page(page, token, queue, KeptItems())
     assert got == _as_before(records, token)
     assert asked == [[r.id for r in records if r.state is JobState.QUEUED]]
 
@@ -197,21 +205,29 @@ def test_a_document_written_before_fields_existed_reads_as_validation_reads_it()
         assert orjson.dumps(view_of_doc(orjson.loads(old))) == orjson.dumps(job_view(_JOB.validate_json(old)))
 
 
-def test_an_unchanged_document_is_reused_and_a_changed_one_read_again() -> None:
-    cache = ItemCache(max_items=3)
+def test_a_kept_item_is_sent_again_and_a_changed_job_read_again() -> None:
+    kept = KeptItems(max_items=3)
     running = _full(1, JobState.RUNNING)
     queued = _full(2, JobState.QUEUED)
-    docs = [_JOB.dump_json(running), _JOB.dump_json(queued)]
     queue, asked = _queue([running, queued])
-    first = encode_page(docs, None, queue, cache)
-    assert len(cache) == 1  # the running job's item; a queued item follows the queue, never kept
-    assert encode_page(docs, None, queue, cache) == first
+    first = encode_page(_page([running, queued]), None, queue, kept)
+    assert len(kept) == 1 and kept.get(running.id)  # a queued item follows the queue: never kept
+    again = _page([running, queued], kept)
+    assert again.docs[0] is None and again.docs[1] is not None
+    assert encode_page(again, None, queue, kept) == first
     assert len(asked) == 2  # the queued job is placed in the queue on every page
 
-    done = JobRecord(**{**running.__dict__, "state": JobState.SUCCEEDED, "reason": "done"})
-    second = orjson.loads(encode_page([_JOB.dump_json(done)], None, queue, cache))
+    done = replace(running, state=JobState.SUCCEEDED, reason="done")
+    kept.forget([running.id])  # what the store does for a job written since the cursor
+    second = orjson.loads(encode_page(_page([done], kept), None, queue, kept))
     assert second["items"][0]["state"] == "SUCCEEDED" and second["items"][0]["reason"] == "done"
 
     for i in range(5):  # bounded: dropped whole when full
-        encode_page([_JOB.dump_json(_full(10 + i, JobState.RUNNING))], None, queue, cache)
-        assert len(cache) <= 3
+        encode_page(_page([_full(10 + i, JobState.RUNNING)]), None, queue, kept)
+        assert len(kept) <= 3
+
+
+def test_a_page_without_a_document_for_a_job_not_kept_is_refused() -> None:
+    queue, _ = _queue([])
+    with pytest.raises(AssertionError, match="neither kept nor sent"):
+        encode_page(JobDocPage(("j1",), (None,), None), None, queue, KeptItems())
