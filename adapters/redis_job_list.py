@@ -15,6 +15,14 @@ query's scan budget (+1 to know whether more follow), each entry's state checked
 field and, for a cluster or name filter, its JSON decoded; at most `limit` records come back with the
 position to continue after. The cost of a page follows `limit`, not the number of jobs held.
 
+A reader that keeps items (broker.core.job_list.KeptItems: the API keeps each job's encoded item)
+pages without a cluster or name filter in two calls: `_IDS` walks the same way but answers ids only,
+after the ids of the jobs written since the reader's cursor in P:changes (every job write appends to
+it in its own script, adapters/redis_scripts.py), which the reader drops; `_DOCS` then reads the
+documents of the page's jobs it does not keep. A cursor the stream cannot answer (older than its
+first entry, more than _MOST_CHANGES behind, the stream gone) drops everything kept. A page of jobs
+unchanged since the last one moves ids, not records.
+
 Records stored before the index existed (or written by save_job alone, as some tests do) are added to
 it the first time a page finds the index shorter than P:jobs (`backfill`, once, O(jobs)).
 """

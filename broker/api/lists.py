@@ -16,8 +16,8 @@ admins and viewers list every tenant. Errors name the field: `limit` out of 1..M
 
 A queued job carries its queuePosition and queueReason and its predicted on-prem start. A page is
 encoded from the records' stored JSON documents without building JobRecords, and the encoded items
-of jobs that are not queued are kept by document (broker.api.list_items): a page costs ~1 ms of
-Python per 500 unchanged jobs.
+of jobs that are not queued are kept by job id while the store's change stream says they are current
+(broker.api.list_items, KeptItems): a page of unchanged jobs reads ids, not records.
 
 Owns the list's query parsing and its answer; reads jobs through the JobLister port only.
 (No `from __future__ import annotations`: the route's dependency on `caller` is a local FastAPI must resolve.)
