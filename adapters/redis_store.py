@@ -70,7 +70,7 @@ from adapters.redis_job_list import RedisJobList, order_keys
 from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
-from broker.core.job_list import JobPage, JobQuery, position_of
+from broker.core.job_list import JobDocPage, JobPage, JobQuery, KeptItems, position_of
 from broker.core.model import (
     ClusterSummary,
     JobEvent,
@@ -532,6 +532,12 @@ class RedisStateStore(JobChanges, SideTables):
     def page_jobs(self, query: JobQuery, after: str | None = None) -> JobPage:
         """One page of a job list (broker.core.ports.JobLister; the index: adapters/redis_job_list.py)."""
         return self._lister.page_jobs(query, after)
+
+    def page_job_docs(
+        self, query: JobQuery, after: str | None = None, kept: KeptItems | None = None
+    ) -> JobDocPage:
+        """The same page as the records' JSON documents, undecoded (broker.api.list_items reads them)."""
+        return self._lister.page_job_docs(query, after, kept)
 
     def restore_job(self, record: JobRecord, event: JobEvent | None = None) -> bool:
         """Write a record rebuilt from a member cluster (broker.ha.recovery) unless the job is known; its

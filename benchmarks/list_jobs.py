@@ -6,8 +6,9 @@
 A private redis-server holds `--jobs` job records (all but `--queued` of them RUNNING, spread over 20
 clusters, two tenants) written through the store as submits are; the API runs in this process
 (uvicorn on a loopback port, auth on, an admin's Bearer token), and the walks go over TCP with one
-keep-alive httpx client. Prints each page's p50/p99, the process CPU per page (server and client: on a
-shared machine the figure that does not depend on the others' load), and whether the walk returned
+keep-alive httpx client. Prints each page's p50/p99, the CPU per page (on a shared machine the figures
+that do not depend on the others' load): this process's, split into the server's (the process's less
+the client thread's) and the client's, and redis-server's (its INFO cpu); and whether the walk returned
 every job once;
 `--spy PY_SPY` samples this process with py-spy during the walks (folded stacks in
 /tmp/gpufed-list-jobs.spy.txt).
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -83,7 +85,7 @@ def main() -> None:
         while not server.started:
             time.sleep(0.05)
         pages: list[float] = []
-        cpu0 = time.process_time()
+        walks: list[tuple[int, float, float, float]] = []  # pages, process CPU, client thread CPU, redis CPU
         spy = None
         if args.spy is not None:
             out = "/tmp/gpufed-list-jobs.spy.txt"
@@ -106,6 +108,8 @@ def main() -> None:
             for _ in range(args.walks):
                 ids: list[str] = []
                 token = None
+                first_page = len(pages)
+                redis_cpu0, cpu0, client0 = _redis_cpu(store), time.process_time(), time.thread_time()
                 while True:
                     params = {"limit": args.limit} if args.limit else {}  # --limit 0: unpaged
                     if token:
@@ -119,7 +123,8 @@ def main() -> None:
                     token = body["metadata"].get("continue")
                     if not token:
                         break
-        cpu = time.process_time() - cpu0
+                cpu, client_cpu = time.process_time() - cpu0, time.thread_time() - client0
+                walks.append((len(pages) - first_page, cpu, client_cpu, _redis_cpu(store) - redis_cpu0))
         server.should_exit = True
         thread.join(timeout=10)
         store.close()
@@ -129,8 +134,21 @@ def main() -> None:
         print(
             f"GET /v1/jobs?limit={args.limit} at {args.jobs} jobs ({args.queued} queued): {len(pages)} pages, "
             f"p50 {pct(pages, 0.5) * 1000:.1f} ms, p99 {pct(pages, 0.99) * 1000:.1f} ms; walk: {len(ids)} ids, "
-            f"{len(set(ids))} distinct; {cpu / len(pages) * 1000:.1f} ms CPU per page (server and client)"
+            f"{len(set(ids))} distinct; load average {os.getloadavg()[0]:.1f}"
         )
+        for label, part in (("first walk", walks[:1]), ("later walks", walks[1:])):
+            if part:
+                n, cpu, client_cpu, redis_cpu = (sum(w[i] for w in part) for i in range(4))
+                print(
+                    f"  CPU per page, {label}: server {(cpu - client_cpu) / n * 1000:.1f} ms, "
+                    f"client {client_cpu / n * 1000:.1f} ms, redis-server {redis_cpu / n * 1000:.1f} ms"
+                )
+
+
+def _redis_cpu(store: Any) -> float:
+    """redis-server's CPU seconds so far (user and system, all its threads)."""
+    info = store.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 if __name__ == "__main__":

@@ -14,13 +14,16 @@ only (another tenant's jobs do not exist for it: a `tenant` filter naming anothe
 admins and viewers list every tenant. Errors name the field: `limit` out of 1..MAX_LIMIT is 422, a
 `continue` token this server did not make for this list is 400.
 
-A queued job carries its queuePosition and queueReason and its predicted on-prem start; items are
-encoded with orjson (the page is the answer's bulk).
+A queued job carries its queuePosition and queueReason and its predicted on-prem start. A page is
+encoded from the records' stored JSON documents without building JobRecords, and the encoded items
+of jobs that are not queued are kept by job id while the store's change stream says they are current
+(broker.api.list_items, KeptItems): a page of unchanged jobs reads ids, not records.
 
 Owns the list's query parsing and its answer; reads jobs through the JobLister port only.
 (No `from __future__ import annotations`: the route's dependency on `caller` is a local FastAPI must resolve.)
 """
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
 
@@ -29,8 +32,9 @@ from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from broker.api.burst import prediction_view
+from broker.api.list_items import encode_page
 from broker.api.views import FleetViews
-from broker.core.job_list import MAX_LIMIT, BadContinue, JobQuery, decode_continue, encode_continue
+from broker.core.job_list import MAX_LIMIT, BadContinue, JobQuery, KeptItems, decode_continue, encode_continue
 from broker.core.model import JobRecord, JobState
 from broker.core.ports import JobLister
 from broker.queue import queueing
@@ -42,7 +46,9 @@ __all__ = ["add_list_routes", "job_body", "job_view", "queue_bodies"]
 def job_view(r: JobRecord) -> dict[str, Any]:
     """broker.api.schemas.JobView's shape (JobView.of(r).model_dump(by_alias=True)), built directly: the
     model's construction and dump cost ~60 us a job, and a page holds up to 500 of them
-    (tests/unit/test_job_list.py checks both give the same)."""
+    (tests/unit/test_job_list.py checks both give the same). A list page reads the same view straight
+    from the stored document (broker.api.list_items.view_of_doc): a field added here goes there too
+    (tests/unit/test_list_items.py compares them byte for byte)."""
     req = r.request
     p = r.placement
     trace = r.trace_parent.split("-") if r.trace_parent else ()
@@ -123,6 +129,14 @@ def queue_bodies(views: FleetViews, records: Sequence[JobRecord], wait: bool = T
 
 def add_list_routes(app: FastAPI, views: FleetViews, jobs: JobLister, caller: Callable[..., Any]) -> None:
     """GET /v1/jobs over `jobs`; `caller` is the app's authentication dependency."""
+    kept = KeptItems()  # the encoded items of jobs not queued, current up to its cursor
+    kept_lock = threading.Lock()
+
+    def queue(ids: list[str]) -> tuple[Mapping[str, queueing.Slot], dict[str, dict[str, Any]]]:
+        """The queued jobs' slots and predicted starts, from the last queue view (a page never waits)."""
+        slots = views.queue_slots(ids, False)
+        predicted = views.queue_predictions(ids, False)
+        return slots, {i: prediction_view(predicted.get(i)) for i in ids}
 
     @app.exception_handler(BadContinue)
     async def _bad_continue(_: Request, exc: BadContinue) -> JSONResponse:
@@ -157,9 +171,11 @@ def add_list_routes(app: FastAPI, views: FleetViews, jobs: JobLister, caller: Ca
             limit=limit,
         )
         after = decode_continue(query, continue_) if continue_ else None
-        page = jobs.page_jobs(query, after)
-        token = encode_continue(query, page.next_after) if page.next_after is not None else None
-        return _answer(queue_bodies(views, page.items, wait=False), token)
+        with kept_lock:  # one page at a time keeps and drops items (see KeptItems)
+            page = jobs.page_job_docs(query, after, kept)
+            token = encode_continue(query, page.next_after) if page.next_after is not None else None
+            body = encode_page(page, token, queue, kept)
+        return Response(body, media_type="application/json")
 
 
 def _answer(items: list[dict[str, Any]], token: str | None) -> Response:

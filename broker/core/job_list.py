@@ -9,6 +9,12 @@ submitted during the walk come at its end (or not at all if it already ended).
 
     JobQuery      the filters (states, tenant, cluster, name) and `limit` (None: every match at once)
     JobPage       one page: the records, and the position to continue after (None: the last page)
+    JobDocPage    the same page as the records' stored JSON documents, undecoded (what the API encodes
+                  its answer from: broker.api.list_items), by job id; a document the reader keeps
+                  current (KeptItems) is not sent again
+    KeptItems     what a reader keeps from earlier pages (the API: each job's encoded item), by job id,
+                  and how far it has followed the store's job changes (an opaque cursor): the store
+                  drops the items of jobs written since, and sends only the others' documents
     position_of   a job's position in the walk (the index's member)
     encode_continue / decode_continue
                   the token: base64url of {position, digest of the filters}, checksummed. A token
@@ -28,6 +34,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker.core.errors import InvalidRequest
@@ -36,8 +43,10 @@ from broker.core.model import JobRecord, JobState
 __all__ = [
     "MAX_LIMIT",
     "BadContinue",
+    "JobDocPage",
     "JobPage",
     "JobQuery",
+    "KeptItems",
     "decode_continue",
     "encode_continue",
     "position_of",
@@ -109,6 +118,48 @@ class JobPage:
 
     items: tuple[JobRecord, ...]
     next_after: str | None
+
+
+@dataclass(frozen=True)
+class JobDocPage:
+    """One page as the records' JSON documents (the form TypeAdapter(JobRecord) writes and reads: the
+    dataclasses' fields by name, enums by value), in walk order: ids[i]'s document is docs[i], None
+    where the reader's KeptItems holds that job's item and it is current; next_after as JobPage's."""
+
+    ids: tuple[str, ...]
+    docs: tuple[bytes | None, ...]
+    next_after: str | None
+
+
+class KeptItems:
+    """What a reader keeps from earlier pages, by job id, current up to `cursor` in the store's change
+    stream ('' : nothing followed yet). Not thread-safe: whoever pages with it reads one page at a time,
+    from the page's read until it has kept what it read (else an item read before a change could be
+    kept after the store applied the change). Bounded: dropped whole when it holds `max_items`."""
+
+    def __init__(self, max_items: int = 50_000) -> None:
+        self.cursor = ""
+        self._max = max_items
+        self._items: dict[str, bytes] = {}
+
+    def get(self, job_id: str) -> bytes | None:
+        return self._items.get(job_id)
+
+    def put(self, job_id: str, item: bytes) -> None:
+        if len(self._items) >= self._max:
+            self._items.clear()
+        self._items[job_id] = item
+
+    def forget(self, job_ids: Iterable[str]) -> None:
+        """These jobs were written since the items were read."""
+        for job_id in job_ids:
+            self._items.pop(job_id, None)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def position_of(created_at: float, job_id: str) -> str:

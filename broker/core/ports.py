@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from broker.core.errors import Conflict, StoreError
-from broker.core.job_list import JobPage, JobQuery
+from broker.core.job_list import JobDocPage, JobPage, JobQuery, KeptItems
 from broker.core.model import ClusterSummary, JobEvent, JobRecord, JobState, Reservation
 from broker.core.records import ClusterEvent, NodeDetail, Run, Saving
 from broker.core.workloads import MemberTrouble, WorkloadRef, WorkloadStatus
@@ -233,6 +233,12 @@ class StateStore(Protocol):
         """One page of a job list in submission order (see JobLister)."""
         ...
 
+    def page_job_docs(
+        self, query: JobQuery, after: str | None = None, kept: KeptItems | None = None
+    ) -> JobDocPage:
+        """The same page as the records' JSON documents (see JobLister)."""
+        ...
+
     # --- the change stream: one entry per job write (the leader's job records follow it)
     def read_changes(
         self, after: str, block_ms: int | None = None, count: int = 10_000
@@ -344,4 +350,13 @@ class JobLister(Protocol):
         """The jobs `query` selects after position `after` (None: from the first), in submission order:
         at most query.limit, reading at most query.scan_budget() index entries; JobPage.next_after is
         None on the last page. StoreError when the store does not answer."""
+        ...
+
+    def page_job_docs(
+        self, query: JobQuery, after: str | None = None, kept: KeptItems | None = None
+    ) -> JobDocPage:
+        """The same page, its records as their JSON documents, undecoded (an API page encodes its
+        answer from them: broker.api.list_items). With `kept` (one page at a time), the items of
+        jobs written since kept.cursor are dropped from it, the cursor moves on, and the documents of
+        the jobs it still keeps come as None."""
         ...

@@ -184,3 +184,20 @@ def test_a_token_is_checked(api: Api) -> None:
     assert r.status_code == 400 and "other filters" in r.json()["message"]
     r = api.call("root", "GET", "/v1/jobs", params={"limit": 1, "continue": token})
     assert r.status_code == 200 and len(r.json()["items"]) == 1
+
+
+def test_a_page_shows_each_jobs_state_as_written_since_the_last_page(api: Api) -> None:
+    ids = [api.submit("root", f"job-{i}") for i in range(4)]
+    for job_id in ids[:3]:
+        api.move(job_id, JobState.RUNNING, "onprem-a")
+    before = api.call("root", "GET", "/v1/jobs", params={"limit": 10}).json()["items"]
+    assert [j["state"] for j in before] == ["RUNNING", "RUNNING", "RUNNING", "QUEUED"]
+    api.move(ids[1], JobState.SUCCEEDED, "onprem-b")  # a job whose item the API keeps changes
+    after = api.call("root", "GET", "/v1/jobs", params={"limit": 10}).json()["items"]
+    assert [(j["state"], j["cluster"]) for j in after] == [
+        ("RUNNING", "onprem-a"),
+        ("SUCCEEDED", "onprem-b"),
+        ("RUNNING", "onprem-a"),
+        ("QUEUED", None),
+    ]
+    assert after[3]["queuePosition"] == 1 and after[0]["queuePosition"] is None
