@@ -1,6 +1,7 @@
 """Benchmark: the production path at fleet scale, from submit to every job RUNNING, then a quiet fleet.
 
 Run: .venv/bin/python -m benchmarks.fleet_scale [--clusters 20] [--nodes 50] [--jobs 8000] [--clients 32]
+     [--hold SECONDS] (keeps the quiet fleet up after the idle measurement, to profile the broker)
      (starts its own redis-server, `kubesim serve` and `gpufed serve`; several minutes at full scale)
 
 What runs, each in its own process, as deployed:
@@ -254,6 +255,13 @@ def main() -> None:
         default=0,
         help="run kubesim (the member clusters, remote machines in a deployment) at this niceness",
     )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="seconds to keep the fleet up after the idle measurement (to profile the quiet broker: "
+        "py-spy record -p <the printed pid>)",
+    )
     args = parser.parse_args()
     if args.jobs > args.clusters * args.nodes * 8:
         raise SystemExit("--jobs: more than the fleet's GPUs")
@@ -369,6 +377,13 @@ def main() -> None:
                 f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
                 f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
             )
+
+            if args.hold > 0:
+                print(
+                    f"hold    {args.hold:.0f} s, the fleet up and quiet: gpufed serve pid {broker.pid}",
+                    flush=True,
+                )
+                time.sleep(args.hold)
 
             list_pages(url)
 

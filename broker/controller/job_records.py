@@ -9,6 +9,7 @@ no job from the store unless it changed:
                  records written since (the API's submits and cancels, another replica, this leader's own
                  writes, which cost one pipelined read each but make the newest write always win) are
                  read again in one pipelined round trip
+    of_kinds()   the active records of a workload kind (indexed apart: status sync reads them every pass)
     put(record)  a write this leader made (broker.controller.state_writer); a terminal record leaves the
                  active set and is kept, bounded, for the sweep (its Job may still be in the cluster)
 Thread-safe: the loop, the dispatch threads and the informer callbacks use it at once. Service layer:
@@ -38,6 +39,9 @@ class JobRecords:
         self._active: dict[str, JobRecord] = {}
         self._by_state: dict[JobState, dict[str, JobRecord]] = {s: {} for s in ACTIVE}
         self._done: OrderedDict[str, JobRecord] = OrderedDict()
+        # the active records of a workload kind (JobSet, ...): no informer follows those, so status sync
+        # reads each every pass; kept apart so that finding them costs nothing when there are none
+        self._kinds: dict[str, JobRecord] = {}
         self.built = False
         self.cursor = "0-0"
         self.rebuilds = 0
@@ -48,6 +52,7 @@ class JobRecords:
         with self._lock:
             self.built = False
             self._active.clear()
+            self._kinds.clear()
             self._done.clear()
             for index in self._by_state.values():
                 index.clear()
@@ -69,6 +74,7 @@ class JobRecords:
         records = self._store.list_jobs(list(ACTIVE))
         with self._lock:
             self._active = {}
+            self._kinds = {}
             for index in self._by_state.values():
                 index.clear()
             for record in records:
@@ -120,6 +126,7 @@ class JobRecords:
         old = self._active.pop(job_id, None)
         if old is not None:
             self._by_state[old.state].pop(job_id, None)
+            self._kinds.pop(job_id, None)
 
     def _put(self, record: JobRecord) -> None:
         self._drop(record.id)
@@ -131,6 +138,8 @@ class JobRecords:
         else:
             self._active[record.id] = record
             self._by_state[record.state][record.id] = record
+            if record.request.workload is not None:
+                self._kinds[record.id] = record
             self._done.pop(record.id, None)
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -142,6 +151,13 @@ class JobRecords:
         with self._lock:
             found = [r for s in set(states) if s in self._by_state for r in self._by_state[s].values()]
         return sorted(found, key=lambda r: (r.created_at, r.id)) if ordered else found
+
+    def of_kinds(self, states: Iterable[JobState]) -> list[JobRecord]:
+        """The active records of a workload kind (request.workload set) in these states, in no order: as
+        many as there are such jobs, whatever the number of batch/v1 Jobs held."""
+        wanted = set(states)
+        with self._lock:
+            return [r for r in self._kinds.values() if r.state in wanted]
 
     def count(self, state: JobState) -> int:
         with self._lock:

@@ -77,14 +77,25 @@ class TroubleMemory:
 
 class MemberTroubles(ControllerBase):
     _troubles: TroubleMemory
+    # (gateway, the gateway as a MemberWatch or None): isinstance over a runtime_checkable Protocol walks
+    # the Protocol's members on every call, too dear once per job per resync; asked once per gateway
+    _member_watch_of: tuple[object, MemberWatch | None] | None = None
+
+    def _member_watch(self) -> MemberWatch | None:
+        seen = self._member_watch_of
+        if seen is None or seen[0] is not self.gateway:
+            gateway = self.gateway
+            seen = (gateway, gateway if isinstance(gateway, MemberWatch) else None)
+            self._member_watch_of = seen
+        return seen[1]
 
     def _member_step(
         self, record: JobRecord, status: WorkloadStatus, step: lifecycle.Transition | None
     ) -> tuple[bool, lifecycle.Transition | None, JobRecord | None]:
         """(handled, step, written): handled -> the job is done with for this pass (`written` is what was
         written, if anything); otherwise go on with `step` (perhaps with the member's words added)."""
-        gateway = self.gateway
-        if not isinstance(gateway, MemberWatch) or not record.cluster or not record.workload_name:
+        gateway = self._member_watch()
+        if gateway is None or not record.cluster or not record.workload_name:
             return False, step, None
         namespace = self._namespace(record.cluster, record.request.tenant)
         if step is not None and (step.state.terminal or step.state is JobState.QUEUED):

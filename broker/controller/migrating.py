@@ -258,7 +258,7 @@ class Migrating(ControllerBase):
             return
         self._reported_due = now + REPORTED_CHECKPOINT_SECONDS
         by_cluster: dict[str, list[JobRecord]] = {}
-        for r in self.records.in_states([JobState.RUNNING]) if self.records.built else []:
+        for r in self.records.in_states([JobState.RUNNING], ordered=False) if self.records.built else []:
             if r.cluster and r.request.checkpoint_grace_seconds is not None:
                 by_cluster.setdefault(r.cluster, []).append(r)
         for cluster, jobs in by_cluster.items():

@@ -76,7 +76,7 @@ class StatusSync(MemberTroubles):
             candidates = self.records.in_states(PLACED_STATES, ordered=False)
         else:  # only those whose Job changed: idle, this loop does not grow with the jobs held
             candidates = [r for j in dirty if (r := self.records.get(j)) is not None]
-            candidates += follow.unwatched(self.records.in_states(PLACED_STATES, ordered=False), dirty)
+            candidates += follow.unwatched(self.records.of_kinds(PLACED_STATES), dirty)
         later: list[str] = []
         for record in candidates:
             cluster = record.cluster

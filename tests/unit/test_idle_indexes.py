@@ -1,0 +1,109 @@
+"""What keeps an idle pass from growing with the jobs held: the workload-kind index of JobRecords (status
+sync reads those jobs every pass, and finds them without walking every placed job) and the one
+MemberWatch question per gateway (not one per job per resync)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from broker.controller.job_records import PLACED_STATES, JobRecords
+from broker.controller.member_troubles import MemberTroubles
+from broker.core.model import JobRecord, JobRequest, JobState
+from broker.core.workloads import MemberTrouble
+
+JOBSET = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": {}}
+
+
+class Store:
+    """The three reads JobRecords makes of a StateStore."""
+
+    def __init__(self, records: list[JobRecord]) -> None:
+        self.records = {r.id: r for r in records}
+        self.changes: list[tuple[str, str, str]] = []
+
+    def last_change_id(self) -> str:
+        return "0-0"
+
+    def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]:
+        return [r for r in self.records.values() if states is None or r.state in states]
+
+    def read_changes(self, cursor: str) -> list[tuple[str, str, str]]:
+        out, self.changes = self.changes, []
+        return out
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        return {j: self.records[j] for j in job_ids if j in self.records}
+
+
+def record(job_id: str, state: JobState, kind: bool = False) -> JobRecord:
+    request = JobRequest(job_id, gpus_per_pod=1, workload=JOBSET if kind else None)
+    return JobRecord(id=job_id, request=request, state=state, cluster="a" if state in PLACED_STATES else None)
+
+
+def test_of_kinds_holds_only_the_workload_kinds_in_the_states_asked() -> None:
+    store = Store(
+        [
+            record("job-1", JobState.RUNNING),
+            record("set-1", JobState.RUNNING, kind=True),
+            record("set-2", JobState.QUEUED, kind=True),
+            record("job-2", JobState.PLACED),
+        ]
+    )
+    records = JobRecords(store)  # type: ignore[arg-type]
+    records.ensure()
+    assert [r.id for r in records.of_kinds(PLACED_STATES)] == ["set-1"]
+    assert sorted(r.id for r in records.of_kinds([JobState.QUEUED, JobState.RUNNING])) == ["set-1", "set-2"]
+
+
+def test_of_kinds_follows_writes_catch_up_and_invalidation() -> None:
+    store = Store([record("set-1", JobState.QUEUED, kind=True), record("job-1", JobState.RUNNING)])
+    records = JobRecords(store)  # type: ignore[arg-type]
+    records.ensure()
+    assert records.of_kinds(PLACED_STATES) == []
+    placed = replace(store.records["set-1"], state=JobState.PLACED, cluster="a")
+    records.put(placed)  # this leader's write
+    assert records.of_kinds(PLACED_STATES) == [placed]
+    store.records["set-1"] = replace(placed, state=JobState.SUCCEEDED)  # another writer's, then caught up
+    store.changes = [("1-0", "set-1", "other")]
+    records.ensure()
+    assert records.of_kinds(PLACED_STATES) == []
+    store.records["set-2"] = record("set-2", JobState.RUNNING, kind=True)
+    store.changes = [("2-0", "set-2", "other")]
+    records.ensure()
+    assert [r.id for r in records.of_kinds(PLACED_STATES)] == ["set-2"]
+    del store.records["set-2"]  # gone from the store (read again: None)
+    store.changes = [("3-0", "set-2", "other")]
+    records.ensure()
+    assert records.of_kinds(PLACED_STATES) == []
+    store.records["set-3"] = record("set-3", JobState.RUNNING, kind=True)
+    records.invalidate()
+    assert records.of_kinds(PLACED_STATES) == []
+    records.ensure()  # rebuilt from the store
+    assert [r.id for r in records.of_kinds(PLACED_STATES)] == ["set-3"]
+
+
+class Watching:
+    """A gateway that answers MemberWatch."""
+
+    def member_trouble(self, cluster: str, namespace: str, name: str) -> MemberTrouble:
+        return MemberTrouble()
+
+    def last_termination(self, cluster: str, namespace: str, name: str) -> MemberTrouble:
+        return MemberTrouble()
+
+
+class Plain:
+    """A gateway that does not."""
+
+
+def test_member_watch_is_asked_once_per_gateway_and_again_when_it_changes() -> None:
+    troubles = MemberTroubles()
+    watching = Watching()
+    troubles.gateway = watching  # type: ignore[assignment]
+    assert troubles._member_watch() is watching
+    assert troubles._member_watch_of is not None and troubles._member_watch_of[0] is watching
+    troubles.gateway = Plain()  # type: ignore[assignment]
+    assert troubles._member_watch() is None
+    troubles.gateway = watching  # type: ignore[assignment]
+    assert troubles._member_watch() is watching
