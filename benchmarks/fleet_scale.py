@@ -362,18 +362,21 @@ def main() -> None:
             under = descendants(broker.pid)
             api_pids = {p for p in under if "broker.app.api_process" in cmdline(p)}
             ray_pids = under - api_pids
-            b0 = cpu_ticks(broker.pid) + sum(cpu_ticks(p) for p in api_pids)
+            a0 = sum(cpu_ticks(p) for p in api_pids)
+            b0 = cpu_ticks(broker.pid) + a0
             ray0 = {p: cpu_ticks(p) for p in ray_pids}
             c0, n0 = redis_totals(r)
             t0 = time.monotonic()
             time.sleep(args.idle)
             elapsed = time.monotonic() - t0
             c1, n1 = redis_totals(r)
-            b1 = cpu_ticks(broker.pid) + sum(cpu_ticks(p) for p in api_pids)
+            a1 = sum(cpu_ticks(p) for p in api_pids)
+            b1 = cpu_ticks(broker.pid) + a1
             ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
             print(
                 f"idle    {elapsed:.0f} s, {r.scard(running_key)} running: broker process (+ {len(api_pids)} API) "
-                f"{(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes ({len(ray_pids)}) "
+                f"{(b1 - b0) / HZ / elapsed * 100:.1f}% of a core (API processes "
+                f"{(a1 - a0) / HZ / elapsed * 100:.1f}%), Ray processes ({len(ray_pids)}) "
                 f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
                 f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
             )
