@@ -51,15 +51,9 @@ local function index_job(order, tenant_order, member)
 end
 """
 
-# KEYS: the index walked (global or the tenant's), jobs set, global order index. ARGV: after ('' = from
-# the start), limit ('' = no limit), scan budget ('' = no bound), job-key prefix, wanted states (','
-# separated, '' = any), cluster ('' = any), name ('' = any), compare the index with the jobs ('1'/'0').
-# Returns {'backfill'} when the global index is shorter than the jobs set (two O(1) counts), else
-# {next position or '', id, json, id, json, ...}.
-_PAGE = """
-if ARGV[8] == '1' and redis.call('ZCARD', KEYS[3]) < redis.call('SCARD', KEYS[2]) then
-  return {'backfill'}
-end
+# Both page scripts start the same way: the index entries after the cursor (at most the scan budget +
+# 1) and the wanted states as a set.
+_INDEX_RANGE = """
 local start = '-'
 if ARGV[1] ~= '' then start = '(' .. ARGV[1] end
 local limit = tonumber(ARGV[2])
@@ -75,7 +69,21 @@ if ARGV[5] ~= '' then
   want = {}
   for s in string.gmatch(ARGV[5], '[^,]+') do want[s] = true end
 end
-local out = {''}
+"""
+
+# KEYS: the index walked (global or the tenant's), jobs set, global order index. ARGV: after ('' = from
+# the start), limit ('' = no limit), scan budget ('' = no bound), job-key prefix, wanted states (','
+# separated, '' = any), cluster ('' = any), name ('' = any), compare the index with the jobs ('1'/'0').
+# Returns {'backfill'} when the global index is shorter than the jobs set (two O(1) counts), else
+# {next position or '', id, json, id, json, ...}.
+_PAGE = (
+    """
+if ARGV[8] == '1' and redis.call('ZCARD', KEYS[3]) < redis.call('SCARD', KEYS[2]) then
+  return {'backfill'}
+end
+"""
+    + _INDEX_RANGE
+    + """local out = {''}
 local taken = 0
 local last = nil
 local seen = #entries
@@ -114,6 +122,7 @@ end
 if stopped or (budget and #entries > budget) then out[1] = last end
 return out
 """
+)
 
 # The same walk for a reader that keeps items (no cluster or name filter: those need the records): it
 # answers the ids only, after the job changes since the reader's cursor. KEYS: the index walked, jobs
@@ -121,7 +130,8 @@ return out
 # cursor ('' = none), most changes to send, compare ('1'/'0'). Returns {'backfill'} as _PAGE, else
 # {next position or '', newest change id, '1' when the reader must drop everything it keeps (no cursor,
 # or changes it cannot be sent: trimmed, too many) else '0', n, n changed job ids, the page's ids...}.
-_IDS = """
+_IDS = (
+    """
 if ARGV[8] == '1' and redis.call('ZCARD', KEYS[3]) < redis.call('SCARD', KEYS[2]) then
   return {'backfill'}
 end
@@ -164,22 +174,9 @@ else
 end
 out[4] = #changed
 for i = 1, #changed do out[#out + 1] = changed[i] end
-local start = '-'
-if ARGV[1] ~= '' then start = '(' .. ARGV[1] end
-local limit = tonumber(ARGV[2])
-local budget = tonumber(ARGV[3])
-local entries
-if budget then
-  entries = redis.call('ZRANGEBYLEX', KEYS[1], start, '+', 'LIMIT', 0, budget + 1)
-else
-  entries = redis.call('ZRANGEBYLEX', KEYS[1], start, '+')
-end
-local want = nil
-if ARGV[5] ~= '' then
-  want = {}
-  for s in string.gmatch(ARGV[5], '[^,]+') do want[s] = true end
-end
-local taken, last, stopped = 0, nil, false
+"""
+    + _INDEX_RANGE
+    + """local taken, last, stopped = 0, nil, false
 local seen = #entries
 if budget and seen > budget then seen = budget end
 for i = 1, seen do
@@ -203,6 +200,7 @@ end
 if stopped or (budget and #entries > budget) then out[1] = last end
 return out
 """
+)
 
 # The documents of the jobs a reader does not keep. ARGV: job-key prefix, wanted states ('' = any), ids.
 # Returns each one's json, or false when it is gone or has left the wanted states since the walk.

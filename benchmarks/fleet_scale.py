@@ -48,6 +48,7 @@ import yaml
 
 from adapters.kube_rest import KubeRest
 from adapters.redis_process import private_redis
+from benchmarks.submit_load import read_answer, request_bytes
 from broker.workload.manifest import JOB_ID_LABEL
 from tests.conftest import free_port
 
@@ -157,7 +158,7 @@ async def submit_all(
                 body = json.dumps({"name": f"fs-{i}", "gpus": 1, "durationSeconds": 36000}).encode()
                 started = time.perf_counter()
                 try:
-                    writer.write(request_bytes(port, key, body))
+                    writer.write(request_bytes(port, key, body, TOKEN))
                     status, answer = await read_answer(reader)
                 except (OSError, asyncio.IncompleteReadError) as e:
                     errors.append(f"{type(e).__name__}: {e}")
@@ -173,25 +174,6 @@ async def submit_all(
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return latencies, errors, ids, last
-
-
-def request_bytes(port: int, key: str, body: bytes) -> bytes:
-    head = (
-        f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
-        f"Authorization: Bearer {TOKEN}\r\nIdempotency-Key: {key}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-async def read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head[9:12])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        if line[:15].lower() == b"content-length:":
-            length = int(line[15:])
-    return status, (await reader.readexactly(length)) if length else b""
 
 
 def list_pages(url: str) -> None:

@@ -77,10 +77,10 @@ def write_config(workdir: Path, kubeconfigs: dict[str, Path], redis_url: str) ->
     return path
 
 
-def request_bytes(port: int, key: str, body: bytes) -> bytes:
+def request_bytes(port: int, key: str, body: bytes, token: str = TOKEN) -> bytes:
     head = (
         f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: keep-alive\r\n"
-        f"Authorization: Bearer {TOKEN}\r\nIdempotency-Key: {key}\r\n"
+        f"Authorization: Bearer {token}\r\nIdempotency-Key: {key}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body

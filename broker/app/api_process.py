@@ -26,7 +26,7 @@ from pathlib import Path
 
 import uvicorn
 
-from adapters import poller_liveness, redis_durability
+from adapters import poller_liveness
 from adapters.poller_shard import HashRing
 from adapters.redis_lease import RedisLease
 from broker import telemetry
@@ -86,17 +86,7 @@ def run(args: argparse.Namespace) -> None:
     cfg = composition.configured(args.config, os.environ)
     settings = cfg.settings
     tokens = token_table(cfg, args.insecure_no_auth, warn=False)
-    service, store, gateway = composition.build_service(
-        cfg,
-        store=redis_durability.state_store(  # settings.redisDurability: WAIT for a replica per ack
-            settings.redis_url,
-            settings.redis_durability,
-            settings.redis_wait_timeout_ms,
-            prefix=settings.redis_prefix,
-            require_marker=True,
-            unique_names=True,
-        ),
-    )
+    service, store, gateway = composition.build_service(cfg, store=composition.api_state_store(cfg))
     members = read_members(args.members) if args.members is not None else None
     if members is not None:  # clusters.yaml's and the ClusterProfiles' as the broker process holds them
         service.set_traits(members, at_once=True)

@@ -143,6 +143,20 @@ def build_service(
     return service, store, gateway
 
 
+def api_state_store(cfg: FleetConfig) -> RedisStateStore:
+    """The store the API's service writes through: settings.redisDurability (WAIT for a replica per
+    acknowledged write), refusing writes while the records are rebuilt, job names unique per tenant."""
+    settings = cfg.settings
+    return redis_durability.state_store(
+        settings.redis_url,
+        settings.redis_durability,
+        settings.redis_wait_timeout_ms,
+        prefix=settings.redis_prefix,
+        require_marker=True,
+        unique_names=True,
+    )
+
+
 def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     return [
         PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
@@ -236,14 +250,7 @@ def running_broker(
     settings = cfg.settings
     service, store, gateway = build_service(
         cfg,
-        store=redis_durability.state_store(  # settings.redisDurability: WAIT for a replica per ack
-            settings.redis_url,
-            settings.redis_durability,
-            settings.redis_wait_timeout_ms,
-            prefix=settings.redis_prefix,
-            require_marker=True,
-            unique_names=True,
-        ),
+        store=api_state_store(cfg),
         clock=clock,
     )
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
