@@ -231,10 +231,14 @@ def test_the_compute_domain_is_owned_by_its_job_and_goes_with_it(sim: Simulation
     job_uid = _kubectl(sim, "nvl-a", "get", "jobs", w.name, "-n", w.namespace)["metadata"]["uid"]
     assert [(r["kind"], r["uid"]) for r in domain["metadata"]["ownerReferences"]] == [("Job", job_uid)]
     assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == f"{w.name}-channel"
-    template = _kubectl(
-        sim, "nvl-a", "get", "resourceclaimtemplates.resource.k8s.io", f"{w.name}-channel", "-n", w.namespace
-    )
-    request = template["spec"]["spec"]["devices"]["requests"][0]
+
+    # the ComputeDomain controller makes the channel template on its next tick, as NVIDIA's driver does
+    def templates() -> list[dict[str, Any]]:
+        items = _kubectl(sim, "nvl-a", "get", "resourceclaimtemplates.resource.k8s.io", "-n", w.namespace)
+        return [t for t in items["items"] if t["metadata"]["name"] == f"{w.name}-channel"]
+
+    wait_for(lambda: bool(templates()), timeout=30, what="the channel template made for the ComputeDomain")
+    request = templates()[0]["spec"]["spec"]["devices"]["requests"][0]
     assert request["exactly"]["deviceClassName"] == "compute-domain-default-channel.nvidia.com"
 
     _kubectl_delete(sim, "nvl-a", "jobs", w.name, w.namespace)
