@@ -27,6 +27,30 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return v
 """
 
+# One job's reservation on a cluster already checked to be at the placer's (version, ledger): refused
+# (-1) when a live reservation of a newer attempt, or of the same attempt by another placer, holds the
+# job; else any older reservation of the job is dropped (its cluster's ledger moves) and this one held
+# (1). KEYS-like arguments: resv:<cluster>, resv-where, the resv- and summary-key prefixes.
+RESERVE_ONE = """
+local function reserve_one(resv, resv_where, resv_prefix, summary_prefix, job, cluster, attempt, owner, now, json)
+  local where = redis.call('HGET', resv_where, job)
+  if where then
+    local old = redis.call('HGET', resv_prefix .. where, job)
+    if old then
+      local o = cjson.decode(old)
+      local live = tonumber(o['expires_at']) > now
+      local oa = tonumber(o['attempt'])
+      if live and (oa > attempt or (oa == attempt and o['owner'] ~= owner)) then return -1 end
+      redis.call('HDEL', resv_prefix .. where, job)
+      if where ~= cluster then redis.call('HINCRBY', summary_prefix .. where, 'ledger', 1) end
+    end
+  end
+  redis.call('HSET', resv, job, json)
+  redis.call('HSET', resv_where, job, cluster)
+  return 1
+end
+"""
+
 # KEYS: summary:<cluster>, resv:<cluster>, resv-where, leader-token. ARGV: job_id, cluster, attempt,
 # owner, now, expected version, expected ledger, json, resv-key prefix, summary-key prefix, token.
 # Returns {status, version, ledger}: status 1 reserved, 0 the cluster changed since the placer read it
@@ -34,32 +58,46 @@ return v
 # attempt, -2 the cluster has no summary, -3 the writer's lease token is stale.
 RESERVE = (
     STALE_TOKEN
+    + RESERVE_ONE
     + """
 if stale_token(KEYS[4], ARGV[11]) then return {-3, '0', '0'} end
-local job, cluster = ARGV[1], ARGV[2]
-local attempt, now = tonumber(ARGV[3]), tonumber(ARGV[5])
 local cur = redis.call('HMGET', KEYS[1], 'version', 'ledger')
 if not cur[1] then return {-2, '0', '0'} end
 local version, ledger = cur[1], cur[2] or '0'
 if version ~= ARGV[6] or ledger ~= ARGV[7] then return {0, version, ledger} end
-local where = redis.call('HGET', KEYS[3], job)
-if where then
-  local old = redis.call('HGET', ARGV[9] .. where, job)
-  if old then
-    local o = cjson.decode(old)
-    local live = tonumber(o['expires_at']) > now
-    local oa = tonumber(o['attempt'])
-    if live and (oa > attempt or (oa == attempt and o['owner'] ~= ARGV[4])) then
-      return {-1, version, ledger}
-    end
-    redis.call('HDEL', ARGV[9] .. where, job)
-    if where ~= cluster then redis.call('HINCRBY', ARGV[10] .. where, 'ledger', 1) end
-  end
-end
-redis.call('HSET', KEYS[2], job, ARGV[8])
-redis.call('HSET', KEYS[3], job, cluster)
+local code = reserve_one(KEYS[2], KEYS[3], ARGV[9], ARGV[10], ARGV[1], ARGV[2], tonumber(ARGV[3]),
+  ARGV[4], tonumber(ARGV[5]), ARGV[8])
+if code ~= 1 then return {code, version, ledger} end
 ledger = redis.call('HINCRBY', KEYS[1], 'ledger', 1)
 return {1, version, tostring(ledger)}
+"""
+)
+
+# KEYS: summary:<cluster>, resv:<cluster>, resv-where, leader-token. ARGV: cluster, owner, now, expected
+# version, expected ledger, resv-key prefix, summary-key prefix, token, then (job_id, attempt, json) per
+# reservation. Several reservations of one placer on one cluster, compared once against the state they
+# were all decided on (the placer assumed each into it) and held in order. Returns {status, version,
+# ledger, code per reservation}: status as RESERVE's (0, -2, -3: nothing held), each code 1 held or -1
+# held by another placer or a newer attempt; the ledger moves once per reservation held.
+RESERVE_MANY = (
+    STALE_TOKEN
+    + RESERVE_ONE
+    + """
+if stale_token(KEYS[4], ARGV[8]) then return {-3, '0', '0'} end
+local cur = redis.call('HMGET', KEYS[1], 'version', 'ledger')
+if not cur[1] then return {-2, '0', '0'} end
+local version, ledger = cur[1], cur[2] or '0'
+if version ~= ARGV[4] or ledger ~= ARGV[5] then return {0, version, ledger} end
+local out = {1, version, ledger}
+local now, held = tonumber(ARGV[3]), 0
+for i = 9, #ARGV, 3 do
+  local code = reserve_one(KEYS[2], KEYS[3], ARGV[6], ARGV[7], ARGV[i], ARGV[1], tonumber(ARGV[i + 1]),
+    ARGV[2], now, ARGV[i + 2])
+  out[#out + 1] = code
+  if code == 1 then held = held + 1 end
+end
+if held > 0 then out[3] = tostring(redis.call('HINCRBY', KEYS[1], 'ledger', held)) end
+return out
 """
 )
 

@@ -67,6 +67,7 @@ from adapters import redis_connect, redis_recovery_gate
 from adapters import redis_scripts as scripts
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
+from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites
 from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
@@ -98,16 +99,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-_RESERVE_STATUS = {
-    1: ReserveResult.RESERVED,
-    0: ReserveResult.STALE,
-    -1: ReserveResult.HELD,
-    -2: ReserveResult.NO_CLUSTER,
-}
-_FENCED_CODE = -3
-
-
-class RedisStateStore(JobChanges, SideTables):
+class RedisStateStore(JobWrites, JobChanges, SideTables):
     """broker.core.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
     def __init__(
@@ -144,6 +136,7 @@ class RedisStateStore(JobChanges, SideTables):
         self._prune = self._r.register_script(scripts.PRUNE)
         self._create_job = self._r.register_script(scripts.CREATE_JOB)
         self._save_job = self._r.register_script(scripts.SAVE_JOB)
+        self._reserve_many = self._r.register_script(scripts.RESERVE_MANY)
         self._lister = RedisJobList(self._r, prefix)
 
     # ------------------------------------------------------------------ keys
@@ -308,9 +301,9 @@ class RedisStateStore(JobChanges, SideTables):
             )
         except redis.RedisError as e:
             raise StoreError(f"redis: reserve {reservation.job_id} on {c}: {e}") from e
-        if int(code) == _FENCED_CODE:
+        if int(code) == FENCED_CODE:
             raise Fenced(f"reserve {reservation.job_id}: this broker's leader lease is no longer current")
-        return ReserveResult(_RESERVE_STATUS[int(code)], int(cur_version), int(cur_ledger))
+        return ReserveResult(RESERVE_STATUS[int(code)], int(cur_version), int(cur_ledger))
 
     def release(self, job_id: str, attempt: int | None = None, owner: str | None = None) -> bool:
         """Forget the job's reservation: any, or only that attempt's, or only that owner's. Returns
@@ -460,56 +453,6 @@ class RedisStateStore(JobChanges, SideTables):
         except redis.RedisError as e:
             raise StoreError(f"redis: get_job {job_id}: {e}") from e
         return None if raw is None else _JOB.validate_json(raw)
-
-    def save_job(
-        self,
-        record: JobRecord,
-        expected_state: JobState | None = None,
-        event: JobEvent | None = None,
-        expected_attempt: int | None = None,
-    ) -> JobRecord:
-        """Write the record (and the event of the transition, in the same round trip); with
-        expected_state (and expected_attempt), only if the stored state (and attempt) are still those
-        (else Conflict, nothing written)."""
-        try:
-            status, current = self._save_job(
-                keys=[
-                    self._k("job", record.id),
-                    self._k("jobs"),
-                    self._k("jobs", "state", ""),
-                    self._k("events", record.id),
-                    self._k("events"),
-                    self._k("leader-token"),
-                    self._k("changes"),
-                ],
-                args=[
-                    record.id,
-                    _JOB.dump_json(record),
-                    record.state.value,
-                    expected_state.value if expected_state is not None else "",
-                    _EVENT.dump_json(event) if event is not None else "",
-                    _FLEET_STREAM_MAXLEN,
-                    self._token_arg(),
-                    str(expected_attempt) if expected_attempt is not None else "",
-                    str(record.attempt),
-                    self.writer_id,
-                    CHANGES_MAXLEN,
-                ],
-            )
-        except redis.RedisError as e:
-            raise StoreError(f"redis: save_job {record.id}: {e}") from e
-        if status == b"fenced":
-            raise Fenced(
-                f"job {record.id}: not written, this broker's leader lease is no longer current "
-                f"(current token {_text(current) or 'none'})"
-            )
-        if status == b"conflict":
-            now_state = _text(current) or "absent"
-            raise Conflict(
-                f"job {record.id}: expected state {expected_state.value if expected_state else '-'}, "
-                f"found {now_state}"
-            )
-        return record
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]:
         try:

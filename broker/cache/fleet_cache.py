@@ -4,7 +4,9 @@ Owns, for the declared clusters, the last summary and reservations read from the
 summary version and reservation ledger they were read at, and the placeable view of each
 (broker.cache.reservations.deduct). `refresh` asks the store only for the (version, ledger) pairs and reads
 again just the clusters whose pair moved; `assume` applies a reservation this placer just committed
-(compare-and-set at exactly the cached pair), so the next decision needs no read at all.
+(compare-and-set at exactly the cached pair), so the next decision needs no read at all; `hold` and
+`settle` do the same for a pass's decisions reserved together (decided one after another, each held in
+the cache, then one compare-and-set per cluster).
 `generation` bumps whenever anything placeable may have changed; `fingerprint` digests the fleet's
 structure (for parking never-fit jobs). Service layer: talks to the StateStore port only, `now` comes in.
 """
@@ -132,6 +134,28 @@ class FleetCache:
             return
         kept = tuple(r for r in entry.state.reservations if r.job_id != reservation.job_id)
         entry.state = replace(entry.state, reservations=(*kept, reservation), ledger=ledger)
+        entry.placeable = None
+
+    def hold(self, reservation: Reservation) -> None:
+        """A reservation decided but not yet stored (a pass reserves its decisions together, one
+        compare-and-set per cluster at the cached pair): the next decisions see it. `settle` keeps or
+        drops it once the store answered; a `refresh_cluster` forgets it with the rest of the old state."""
+        entry = self._entries.get(reservation.cluster)
+        if entry is None:
+            return
+        kept = tuple(r for r in entry.state.reservations if r.job_id != reservation.job_id)
+        entry.state = replace(entry.state, reservations=(*kept, reservation))
+        entry.placeable = None
+
+    def settle(self, cluster: str, refused: Iterable[str], ledger: int) -> None:
+        """The store held this cluster's batch of holds but `refused` (another placer holds those jobs)
+        and is now at `ledger`: reflect both without reading."""
+        entry = self._entries.get(cluster)
+        if entry is None:
+            return
+        gone = set(refused)
+        kept = tuple(r for r in entry.state.reservations if r.job_id not in gone)
+        entry.state = replace(entry.state, reservations=kept, ledger=ledger)
         entry.placeable = None
 
     def fingerprint(self) -> str:

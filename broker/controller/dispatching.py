@@ -1,6 +1,7 @@
 """Dispatch: record PLACED and create the Job in the member cluster (on the Dispatcher's threads).
 
-Owns the member-cluster half of a placement: the PLACED compare-and-set from QUEUED, the create (409
+Owns the member-cluster half of a placement: the PLACED compare-and-sets from QUEUED (a pass's reserved
+jobs in one round trip), the create (409
 is success), the requeue with backoff when a create fails, and the delete of a Job created for a job
 cancelled meanwhile (cancel and create may cross in either order). A new leader resumes the creates of
 the PLACED jobs its predecessor left (resume_dispatch).
@@ -16,6 +17,7 @@ from dataclasses import replace
 from broker import telemetry
 from broker.controller import faults
 from broker.controller.base import ControllerBase
+from broker.controller.state_writer import Transition
 from broker.core.errors import (
     ClusterError,
     ClusterRejected,
@@ -36,32 +38,42 @@ log = logging.getLogger(__name__)
 DISPATCH_BACKOFF_MAX_SECONDS = 300.0
 
 
+def _placed_reason(where: Placement) -> str:
+    return (
+        f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod "
+        f"({where.product}), score {where.score}"
+    )
+
+
 class Dispatching(ControllerBase):
-    def _commit(self, record: JobRecord, where: Placement, now: float) -> JobRecord | None:
-        """Record PLACED (compare-and-set from QUEUED) and hand the create to the dispatcher."""
-        attempt = record.attempt + 1
-        name = manifest.workload_name(record.id, attempt)
-        reason = f"placed on {where.cluster}: {where.units_per_pod}x {where.resource_name} per pod ({where.product}), score {where.score}"
-        try:
-            placed = self._transition(
-                replace(
-                    record,
-                    attempt=attempt,
-                    cluster=where.cluster,
-                    placement=where,
-                    workload_name=name,
-                    move_to=(),  # a migration's constraint held for this placement only
-                ),
-                JobState.PLACED,
-                reason,
-                expected=JobState.QUEUED,
+    def _commit_many(
+        self, placements: list[tuple[JobRecord, Placement]], now: float
+    ) -> list[JobRecord | None]:
+        """_commit for many reserved jobs: their PLACED compare-and-sets in one round trip, then each
+        create handed to the dispatcher. Per job, in order: the record as PLACED, or None (cancelled
+        meanwhile, or another replica took it: its reservation is released)."""
+        moves = []
+        for record, where in placements:
+            attempt = record.attempt + 1
+            placed = replace(
+                record,
+                attempt=attempt,
+                cluster=where.cluster,
+                placement=where,
+                workload_name=manifest.workload_name(record.id, attempt),
+                move_to=(),  # a migration's constraint held for this placement only
             )
-        except Conflict:
-            self.store.release(record.id, attempt, self.placer_id)
-            return None  # cancelled meanwhile, or another replica took it
-        faults.point("placed")
-        self.dispatcher.submit(where.cluster, lambda: self._create(placed, where))
-        return placed
+            moves.append(Transition(placed, JobState.PLACED, _placed_reason(where), expected=JobState.QUEUED))
+        out: list[JobRecord | None] = []
+        for (record, where), written in zip(placements, self.writer.transition_many(moves), strict=True):
+            if isinstance(written, Conflict):
+                self.store.release(record.id, record.attempt + 1, self.placer_id)
+                out.append(None)
+                continue
+            faults.point("placed")
+            self.dispatcher.submit(where.cluster, functools.partial(self._create, written, where))
+            out.append(written)
+        return out
 
     def resume_dispatch(self) -> int:
         """Submit the create of every PLACED job again (a new leader resumes its predecessor's creates;

@@ -3,10 +3,12 @@
 The FleetCache is refreshed incrementally (only clusters whose summary version or reservation ledger
 moved are read), the QUEUED jobs come from the leader's records in queue order (broker.queue.queueing:
 priority, fair share across tenants, age; a job a quota holds back keeps the rule as its reason) and
-are placed one after another by a BatchPlacer over the cache's placeable view; each placement is
-reserved by compare-and-set at exactly the state it was decided on (a cluster that moved is read again
-and the job decided again), assumed into the cache and the placer, recorded PLACED and handed to the
-Dispatcher (broker.controller.dispatching). A job that can never fit the fleet is parked until the
+are decided one after another by a BatchPlacer over the cache's placeable view, each decision held in
+the cache and the placer so that the next one sees it. Up to RESERVE_BATCH decisions are then reserved
+together: one compare-and-set per cluster at exactly the state they were decided on, all clusters in one
+round trip (a cluster that moved meanwhile is read again and its jobs decided again); the reserved jobs
+are recorded PLACED in one round trip and handed to the Dispatcher (broker.controller.dispatching). A
+pass places at most PLACED_PER_PASS jobs, so that status sync runs between the passes of a large burst. A job that can never fit the fleet is parked until the
 fleet's structure changes; one that can't fit now is not looked at again until the cache changes.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from broker import telemetry
 from broker.controller import faults
@@ -34,7 +36,7 @@ from broker.core.model import (
     Placement,
     Reservation,
 )
-from broker.core.ports import ReserveResult
+from broker.core.ports import ReserveBatch, ReserveResult
 from broker.health import failover
 from broker.queue import queueing
 from broker.scheduler.batch_placement import BatchPlacer
@@ -45,9 +47,26 @@ log = logging.getLogger(__name__)
 
 # How often one job is decided again in a pass when its cluster changed between decision and reserve.
 _RESERVE_ATTEMPTS = 3
+# Decisions reserved together (one round trip for their reservations, one for their PLACED writes).
+RESERVE_BATCH = 256
+# Jobs placed in one pass at most: the rest wait for the next pass, which comes at once (the work queue
+# is woken), after the other steps (status sync) had their turn.
+PLACED_PER_PASS = 1024
 # A job that could not fit is looked at again when the cache changed, or after this long regardless
 # (reservations expire without any write).
 _NOFIT_RECHECK_SECONDS = 5.0
+
+
+@dataclass
+class _Decided:
+    """A job decided in this pass and held in the cache, waiting for its batch's reserve."""
+
+    record: JobRecord
+    placement: Placement
+    reservation: Reservation
+    recorder: telemetry.PhaseRecorder
+    products: tuple[str, ...] | None
+    tries: int
 
 
 class Scheduling(Preempting, Dispatching):
@@ -78,8 +97,13 @@ class Scheduling(Preempting, Dispatching):
         slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
         if self.burst is not None:
             self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered)
+        decided: list[_Decided] = []
+        placed = 0
         for slot in slots:
             record = slot.record
+            if placed + len(decided) >= PLACED_PER_PASS:
+                self.work.wake()  # the rest in the next pass, once the other steps ran
+                break
             if slot.blocked is not None:
                 changed.extend(self._hold(record, slot.blocked, now))
                 continue
@@ -94,19 +118,35 @@ class Scheduling(Preempting, Dispatching):
                 and now - seen[1] < _NOFIT_RECHECK_SECONDS
             ):
                 continue  # nothing changed since it did not fit
-            try:
-                with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
-                    step = self._schedule_job(record, placer, now, slot.products)
-            except (StoreError, Fenced):
-                raise  # the store is down, or this replica is no longer the leader: nothing can progress
-            except Exception:
-                log.exception(
-                    "placing %s failed; the other jobs go on and it is retried next pass", record.id
-                )
-                continue
+            step = self._decide_isolated(record, placer, now, slot.products, decided, 1)
             if step is not None:
                 changed.append(step)
+            if len(decided) >= RESERVE_BATCH:
+                done = self._reserve_decided(decided, placer, now)
+                placed += sum(1 for r in done if r.state is JobState.PLACED)
+                changed.extend(done)
+                decided = []
+        changed.extend(self._reserve_decided(decided, placer, now))
         return changed
+
+    def _decide_isolated(
+        self,
+        record: JobRecord,
+        placer: BatchPlacer,
+        now: float,
+        products: tuple[str, ...] | None,
+        decided: list[_Decided],
+        tries: int,
+    ) -> JobRecord | None:
+        """_decide with one job's fault kept to itself (logged; the others go on)."""
+        try:
+            with telemetry.job_context(record.trace_parent):  # its log lines carry its trace id
+                return self._decide(record, placer, now, products, decided, tries)
+        except (StoreError, Fenced):
+            raise  # the store is down, or this replica is no longer the leader: nothing can progress
+        except Exception:
+            log.exception("placing %s failed; the other jobs go on and it is retried next pass", record.id)
+            return None
 
     def _queue_plan(self, queued: list[JobRecord], offered: list[ClusterSummary]) -> list[queueing.Slot]:
         """The queue's order and quota verdicts for this pass, over the jobs holding GPUs now (the
@@ -129,49 +169,107 @@ class Scheduling(Preempting, Dispatching):
         except Conflict:
             return []  # another placer moved it meanwhile
 
-    def _schedule_job(
-        self, record: JobRecord, placer: BatchPlacer, now: float, products: tuple[str, ...] | None = None
+    def _decide(
+        self,
+        record: JobRecord,
+        placer: BatchPlacer,
+        now: float,
+        products: tuple[str, ...] | None,
+        decided: list[_Decided],
+        tries: int,
     ) -> JobRecord | None:
-        """One placement attempt: the job as changed (PLACED, or QUEUED with a new reason), or None.
-        `products`, when given, narrows the products it may use in this pass (the queue's quotas)."""
+        """One placement decision: the job as changed when it is not placed (QUEUED with a new reason),
+        else None; a placement is held in the cache and the placer and joins `decided` (reserved with its
+        batch). `products`, when given, narrows the products it may use in this pass (the queue's quotas)."""
         self.evaluations += 1
         request = record.request if products is None else replace(record.request, gpu_products=products)
         if record.move_to:  # a moved job's next attempt (docs/migration.md): only these clusters
             request = replace(request, clusters=record.move_to)
         if record.avoid:  # clusters an attempt was withdrawn from lately (member trouble)
             request = replace(request, avoid_clusters=member_trouble.avoided(record, now))
-        for _ in range(_RESERVE_ATTEMPTS):
-            recorder = telemetry.PhaseRecorder()
-            started = time.perf_counter()
-            decision = placer.place(request)
-            outcome = "unplaceable" if isinstance(decision, NoFit) else "placed"
-            telemetry.placement_latency.labels(outcome).observe(time.perf_counter() - started)
-            recorder.record_verdicts(placer.verdicts(request))
-            if isinstance(decision, NoFit):
-                return self._not_placed(record, decision, now, recorder)
-            if decision.burst and self.burst is not None:
-                gated = self._wait_or_burst(record, request, decision, placer, now)
-                if not isinstance(gated, Placement):
-                    return gated  # it waits for on-prem (its reason says why)
-                decision = gated
-            reservation, result = self._reserve(record, decision, now)
-            if result.ok:
-                faults.point("reserved")
-                recorder.emit(record.trace_parent, outcome, **{"gpufed.cluster": decision.cluster})
-                self.cache.assume(reservation, result.ledger)
-                self._charge_quota(record, decision)
-                self._assume_into(placer, decision.cluster, now)
-                placed = self._commit(record, decision, now)
-                if placed is not None:
-                    telemetry.placements.labels(decision.cluster, decision.product).inc()
-                    if record.attempt == 0:
-                        telemetry.queue_wait.observe(max(0.0, now - record.created_at))
-                return placed
-            if result.status != ReserveResult.STALE:
-                return None  # another placer holds this job, or the cluster is gone
-            self.cache.refresh_cluster(decision.cluster)  # it moved since it was read: decide again
-            self._assume_into(placer, decision.cluster, now)
+        recorder = telemetry.PhaseRecorder()
+        started = time.perf_counter()
+        decision = placer.place(request)
+        outcome = "unplaceable" if isinstance(decision, NoFit) else "placed"
+        telemetry.placement_latency.labels(outcome).observe(time.perf_counter() - started)
+        recorder.record_verdicts(placer.verdicts(request))
+        if isinstance(decision, NoFit):
+            return self._not_placed(record, decision, now, recorder)
+        if decision.burst and self.burst is not None:
+            gated = self._wait_or_burst(record, request, decision, placer, now)
+            if not isinstance(gated, Placement):
+                return gated  # it waits for on-prem (its reason says why)
+            decision = gated
+        if self.cache.state(decision.cluster) is None:
+            return None  # gone from the cache since the placer's view was made
+        reservation = self._reservation(record, decision, now)
+        self.cache.hold(reservation)
+        self._charge_quota(record, decision)  # dropped by _charged once its hold is gone (refused)
+        self._assume_into(placer, decision.cluster, now)
+        decided.append(_Decided(record, decision, reservation, recorder, products, tries))
         return None
+
+    def _reserve_decided(self, decided: list[_Decided], placer: BatchPlacer, now: float) -> list[JobRecord]:
+        """Reserve a batch of decisions (one compare-and-set per cluster, one round trip), record the
+        reserved ones PLACED (one round trip) and dispatch them; the jobs of a cluster that moved since it
+        was read are decided again on what it is now (at most _RESERVE_ATTEMPTS decisions per job)."""
+        changed: list[JobRecord] = []
+        while decided:
+            by_cluster: dict[str, list[_Decided]] = {}
+            for d in decided:
+                by_cluster.setdefault(d.placement.cluster, []).append(d)
+            batches = []
+            for cluster, items in by_cluster.items():
+                state = self.cache.state(cluster)
+                if state is not None:
+                    reserving = tuple(d.reservation for d in items)
+                    batches.append(ReserveBatch(cluster, state.summary.version, state.ledger, reserving))
+            started = time.time_ns()
+            answers = self.store.reserve_many(batches, now)
+            won: list[_Decided] = []
+            again: list[_Decided] = []
+            for batch, results in zip(batches, answers, strict=True):
+                items = by_cluster[batch.cluster]
+                for d, result in zip(items, results, strict=True):
+                    telemetry.job_span_done(
+                        "gpufed.job.reserve",
+                        d.record.trace_parent,
+                        started,
+                        **{"gpufed.cluster": batch.cluster, "gpufed.reserved": result.status},
+                    )
+                status = results[0].status if results else ReserveResult.RESERVED
+                if status in (ReserveResult.STALE, ReserveResult.NO_CLUSTER):
+                    self.cache.refresh_cluster(batch.cluster)  # it moved since it was read: decide again
+                    self._assume_into(placer, batch.cluster, now)
+                    if status == ReserveResult.STALE:
+                        again.extend(d for d in items if d.tries < _RESERVE_ATTEMPTS)
+                    continue
+                refused = [d.record.id for d, r in zip(items, results, strict=True) if not r.ok]
+                self.cache.settle(batch.cluster, refused, results[-1].ledger)
+                if refused:  # another placer holds those jobs: their holds are gone
+                    self._assume_into(placer, batch.cluster, now)
+                won.extend(d for d, r in zip(items, results, strict=True) if r.ok)
+            changed.extend(self._commit_decided(won, now))
+            decided = []
+            for d in again:
+                step = self._decide_isolated(d.record, placer, now, d.products, decided, d.tries + 1)
+                if step is not None:
+                    changed.append(step)
+        return changed
+
+    def _commit_decided(self, won: list[_Decided], now: float) -> list[JobRecord]:
+        """The reserved jobs recorded PLACED and dispatched, with their placement's telemetry."""
+        for d in won:
+            faults.point("reserved")
+            d.recorder.emit(d.record.trace_parent, "placed", **{"gpufed.cluster": d.placement.cluster})
+        placed = self._commit_many([(d.record, d.placement) for d in won], now)
+        for d, done in zip(won, placed, strict=True):
+            if done is None:
+                continue
+            telemetry.placements.labels(d.placement.cluster, d.placement.product).inc()
+            if d.record.attempt == 0:
+                telemetry.queue_wait.observe(max(0.0, now - d.record.created_at))
+        return [p for p in placed if p is not None]
 
     def _wait_or_burst(
         self, record: JobRecord, request: JobRequest, decision: Placement, placer: BatchPlacer, now: float
@@ -246,9 +344,9 @@ class Scheduling(Preempting, Dispatching):
                 return None  # another placer moved it meanwhile
         return None
 
-    def _reserve(self, record: JobRecord, where: Placement, now: float) -> tuple[Reservation, ReserveResult]:
-        """Compare-and-set the placement's reservation at the (version, ledger) it was decided on."""
-        reservation = Reservation(
+    def _reservation(self, record: JobRecord, where: Placement, now: float) -> Reservation:
+        """The reservation of a placement: its next attempt's, held by this placer until it expires."""
+        return Reservation(
             job_id=record.id,
             attempt=record.attempt + 1,
             cluster=where.cluster,
@@ -264,12 +362,3 @@ class Scheduling(Preempting, Dispatching):
             owner=self.placer_id,
             clique=where.clique,
         )
-        state = self.cache.state(where.cluster)
-        if state is None:
-            return reservation, ReserveResult(ReserveResult.NO_CLUSTER, 0, 0)
-        with telemetry.job_span(
-            "gpufed.job.reserve", record.trace_parent, **{"gpufed.cluster": where.cluster}
-        ) as span:
-            result = self.store.reserve(reservation, now, state.summary.version, state.ledger)
-            span.set_attribute("gpufed.reserved", result.status)
-        return reservation, result

@@ -10,13 +10,15 @@ before the Conflict goes to the caller, so the next decision is made on what the
 
 from __future__ import annotations
 
-from dataclasses import replace
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from broker import telemetry
 from broker.controller.job_records import JobRecords
 from broker.core.errors import Conflict
 from broker.core.model import JobEvent, JobRecord, JobState
-from broker.core.ports import Clock, StateStore
+from broker.core.ports import Clock, JobWrite, StateStore
 
 
 def event_of(record: JobRecord, reason: str) -> JobEvent:
@@ -29,6 +31,17 @@ def event_of(record: JobRecord, reason: str) -> JobEvent:
         cluster=record.cluster,
         trace_id=telemetry.trace_id_of(record.trace_parent),
     )
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One job's transition of a batch (StateWriter.transition_many): transition's arguments."""
+
+    record: JobRecord
+    state: JobState
+    reason: str
+    expected: JobState | None = None
+    expected_attempt: int | None = None
 
 
 class StateWriter:
@@ -56,6 +69,30 @@ class StateWriter:
             saved = self._write(changed, expected, event_of(changed, reason), expected_attempt)
             telemetry.transitions.labels(str(state)).inc()
         return saved
+
+    def transition_many(self, moves: Sequence[Transition]) -> list[JobRecord | Conflict]:
+        """transition for many jobs in one round trip (the scheduling pass's PLACED writes): per move, in
+        order, the record as written or its Conflict (that record read again). Fenced as transition."""
+        now = self.clock.now()
+        started = time.time_ns()
+        writes = []
+        for m in moves:
+            changed = replace(m.record, state=m.state, reason=m.reason, updated_at=now)
+            writes.append(JobWrite(changed, m.expected, event_of(changed, m.reason), m.expected_attempt))
+        out = self.store.save_jobs(writes)
+        for m, result in zip(moves, out, strict=True):
+            if isinstance(result, Conflict):
+                self.records.reread_one(m.record.id)
+                continue
+            self.records.put(result)
+            telemetry.transitions.labels(str(m.state)).inc()
+            telemetry.job_span_done(
+                "gpufed.job.state",
+                m.record.trace_parent,
+                started,
+                **{"gpufed.state": str(m.state), "gpufed.reason": m.reason},
+            )
+        return out
 
     def save(self, record: JobRecord) -> JobRecord:
         """A change that is not a transition (a new reason): compare-and-set at the record's state."""

@@ -214,9 +214,12 @@ class StatusSync(MemberTroubles):
         if not settling:
             return
         versions = self.store.cluster_versions(sorted({c for c, _ in settling.values()}))
-        for key, (cluster, seen) in settling.items():
-            pair = versions.get(cluster)
-            if pair is None or pair[0] > seen:
-                self.store.release(*key)
-                with self._settling_lock:
-                    self._settling.pop(key, None)
+        counted = [
+            key
+            for key, (cluster, seen) in settling.items()
+            if (pair := versions.get(cluster)) is None or pair[0] > seen
+        ]
+        self.store.release_many(counted)  # one round trip however many were counted
+        with self._settling_lock:
+            for key in counted:
+                self._settling.pop(key, None)

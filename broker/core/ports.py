@@ -54,6 +54,27 @@ class ReserveResult:
         return self.status == ReserveResult.RESERVED
 
 
+@dataclass(frozen=True)
+class ReserveBatch:
+    """Reservations of one placer on one cluster, all decided on the cluster at (version, ledger) with each
+    earlier one assumed: held together by one compare-and-set (StateStore.reserve_many)."""
+
+    cluster: str
+    version: int
+    ledger: int
+    reservations: tuple[Reservation, ...]
+
+
+@dataclass(frozen=True)
+class JobWrite:
+    """One compare-and-set job write of a batch (StateStore.save_jobs): as save_job's arguments."""
+
+    record: JobRecord
+    expected_state: JobState | None = None
+    event: JobEvent | None = None
+    expected_attempt: int | None = None
+
+
 class Clock(Protocol):
     def now(self) -> float: ...
 
@@ -196,7 +217,16 @@ class StateStore(Protocol):
         """Compare-and-set: hold it only if the cluster is still at that summary version and ledger."""
         ...
 
+    def reserve_many(self, batches: Sequence[ReserveBatch], now: float) -> list[list[ReserveResult]]:
+        """reserve for several clusters in one round trip: per batch, per reservation in order, its result
+        (all STALE, HELD...: as reserve; one that moved costs only its own cluster's batch)."""
+        ...
+
     def release(self, job_id: str, attempt: int | None = None, owner: str | None = None) -> bool: ...
+
+    def release_many(self, held: Sequence[tuple[str, int | None]]) -> int:
+        """release (job id, attempt) for many jobs in one round trip; returns how many were removed."""
+        ...
 
     def prune_expired(self, now: float) -> int: ...
 
@@ -225,6 +255,11 @@ class StateStore(Protocol):
     ) -> JobRecord:
         """Write the record (and its event, atomically); with expected_state (and expected_attempt),
         only if the stored state (and attempt) are still those (else Conflict)."""
+        ...
+
+    def save_jobs(self, writes: Sequence[JobWrite]) -> list[JobRecord | Conflict]:
+        """save_job for many jobs in one round trip: per write, in order, the record or its Conflict.
+        Raises Fenced when this writer's lease is no longer current (what landed before stays)."""
         ...
 
     def list_jobs(self, states: Sequence[JobState] | None = None) -> list[JobRecord]: ...

@@ -449,6 +449,17 @@ def job_span(name: str, traceparent: str | None, **attributes: Attr) -> Iterator
         yield s
 
 
+def job_span_done(name: str, traceparent: str | None, started_ns: int, **attributes: Attr) -> None:
+    """A span of a job's trace written once its work is done (a batched write: each job's span covers
+    the batch, from `started_ns` until now). Nothing is built when no exporter is configured."""
+    if not exporting():
+        return
+    done = tracer.start_span(
+        name, context=_context_of(traceparent), start_time=started_ns, attributes=attributes
+    )
+    done.end(end_time=time.time_ns())
+
+
 @contextmanager
 def job_context(traceparent: str | None) -> Iterator[None]:
     """Make the job's trace current without a span of its own: log lines written inside carry its
@@ -546,6 +557,7 @@ __all__ = [
     "exposition",
     "job_context",
     "job_span",
+    "job_span_done",
     "member_stuck",
     "placement_latency",
     "placements",

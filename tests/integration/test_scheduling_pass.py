@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from adapters.redis_store import RedisStateStore
+from broker.controller import scheduling
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterUnreachable
 from broker.core.model import (
@@ -28,6 +29,7 @@ from broker.core.model import (
     ProductCapacity,
     Reservation,
 )
+from broker.core.ports import ReserveBatch, ReserveResult
 from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import NOW, ManualClock, RecordingGateway
 
@@ -301,3 +303,62 @@ def test_jobs_that_cannot_be_read_are_logged_once_per_cluster_not_per_job_per_pa
     said = [r.getMessage() for r in caplog.records if r.name.startswith("broker.controller")]
     assert len([m for m in said if m.startswith("cannot read")]) == 1, said  # not 2 jobs x 5 passes
     assert said.count("Jobs on a can be read again") == 1
+
+
+class PublishingStore(RedisStateStore):
+    """The real store; `publish` is written (as a poller would) just before the pass's next reserve."""
+
+    publish: ClusterSummary | None = None
+
+    def reserve_many(self, batches: Sequence[ReserveBatch], now: float) -> list[list[ReserveResult]]:
+        if self.publish is not None:
+            summary, self.publish = self.publish, None
+            self.put_summary(summary)
+        return super().reserve_many(batches, now)
+
+
+def test_jobs_decided_on_a_cluster_that_moved_before_the_reserve_are_decided_again_on_what_it_is_now(
+    redis_url: str,
+) -> None:
+    store = PublishingStore(redis_url, prefix="pass" + uuid.uuid4().hex[:8])
+    try:
+        clock = ManualClock()
+        store.put_summary(cluster("a", 8))
+        store.put_summary(cluster("b", 8))
+        svc = service(store, clock, ["a", "b"])
+        for i in range(4):
+            svc.submit(JobRequest(f"four-{i}", gpus_per_pod=4))
+        store.publish = cluster("a", 4)  # something outside the broker took half of a meanwhile
+
+        svc.schedule_once()
+
+        placed = store.list_jobs([JobState.PLACED])
+        held = store.live_reservations(NOW)
+        assert len(placed) == 3  # 4 free on a and 8 on b hold three jobs of 4, not four
+        assert sum(r.units for r in held if r.cluster == "a") <= 4
+        assert sum(r.units for r in held if r.cluster == "b") <= 8
+        assert sorted(r.job_id for r in held) == sorted(j.id for j in placed)
+        assert len(store.list_jobs([JobState.QUEUED])) == 1
+    finally:
+        store.close()
+
+
+def test_a_pass_places_a_bounded_number_and_asks_for_the_next_pass_at_once(
+    store: RedisStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduling, "PLACED_PER_PASS", 3)
+    monkeypatch.setattr(scheduling, "RESERVE_BATCH", 2)
+    clock = ManualClock()
+    store.put_summary(cluster("a", 8))
+    svc = service(store, clock, ["a"])
+    for i in range(5):
+        svc.submit(JobRequest(f"one-{i}", gpus_per_pod=1))
+    svc.work.wait(0)  # the submits' wake-up, taken
+
+    svc.schedule_once()
+
+    assert len(store.list_jobs([JobState.PLACED])) == 3
+    assert svc.work.wait(0)  # woken: the loop runs the next pass without waiting for its interval
+    svc.schedule_once()
+    assert len(store.list_jobs([JobState.PLACED])) == 5
+    assert len(store.live_reservations(NOW)) == 5
