@@ -2,8 +2,9 @@
 
 A Job whose status changed is put on the work queue by the informer's callback (watch_changes); a pass
 reads only those, every job of a cluster whose watch is not synced (or a gateway that does not watch),
-and every job from memory every STATUS_RESYNC_SECONDS. lifecycle.observe decides; reservations are
-released once the pods are counted by a newer summary of their cluster (settling) or the job ended.
+and every job from memory every STATUS_RESYNC_SECONDS. lifecycle.observe decides; a cluster's
+transitions are written together (one round trip); reservations are released once the pods are counted
+by a newer summary of their cluster (settling) or the job ended.
 What the pods and the Job controller's events say beyond the Job's status (member trouble) is read and
 acted on by MemberTroubles (broker.controller.member_troubles).
 """
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from broker import telemetry
 from broker.controller import faults
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.member_troubles import MemberTroubles
+from broker.controller.state_writer import Transition
 from broker.core.errors import (
     ClusterError,
     Conflict,
@@ -37,6 +39,17 @@ log = logging.getLogger(__name__)
 # Followed by watch, a job's status is read when its Job changed; every job is compared with the
 # informer caches (memory, no request) this often anyway.
 STATUS_RESYNC_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class _Move:
+    """A transition status sync decided for one job, written with its cluster's others."""
+
+    record: JobRecord  # as read
+    target: JobRecord  # as it will be written, before its state and reason
+    state: JobState
+    reason: str
+    namespace: str
 
 
 class StatusSync(MemberTroubles):
@@ -105,10 +118,11 @@ class StatusSync(MemberTroubles):
     def _sync_cluster(self, records: list[JobRecord]) -> list[JobRecord]:
         changed: list[JobRecord] = []
         ready: list[JobRecord] = []
+        moves: list[_Move] = []
         for record in records:
             try:
                 with telemetry.job_context(record.trace_parent):
-                    step = self._sync_job(record, ready)
+                    step = self._sync_job(record, ready, moves)
             except (StoreError, Fenced):
                 raise
             except Exception:
@@ -118,12 +132,38 @@ class StatusSync(MemberTroubles):
                 continue
             if step is not None:
                 changed.append(step)
+        changed.extend(self._write_moves(moves))
         self._settle(ready)
         return changed
 
-    def _sync_job(self, record: JobRecord, ready: list[JobRecord]) -> JobRecord | None:
-        """Apply what the cluster says of one job; a job whose pods are all ready joins `ready` (its
-        reservation is released once the cluster's summary counts them: _settle)."""
+    def _write_moves(self, moves: list[_Move]) -> list[JobRecord]:
+        """The transitions a cluster's sync decided, in one round trip; a terminal one's Job is marked
+        closed in its member."""
+        if not moves:
+            return []
+        # the state AND the attempt read: a read that hung on a cluster while the job moved on to a new
+        # attempt (now in the same state elsewhere) must not write the old attempt back
+        written = self.writer.transition_many(
+            [
+                Transition(
+                    m.target, m.state, m.reason, expected=m.record.state, expected_attempt=m.record.attempt
+                )
+                for m in moves
+            ]
+        )
+        done: list[JobRecord] = []
+        for m, result in zip(moves, written, strict=True):
+            if isinstance(result, Conflict):
+                continue  # cancelled or moved on meanwhile
+            if result.state.terminal:
+                self._mark_closed(m.record, m.namespace, result)
+            done.append(result)
+        return done
+
+    def _sync_job(self, record: JobRecord, ready: list[JobRecord], moves: list[_Move]) -> JobRecord | None:
+        """Apply what the cluster says of one job: a transition joins `moves` (written with the cluster's
+        others); a job whose pods are all ready joins `ready` (its reservation is released once the
+        cluster's summary counts them: _settle). Returns a change written here (member trouble)."""
         if not record.cluster or not record.workload_name:
             return None
         namespace = self._namespace(record.cluster, record.request.tenant)
@@ -162,17 +202,8 @@ class StatusSync(MemberTroubles):
         target = record
         if step.state is JobState.QUEUED:
             target = replace(record, cluster=None, placement=None, workload_name=None)
-        try:
-            # the state AND the attempt read: a read that hung on a cluster while the job moved on to a
-            # new attempt (now in the same state elsewhere) must not write the old attempt back
-            done = self._transition(
-                target, step.state, step.reason, expected=record.state, expected_attempt=record.attempt
-            )
-        except Conflict:
-            return None  # cancelled or moved on meanwhile
-        if done.state.terminal:
-            self._mark_closed(record, namespace, done)
-        return done
+        moves.append(_Move(record, target, step.state, step.reason, namespace))
+        return None
 
     def _mark_closed(self, record: JobRecord, namespace: str, done: JobRecord) -> None:
         """Its end is recorded: mark the Job closed, so that a rebuild after a Redis loss skips it
