@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -68,6 +69,34 @@ def wait(pred: Any, timeout: float, what: str, interval: float = 0.5) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+class StateSampler:
+    """The jobs per state (Redis's state index) every 5 s: which stage of submit -> RUNNING lags."""
+
+    STATES = ("QUEUED", "PLACED", "ADMITTED", "RUNNING")
+
+    def __init__(self, r: redis.Redis, started: float) -> None:
+        self._r = r
+        self._started = started
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.samples: list[tuple[float, list[int]]] = []
+
+    def _run(self) -> None:
+        while not self._stop.wait(5.0):
+            counts = [int(self._r.scard(f"{PREFIX}:jobs:state:{s}")) for s in self.STATES]
+            self.samples.append((time.monotonic() - self._started, counts))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def line(self) -> str:
+        return " ".join(f"{t:.0f}s:{'/'.join(map(str, c))}" for t, c in self.samples)
 
 
 def fleet_yaml(clusters: int, nodes: int) -> dict[str, Any]:
@@ -228,6 +257,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=8000)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of the idle measurement")
+    parser.add_argument("--keep-logs", default="", help="copy the broker's and kubesim's logs here")
     parser.add_argument(
         "--api-processes", type=int, default=0, help="settings.apiProcesses: the HTTP API's own processes"
     )
@@ -327,18 +357,43 @@ def main() -> None:
                 f"{args.clients} keep-alive clients, auth on, an Idempotency-Key per request, "
                 f"{args.api_processes} API processes, kubesim at nice {args.members_nice}"
             )
+            groups = {
+                "API": lambda: {p for p in descendants(broker.pid) if "broker.app.api_process" in cmdline(p)},
+                "controller": lambda: {broker.pid},
+                "Ray": lambda: {
+                    p for p in descendants(broker.pid) if "broker.app.api_process" not in cmdline(p)
+                },
+                "kubesim": lambda: {procs[0].pid} | descendants(procs[0].pid),
+                "redis": lambda: {rs.process.pid},
+                "client": lambda: {os.getpid()},
+            }
+            before = {g: {p: cpu_ticks(p) for p in pids()} for g, pids in groups.items()}
             started = time.monotonic()
+            sampler = StateSampler(redis.Redis.from_url(rs.url), started)
+            sampler.start()
             latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
             took = last - started
+            used = {
+                g: sum(cpu_ticks(p) - before[g].get(p, 0) for p in pids()) / HZ / took * 100
+                for g, pids in groups.items()
+            }
             print(
                 f"submit  {len(ids)} jobs in {took:.1f} s: {len(ids) / took:.0f}/s, "
                 f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
                 f"{len(errors)} errors" + (f" (first: {errors[0]})" if errors else "")
             )
+            print(
+                "cpu     while submitting, % of one core: "
+                + ", ".join(f"{g} {v:.0f}%" for g, v in used.items())
+            )
             r = redis.Redis.from_url(rs.url)
             running_key = f"{PREFIX}:jobs:state:RUNNING"
             wait(lambda: r.scard(running_key) >= len(ids), 900, "every job RUNNING", 0.2)
             print(f"running every job RUNNING {time.monotonic() - last:.1f} s after the last submit")
+            sampler.stop()
+            print(
+                f"states  every 5 s since the first submit (QUEUED/PLACED/ADMITTED/RUNNING): {sampler.line()}"
+            )
 
             time.sleep(3.0)  # the last status writes and settles land
             under = descendants(broker.pid)
@@ -394,7 +449,14 @@ def main() -> None:
                         p.wait(60)
                     except subprocess.TimeoutExpired:
                         p.kill()
-            print(f"logs    {tmp} (removed on exit)")
+            if args.keep_logs:
+                kept = Path(args.keep_logs)
+                kept.mkdir(parents=True, exist_ok=True)
+                for log in tmp.glob("*.log"):
+                    (kept / log.name).write_bytes(log.read_bytes())
+                print(f"logs    copied to {kept}")
+            else:
+                print(f"logs    {tmp} (removed on exit; --keep-logs DIR keeps them)")
 
 
 if __name__ == "__main__":
