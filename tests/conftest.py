@@ -4,12 +4,16 @@ Fixtures here:
     redis_server   a private `redis-server` (from PATH) on a free port for this test session, no persistence
     redis_url      its URL, redis://127.0.0.1:<port>/0
     admin_tokens   (a helper) a tokens file with one admin, for a broker started from a test's own config
+    ray_session    Ray started once in this test process (a pytest-xdist worker), stopped at the end
+    worker_ray     that Ray's address, for `gpufed serve` processes that join it (RAY_ADDRESS) instead of
+                   starting a Ray each; their detached poller shards are killed after the test
 
 Other engineers add their fixtures below their own section header.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import shutil
@@ -60,6 +64,41 @@ def ray_session() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+class WorkerRay:
+    """This pytest worker's Ray (ray_session above), for brokers that join it rather than start a
+    Ray of their own (RAY_ADDRESS: docs/operations.md "Running on a Ray cluster"): a broker process then
+    costs no Ray start-up (GCS, raylet, dashboard, agents: seconds of CPU each on the 2-core CI host).
+    Each broker's shards are detached actors in the Ray namespace of its Redis prefix (adapters.ray_shared),
+    so tests never see each other's; a SIGKILLed broker leaves them polling, so `clear` kills them after
+    each test. Tests about the broker's own Ray (its processes gone after SIGTERM or SIGKILL, its stop
+    after a Redis loss) start brokers without it."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.address: str = ray.get_runtime_context().gcs_address
+
+    def clear(self) -> None:
+        """Kill every broker's detached poller shard left in this Ray (namespaces gpufed-<prefix>)."""
+        import ray
+
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"].startswith("gpufed-"):
+                with contextlib.suppress(ValueError):  # gone meanwhile
+                    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+
+
+@pytest.fixture
+def worker_ray(ray_session: None) -> Iterator[WorkerRay]:
+    """This worker's Ray for brokers to join; request it before any fixture that stops those brokers
+    (fixtures end in the reverse order of their set-up: the shards are killed once the brokers are gone)."""
+    shared = WorkerRay()
+    try:
+        yield shared
+    finally:
+        shared.clear()
 
 
 def free_port() -> int:
