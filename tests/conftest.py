@@ -185,33 +185,44 @@ RERUNS = 1
 # the many quick unit files ahead of the one-test files that start a fleet, so those ran last, on a
 # single worker, while the others had nothing left). The costliest files start first, then every other
 # integration and end-to-end file, then the unit tests, which fill the workers up to the end. A file's
-# own tests keep their order. The list, costliest first: the files of over ~60 s (setup, tests and
+# own tests keep their order. The list, costliest first: the files of over ~12 s (setup, tests and
 # teardown summed from --durations) in a measured run (docs/benchmarks.md, "The demo and the test
-# suite"); a file missing from it only starts later. test_crash_safety.py was split in two for the same
+# suite"; 2026-12-03, after the broker processes of the crash-safety files joined the worker's Ray);
+# a file missing from it only starts later. test_crash_safety.py was split in two for the same
 # reason: it alone was the longest file by far.
 SLOWEST_FILES = (
+    "tests/integration/test_failover.py",
+    "tests/integration/test_ray_shared_fleet.py",
     "tests/integration/test_crash_safety.py",
     "tests/integration/test_crash_safety_leaders.py",
     "tests/integration/test_poller_fleet.py",
-    "tests/integration/test_rebuild_with_a_member_down.py",
-    "tests/integration/test_failover.py",
-    "tests/integration/test_config_reload.py",
-    "tests/integration/test_following.py",
     "tests/e2e/test_readme.py",
-    "tests/integration/test_openapi_contract.py",
-    "tests/integration/test_ray_shared_fleet.py",
-    "tests/unit/test_rerun_policy.py",
-    "tests/integration/test_poller_liveness.py",
-    "tests/integration/test_two_brokers.py",
-    "tests/e2e/test_demo.py",
-    "tests/integration/test_clusterprofile_fleet.py",
-    "tests/integration/test_shutdown_after_redis_loss.py",
-    "tests/integration/test_auth_serve.py",
-    "tests/integration/test_burst_kubesim.py",
+    "tests/integration/test_cluster_health.py",
+    "tests/integration/test_following.py",
     "tests/integration/test_workload_kinds.py",
-    "tests/integration/test_redis_sentinel.py",
-    "tests/integration/test_nvlink_explain.py",
+    "tests/integration/test_member_watch_pacing.py",
+    "tests/e2e/test_dashboard.py",
+    "tests/integration/test_rebuild_with_a_member_down.py",
+    "tests/integration/test_two_brokers.py",
+    "tests/integration/test_config_reload.py",
+    "tests/integration/test_kubesim_kubectl_ops.py",
+    "tests/integration/test_poller_liveness.py",
+    "tests/integration/test_clusterprofile_fleet.py",
+    "tests/integration/test_checkpoint_moves.py",
     "tests/integration/test_hub_kubectl.py",
+    "tests/e2e/test_demo.py",
+    "tests/integration/test_member_rbac.py",
+    "tests/integration/test_job_informer.py",
+    "tests/integration/test_nvlink_fleet.py",
+    "tests/unit/test_rerun_policy.py",
+    "tests/integration/test_member_trouble_kubectl.py",
+    "tests/integration/test_redis_sentinel.py",
+    "tests/integration/test_burst_kubesim.py",
+    "tests/integration/test_oidc_audit.py",
+    "tests/integration/test_openapi_contract.py",
+    "tests/integration/test_api_processes.py",
+    "tests/integration/test_auth_serve.py",
+    "tests/integration/test_shutdown_after_redis_loss.py",
 )
 
 
