@@ -250,11 +250,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 _RERUNS: list[str] = []  # node ids of the tests rerun, once per rerun (on the controller under xdist)
 _RACE_RERUNS: list[str] = []
+_RERUN_WHY: dict[str, list[str]] = {}  # node id -> why each of its failed tries failed
+
+
+def _why(report: pytest.TestReport) -> str:
+    """A failed try's cause in one line: its phase and its `E ` lines (else the report's last line). The
+    summary prints it, since a rerun that then passes shows no failure: without it a flake's cause is lost
+    with the run."""
+    text = report.longreprtext or ""
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    lines = [line for line in errors if line][:6] or text.strip().splitlines()[-1:]
+    return f"({report.when}) " + " | ".join(lines)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if str(report.outcome) == "rerun":  # pytest-rerunfailures sets an outcome pytest does not type
         _RERUNS.append(report.nodeid)
+        _RERUN_WHY.setdefault(report.nodeid, []).append(_why(report))
         if "race" in report.keywords:
             _RACE_RERUNS.append(report.nodeid)
 
@@ -264,6 +276,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"reruns: {len(_RERUNS)}" + (":" if _RERUNS else ""))
     for nodeid in sorted(set(_RERUNS)):
         terminalreporter.write_line(f"  RERUN {nodeid} ({_RERUNS.count(nodeid)}x)")
+        for why in _RERUN_WHY.get(nodeid, []):
+            terminalreporter.write_line(f"    failed first: {why[:500]}")
     if _RACE_RERUNS:
         terminalreporter.write_line(
             "race tests were rerun (never allowed: a race must fail the suite): " + ", ".join(_RACE_RERUNS)
