@@ -254,12 +254,16 @@ _RERUN_WHY: dict[str, list[str]] = {}  # node id -> why each of its failed tries
 
 
 def _why(report: pytest.TestReport) -> str:
-    """A failed try's cause in one line: its phase and its `E ` lines (else the report's last line). The
+    """A failed try's cause in one line: its phase and its `E ` lines, the first and the last three (an
+    assertion's message may run long; its comparison comes last), else the report's last line. The
     summary prints it, since a rerun that then passes shows no failure: without it a flake's cause is lost
     with the run."""
     text = report.longreprtext or ""
     errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
-    lines = [line for line in errors if line][:6] or text.strip().splitlines()[-1:]
+    errors = [line for line in errors if line]
+    if len(errors) > 4:
+        errors = [errors[0], "...", *errors[-3:]]
+    lines = errors or text.strip().splitlines()[-1:]
     return f"({report.when}) " + " | ".join(lines)
 
 

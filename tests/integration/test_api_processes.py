@@ -78,6 +78,15 @@ def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
                 return False
 
         wait_for(ready, timeout=180, interval=0.5, what="gpufed serve to be ready")
+        # /readyz answers once the first API process serves, while the broker still starts the second
+        # (each waits for the one before to be ready; one that dies meanwhile fails the start): the broker
+        # says when all are up, and only then are they counted and one of them killed.
+        wait_for(
+            lambda: "the HTTP API runs in 2 process(es) of its own" in log.read_text(),
+            timeout=60,
+            interval=0.2,
+            what="gpufed serve to start both API processes",
+        )
         first = _api_processes(proc.pid)
         assert len(first) == 2, log.read_text()[-3000:]
 
