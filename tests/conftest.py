@@ -4,12 +4,16 @@ Fixtures here:
     redis_server   a private `redis-server` (from PATH) on a free port for this test session, no persistence
     redis_url      its URL, redis://127.0.0.1:<port>/0
     admin_tokens   (a helper) a tokens file with one admin, for a broker started from a test's own config
+    ray_session    Ray started once in this test process (a pytest-xdist worker), stopped at the end
+    worker_ray     that Ray's address, for `gpufed serve` processes that join it (RAY_ADDRESS) instead of
+                   starting a Ray each; their detached poller shards are killed after the test
 
 Other engineers add their fixtures below their own section header.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import shutil
@@ -60,6 +64,41 @@ def ray_session() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+class WorkerRay:
+    """This pytest worker's Ray (ray_session above), for brokers that join it rather than start a
+    Ray of their own (RAY_ADDRESS: docs/operations.md "Running on a Ray cluster"): a broker process then
+    costs no Ray start-up (GCS, raylet, dashboard, agents: seconds of CPU each on the 2-core CI host).
+    Each broker's shards are detached actors in the Ray namespace of its Redis prefix (adapters.ray_shared),
+    so tests never see each other's; a SIGKILLed broker leaves them polling, so `clear` kills them after
+    each test. Tests about the broker's own Ray (its processes gone after SIGTERM or SIGKILL, its stop
+    after a Redis loss) start brokers without it."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.address: str = ray.get_runtime_context().gcs_address
+
+    def clear(self) -> None:
+        """Kill every broker's detached poller shard left in this Ray (namespaces gpufed-<prefix>)."""
+        import ray
+
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"].startswith("gpufed-"):
+                with contextlib.suppress(ValueError):  # gone meanwhile
+                    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+
+
+@pytest.fixture
+def worker_ray(ray_session: None) -> Iterator[WorkerRay]:
+    """This worker's Ray for brokers to join; request it before any fixture that stops those brokers
+    (fixtures end in the reverse order of their set-up: the shards are killed once the brokers are gone)."""
+    shared = WorkerRay()
+    try:
+        yield shared
+    finally:
+        shared.clear()
 
 
 def free_port() -> int:
@@ -146,33 +185,44 @@ RERUNS = 1
 # the many quick unit files ahead of the one-test files that start a fleet, so those ran last, on a
 # single worker, while the others had nothing left). The costliest files start first, then every other
 # integration and end-to-end file, then the unit tests, which fill the workers up to the end. A file's
-# own tests keep their order. The list, costliest first: the files of over ~60 s (setup, tests and
+# own tests keep their order. The list, costliest first: the files of over ~12 s (setup, tests and
 # teardown summed from --durations) in a measured run (docs/benchmarks.md, "The demo and the test
-# suite"); a file missing from it only starts later. test_crash_safety.py was split in two for the same
+# suite"; 2026-12-03, after the broker processes of the crash-safety files joined the worker's Ray);
+# a file missing from it only starts later. test_crash_safety.py was split in two for the same
 # reason: it alone was the longest file by far.
 SLOWEST_FILES = (
+    "tests/integration/test_failover.py",
+    "tests/integration/test_ray_shared_fleet.py",
     "tests/integration/test_crash_safety.py",
     "tests/integration/test_crash_safety_leaders.py",
     "tests/integration/test_poller_fleet.py",
-    "tests/integration/test_rebuild_with_a_member_down.py",
-    "tests/integration/test_failover.py",
-    "tests/integration/test_config_reload.py",
-    "tests/integration/test_following.py",
     "tests/e2e/test_readme.py",
-    "tests/integration/test_openapi_contract.py",
-    "tests/integration/test_ray_shared_fleet.py",
-    "tests/unit/test_rerun_policy.py",
-    "tests/integration/test_poller_liveness.py",
-    "tests/integration/test_two_brokers.py",
-    "tests/e2e/test_demo.py",
-    "tests/integration/test_clusterprofile_fleet.py",
-    "tests/integration/test_shutdown_after_redis_loss.py",
-    "tests/integration/test_auth_serve.py",
-    "tests/integration/test_burst_kubesim.py",
+    "tests/integration/test_cluster_health.py",
+    "tests/integration/test_following.py",
     "tests/integration/test_workload_kinds.py",
-    "tests/integration/test_redis_sentinel.py",
-    "tests/integration/test_nvlink_explain.py",
+    "tests/integration/test_member_watch_pacing.py",
+    "tests/e2e/test_dashboard.py",
+    "tests/integration/test_rebuild_with_a_member_down.py",
+    "tests/integration/test_two_brokers.py",
+    "tests/integration/test_config_reload.py",
+    "tests/integration/test_kubesim_kubectl_ops.py",
+    "tests/integration/test_poller_liveness.py",
+    "tests/integration/test_clusterprofile_fleet.py",
+    "tests/integration/test_checkpoint_moves.py",
     "tests/integration/test_hub_kubectl.py",
+    "tests/e2e/test_demo.py",
+    "tests/integration/test_member_rbac.py",
+    "tests/integration/test_job_informer.py",
+    "tests/integration/test_nvlink_fleet.py",
+    "tests/unit/test_rerun_policy.py",
+    "tests/integration/test_member_trouble_kubectl.py",
+    "tests/integration/test_redis_sentinel.py",
+    "tests/integration/test_burst_kubesim.py",
+    "tests/integration/test_oidc_audit.py",
+    "tests/integration/test_openapi_contract.py",
+    "tests/integration/test_api_processes.py",
+    "tests/integration/test_auth_serve.py",
+    "tests/integration/test_shutdown_after_redis_loss.py",
 )
 
 
@@ -200,11 +250,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 _RERUNS: list[str] = []  # node ids of the tests rerun, once per rerun (on the controller under xdist)
 _RACE_RERUNS: list[str] = []
+_RERUN_WHY: dict[str, list[str]] = {}  # node id -> why each of its failed tries failed
+
+
+def _why(report: pytest.TestReport) -> str:
+    """A failed try's cause in one line: its phase and its `E ` lines, the first and the last three (an
+    assertion's message may run long; its comparison comes last), else the report's last line. The
+    summary prints it, since a rerun that then passes shows no failure: without it a flake's cause is lost
+    with the run."""
+    text = report.longreprtext or ""
+    errors = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    errors = [line for line in errors if line]
+    if len(errors) > 4:
+        errors = [errors[0], "...", *errors[-3:]]
+    lines = errors or text.strip().splitlines()[-1:]
+    return f"({report.when}) " + " | ".join(lines)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if str(report.outcome) == "rerun":  # pytest-rerunfailures sets an outcome pytest does not type
         _RERUNS.append(report.nodeid)
+        _RERUN_WHY.setdefault(report.nodeid, []).append(_why(report))
         if "race" in report.keywords:
             _RACE_RERUNS.append(report.nodeid)
 
@@ -214,6 +280,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"reruns: {len(_RERUNS)}" + (":" if _RERUNS else ""))
     for nodeid in sorted(set(_RERUNS)):
         terminalreporter.write_line(f"  RERUN {nodeid} ({_RERUNS.count(nodeid)}x)")
+        for why in _RERUN_WHY.get(nodeid, []):
+            terminalreporter.write_line(f"    failed first: {why[:500]}")
     if _RACE_RERUNS:
         terminalreporter.write_line(
             "race tests were rerun (never allowed: a race must fail the suite): " + ", ".join(_RACE_RERUNS)

@@ -23,7 +23,7 @@ from adapters.reaper import descendants
 from broker.app.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import WorkerRay, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def _api_processes(pid: int) -> set[int]:
 
 
 def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
-    sim: Simulation, redis_url: str, tmp_path: Path
+    sim: Simulation, redis_url: str, tmp_path: Path, worker_ray: WorkerRay
 ) -> None:
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     settings = {"apiProcesses": 2, "leaseSeconds": 2.0, "drainTimeoutSeconds": 30}
@@ -63,7 +63,7 @@ def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
         proc = subprocess.Popen(
             [sys.executable, "-m", "broker.cli", "serve", "--config", str(cfg), "--port", str(port)],
             cwd=REPO,
-            env=env | {"PYTHONUNBUFFERED": "1"},
+            env=env | {"PYTHONUNBUFFERED": "1", "RAY_ADDRESS": worker_ray.address},  # no Ray of its own
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -78,6 +78,15 @@ def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
                 return False
 
         wait_for(ready, timeout=180, interval=0.5, what="gpufed serve to be ready")
+        # /readyz answers once the first API process serves, while the broker still starts the second
+        # (each waits for the one before to be ready; one that dies meanwhile fails the start): the broker
+        # says when all are up, and only then are they counted and one of them killed.
+        wait_for(
+            lambda: "the HTTP API runs in 2 process(es) of its own" in log.read_text(),
+            timeout=60,
+            interval=0.2,
+            what="gpufed serve to start both API processes",
+        )
         first = _api_processes(proc.pid)
         assert len(first) == 2, log.read_text()[-3000:]
 

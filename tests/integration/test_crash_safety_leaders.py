@@ -25,7 +25,7 @@ import pytest
 from adapters import redis_process
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import wait_for
+from tests.conftest import WorkerRay, wait_for
 from tests.integration.test_crash_safety import BrokerProcess, _config, _jobs_in_clusters, _state_is, _submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.race]
@@ -51,11 +51,11 @@ def brokers() -> Iterator[list[BrokerProcess]]:
 
 
 def test_a_killed_leader_is_replaced_by_a_follower_and_no_job_is_lost_or_run_twice(
-    sim: Simulation, redis_url: str, tmp_path: Path, brokers: list[BrokerProcess]
+    sim: Simulation, redis_url: str, tmp_path: Path, worker_ray: WorkerRay, brokers: list[BrokerProcess]
 ) -> None:
     cfg = _config(sim, tmp_path, redis_url, "lead" + os.urandom(4).hex())
     for i in range(3):
-        brokers.append(BrokerProcess(cfg, tmp_path / f"b{i}.log"))
+        brokers.append(BrokerProcess(cfg, tmp_path / f"b{i}.log", ray=worker_ray))
     for b in brokers:
         b.wait_serving()
 
@@ -97,12 +97,12 @@ def _gpufed_clusters(url: str) -> str:
 
 
 def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_kept(
-    sim: Simulation, tmp_path: Path, brokers: list[BrokerProcess]
+    sim: Simulation, tmp_path: Path, worker_ray: WorkerRay, brokers: list[BrokerProcess]
 ) -> None:
     port = redis_process.free_port()
     server = redis_process.spawn(tmp_path, port)  # no persistence: it comes back empty
     try:
-        b = BrokerProcess(_config(sim, tmp_path, server.url, "outage"), tmp_path / "b.log")
+        b = BrokerProcess(_config(sim, tmp_path, server.url, "outage"), tmp_path / "b.log", ray=worker_ray)
         brokers.append(b)
         b.wait_serving()
         ids = {f"out-{i}": _submit(b.url, f"out-{i}", f"out-{i}", duration=3600) for i in range(3)}
@@ -144,11 +144,11 @@ def test_redis_outage_readyz_503_then_redis_back_empty_records_rebuilt_and_keys_
 
 
 def test_a_paused_leader_that_wakes_up_after_a_takeover_steps_down_without_writing(
-    sim: Simulation, redis_url: str, tmp_path: Path, brokers: list[BrokerProcess]
+    sim: Simulation, redis_url: str, tmp_path: Path, worker_ray: WorkerRay, brokers: list[BrokerProcess]
 ) -> None:
     cfg = _config(sim, tmp_path, redis_url, "pause" + os.urandom(4).hex())
     for i in range(2):
-        brokers.append(BrokerProcess(cfg, tmp_path / f"b{i}.log"))
+        brokers.append(BrokerProcess(cfg, tmp_path / f"b{i}.log", ray=worker_ray))
     for b in brokers:
         b.wait_serving()
 

@@ -23,7 +23,7 @@ from kubernetes import client, config
 from adapters import redis_process
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import wait_for
+from tests.conftest import WorkerRay, wait_for
 from tests.integration.test_crash_safety import BrokerProcess, _config, _jobs_in_clusters, _state_is, _submit
 
 pytestmark = pytest.mark.integration
@@ -56,11 +56,13 @@ def _resend(url: str, key: str, products: list[str] | None = None) -> httpx.Resp
 
 
 def test_keys_resent_while_a_member_is_down_after_a_redis_loss_never_make_a_second_job(
-    sim: Simulation, tmp_path: Path
+    sim: Simulation, tmp_path: Path, worker_ray: WorkerRay
 ) -> None:
     port = redis_process.free_port()
     server = redis_process.spawn(tmp_path, port)  # no persistence: it comes back empty
-    b = BrokerProcess(_config(sim, tmp_path, server.url, "pending", lost_after=120), tmp_path / "b.log")
+    b = BrokerProcess(
+        _config(sim, tmp_path, server.url, "pending", lost_after=120), tmp_path / "b.log", ray=worker_ray
+    )
     try:
         b.wait_serving()
         ids = {f"dup-{i}": _submit(b.url, f"dup-{i}", f"dup-{i}", duration=3600) for i in range(2)}
@@ -117,14 +119,16 @@ def _live_jobs_where_up(sim: Simulation, job_id: str, down: set[str]) -> list[st
 
 
 def test_a_cluster_declared_lost_lets_resent_keys_through_and_its_original_job_wins_when_it_returns(
-    sim: Simulation, tmp_path: Path
+    sim: Simulation, tmp_path: Path, worker_ray: WorkerRay
 ) -> None:
     """Case 2, the other half: the down cluster is declared lost (clusterLostSeconds 4), so a re-sent key
     makes a new job elsewhere; when the cluster returns with the original Job, the rebuild restores it and
     the newer job is cancelled, both jobs' events say so, and never are both RUNNING."""
     port = redis_process.free_port()
     server = redis_process.spawn(tmp_path, port)
-    b = BrokerProcess(_config(sim, tmp_path, server.url, "lostkeys", lost_after=4), tmp_path / "b.log")
+    b = BrokerProcess(
+        _config(sim, tmp_path, server.url, "lostkeys", lost_after=4), tmp_path / "b.log", ray=worker_ray
+    )
     keys = ("back-0", "back-1")
     try:
         b.wait_serving()

@@ -24,7 +24,7 @@ from kubernetes import client, config
 from broker.app.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import WorkerRay, free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.race]
 
@@ -41,9 +41,11 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulation]:
         yield s
 
 
-def _start_broker(cfg: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _start_broker(cfg: Path, port: int, log: Path, ray: WorkerRay) -> subprocess.Popen[bytes]:
     # The config names the Redis; `gpufed serve` lets REDIS_URL override it, and make test exports one.
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"PYTHONUNBUFFERED": "1"}
+    # Both join this worker's Ray (RAY_ADDRESS; tests.conftest WorkerRay) rather than start one each.
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env |= {"PYTHONUNBUFFERED": "1", "RAY_ADDRESS": ray.address}
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "broker.cli", "serve", "--config", str(cfg), "--port", str(port)],
@@ -99,13 +101,13 @@ class Sampler(threading.Thread):
 
 
 def test_two_brokers_on_one_redis_never_over_commit_a_member_cluster(
-    sim: Simulation, redis_url: str, tmp_path: Path
+    sim: Simulation, redis_url: str, tmp_path: Path, worker_ray: WorkerRay
 ) -> None:
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
     cfg = write_demo_config(tmp_path, kubeconfigs, redis_url, "two-brokers")
     AUTH["Authorization"] = "Bearer " + read_demo_tokens(tmp_path)["admin"]
     ports = [free_port(), free_port()]
-    brokers = [_start_broker(cfg, p, tmp_path / f"broker-{i}.log") for i, p in enumerate(ports)]
+    brokers = [_start_broker(cfg, p, tmp_path / f"broker-{i}.log", worker_ray) for i, p in enumerate(ports)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     sampler = Sampler(sim)
     try:

@@ -44,6 +44,7 @@ def test_a_failing_integration_test_is_run_once_more_and_the_summary_counts_it(t
     assert done.returncode == 0, done.stdout
     assert "reruns: 1:" in done.stdout
     assert "RERUN " in done.stdout and "test_fails_the_first_time (1x)" in done.stdout
+    assert "failed first: (call) assert 0 >= 1" in done.stdout  # why it needed a second try
 
 
 def test_a_race_test_is_never_rerun_even_when_the_command_line_asks(tmp_path: Path) -> None:
