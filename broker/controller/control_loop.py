@@ -11,7 +11,8 @@ interval (the idle tick: health and loss deadlines), or sooner when a failing cl
 falls before that (observe_clusters then fails its jobs over at once). Woken passes are at least
 `min_gap_seconds` apart, so a burst of events is handled in batches. Owns the cadence and the isolation of the steps (Ray Serve's control loop
 shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
-broken sync never stops scheduling. The one exception that ends a pass is Fenced: this replica's lease
+broken sync never stops scheduling. A store that does not answer (Redis down: StoreError) is an expected
+fault: one warning a minute with a count, no traceback. The one exception that ends a pass is Fenced: this replica's lease
 is stale (a newer leader, or this one stopping), so nothing more it writes can land; one warning line,
 no traceback per job. Stopping is prompt: the loop waits on an Event, not on sleep.
 """
@@ -24,7 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from broker.controller.service import BrokerService
-from broker.core.errors import Fenced
+from broker.core.errors import Fenced, StoreError
+from broker.telemetry.log_throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ class ControlLoop:
         self.passes = 0
         self.failures = 0
         self.step_failures: dict[str, int] = {}
+        self._store_down = Throttle(log)  # Redis down: one warning per minute, not a traceback per pass
+        self._store_failed = False  # in the pass under way
 
     def _step(self, name: str, fn: Callable[[], object]) -> bool:
         """Run one step; False when the pass must end here (this replica's lease is stale)."""
@@ -61,12 +65,23 @@ class ControlLoop:
             # would write can land, so the pass ends; the elector hands the duties over.
             log.warning("control loop pass ended at %s: this replica is no longer the leader (%s)", name, e)
             return False
+        except StoreError as e:
+            # Expected while Redis is down or restarting: the step is retried every pass, so one warning a
+            # minute with a count (no traceback: the message says what failed), and one line once it answers.
+            self.failures += 1
+            self.step_failures[name] = self.step_failures.get(name, 0) + 1
+            self._store_down.warning(
+                "store", "control loop: the store does not answer (%s: %s); retrying", name, e
+            )
+            self._store_failed = True
+            return True
         except Exception:
             self.failures += 1
             self.step_failures[name] = self.step_failures.get(name, 0) + 1
             log.exception(
                 "control loop step %s failed; the other steps go on and the next pass retries", name
             )
+            return True
         return True
 
     def run_once(self) -> None:
@@ -80,9 +95,12 @@ class ControlLoop:
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval
             steps.append(("sweep_orphans", s.sweep_orphans))
+        self._store_failed = False
         for name, fn in steps:
             if not self._step(name, fn):
                 break
+        if not self._store_failed:
+            self._store_down.recovered("store", "control loop: the store answers again")
         self.passes += 1
 
     def _run(self) -> None:

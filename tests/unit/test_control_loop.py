@@ -9,7 +9,7 @@ import pytest
 
 from broker.controller.control_loop import ControlLoop
 from broker.controller.service import BrokerService
-from broker.core.errors import Fenced
+from broker.core.errors import Fenced, StoreError
 
 
 class _Steps:
@@ -75,3 +75,22 @@ def test_a_stale_lease_ends_the_pass_with_one_line_and_no_traceback(caplog: pyte
     [line] = [r for r in caplog.records if r.name == "broker.controller.control_loop"]
     assert "no longer the leader" in line.getMessage()
     assert not line.exc_info
+
+
+def test_a_store_that_does_not_answer_is_one_warning_a_minute_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steps = _Steps({"observe_clusters": StoreError("redis: Connection refused")})
+    loop = ControlLoop(cast(BrokerService, steps))
+    with caplog.at_level(logging.INFO):
+        for _ in range(50):  # 25 s of passes with Redis down
+            loop.run_once()
+        steps.raises.clear()
+        loop.run_once()
+    lines = [r for r in caplog.records if r.name == "broker.controller.control_loop"]
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO]
+    assert "Connection refused" in lines[0].getMessage()
+    assert "answers again" in lines[1].getMessage()
+    assert not any(r.exc_info for r in lines)
+    assert loop.step_failures == {"observe_clusters": 50}
+    assert "schedule_once" in steps.ran  # the other steps still ran every pass
