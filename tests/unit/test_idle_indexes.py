@@ -1,5 +1,6 @@
 """What keeps an idle pass from growing with the jobs held: the workload-kind index of JobRecords (status
-sync reads those jobs every pass, and finds them without walking every placed job), the one
+sync reads those jobs every pass, and finds them without walking every placed job), the index of the
+jobs that checkpoint (their reported checkpoints are read every 30 s), the one
 MemberWatch question per gateway (not one per job per resync), and the quiet test a resync asks of
 each running job before it sets up the job's trace context (MemberTroubles._member_quiet)."""
 
@@ -40,8 +41,13 @@ class Store:
         return {j: self.records[j] for j in job_ids if j in self.records}
 
 
-def record(job_id: str, state: JobState, kind: bool = False) -> JobRecord:
-    request = JobRequest(job_id, gpus_per_pod=1, workload=JOBSET if kind else None)
+def record(job_id: str, state: JobState, kind: bool = False, checkpoints: bool = False) -> JobRecord:
+    request = JobRequest(
+        job_id,
+        gpus_per_pod=1,
+        workload=JOBSET if kind else None,
+        checkpoint_grace_seconds=30 if checkpoints else None,
+    )
     return JobRecord(id=job_id, request=request, state=state, cluster="a" if state in PLACED_STATES else None)
 
 
@@ -85,6 +91,32 @@ def test_of_kinds_follows_writes_catch_up_and_invalidation() -> None:
     assert records.of_kinds(PLACED_STATES) == []
     records.ensure()  # rebuilt from the store
     assert [r.id for r in records.of_kinds(PLACED_STATES)] == ["set-3"]
+
+
+def test_checkpointing_holds_the_active_jobs_that_checkpoint_through_writes_and_rebuilds() -> None:
+    store = Store(
+        [
+            record("job-1", JobState.RUNNING),
+            record("ckpt-1", JobState.RUNNING, checkpoints=True),
+            record("ckpt-2", JobState.QUEUED, checkpoints=True),
+        ]
+    )
+    records = JobRecords(store)  # type: ignore[arg-type]
+    records.ensure()
+    assert [r.id for r in records.checkpointing([JobState.RUNNING])] == ["ckpt-1"]
+    placed = replace(store.records["ckpt-2"], state=JobState.RUNNING, cluster="a")
+    records.put(placed)  # this leader's write
+    assert sorted(r.id for r in records.checkpointing([JobState.RUNNING])) == ["ckpt-1", "ckpt-2"]
+    records.put(replace(placed, state=JobState.SUCCEEDED))  # ended: out of the index
+    store.records["ckpt-1"] = replace(store.records["ckpt-1"], state=JobState.CANCELLED)  # another writer
+    store.changes = [("1-0", "ckpt-1", "other")]
+    records.ensure()
+    assert records.checkpointing([JobState.RUNNING]) == []
+    store.records["ckpt-3"] = record("ckpt-3", JobState.RUNNING, checkpoints=True)
+    records.invalidate()
+    assert records.checkpointing([JobState.RUNNING]) == []
+    records.ensure()  # rebuilt from the store
+    assert [r.id for r in records.checkpointing([JobState.RUNNING])] == ["ckpt-3"]
 
 
 class Watching:
