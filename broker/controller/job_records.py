@@ -12,6 +12,8 @@ no job from the store unless it changed:
     of_kinds()   the active records of a workload kind (indexed apart: status sync reads them every pass)
     checkpointing()  the active records of jobs that checkpoint (indexed apart: their reported
                  checkpoints are read every 30 s, and finding them must not walk every running job)
+    version      a count that moves whenever any record is put, dropped, rebuilt or forgotten (the sweep
+                 skips a cluster when neither it nor the cluster's Jobs moved since its last clean sweep)
     put(record)  a write this leader made (broker.controller.state_writer); a terminal record leaves the
                  active set and is kept, bounded, for the sweep (its Job may still be in the cluster)
 Thread-safe: the loop, the dispatch threads and the informer callbacks use it at once. Service layer:
@@ -48,6 +50,7 @@ class JobRecords:
         # reads their reported checkpoints every 30 s (broker.controller.migrating)
         self._checkpointing: dict[str, JobRecord] = {}
         self.built = False
+        self.version = 0  # moves on every change of what the records say; never goes back
         self.cursor = "0-0"
         self.rebuilds = 0
         self.reread = 0  # records read again because they were written (or a write conflicted)
@@ -56,6 +59,7 @@ class JobRecords:
         """Forget everything: the next ensure() rebuilds (leadership lost, the store rebuilt)."""
         with self._lock:
             self.built = False
+            self.version += 1
             self._active.clear()
             self._kinds.clear()
             self._checkpointing.clear()
@@ -89,6 +93,7 @@ class JobRecords:
             self._done.clear()
             self.cursor = cursor
             self.built = True
+            self.version += 1
             self.rebuilds += 1
 
     def catch_up(self) -> set[str]:
@@ -130,6 +135,7 @@ class JobRecords:
                 self._put(record)
 
     def _drop(self, job_id: str) -> None:
+        self.version += 1
         old = self._active.pop(job_id, None)
         if old is not None:
             self._by_state[old.state].pop(job_id, None)
