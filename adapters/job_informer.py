@@ -32,6 +32,7 @@ the Job was deleted, so a Job just created is read without a GET.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -68,6 +69,10 @@ JOB_WATCH = WatchSettings(watch_timeout_s=60, read_slack_s=15.0, watch_timeout_j
 
 ALL_NAMESPACES = ""  # a JobCache of every namespace (tenant namespaces, docs/tenancy.md)
 
+# JobCache versions: one count for every cache, so that a fresh cache (a leader elected again) never
+# repeats a version an earlier one gave (broker.core.ports.ListingVersion)
+_VERSIONS = itertools.count(1)
+
 
 def jobs_resource(namespace: str) -> Resource:
     """The broker's Jobs in one namespace (or in all, ALL_NAMESPACES): the label selector is existence of
@@ -98,6 +103,7 @@ class JobCache:
         self._deleted: dict[str, None] = {}  # names a watch said DELETED (a late create answer is stale)
         self._state = PENDING
         self._stopping = False
+        self.version = next(_VERSIONS)  # a new one whenever the Jobs held change (refs() may differ)
 
     # ------------------------------------------------------------------ reads
 
@@ -159,6 +165,7 @@ class JobCache:
         entries = dict(e for e in map(self._entry, items) if e is not None)
         with self._lock:
             before, self._jobs = self._jobs, entries
+            self.version = next(_VERSIONS)
         moved = [e for n, e in entries.items() if (b := before.get(n)) is None or b.status != e.status]
         self._changed(moved + [e for n, e in before.items() if n not in entries])
 
@@ -176,6 +183,7 @@ class JobCache:
             else:
                 old = self._jobs.get(name)
                 self._jobs[name] = new
+            self.version = next(_VERSIONS)
         if old is None or old.status != new.status or event_type == "DELETED":
             self._changed([new])
 
@@ -189,6 +197,7 @@ class JobCache:
             if entry[0] in self._jobs or entry[0] in self._deleted:
                 return
             self._jobs[entry[0]] = entry[1]
+            self.version = next(_VERSIONS)
         self._changed([entry[1]])
 
     def touch(self, resource: str, rv: str) -> None:
@@ -420,3 +429,12 @@ class WatchingGateway(KubeGateway):
         if cache is not None:
             return cache.refs(namespace) + self.kind_refs(cluster, namespace)
         return super().list_workloads(cluster, namespace)
+
+    def listing_version(self, cluster: str, namespace: str) -> int | None:
+        """broker.core.ports.ListingVersion: the cache's version while list_workloads answers from it
+        alone; None when the cache is not synced, or the member serves a workload kind (those objects
+        are listed by request)."""
+        cache = self._cache(cluster, namespace)
+        if cache is None or self.kinds_served(cluster):
+            return None
+        return cache.version

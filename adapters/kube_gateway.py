@@ -296,6 +296,11 @@ class KubeGateway:
         write-back reads (docs/hub.md)."""
         return kind_objects.read_object(self._rest(cluster), api_version, kind, namespace, name)
 
+    def kinds_served(self, cluster: str) -> bool:
+        """Whether the member serves any workload kind's API (a failed look: yes): their objects are
+        listed by request, not followed by watch."""
+        return bool(self._kind_apis.served(self._rest(cluster)))
+
     def kind_refs(self, cluster: str, namespace: str) -> list[WorkloadRef]:
         """The broker's objects of the workload kinds a member serves, as WorkloadRefs."""
         items = kind_objects.list_refs(self._rest(cluster), self._kind_apis, namespace)

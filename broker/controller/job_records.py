@@ -10,6 +10,10 @@ no job from the store unless it changed:
                  writes, which cost one pipelined read each but make the newest write always win) are
                  read again in one pipelined round trip
     of_kinds()   the active records of a workload kind (indexed apart: status sync reads them every pass)
+    checkpointing()  the active records of jobs that checkpoint (indexed apart: their reported
+                 checkpoints are read every 30 s, and finding them must not walk every running job)
+    version      a count that moves whenever any record is put, dropped, rebuilt or forgotten (the sweep
+                 skips a cluster when neither it nor the cluster's Jobs moved since its last clean sweep)
     put(record)  a write this leader made (broker.controller.state_writer); a terminal record leaves the
                  active set and is kept, bounded, for the sweep (its Job may still be in the cluster)
 Thread-safe: the loop, the dispatch threads and the informer callbacks use it at once. Service layer:
@@ -42,7 +46,11 @@ class JobRecords:
         # the active records of a workload kind (JobSet, ...): no informer follows those, so status sync
         # reads each every pass; kept apart so that finding them costs nothing when there are none
         self._kinds: dict[str, JobRecord] = {}
+        # the active records of jobs that checkpoint (request.checkpoint_grace_seconds set): the loop
+        # reads their reported checkpoints every 30 s (broker.controller.migrating)
+        self._checkpointing: dict[str, JobRecord] = {}
         self.built = False
+        self.version = 0  # moves on every change of what the records say; never goes back
         self.cursor = "0-0"
         self.rebuilds = 0
         self.reread = 0  # records read again because they were written (or a write conflicted)
@@ -51,8 +59,10 @@ class JobRecords:
         """Forget everything: the next ensure() rebuilds (leadership lost, the store rebuilt)."""
         with self._lock:
             self.built = False
+            self.version += 1
             self._active.clear()
             self._kinds.clear()
+            self._checkpointing.clear()
             self._done.clear()
             for index in self._by_state.values():
                 index.clear()
@@ -75,6 +85,7 @@ class JobRecords:
         with self._lock:
             self._active = {}
             self._kinds = {}
+            self._checkpointing = {}
             for index in self._by_state.values():
                 index.clear()
             for record in records:
@@ -82,6 +93,7 @@ class JobRecords:
             self._done.clear()
             self.cursor = cursor
             self.built = True
+            self.version += 1
             self.rebuilds += 1
 
     def catch_up(self) -> set[str]:
@@ -123,10 +135,12 @@ class JobRecords:
                 self._put(record)
 
     def _drop(self, job_id: str) -> None:
+        self.version += 1
         old = self._active.pop(job_id, None)
         if old is not None:
             self._by_state[old.state].pop(job_id, None)
             self._kinds.pop(job_id, None)
+            self._checkpointing.pop(job_id, None)
 
     def _put(self, record: JobRecord) -> None:
         self._drop(record.id)
@@ -140,6 +154,8 @@ class JobRecords:
             self._by_state[record.state][record.id] = record
             if record.request.workload is not None:
                 self._kinds[record.id] = record
+            if record.request.checkpoint_grace_seconds is not None:
+                self._checkpointing[record.id] = record
             self._done.pop(record.id, None)
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -158,6 +174,13 @@ class JobRecords:
         wanted = set(states)
         with self._lock:
             return [r for r in self._kinds.values() if r.state in wanted]
+
+    def checkpointing(self, states: Iterable[JobState]) -> list[JobRecord]:
+        """The active records of jobs that checkpoint in these states, in no order: as many as there are
+        such jobs, whatever the number of other jobs held."""
+        wanted = set(states)
+        with self._lock:
+            return [r for r in self._checkpointing.values() if r.state in wanted]
 
     def count(self, state: JobState) -> int:
         with self._lock:

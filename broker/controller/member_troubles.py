@@ -54,7 +54,15 @@ class TroubleMemory:
             self.since[job_id] = (attempt, g, now)
             return now, True
 
+    def holds(self, job_id: str) -> bool:
+        """Whether the job's trouble is remembered. Without the lock: a job's entries are added only by
+        its own cluster's sync worker (the caller; due() only removes), and a dict's membership test is
+        atomic."""
+        return job_id in self.since or job_id in self.deadlines
+
     def forget(self, job_id: str) -> None:
+        if not self.holds(job_id):
+            return  # nothing held (a running job's every resync): no lock taken
         with self.lock:
             self.since.pop(job_id, None)
             self.deadlines.pop(job_id, None)
@@ -88,6 +96,17 @@ class MemberTroubles(ControllerBase):
             seen = (gateway, gateway if isinstance(gateway, MemberWatch) else None)
             self._member_watch_of = seen
         return seen[1]
+
+    def _member_quiet(self, record: JobRecord, namespace: str) -> bool:
+        """Whether _member_step has nothing to do for a job lifecycle saw no step for: the member reports
+        no trouble, none is remembered, and its reason shows none. The question a resync asks of
+        every running job, so it takes no lock of the broker's and writes nothing."""
+        gateway = self._member_watch()
+        if gateway is None or not record.cluster or not record.workload_name:
+            return True
+        if self._troubles.holds(record.id) or record.reason.startswith(member_trouble.TROUBLE_PREFIX):
+            return False
+        return gateway.member_trouble(record.cluster, namespace, record.workload_name).trouble is None
 
     def _member_step(
         self, record: JobRecord, status: WorkloadStatus, step: lifecycle.Transition | None

@@ -258,8 +258,8 @@ class Migrating(ControllerBase):
             return
         self._reported_due = now + REPORTED_CHECKPOINT_SECONDS
         by_cluster: dict[str, list[JobRecord]] = {}
-        for r in self.records.in_states([JobState.RUNNING], ordered=False) if self.records.built else []:
-            if r.cluster and r.request.checkpoint_grace_seconds is not None:
+        for r in self.records.checkpointing([JobState.RUNNING]) if self.records.built else []:
+            if r.cluster:  # the checkpointing jobs alone (an index): not a walk of every running job
                 by_cluster.setdefault(r.cluster, []).append(r)
         for cluster, jobs in by_cluster.items():
             task = functools.partial(self._read_reported, cluster, jobs)

@@ -31,6 +31,7 @@ from broker.core.model import (
     JobState,
 )
 from broker.core.ports import WorkloadCloser, WorkloadWatch
+from broker.core.workloads import WorkloadStatus
 from broker.workload import lifecycle
 from broker.workload.kinds import follow
 
@@ -121,8 +122,7 @@ class StatusSync(MemberTroubles):
         moves: list[_Move] = []
         for record in records:
             try:
-                with telemetry.job_context(record.trace_parent):
-                    step = self._sync_job(record, ready, moves)
+                step = self._sync_job(record, ready, moves)
             except (StoreError, Fenced):
                 raise
             except Exception:
@@ -185,6 +185,20 @@ class StatusSync(MemberTroubles):
             self._unreadable.discard(record.cluster)
             log.info("Jobs on %s can be read again", record.cluster)
         step = lifecycle.observe(record, status, self.clock.now())
+        if step is None and self._member_quiet(record, namespace):
+            return None  # nothing moved and the member says nothing (most jobs of a resync): no context
+        with telemetry.job_context(record.trace_parent):  # log lines and spans of what follows: its trace
+            return self._apply_step(record, status, step, namespace, ready, moves)
+
+    def _apply_step(
+        self,
+        record: JobRecord,
+        status: WorkloadStatus,
+        step: lifecycle.Transition | None,
+        namespace: str,
+        ready: list[JobRecord],
+        moves: list[_Move],
+    ) -> JobRecord | None:
         handled, step, written = self._member_step(record, status, step)  # the pods' and events' words
         if handled:
             return written if written is not None and written.state is not record.state else None

@@ -3,6 +3,11 @@
 The Jobs are listed before the records are consulted (lifecycle.orphan_reason); the leader's records
 (caught up after the list) answer for the Jobs they own, and only a Job they would delete or do not
 know is judged on the store's record, so a sweep reads O(left-overs) records, not O(jobs).
+
+A cluster whose Jobs are listed from a watch's cache (broker.core.ports.ListingVersion) is not walked
+again while neither its Jobs nor the leader's records moved since its last clean sweep (nothing
+deleted, nothing failed): orphan_reason is a function of the two, so the walk would find nothing. An
+idle fleet's sweep then costs one change-stream read per cluster every 30 s, not a look at every Job.
 """
 
 from __future__ import annotations
@@ -18,12 +23,18 @@ from broker.core.errors import (
 from broker.core.model import (
     JobEvent,
 )
+from broker.core.ports import ListingVersion
 from broker.workload import lifecycle
 
 log = logging.getLogger(__name__)
 
 
 class Sweeping(ControllerBase):
+    # (gateway, the gateway as a ListingVersion or None): asked once per gateway, as _member_watch
+    _listing_of: tuple[object, ListingVersion | None] | None = None
+    # cluster -> what its last clean sweep saw (the records' version, namespaces, the listings' versions)
+    _swept: dict[str, tuple[int, tuple[str, ...], tuple[int, ...]]]
+
     def sweep_orphans(self) -> list[str]:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
         declared cluster that answers, each cluster on its own worker. Returns "cluster/name" of each Job
@@ -46,18 +57,20 @@ class Sweeping(ControllerBase):
         each one no current attempt owns. With raise_errors a failed list or delete raises (the fence
         stays up); else it is logged and the next sweep retries."""
         deleted: list[str] = []
-        traits = self.traits[cluster]
+        namespaces = self.traits[cluster].namespaces_for(self._tenants_known())
+        seen = () if raise_errors else self._unchanged_since(cluster, namespaces)  # unfencing: always
+        if seen is None:
+            return deleted  # neither its Jobs nor the records moved since its last clean sweep
         try:
             refs = [  # before the records; every namespace a tenant's Jobs may be in
-                ref
-                for namespace in traits.namespaces_for(self._tenants_known())
-                for ref in self.gateway.list_workloads(cluster, namespace)
+                ref for namespace in namespaces for ref in self.gateway.list_workloads(cluster, namespace)
             ]
         except ClusterError as exc:
             if raise_errors:
                 raise
             log.info("cannot list Jobs on %s for the sweep: %s", cluster, exc)
             return deleted
+        clean = True
         if self.records.built:
             self.records.catch_up()  # the records read after the list, as orphan_reason needs
         for ref in refs:
@@ -70,6 +83,7 @@ class Sweeping(ControllerBase):
             reason = lifecycle.orphan_reason(ref, record)
             if reason is None or record is None:
                 continue
+            clean = False  # deleted or not, the next sweep looks again
             try:
                 self.gateway.delete_workload(cluster, ref.namespace, ref.name)
             except ClusterError as exc:
@@ -90,4 +104,25 @@ class Sweeping(ControllerBase):
                 )
             )
             deleted.append(f"{cluster}/{ref.name}")
+        if clean and seen:
+            self._swept[cluster] = seen
         return deleted
+
+    def _unchanged_since(
+        self, cluster: str, namespaces: tuple[str, ...]
+    ) -> tuple[int, tuple[str, ...], tuple[int, ...]] | tuple[()] | None:
+        """None: the cluster's Jobs and the records are as its last clean sweep saw them (skip it). Else
+        what this sweep sees before it lists, to keep if it ends clean; () when the gateway lists from
+        the member (no version: every sweep walks)."""
+        gateway = self.gateway
+        if self._listing_of is None or self._listing_of[0] is not gateway:
+            self._listing_of = (gateway, gateway if isinstance(gateway, ListingVersion) else None)
+        listing = self._listing_of[1]
+        if listing is None or not self.records.built:
+            return ()
+        self.records.catch_up()  # what others wrote since: their writes move the version
+        versions = [listing.listing_version(cluster, namespace) for namespace in namespaces]
+        if any(v is None for v in versions):
+            return ()
+        seen = (self.records.version, namespaces, tuple(v for v in versions if v is not None))
+        return None if self._swept.get(cluster) == seen else seen

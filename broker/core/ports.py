@@ -124,6 +124,18 @@ class CheckpointGateway(Protocol):
 
 
 @runtime_checkable
+class ListingVersion(Protocol):
+    """A ClusterGateway whose list_workloads answers from a watch's cache (adapters.job_informer): a
+    version of that answer, so that the sweep of a cluster whose Jobs and records did not change since its
+    last clean sweep is skipped (broker.controller.sweeping)."""
+
+    def listing_version(self, cluster: str, namespace: str) -> int | None:
+        """A number that changes (never back to an earlier value) whenever list_workloads(cluster,
+        namespace) may answer differently; None when that answer is asked of the member, not memory."""
+        ...
+
+
+@runtime_checkable
 class WorkloadWatch(Protocol):
     """A ClusterGateway that follows the broker's Jobs by watch (adapters.job_informer.WatchingGateway):
     it says when a Job's status changed, and whether a cluster's reads come from a synced cache."""

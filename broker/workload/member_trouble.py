@@ -68,6 +68,7 @@ _SEVERITY = (
     "Unschedulable",
     "FailedCreate",
 )
+_RANK = {k: i for i, k in enumerate(_SEVERITY)}
 # the text the broker puts before a member's own words in a job's reason
 TROUBLE_PREFIX = "member trouble on "
 
@@ -180,11 +181,10 @@ def failed_create(event: Mapping[str, Any]) -> PodTrouble | None:
 
 def worst(troubles: Iterable[PodTrouble | None]) -> PodTrouble | None:
     """The trouble a job's reason shows: the most severe (by _SEVERITY), then the first pod by name."""
-    rank = {k: i for i, k in enumerate(_SEVERITY)}
     found = [t for t in troubles if t is not None]
     if not found:
         return None
-    return min(found, key=lambda t: (rank.get(t.kind, len(rank)), t.pod, t.message))
+    return min(found, key=lambda t: (_RANK.get(t.kind, len(_RANK)), t.pod, t.message))
 
 
 def group(kind: str) -> str:

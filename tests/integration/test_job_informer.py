@@ -172,6 +172,24 @@ def test_only_the_brokers_labelled_jobs_are_followed_and_listed_from_memory(
     assert requests(sim, cluster, "list") == lists, "list_workloads from a synced cache costs no LIST"
 
 
+def test_the_listing_version_moves_only_when_the_jobs_held_move_and_is_none_off_the_cache(
+    sim: Simulation, gateway: WatchingGateway
+) -> None:
+    """broker.core.ports.ListingVersion: what lets the sweep skip a cluster whose Jobs did not move."""
+    cluster = sim.cluster_names()[1]
+    before = gateway.listing_version(cluster, NS)
+    assert before is not None
+    gateway.list_workloads(cluster, NS)
+    gateway.read_workload(cluster, NS, "never-created")
+    assert gateway.listing_version(cluster, NS) == before, "reads move nothing"
+    gateway.create_workload(cluster, job("ours-v", "job-v"))
+    moved = wait_for("a new version", lambda: (v := gateway.listing_version(cluster, NS)) != before and v)
+    assert moved is not None and moved > before
+    assert gateway.listing_version(cluster, "elsewhere") is None  # a namespace the cache does not hold
+    gateway.suspend()  # a follower's lists are requests: no version
+    assert gateway.listing_version(cluster, NS) is None
+
+
 def test_after_410_gone_the_informer_relists_and_sees_what_it_missed(
     sim: Simulation, gateway: WatchingGateway
 ) -> None:
