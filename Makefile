@@ -57,7 +57,7 @@ contracts: $(STAMP)
 # (--dist loadfile: a module's shared kubesim and broker stay in one process); each worker starts its
 # own private redis-server and Ray. Most integration time is waiting on real processes, so 3 workers
 # on 2 cores. PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 
 # The project's own modules compiled once, before the suite: every process the suite starts (pytest-xdist
 # workers, `gpufed serve`, Ray's poller workers, kubesim) imports them, and where PYTHONDONTWRITEBYTECODE
