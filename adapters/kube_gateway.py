@@ -259,11 +259,20 @@ class KubeGateway:
                 path = object_path(
                     str(obj["apiVersion"]), str(obj["kind"]), namespace, str(tmeta.get("name"))
                 )
-                current = rest.request("GET", path)
-                refs = current.setdefault("metadata", {}).setdefault("ownerReferences", [])
-                if not any(r.get("uid") == owner["uid"] for r in refs):
-                    refs.append(owner)
-                    rest.request("PUT", path, body=current)
+                # client-go's RetryOnConflict: the member's own controller (the ComputeDomain driver's)
+                # may update the object between our read and our write; read it again and retry
+                for attempt in Retrying(
+                    retry=retry_if_exception(lambda e: isinstance(e, ApiStatus) and e.code == 409),
+                    stop=stop_after_attempt(5),
+                    wait=wait_random_exponential(multiplier=0.05, max=1.0),
+                    reraise=True,
+                ):
+                    with attempt:
+                        current = rest.request("GET", path)
+                        refs = current.setdefault("metadata", {}).setdefault("ownerReferences", [])
+                        if not any(r.get("uid") == owner["uid"] for r in refs):
+                            refs.append(owner)
+                            rest.request("PUT", path, body=current)
         except (ApiStatus, ClusterUnreachable) as e:
             log.warning("cluster %s: could not tie claim templates to Job %s: %s", rest.cluster, name, e)
 

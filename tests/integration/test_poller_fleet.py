@@ -110,7 +110,9 @@ def test_a_killed_shard_resumes_by_itself_and_is_never_read_healthy_while_dead(
             s = store.get_summary(n)
             assert s is not None
             view = observed_health(s, now, LOST)
-            if now - s.heartbeat >= LOST:
+            if not s.heartbeat:  # the restarted shard's first word, before its first successful call
+                assert view.health is Health.UNKNOWN, view  # "connecting", or its first failure
+            elif now - s.heartbeat >= LOST:
                 assert view.health == Health.UNREACHABLE and STALE_POLLER in view.reason, view
                 stale_seen.add(n)
         return fresh_and_healthy(store, clusters, killed_at)
