@@ -55,8 +55,9 @@ contracts: $(STAMP)
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist), a test file per worker at a time
 # (--dist loadfile: a module's shared kubesim and broker stay in one process); each worker starts its
-# own private redis-server and Ray. Most integration time is waiting on real processes, so 3 workers
-# on 2 cores. PYTEST_WORKERS=0 runs it in one process.
+# own private redis-server and Ray. Most integration time is waiting on real processes and time-driven
+# simulations, so 4 workers on 2 cores (a fresh clone: 484 s on 4, 611 s on 3; docs/benchmarks.md).
+# PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 4
 
 # The project's own modules compiled once, before the suite: every process the suite starts (pytest-xdist
