@@ -95,11 +95,20 @@ class Broker:
     auth: AuthRuntime | None = None  # credentials (reloaded while running) and the audit trail
     hub: HubRuntime | None = None  # kubectl-native submission through a hub (docs/hub.md)
 
-    def store_cleanup(self) -> int:
-        """Delete every key under this broker's prefix (the demo uses a throwaway prefix)."""
-        client = self.store.client
-        keys = list(client.scan_iter(match=f"{self.store.prefix}:*", count=1000))
-        return int(client.delete(*keys)) if keys else 0
+    clean_store: bool = False  # delete this broker's keys once it has stopped (store_cleanup)
+
+    def store_cleanup(self) -> None:
+        """Delete every key under this broker's prefix once it has stopped (the demo uses a throwaway
+        prefix): after the pollers, whose summaries a delete made while they run would read as a silent
+        shard to their supervisor, and before the store closes."""
+        self.clean_store = True
+
+
+def _delete_prefix(store: RedisStateStore) -> None:
+    client = store.client
+    keys = list(client.scan_iter(match=f"{store.prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
 
 
 def build_service(
@@ -328,6 +337,7 @@ def running_broker(
     pollers.start()
     profiles: ClusterProfileSync | None = None
     reloader: ConfigWatcher | None = None
+    running: Broker | None = None
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
     hub: HubRuntime | None = None
@@ -349,7 +359,7 @@ def running_broker(
         settle_startup_heap()
         ring = HashRing(pollers.shard_names)
         freshness.SHARDS.source = poller_liveness.shard_source(store, ring.owner, ring.nodes)
-        yield Broker(
+        running = Broker(
             service,
             store,
             gateway,
@@ -364,6 +374,7 @@ def running_broker(
             auth,
             hub,
         )
+        yield running
     finally:
         gc.unfreeze()  # what start-up built may be collected again once this broker stops
         freshness.SHARDS.source = None
@@ -387,6 +398,8 @@ def running_broker(
         gateway.close()
         lease.close()
         leader_store.close()
+        if running is not None and running.clean_store:
+            _delete_prefix(store)
         store.close()
         telemetry.shutdown_tracing()
 
