@@ -251,10 +251,15 @@ class Scheduling(Preempting, Dispatching):
                 won.extend(d for d, r in zip(items, results, strict=True) if r.ok)
             changed.extend(self._commit_decided(won, now))
             decided = []
+            # A cluster that moved under a batch is busy (a poller publishing while its pods start): its
+            # jobs are decided again one at a time, each reserved at once, so the window between the read
+            # and the reserve is one decision, not a batch's (a batch again would lose again and again).
             for d in again:
-                step = self._decide_isolated(d.record, placer, now, d.products, decided, d.tries + 1)
+                one: list[_Decided] = []
+                step = self._decide_isolated(d.record, placer, now, d.products, one, d.tries + 1)
                 if step is not None:
                     changed.append(step)
+                changed.extend(self._reserve_decided(one, placer, now))
         return changed
 
     def _commit_decided(self, won: list[_Decided], now: float) -> list[JobRecord]:
