@@ -154,6 +154,7 @@ class ClusterWatcher:
         self._queues_dirty = False
         self._states: dict[str, str] = {r.name: PENDING for r in resources}
         self._required = {r.name for r in resources if not r.optional}
+        self._listed: set[str] = set()  # the resources listed at least once (capacity_known)
         self._rv = ""
         self._heartbeat = 0.0  # the last observation of data (list, event, bookmark): snapshot.observed_at
         self._machine = HealthMachine(cluster, health or HealthThresholds(), clock())
@@ -200,6 +201,7 @@ class ClusterWatcher:
     def replace(self, resource: str, items: list[Obj], rv: str) -> None:
         """A fresh list: forget what we had of this resource and take these items."""
         with self._lock:
+            self._listed.add(resource)
             if resource == "nodes":
                 self._dirty.update(self._nodes)
                 self._nodes = {}
@@ -471,6 +473,13 @@ class ClusterWatcher:
             # Alive, but a required informer has not listed yet: its capacity is not known.
             return HealthView(Health.UNKNOWN, "syncing", view.since, view.last_success)
         return view
+
+    @property
+    def capacity_known(self) -> bool:
+        """Whether every required informer has listed at least once: before that the index holds a part
+        of the cluster (or nothing), and a per-node table written from it would show nodes missing."""
+        with self._lock:
+            return self._required <= self._listed
 
     @property
     def last_success(self) -> float:

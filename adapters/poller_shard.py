@@ -437,11 +437,14 @@ class PollerShard:
         return len(batch)
 
     def publish_nodes(self, name: str) -> int:
-        """Write one cluster's per-node table (the fleet view's `nodes=true`). Returns its rows."""
+        """Write one cluster's per-node table (the fleet view's `nodes=true`) once its watcher has listed
+        everything it needs. Returns its rows (0, and nothing written, before that)."""
         now = time.time()
         with self._lock:
             watcher = self._watchers[name]
             spot = self._specs[name].traits.spot
+        if not watcher.capacity_known:
+            return 0  # not listed yet: no table rather than an empty one (written on the next pass)
         table = nodes_table(watcher.snapshot().nodes, spot)
         self._store.put_nodes(name, table, now)
         with self._lock:

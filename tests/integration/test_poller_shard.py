@@ -126,3 +126,33 @@ def test_a_pod_that_starts_reaches_redis_within_two_seconds(
     wait_for("2 GPUs allocated in Redis", lambda: free_gpus(store.get_summary(c)) == before - 2)
     sim.call(lambda: sim.store(c).delete("pods", "default", "p1"))
     wait_for("the GPUs free again in Redis", lambda: free_gpus(store.get_summary(c)) == before)
+
+
+def test_no_node_table_is_written_before_the_cluster_has_been_listed(tmp_path: Path, redis_url: str) -> None:
+    """An empty table would tell `gpufed fleet --nodes` that a cluster with four GPU nodes has none."""
+    fleet = fleet_mod.synthetic_fleet(1, 4, gpus_per_node=8)
+    prefix = "shard" + uuid.uuid4().hex[:8]
+    with sim_mod.Simulation(fleet, tmp_path, speed=0) as sim:
+        name = fleet.clusters[0].name
+        sim.faults(name).down()  # the member does not answer: nothing is listed
+        poller = PollerShard(
+            [PollerSpec(name, sim.kubeconfig_path(name).as_posix(), None, ClusterTraits(name=name))],
+            redis_url,
+            prefix,
+            summary_interval_seconds=0.05,
+        )
+        store = RedisStateStore(redis_url, prefix=prefix)
+        poller.start()
+        try:
+            wait_for(
+                "a pass over the unlisted cluster",
+                lambda: poller.publish_once() >= 0 and name in poller._watchers,
+            )
+            assert poller.publish_nodes(name) == 0
+            assert store.get_nodes(name) is None
+            sim.faults(name).up()
+            table = wait_for("the node table", lambda: store.get_nodes(name), 15)
+            assert len(table[0]) == 4
+        finally:
+            poller.stop()
+            store.close()
