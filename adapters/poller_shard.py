@@ -280,14 +280,15 @@ class PollerShard:
         with self._assign_lock:
             self.lag.start()
             self.prober.start()
-            for name, spec in self._specs.items():
-                if name not in self._watchers:
-                    self._add(spec)
-            if self._publisher is None:
+            if self._publisher is None:  # first: each cluster's "syncing" summary is written as soon as its
+                # watcher exists, the shard's sign of life while 125 members are still being listed
                 self._publisher = threading.Thread(
                     target=self._publish_loop, name="gpufed-publisher", daemon=True
                 )
                 self._publisher.start()
+            for name, spec in self._specs.items():
+                if name not in self._watchers:
+                    self._add(spec)
             return sorted(self._watchers)
 
     def _add(self, spec: PollerSpec) -> None:

@@ -187,11 +187,19 @@ def main() -> None:
             procs.append(broker)
             http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
 
+            progress = {"next": time.monotonic() + 30.0}
+
             def healthy() -> bool:
                 try:
                     items = http.get("/v1/clusters").json()["items"]
                 except (httpx.HTTPError, ValueError, KeyError):
                     return False
+                if time.monotonic() >= progress["next"]:  # where a slow cold start stands, every 30 s
+                    progress["next"] += 30.0
+                    counts: dict[str, int] = {}
+                    for c in items:
+                        counts[c["health"]] = counts.get(c["health"], 0) + 1
+                    print(f"  {time.monotonic() - launched:.0f} s: {counts}", flush=True)
                 return len(items) == len(names) and all(c["health"] == "healthy" for c in items)
 
             wait_for(healthy, 900, "every cluster healthy", 1.0)
