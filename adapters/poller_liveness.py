@@ -6,9 +6,10 @@ placement stops. The supervisor therefore also reads the summaries in Redis: a s
 clusters has been published for `silent_after` seconds (clusterLostSeconds / 2, at least two
 heartbeats) is killed with `ray.kill` and Ray restarts it (its actors are max_restarts=-1), whatever its
 process state. The blind-broker rule (broker.health.failover.pollers_silent) still keeps jobs from moving while
-capacity is stale; this only brings the capacity back. A shard that has published nothing since it
-(re)started is starting, not frozen: it is judged on STARTUP_LIMIT_SECONDS from its start instead (a
-start-up probe), so a cold start of many members is not killed over and over.
+capacity is stale; this only brings the capacity back. A shard whose clusters are not all listed yet
+(a summary missing, or "unknown") is starting, not frozen: its silence counts only after
+STARTUP_LIMIT_SECONDS from its (re)start (a start-up probe), so a cold start of many members is not killed
+over and over.
 
     silent_after(lost_seconds)     the silence after which a shard is replaced
     ShardLiveness                  the supervisor's bookkeeping: which shards are silent now, and the
@@ -37,6 +38,7 @@ import orjson
 import redis
 
 from adapters.redis_store import RedisStateStore
+from broker.core.model import Health
 from broker.telemetry import freshness
 
 log = logging.getLogger(__name__)
@@ -46,10 +48,12 @@ log = logging.getLogger(__name__)
 RESTART_GRACE_SECONDS = 60.0
 # A shard that has just restarted lists its clusters before it publishes: on a loaded host that takes seconds, and killing it then would only start it over.
 STARTUP_GRACE_SECONDS = 15.0
-# A shard that has published nothing since it (re)started is starting, not frozen (Kubernetes' startupProbe
-# beside its livenessProbe): it is judged on this limit, counted from its start, until its first publish.
-# At 1,000 members, 8 shards building 125 clients and 1,125 informers each on a loaded host published
-# their first summary after more than the 5 s silence limit, were killed, restarted, and killed again.
+# A shard is starting, not frozen, while one of its clusters has no summary or one whose health is unknown
+# (still being listed: the "syncing" summaries a shard writes first): Kubernetes' startupProbe beside its
+# livenessProbe. Its silence counts once all are listed (or found unreachable), or this long after its
+# (re)start. At
+# 1,000 members, 8 shards listing 125 members each (1,125 informers) on a loaded host went quiet for
+# more than the 5 s silence limit, were killed, restarted, and killed again, and never came up.
 STARTUP_LIMIT_SECONDS = 120.0
 LIVENESS_CHECK_SECONDS = 0.5
 # A shard re-writes each of its summaries at least every HEARTBEAT_SECONDS (adapters.ray_actors);
@@ -94,7 +98,7 @@ class ShardLiveness:
         # when each shard's silence starts to count (the shards answered a ping before the supervisor
         # was made: they are running)
         self._since = {name: now for name in shard_names}
-        # when each shard (re)started: until one of its clusters is published after this, it is starting
+        # when each shard (re)started: the start-up limit counts from there (see silent())
         self._booted = {name: now for name in shard_names}
         self._groups: dict[str, frozenset[str]] = {}
 
@@ -107,7 +111,7 @@ class ShardLiveness:
         none of them for the silence limit; {} when the summaries cannot be read."""
         now = self._clock()
         try:
-            published = {s.cluster: s.published_at for s in self._store.observed_summaries()}
+            summaries = {s.cluster: s for s in self._store.observed_summaries()}
         except Exception:
             for shard in self._since:
                 self._since[shard] = now  # Redis is the cause, not the shards: judge again once it answers
@@ -119,12 +123,12 @@ class ShardLiveness:
                 self._since[shard] = max(self._since.get(shard, now), now)
             if not clusters:
                 continue
-            fresh = max(published.get(c, 0.0) for c in clusters)
             booted = self._booted.setdefault(shard, now)
-            if fresh < booted:  # nothing published since it started: starting, judged on the start-up limit
-                if now - booted > STARTUP_LIMIT_SECONDS:
-                    out[shard] = now - max(fresh, booted)
-                continue
+            found = [summaries.get(c) for c in clusters]
+            fresh = max(s.published_at if s is not None else 0.0 for s in found)
+            starting = any(s is None or s.health == Health.UNKNOWN for s in found)  # not all listed yet
+            if starting and now - booted <= STARTUP_LIMIT_SECONDS:
+                continue  # busy listing its members, not frozen
             last = max(fresh, self._since.get(shard, now))
             if now - last > self._silence:
                 out[shard] = now - last

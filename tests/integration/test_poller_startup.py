@@ -1,9 +1,10 @@
 """A poller shard that is starting is not taken for a frozen one (the start-up limit of adapters.poller_liveness).
 
-ShardLiveness over a real Redis and a fake clock: a shard that has published nothing since it started is
-judged on STARTUP_LIMIT_SECONDS, not on the silence limit; once it has published, silence counts as
-before; a restart (or a replacement) starts the start-up clock again. Before this, every shard of a
-1,000-member cold start was killed 5 s in, before it could publish, over and over.
+ShardLiveness over a real Redis and a fake clock: a shard whose clusters are not all listed yet (a
+summary missing, or "unknown": syncing) is judged on STARTUP_LIMIT_SECONDS from its start, not on the
+silence limit; once they are, silence counts as before; a replacement starts the start-up clock again.
+Before this, every shard of a 1,000-member cold start was killed 5 s in, while it listed its members,
+over and over.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def store(redis_url: str) -> Iterator[RedisStateStore]:
     s.close()
 
 
-def publish(store: RedisStateStore, cluster: str, at: float) -> None:
-    store.put_summary(ClusterSummary(cluster=cluster, health=Health.HEALTHY, heartbeat=at, published_at=at))
+def publish(store: RedisStateStore, cluster: str, at: float, health: Health = Health.HEALTHY) -> None:
+    store.put_summary(ClusterSummary(cluster=cluster, health=health, heartbeat=at, published_at=at))
 
 
 def test_a_starting_shard_is_judged_on_the_start_up_limit_not_on_silence(store: RedisStateStore) -> None:
@@ -54,19 +55,40 @@ def test_a_starting_shard_is_judged_on_the_start_up_limit_not_on_silence(store: 
     assert liveness.silent(GROUPS) == {"shard-0": pytest.approx(STARTUP_LIMIT_SECONDS + 1)}
 
 
-def test_once_it_has_published_silence_counts_as_before(store: RedisStateStore) -> None:
+def test_a_shard_busy_listing_after_its_first_syncing_summaries_is_not_killed(store: RedisStateStore) -> None:
+    """The 1,000-member cold start: each shard wrote its clusters' "syncing" summaries at once, then
+    went quiet for seconds while it listed them all, and was killed for it."""
+    clock = Clock()
+    liveness = ShardLiveness(store, ["shard-0"], SILENCE, clock=clock)
+    assert liveness.silent(GROUPS) == {}
+    publish(store, "c1", BOOT + 1, Health.UNKNOWN)
+    publish(store, "c2", BOOT + 1, Health.UNKNOWN)
+    clock.now = BOOT + 30  # quiet for 29 s, still listing
+    assert liveness.silent(GROUPS) == {}
+    publish(store, "c1", BOOT + 40)  # c1 listed; c2 still syncing
+    clock.now = BOOT + 90
+    assert liveness.silent(GROUPS) == {}
+    clock.now = BOOT + STARTUP_LIMIT_SECONDS + 1  # past the limit, silent for 81 s: replaced after all
+    assert liveness.silent(GROUPS) == {"shard-0": pytest.approx(STARTUP_LIMIT_SECONDS + 1 - 40)}
+
+
+def test_once_it_is_up_silence_counts_as_before(store: RedisStateStore) -> None:
     clock = Clock()
     liveness = ShardLiveness(store, ["shard-0"], SILENCE, clock=clock)
     assert liveness.silent(GROUPS) == {}  # the supervisor's first pass, at once
-    publish(store, "c2", BOOT + 30)
+    publish(store, "c1", BOOT + 30)
+    publish(store, "c2", BOOT + 30, Health.UNREACHABLE)  # a member down from the start: listed as lost
     clock.now = BOOT + 30 + SILENCE - 1
     assert liveness.silent(GROUPS) == {}
-    clock.now = BOOT + 30 + SILENCE + 1  # SIGSTOP after its first publish: replaced 5 s on
+    clock.now = BOOT + 30 + SILENCE + 1  # SIGSTOP once it is up: replaced 5 s on
     assert liveness.silent(GROUPS) == {"shard-0": pytest.approx(SILENCE + 1)}
 
     liveness.replaced("shard-0", SILENCE + 1, "test")  # its successor starts now: a start-up of its own
-    clock.now += 90
+    clock.now += 2
+    publish(store, "c1", clock.now, Health.UNKNOWN)  # its first, "syncing" summaries
+    clock.now += 88  # then quiet for 88 s while it lists
     assert liveness.silent(GROUPS) == {}
     publish(store, "c1", clock.now)
+    publish(store, "c2", clock.now)
     clock.now += SILENCE + 1
     assert liveness.silent(GROUPS) == {"shard-0": pytest.approx(SILENCE + 1)}
