@@ -8,7 +8,11 @@ Owns:
                          what is wrong (a healthy pod costs one dict entry of None)
     MemberWatchingGateway a WatchingGateway that runs two more informers per cluster into a TroubleCache
                          and answers broker.core.ports.MemberWatch from memory; they connect through the
-                         gateway's ConnectGate and run only between start() and suspend(), as its Jobs'
+                         gateway's ConnectGate and run only between start() and suspend(), as its Jobs',
+                         and only for a member where the broker has Jobs (the Jobs' cache holds one): a
+                         member with none has no pod of the broker's to watch, and a fleet of 1,000
+                         idle members costs 1,000 watches, not 3,000 (the first Job seen there starts
+                         them, and their first list catches up on what happened before)
 
 Cost follows change, not the jobs held: a quiet cluster costs two watch requests per watch timeout; a
 pod's or event's change calls on_change(cluster, job id) only when the Job's MemberTrouble changed
@@ -186,9 +190,11 @@ class MemberWatchingGateway(WatchingGateway):
         self._trouble_targets: dict[str, tuple[KubeRest, str]] = {}  # what suspend() follows afresh
         self._trouble_settings = settings
         self._trouble_started = False
+        self._trouble_running: set[str] = set()  # the clusters whose trouble informers run now
         super().__init__(clusters, namespaces, settings, gate)
         for cluster, namespace in namespaces.items():
             self._follow_troubles(clusters[cluster], namespace)
+        self.follower.subscribe(self._jobs_moved)
 
     @classmethod
     def watching(
@@ -215,10 +221,34 @@ class MemberWatchingGateway(WatchingGateway):
         with self._trouble_lock:
             if cluster in self.troubles:
                 return
-            informers = self._trouble_watch(rest, namespace)
+            self._trouble_watch(rest, namespace)
             if self._trouble_started:
-                for informer in informers:
-                    informer.start()
+                self._run_troubles(cluster)
+
+    def _jobs_moved(self, cluster: str, job_id: str) -> None:
+        """A Job of `cluster` appeared, changed or went (the Jobs' cache said so): its trouble informers
+        run while the cache holds a Job there."""
+        with self._trouble_lock:
+            if self._trouble_started:
+                self._run_troubles(cluster)
+
+    def _run_troubles(self, cluster: str) -> None:
+        """Start the cluster's trouble informers when the broker has Jobs there, stop them (keeping fresh
+        ones, not started) when it has none; the caller holds the lock."""
+        cache = self.follower.caches.get(cluster)
+        wanted = cache is not None and len(cache) > 0
+        entry = self._trouble_informers.get(cluster)
+        if entry is None or wanted == (cluster in self._trouble_running):
+            return
+        if wanted:
+            self._trouble_running.add(cluster)
+            for informer in entry[1]:
+                informer.start()
+            return
+        self._trouble_running.discard(cluster)
+        entry[0].set()
+        rest, namespace = self._trouble_targets[cluster]
+        self._trouble_watch(rest, namespace)
 
     def _trouble_watch(self, rest: KubeRest, namespace: str) -> list[Informer]:
         """A new TroubleCache and its two informers (not started); the caller holds the lock."""
@@ -237,6 +267,7 @@ class MemberWatchingGateway(WatchingGateway):
 
     def _unfollow_troubles(self, cluster: str) -> None:
         with self._trouble_lock:
+            self._trouble_running.discard(cluster)
             self.troubles.pop(cluster, None)
             self._trouble_targets.pop(cluster, None)
             entry = self._trouble_informers.pop(cluster, None)
@@ -258,15 +289,15 @@ class MemberWatchingGateway(WatchingGateway):
             if self._trouble_started:
                 return
             self._trouble_started = True
-            informers = [i for _, group in self._trouble_informers.values() for i in group]
-        for informer in informers:
-            informer.start()
+            for cluster in list(self._trouble_informers):
+                self._run_troubles(cluster)  # the members where the broker has Jobs (more as they come)
 
     def suspend(self) -> None:
         """The Jobs' informers and the member-trouble informers stop; start() follows afresh."""
         with self._trouble_lock:
             was, self._trouble_started = self._trouble_started, False
             if was:
+                self._trouble_running.clear()
                 for stop, _ in self._trouble_informers.values():
                     stop.set()
                 for rest, namespace in list(self._trouble_targets.values()):
