@@ -22,7 +22,7 @@ from broker.config.settings import load_fleet_config
 from broker.tenancy.rbac import member_rbac
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port, poll_for, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +102,13 @@ def test_the_broker_runs_the_job_path_with_only_the_printed_permissions(
 
         # take the read-only grant away: the pollers' lists and watches are refused
         kubectl(admin, "delete", "clusterrolebinding", "gpufed-broker-observer")
+        # forbidden at the first refusal; each informer is refused when its open watch ends and it asks
+        # again (an API server does not cut a watch when a grant goes), so the reason names more in time
         wait_for(lambda: health()["health"] == "forbidden", timeout=90, what="the cluster forbidden")
-        reason = health()["healthReason"]
+
+        def nodes_refused() -> str | None:
+            reason = str(health()["healthReason"])
+            return reason if "list/watch nodes" in reason else None
+
+        reason = poll_for("the nodes' informer refused too", nodes_refused, 90, interval=0.25)
         assert "list/watch nodes: forbidden (403)" in reason, reason  # the verbs and the resource
