@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib
 import os
 import random
 import subprocess
@@ -239,6 +240,7 @@ def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> N
     import uvicorn
 
     from adapters.system_clock import SystemClock
+    from broker.api import timeouts
     from broker.api.routes import create_app
     from broker.app.main import settle_startup_heap
     from broker.controller.service import BrokerService
@@ -259,6 +261,10 @@ def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> N
     else:
         app = create_app(service, service.clock)
     settle_startup_heap()  # as `gpufed serve` does once started
+    protocol: Any = timeouts.timed_protocol()  # the HTTP protocol `gpufed serve` runs
+    if os.environ.get("GPUFED_BENCH_HTTP"):  # another protocol class, "module:attribute", to compare
+        module, _, attribute = os.environ["GPUFED_BENCH_HTTP"].partition(":")
+        protocol = getattr(importlib.import_module(module), attribute)()
     uvicorn.run(
         app,
         host="127.0.0.1",
@@ -266,6 +272,7 @@ def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> N
         log_level="warning",
         access_log=False,
         lifespan="off",
+        http=protocol,
     )
 
 

@@ -2,13 +2,17 @@
 
 uvicorn bounds an idle keep-alive connection but not a request that arrives slowly: 2,000 connections
 that each sent half a request were held open for as long as their clients liked (slow-loris). This
-module's HTTP protocol (uvicorn's h11 protocol with two timers) closes a connection whose request
-headers are not complete `headers_s` seconds after it opened (or after its previous response), and one
-whose body is not complete `body_s` seconds after its headers. The app never sees either request. The
-composition root passes settings.requestHeadersSeconds and requestBodySeconds (default 10 s and 60 s,
-also GPUFED_REQUEST_HEADERS_SECONDS / GPUFED_REQUEST_BODY_SECONDS; docs/operations.md).
+module's HTTP protocol (uvicorn's httptools protocol, the C parser, with two timers) closes a connection
+whose request headers are not complete `headers_s` seconds after it opened (or after its previous
+response), and one whose body is not complete `body_s` seconds after its headers. The app never sees
+either request. The composition root passes settings.requestHeadersSeconds and requestBodySeconds
+(default 10 s and 60 s, also GPUFED_REQUEST_HEADERS_SECONDS / GPUFED_REQUEST_BODY_SECONDS;
+docs/operations.md).
 
     timed_protocol(headers_s, body_s)   the class to pass as uvicorn.Config(http=...)
+
+httptools rather than h11: h11 parses in Python. Same deadlines, 0.72-0.79 ms of API CPU per submit instead
+of 0.85-0.98 ms (`python -m benchmarks.placement submit --audited`, 3 pairs, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -17,8 +21,7 @@ import asyncio
 import logging
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ HEADERS_SECONDS = 10.0
 BODY_SECONDS = 60.0
 
 
-class _TimedH11Protocol(H11Protocol):
+class _TimedHttpToolsProtocol(HttpToolsProtocol):
     headers_s = HEADERS_SECONDS
     body_s = BODY_SECONDS
 
@@ -53,17 +56,17 @@ class _TimedH11Protocol(H11Protocol):
             log.debug("closing a connection whose request %s did not arrive in time", self._waiting_for)
             self.transport.close()
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        state = self.conn.their_state
-        if state is h11.SEND_BODY and self._waiting_for == "headers":
-            self._arm(self.body_s, "body")
-        elif state is not h11.IDLE and state is not h11.SEND_BODY:
-            self._disarm()  # the whole request is in: the app's time is not the client's
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._arm(self.body_s, "body")  # a request without a body completes in the same feed: disarmed
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()  # the whole request is in: the app's time is not the client's
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.conn.our_state is h11.IDLE:  # kept alive: the next request gets its own deadline
+        if self.timeout_keep_alive_task is not None:  # kept alive and idle: the next request's deadline
             self._arm(self.headers_s, "headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -72,4 +75,6 @@ class _TimedH11Protocol(H11Protocol):
 
 
 def timed_protocol(headers_s: float = HEADERS_SECONDS, body_s: float = BODY_SECONDS) -> type[Any]:
-    return type("TimedH11Protocol", (_TimedH11Protocol,), {"headers_s": headers_s, "body_s": body_s})
+    return type(
+        "TimedHttpToolsProtocol", (_TimedHttpToolsProtocol,), {"headers_s": headers_s, "body_s": body_s}
+    )
