@@ -128,6 +128,42 @@ def test_a_pod_that_starts_reaches_redis_within_two_seconds(
     wait_for("the GPUs free again in Redis", lambda: free_gpus(store.get_summary(c)) == before)
 
 
+def test_a_node_table_is_written_again_only_when_the_cluster_changed(
+    shard: tuple[Any, PollerShard, RedisStateStore],
+) -> None:
+    """Every table every 5 s was most of an idle fleet's Redis traffic: an unchanged one is not rewritten."""
+    sim, poller, store = shard
+    c = sorted(poller._specs)[0]
+    wait_for("the first node table", lambda: store.get_nodes(c), 10)
+    poller.publish_nodes(c)  # written, or already current
+    written = store.get_nodes(c)
+    assert written is not None
+    assert poller.publish_nodes(c) == 0  # nothing observed since: nothing written
+    assert store.get_nodes(c) == written
+
+    nodes, _ = sim.call(lambda: sim.store(c).list("nodes"))
+    node = sorted(n["metadata"]["name"] for n in nodes if GPU in (n["status"].get("allocatable") or {}))[0]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "table", "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "schedulerName": "none",
+            "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"limits": {GPU: "3"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    sim.call(lambda: sim.store(c).create("pods", pod))
+
+    def allocated() -> bool:
+        table = store.get_nodes(c)
+        row = next(r for r in table[0] if r.name == node) if table else None
+        return row is not None and row.whole_free == row.whole_allocatable - 3
+
+    wait_for("the new allocation in the node table", allocated, 15)
+
+
 def test_no_node_table_is_written_before_the_cluster_has_been_listed(tmp_path: Path, redis_url: str) -> None:
     """An empty table would tell `gpufed fleet --nodes` that a cluster with four GPU nodes has none."""
     fleet = fleet_mod.synthetic_fleet(1, 4, gpus_per_node=8)
