@@ -71,6 +71,25 @@ def free_gpus(s: ClusterSummary | None) -> int:
     return sum(p.free for p in s.products) if s else -1
 
 
+def _run_pod(sim: Any, cluster: str, name: str, gpus: int) -> str:
+    """A running pod holding `gpus` GPUs on the cluster's first GPU node; that node's name."""
+    nodes, _ = sim.call(lambda: sim.store(cluster).list("nodes"))
+    node = sorted(n["metadata"]["name"] for n in nodes if GPU in (n["status"].get("allocatable") or {}))[0]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "schedulerName": "none",
+            "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"limits": {GPU: str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    sim.call(lambda: sim.store(cluster).create("pods", pod))
+    return str(node)
+
+
 def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
     shard: tuple[Any, PollerShard, RedisStateStore],
 ) -> None:
@@ -109,20 +128,7 @@ def test_a_pod_that_starts_reaches_redis_within_two_seconds(
     sim, poller, store = shard
     c = sorted(poller._specs)[0]
     before = free_gpus(store.get_summary(c))
-    nodes, _ = sim.call(lambda: sim.store(c).list("nodes"))
-    node = sorted(n["metadata"]["name"] for n in nodes if GPU in (n["status"].get("allocatable") or {}))[0]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p1", "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "schedulerName": "none",
-            "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"limits": {GPU: "2"}}}],
-        },
-        "status": {"phase": "Running"},
-    }
-    sim.call(lambda: sim.store(c).create("pods", pod))
+    _run_pod(sim, c, "p1", 2)
     wait_for("2 GPUs allocated in Redis", lambda: free_gpus(store.get_summary(c)) == before - 2)
     sim.call(lambda: sim.store(c).delete("pods", "default", "p1"))
     wait_for("the GPUs free again in Redis", lambda: free_gpus(store.get_summary(c)) == before)
@@ -141,20 +147,7 @@ def test_a_node_table_is_written_again_only_when_the_cluster_changed(
     assert poller.publish_nodes(c) == 0  # nothing observed since: nothing written
     assert store.get_nodes(c) == written
 
-    nodes, _ = sim.call(lambda: sim.store(c).list("nodes"))
-    node = sorted(n["metadata"]["name"] for n in nodes if GPU in (n["status"].get("allocatable") or {}))[0]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "table", "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "schedulerName": "none",
-            "containers": [{"name": "c", "image": "busybox:1.36", "resources": {"limits": {GPU: "3"}}}],
-        },
-        "status": {"phase": "Running"},
-    }
-    sim.call(lambda: sim.store(c).create("pods", pod))
+    node = _run_pod(sim, c, "table", 3)
 
     def allocated() -> bool:
         table = store.get_nodes(c)
