@@ -181,7 +181,7 @@ def main() -> None:
     if args.ssl_buffer_kib:  # a class attribute of CPython's asyncio.sslproto.SSLProtocol (3.11+)
         import asyncio.sslproto
 
-        asyncio.sslproto.SSLProtocol.max_size = args.ssl_buffer_kib * 1024  # type: ignore[attr-defined]
+        asyncio.sslproto.SSLProtocol.max_size = args.ssl_buffer_kib * 1024
     bindir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
