@@ -476,10 +476,10 @@ class ClusterWatcher:
 
     @property
     def capacity_known(self) -> bool:
-        """Whether every required informer has listed at least once: before that the index holds a part
-        of the cluster (or nothing), and a per-node table written from it would show nodes missing."""
+        """Every required informer has listed once and every optional one has answered (listed, absent or
+        refused): before that a per-node table would miss nodes, or their NUMA zones or DRA devices."""
         with self._lock:
-            return self._required <= self._listed
+            return self._required <= self._listed and PENDING not in self._states.values()
 
     @property
     def last_success(self) -> float:

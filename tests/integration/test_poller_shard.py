@@ -185,3 +185,30 @@ def test_no_node_table_is_written_before_the_cluster_has_been_listed(tmp_path: P
         finally:
             poller.stop()
             store.close()
+
+
+def test_capacity_is_known_once_every_informer_has_answered(tmp_path: Path) -> None:
+    """The first node table must not miss NUMA zones or DRA devices because their (optional) informers had
+    not listed yet: the walking skeleton's node-detail test saw a table without NUMA zones once in CI."""
+    from adapters.cluster_watcher import ClusterWatcher
+    from adapters.kube_informer import ALL_RESOURCES, FORBIDDEN
+
+    fleet = fleet_mod.synthetic_fleet(1, 1, gpus_per_node=8)
+    with sim_mod.Simulation(fleet, tmp_path, speed=0) as sim:
+        name = fleet.clusters[0].name
+        watcher = ClusterWatcher(name, sim.kubeconfig_path(name))  # not started: fed by hand
+        try:
+            required = [r.name for r in ALL_RESOURCES if not r.optional]
+            optional = [r.name for r in ALL_RESOURCES if r.optional]
+            for resource in required:
+                watcher.replace(resource, [], "1")
+                watcher.report(resource, "synced")
+            assert not watcher.capacity_known  # NUMA topologies, DRA, quotas not answered yet
+            for resource in optional[:-1]:
+                watcher.replace(resource, [], "1")
+                watcher.report(resource, "synced")
+            assert not watcher.capacity_known
+            watcher.report(optional[-1], FORBIDDEN, "forbidden", "forbidden")  # refused counts as answered
+            assert watcher.capacity_known
+        finally:
+            watcher.stop()
