@@ -51,9 +51,8 @@ STARTUP_GRACE_SECONDS = 15.0
 # A shard is starting, not frozen, while one of its clusters has no summary or one whose health is unknown
 # (still being listed: the "syncing" summaries a shard writes first): Kubernetes' startupProbe beside its
 # livenessProbe. Its silence counts once all are listed (or found unreachable), or this long after its
-# (re)start. At
-# 1,000 members, 8 shards listing 125 members each (1,125 informers) on a loaded host went quiet for
-# more than the 5 s silence limit, were killed, restarted, and killed again, and never came up.
+# (re)start. At 1,000 members, 8 shards listing 125 members each (1,125 informers) on a loaded host went
+# quiet for more than the 5 s silence limit, were killed, restarted, and killed again, and never came up.
 STARTUP_LIMIT_SECONDS = 120.0
 LIVENESS_CHECK_SECONDS = 0.5
 # A shard re-writes each of its summaries at least every HEARTBEAT_SECONDS (adapters.ray_actors);
@@ -155,7 +154,7 @@ class ShardLiveness:
         return thread
 
     def restarted(self, shard: str) -> None:
-        """`shard` answers from a new process: it is starting until it publishes (STARTUP_LIMIT_SECONDS)."""
+        """`shard` answers from a new process: starting again (the start-up limit counts from now)."""
         now = self._clock()
         self._since[shard] = now + STARTUP_GRACE_SECONDS
         self._booted[shard] = now

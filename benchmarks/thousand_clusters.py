@@ -46,6 +46,7 @@ from adapters.redis_process import private_redis
 from benchmarks.fleet_scale import (
     HZ,
     TOKEN,
+    cmdline,
     cpu_ticks,
     descendants,
     fleet_yaml,
@@ -67,6 +68,22 @@ def rss_kib(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def threads(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def process_groups(broker: int, kubesims: list[int]) -> dict[str, list[int]]:
+    """The broker process, its poller shards (Ray workers under it), and the kubesim processes."""
+    shards = [p for p in descendants(broker) if "PollerShard" in cmdline(p)]
+    return {"broker": [broker], "shards": shards, "kubesim": kubesims}
 
 
 def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.5) -> float:
@@ -187,7 +204,22 @@ def main() -> None:
             procs.append(broker)
             http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
 
-            progress = {"next": time.monotonic() + 30.0}
+            progress = {"next": time.monotonic() + 30.0, "at": time.monotonic()}
+            ticks: dict[int, int] = {}
+
+            def where_it_stands(counts: dict[str, int]) -> str:
+                """Clusters per health, then threads and % of a core (since the last line) per group."""
+                now, elapsed = time.monotonic(), max(0.1, time.monotonic() - progress["at"])
+                progress["at"] = now
+                parts = [f"{now - launched:.0f} s: {counts}"]
+                kubesims = [p.pid for p in procs[:-1]]
+                for group, pids in process_groups(broker.pid, kubesims).items():
+                    used = sum(cpu_ticks(p) - ticks.get(p, 0) for p in pids) / HZ / elapsed * 100
+                    ticks.update({p: cpu_ticks(p) for p in pids})
+                    parts.append(
+                        f"{group} ({len(pids)}): {sum(threads(p) for p in pids)} threads, {used:.0f}%"
+                    )
+                return "; ".join(parts)
 
             def healthy() -> bool:
                 try:
@@ -199,7 +231,7 @@ def main() -> None:
                     counts: dict[str, int] = {}
                     for c in items:
                         counts[c["health"]] = counts.get(c["health"], 0) + 1
-                    print(f"  {time.monotonic() - launched:.0f} s: {counts}", flush=True)
+                    print(f"  {where_it_stands(counts)}", flush=True)
                 return len(items) == len(names) and all(c["health"] == "healthy" for c in items)
 
             wait_for(healthy, 900, "every cluster healthy", 1.0)

@@ -61,6 +61,7 @@ class ClusterWatch(Sweeping):
         self._note_blindness(failover.pollers_silent(summaries.values(), now, lost_after))
         lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, self._blind)}
         moved: list[JobRecord] = []
+        failed_over: dict[str, int] = {}  # cluster -> jobs moved off it in this pass
         if lost:
             self.records.ensure()
             for record in self.records.in_states(PLACED_STATES):
@@ -78,10 +79,13 @@ class ClusterWatch(Sweeping):
                     continue
                 if step is not None:
                     moved.append(step)
+                    failed_over[gone.cluster] = failed_over.get(gone.cluster, 0) + 1
             for c, h in lost.items():
                 if c not in fenced and self.store.fence(c, h.text):
                     fenced[c] = h.text
-                    log.warning("cluster %s fenced: %s; its jobs were failed over", c, h.text)
+                    log.warning(
+                        "cluster %s fenced: %s; %d job(s) failed over", c, h.text, failed_over.get(c, 0)
+                    )
                     self.store.append_cluster_event(ClusterEvent(c, now, h.health, f"fenced: {h.text}"))
         for c in fenced:
             back = healths.get(c)
