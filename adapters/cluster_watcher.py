@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import re
 import threading
 import time
@@ -50,6 +49,7 @@ from adapters.kube_informer import (
 )
 from adapters.kube_rest import ApiStatus, KubeRest, Obj
 from adapters.probe_scheduler import STARVED_LAG_SECONDS, ProbeScheduler
+from adapters.watch_pacing import ConnectGate
 from adapters.watched_objects import DraState, Requests, add_requests, trim_node, trim_nrt
 from broker.capacity import dra, kube_objects
 from broker.capacity.index import CapacityIndex
@@ -116,6 +116,7 @@ class ClusterWatcher:
         health: HealthThresholds | None = None,
         on_transition: Callable[[Transition], None] | None = None,
         prober: ProbeScheduler | None = None,
+        gate: ConnectGate | None = None,
     ) -> None:
         """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
         of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
@@ -124,7 +125,8 @@ class ClusterWatcher:
         right the first time; a summary asked with other traits re-aggregates once. `health` sets the
         health machine's thresholds (clusterLostSeconds is its lost_seconds); on_transition(t) is called
         (on the thread that saw it) for every change of shown health, after it is logged. `prober`: the
-        shard's shared ProbeScheduler runs the liveness probes (else a prober thread of its own)."""
+        shard's shared ProbeScheduler runs the liveness probes (else one of its own); `gate`: the shard's
+        ConnectGate, shared by every cluster's list and watch set-ups (None: not paced)."""
         self.cluster = cluster
         self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
         self._on_snapshot = on_snapshot
@@ -167,11 +169,11 @@ class ClusterWatcher:
         # measures event-to-Redis freshness from it.
         self.batch_first_event_at: float | None = None
         self.stats = WatcherStats()
-        self._informers = [Informer(self.rest, r, self, self._stop, self._settings) for r in resources]
+        self._informers = [Informer(self.rest, r, self, self._stop, self._settings, gate) for r in resources]
         self.stats.informers = {i.resource.name: i.stats for i in self._informers}
         self._flusher: threading.Thread | None = None
-        self._prober: threading.Thread | None = None
-        self._probes = prober
+        self._own_prober = prober is None
+        self._probes = prober or ProbeScheduler()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -180,18 +182,17 @@ class ClusterWatcher:
             inf.start()
         self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
         self._flusher.start()
-        if self._probes is not None:
-            self._probes.add(self, self._settings.probe_interval_s, self._settings.probe_retry_interval_s)
-            return
-        self._prober = threading.Thread(target=self._probe_loop, name=f"prober-{self.cluster}", daemon=True)
-        self._prober.start()
+        if self._own_prober:
+            self._probes.start()
+        self._probes.add(self, self._settings.probe_interval_s, self._settings.probe_retry_interval_s)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads. A watch blocked in a read ends at its read timeout; threads are daemons."""
         self._stop.set()
         self._wake.set()
-        if self._probes is not None:
-            self._probes.remove(self)
+        self._probes.remove(self)
+        if self._own_prober:
+            self._probes.stop()
         if self._flusher is not None:
             self._flusher.join(timeout)
         self.rest.close()
@@ -354,17 +355,6 @@ class ClusterWatcher:
             self._tenancy_dirty = True  # publish a summary with what it serves now
             self._wake.set()
         return outcome
-
-    def _probe_loop(self) -> None:
-        interval = self._settings.probe_interval_s
-        self._stop.wait(random.uniform(0.0, interval))  # spread a shard's probes over the interval
-        while not self._stop.is_set():
-            started = time.monotonic()
-            outcome = self.probe_once()
-            # In doubt, look again sooner (WatchSettings.probe_retry_interval_s): a failing cluster gives
-            # health enough samples to judge within its window, and one success clears it.
-            wait = interval if outcome.ok else min(interval, self._settings.probe_retry_interval_s)
-            self._stop.wait(max(0.05, wait - (time.monotonic() - started)))
 
     # ------------------------------------------------------------------ state (under the lock)
 

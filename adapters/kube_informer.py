@@ -15,24 +15,30 @@ Owns the watch protocol:
                     timeoutSeconds so that watches started together do not end together
     Resource        which resources a cluster's informers follow (ALL_RESOURCES)
 
-Each informer runs in its own thread; a failing cluster only fails its own threads. The sinks are
-adapters.cluster_watcher.ClusterWatcher (capacity) and adapters.job_informer (the broker's Jobs).
+Every informer of a process is a task on one event loop (adapters.watch_loop.shared_loop, its HTTP through
+adapters.kube_async): no thread per watch. A failing cluster only fails its own tasks. The sinks
+(adapters.cluster_watcher.ClusterWatcher for capacity, adapters.job_informer for the broker's Jobs,
+adapters.member_watch, adapters.hub_watcher) are called on the loop's thread and must not block: they
+update memory under a short lock and wake whoever publishes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kube_rest import ApiStatus, KubeRest, Obj, is_transient
+from adapters.watch_loop import WatchLoop, shared_loop
 from adapters.watch_pacing import ConnectGate, reconnect_delay, watch_timeout
 from broker.core.errors import ClusterForbidden, ClusterUnreachable, MalformedObject
 from broker.health.machine import (
@@ -142,7 +148,8 @@ class InformerStats:
 
 
 class Informer:
-    """List + watch one resource of one cluster into a sink (a ClusterWatcher, a job cache)."""
+    """List + watch one resource of one cluster into a sink (a ClusterWatcher, a job cache), as a task on
+    an adapters.watch_loop.WatchLoop (the process's shared one unless told)."""
 
     def __init__(
         self,
@@ -152,8 +159,10 @@ class Informer:
         stop: threading.Event,
         settings: WatchSettings,
         gate: ConnectGate | None = None,
+        loop: WatchLoop | None = None,
     ) -> None:
-        """`gate`: shared by the informers whose connection set-ups are paced together (None: not paced)."""
+        """`gate`: shared by the informers whose connection set-ups are paced together (None: not paced).
+        Setting `stop` ends the informer (its task is cancelled within a fraction of a second)."""
         self.rest = rest
         self.gate = gate
         self.resource = resource
@@ -163,36 +172,46 @@ class Informer:
         self.stats = InformerStats()
         self.path = resource.paths[0]
         self._rv = ""  # the resourceVersion the informer is current at ("" = list first)
-        self._thread: threading.Thread | None = None
+        self._loop = loop
+        self._done: concurrent.futures.Future[None] | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self.run, name=f"informer-{self.rest.cluster}-{self.resource.name}", daemon=True
-        )
-        self._thread.start()
+        loop = self._loop or shared_loop()
+        self._loop = loop
+        self._done = loop.submit(self._main(loop))
 
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Wait up to `timeout` seconds for a stopped informer to end."""
+        if self._done is not None:
+            with contextlib.suppress(Exception):
+                self._done.result(timeout)
 
-    def _list(self) -> tuple[list[Obj], str]:
+    async def _main(self, loop: WatchLoop) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop.cancel_on(self.stop, task)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.run()
+
+    async def _list(self) -> tuple[list[Obj], str]:
         """List, trying each API version of the resource; ApiStatus(404) when none is served."""
         last: ApiStatus | None = None
         for path in self.resource.paths:
             try:
-                for attempt in Retrying(
+                async for attempt in AsyncRetrying(
                     retry=retry_if_exception(is_transient),
                     wait=wait_random_exponential(multiplier=self.settings.backoff_base_s, max=2.0),
                     stop=stop_after_attempt(self.settings.list_attempts),
                     reraise=True,
                 ):
-                    with attempt, self._slot():
-                        items, rv = self.rest.list_pages(
-                            path,
-                            self.settings.page_size,
-                            timeout=self.settings.list_timeout,
-                            selector=self.resource.selector,
-                        )
+                    with attempt:
+                        async with self._slot():
+                            items, rv = await self.rest.aio.list_pages(
+                                path,
+                                self.settings.page_size,
+                                self.settings.list_timeout,
+                                self.resource.selector,
+                            )
                 self.path = path
                 return items, rv
             except ApiStatus as e:
@@ -202,7 +221,7 @@ class Informer:
         assert last is not None
         raise last
 
-    def run(self) -> None:
+    async def run(self) -> None:
         self._rv = ""
         failures = 0
         transient = 0  # consecutive transient failures not (yet) reported to health
@@ -211,16 +230,14 @@ class Informer:
             attempt_started = time.monotonic()
             try:
                 if not self._rv:
-                    items, rv = self._list()
+                    items, rv = await self._list()
                     self.stats.lists += 1
                     self.sink.replace(self.resource.name, items, rv)
                     del items  # the whole list (every pod in full) must not live as long as the watch
                     self.sink.report(self.resource.name, SYNCED)
                     self._rv = rv
-                self._rv = self._watch(self._rv)
+                self._rv = await self._watch(self._rv)
                 failures = transient = 0
-            except _Stopped:
-                break
             except ApiStatus as e:
                 if e.code == 410:
                     self.stats.relists_410 += 1
@@ -230,7 +247,7 @@ class Informer:
                     self.sink.replace(self.resource.name, [], "")
                     self.sink.report(self.resource.name, ABSENT)
                     self._rv = ""
-                    self.stop.wait(s.absent_recheck_s)
+                    await asyncio.sleep(s.absent_recheck_s)
                     continue
                 failures += 1
                 self.stats.errors += 1
@@ -248,11 +265,11 @@ class Informer:
                     # after a short jittered pause; health hears only if it keeps happening.
                     transient += 1
                     self.stats.quiet_retries += 1
-                    self.stop.wait(random.uniform(0.0, s.backoff_base_s))
+                    await asyncio.sleep(random.uniform(0.0, s.backoff_base_s))
                     continue
                 failures += 1
                 self.sink.report(self.resource.name, UNREACHABLE, str(e), e.cause)
-            except Exception as e:  # never let one resource's surprise kill the thread
+            except Exception as e:  # never let one resource's surprise end the informer
                 failures += 1
                 self.stats.errors += 1
                 log.exception("cluster %s: %s informer failed", self.rest.cluster, self.resource.name)
@@ -260,53 +277,53 @@ class Informer:
                     self.resource.name, UNREACHABLE, f"{type(e).__name__}: {e}", type(e).__name__
                 )
             if failures:
-                self.stop.wait(reconnect_delay(failures, s.backoff_base_s, s.backoff_max_s, random.random()))
+                await asyncio.sleep(
+                    reconnect_delay(failures, s.backoff_base_s, s.backoff_max_s, random.random())
+                )
 
-    @contextlib.contextmanager
-    def _slot(self) -> Iterator[None]:
-        """A connection set-up: through the gate when there is one; _Stopped when stopped while waiting."""
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """A connection set-up: through the gate when there is one."""
         if self.gate is None:
             yield
             return
-        with self.gate.slot(self.stop) as held:
-            if not held:
-                raise _Stopped
+        async with self.gate.slot():
             yield
 
-    def _watch(self, rv: str) -> str:
+    async def _watch(self, rv: str) -> str:
         """One watch request; returns the resourceVersion to resume from. Raises ApiStatus(410) to relist."""
         s = self.settings
         seconds = watch_timeout(s.watch_timeout_s, s.watch_timeout_jitter, random.random())
-        with self._slot():  # KubeRest.watch connects before it returns; the stream holds no slot
-            stream = self.rest.watch(self.path, rv, seconds, seconds + s.read_slack_s, self.resource.selector)
+        aio = self.rest.aio
+        async with self._slot():  # the set-up (connection, TLS, the answer's head); the stream holds no slot
+            resp = await aio.open_watch(
+                self.path, rv, seconds, seconds + s.read_slack_s, self.resource.selector
+            )
         connected = False
-        for ev in stream:
-            if self.stop.is_set():
-                break
-            if not connected:
-                connected = True
-                self.sink.report(self.resource.name, SYNCED, call=False)
-            kind = ev.get("type")
-            obj = ev.get("object") or {}
-            if kind == "ERROR":
-                code = int(obj.get("code") or 0)
-                raise ApiStatus(
-                    self.rest.cluster, code, str(obj.get("reason", "")), str(obj.get("message", ""))
-                )
-            new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-            if kind == "BOOKMARK":
-                self.stats.bookmarks += 1
-                self.sink.touch(self.resource.name, new_rv)
-            elif kind in ("ADDED", "MODIFIED", "DELETED"):
-                self.stats.events += 1
-                self.sink.apply(self.resource.name, kind, obj, new_rv)
-            rv = self._rv = new_rv
+        async with contextlib.aclosing(aio.events(resp, self.path, seconds + s.read_slack_s)) as stream:
+            async for ev in stream:
+                if self.stop.is_set():
+                    break
+                if not connected:
+                    connected = True
+                    self.sink.report(self.resource.name, SYNCED, call=False)
+                kind = ev.get("type")
+                obj = ev.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    raise ApiStatus(
+                        self.rest.cluster, code, str(obj.get("reason", "")), str(obj.get("message", ""))
+                    )
+                new_rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                if kind == "BOOKMARK":
+                    self.stats.bookmarks += 1
+                    self.sink.touch(self.resource.name, new_rv)
+                elif kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.stats.events += 1
+                    self.sink.apply(self.resource.name, kind, obj, new_rv)
+                rv = self._rv = new_rv
         self.sink.report(self.resource.name, SYNCED, call=False)
         return rv
-
-
-class _Stopped(Exception):
-    """The informer was stopped while it waited for a connection slot."""
 
 
 def object_key(obj: Obj) -> str:

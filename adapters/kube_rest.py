@@ -4,7 +4,9 @@ Owns how the broker talks to a member cluster's API server:
     connect(kubeconfig, context)   an ApiClient bound to its own Configuration (never the process-global
                                    default, which is racy across clusters); credentials are never logged
     KubeRest                       GET/POST/DELETE, paginated lists and watch streams as plain dicts (orjson
-                                   over the raw bytes; no typed-model deserialisation on the hot path)
+                                   over the raw bytes; no typed-model deserialisation on the hot path); its
+                                   `aio` (adapters.kube_async) lists and watches the same cluster on an
+                                   event loop, as the informers do
     raise_for_status               401/403 -> ClusterForbidden; 404/409/410 -> ApiStatus (callers branch on
                                    them); 429/5xx and connection failures -> ClusterUnreachable; other 4xx
                                    -> ClusterRejected. Every ClusterError carries `cause`, the failure as
@@ -26,7 +28,7 @@ import ssl
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import urllib3
@@ -36,6 +38,9 @@ from kubernetes.client.exceptions import ApiException
 from adapters.tls_context import share_tls_context
 from broker.core.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
 from broker.health import machine
+
+if TYPE_CHECKING:
+    from adapters.kube_async import AsyncKubeRest
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +181,7 @@ class KubeRest:
         self.api = api
         self.timeout = timeout
         self._lock = threading.Lock()
+        self._aio: AsyncKubeRest | None = None
 
     @classmethod
     def from_kubeconfig(cls, cluster: str, kubeconfig: Path | str, context: str | None = None) -> KubeRest:
@@ -183,6 +189,20 @@ class KubeRest:
 
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]
+        with self._lock:
+            aio, self._aio = self._aio, None
+        if aio is not None:
+            aio.close_soon()
+
+    @property
+    def aio(self) -> AsyncKubeRest:
+        """The same cluster's lists and watches on an event loop (adapters.kube_informer's informers)."""
+        from adapters.kube_async import AsyncKubeRest  # here: kube_async builds on this module
+
+        with self._lock:
+            if self._aio is None:
+                self._aio = AsyncKubeRest(self.cluster, self.api.configuration, self.timeout[0])
+            return self._aio
 
     def _open(
         self,

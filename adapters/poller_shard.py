@@ -43,6 +43,7 @@ from adapters.kube import ClusterWatcher
 from adapters.probe_scheduler import LagMeter, ProbeScheduler
 from adapters.redis_store import RedisStateStore
 from adapters.summary_batch import put_summaries
+from adapters.watch_pacing import ConnectGate
 from broker import telemetry
 from broker.capacity.node_detail import NodeDetail, nodes_table
 from broker.core.errors import StoreError
@@ -62,6 +63,7 @@ NODES_INTERVAL_SECONDS = 5.0
 NODES_REFRESH_SECONDS = 60.0
 VIRTUAL_NODES = 64
 SUPERVISE_SECONDS = 1.0
+SHARD_CONNECTS = 32
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,9 @@ class PollerShard:
         # One lag meter and one prober for all the shard's clusters (not a prober thread per cluster).
         self.lag = LagMeter()
         self.prober = ProbeScheduler(lag=self.lag.lag)
+        # The lists and watch set-ups of all the shard's clusters, SHARD_CONNECTS at a time: a cold start of
+        # 125 members is 1,125 TLS handshakes, which all at once time each other out.
+        self.gate = ConnectGate(SHARD_CONNECTS)
         self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
         if autostart:  # on a thread: 125 clusters' clients take seconds to build, and a Ray actor answers
             # no ping before its constructor returns (8 shards of a 1,000-cluster fleet on a busy host
@@ -254,6 +259,7 @@ class PollerShard:
             health=self._health,
             on_transition=self._transitioned,
             prober=self.prober,
+            gate=self.gate,
         )
 
     def _transitioned(self, t: Transition) -> None:

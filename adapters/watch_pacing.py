@@ -11,14 +11,14 @@ Owns:
     watch_timeout     the server timeoutSeconds of one watch request, spread over [base, base * (1 +
                       jitter)] so that watches started together do not all end, and re-watch, together
 
-The two functions are pure (the random draw is an argument); the gate is a semaphore with counters.
+The two functions are pure (the random draw is an argument); the gate is an asyncio semaphore with counters.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 # Connection set-ups in flight at once across all members of one gateway. A TLS handshake costs a few
 # milliseconds of CPU; 16 at once keep a 1,000-member start going without starving the process.
@@ -40,45 +40,29 @@ def watch_timeout(base_s: int, jitter: float, draw: float) -> int:
 
 
 class ConnectGate:
-    """At most `limit` connection set-ups in flight at once (thread-safe)."""
+    """At most `limit` connection set-ups in flight at once, among informers on one event loop
+    (adapters.watch_loop: every informer of a process runs on it)."""
 
     def __init__(self, limit: int = DEFAULT_CONNECTS) -> None:
         if limit < 1:
             raise ValueError("a connect gate needs at least one slot")
         self.limit = limit
-        self._slots = threading.BoundedSemaphore(limit)
-        self._lock = threading.Lock()
+        self._slots = asyncio.Semaphore(limit)  # bound to the loop that first waits on it
         self.in_flight = 0
         self.most_in_flight = 0  # the high-water mark since the gate was made
         self.waited = 0  # set-ups that found every slot taken
         self.passed = 0  # set-ups that went through
 
-    def acquire(self, stop: threading.Event | None = None) -> bool:
-        """Take a slot; False (and no slot) when `stop` is set while waiting."""
-        if not self._slots.acquire(blocking=False):
-            with self._lock:
-                self.waited += 1
-            while not self._slots.acquire(timeout=0.25):
-                if stop is not None and stop.is_set():
-                    return False
-        with self._lock:
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """`async with gate.slot():` the body runs holding a slot (a cancelled wait takes none)."""
+        if self._slots.locked():
+            self.waited += 1
+        async with self._slots:
             self.in_flight += 1
             self.passed += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        return True
-
-    def release(self) -> None:
-        with self._lock:
-            self.in_flight -= 1
-        self._slots.release()
-
-    @contextlib.contextmanager
-    def slot(self, stop: threading.Event | None = None) -> Iterator[bool]:
-        """`with gate.slot(stop) as held:` the body runs with a slot when held is True; held is False
-        when `stop` was set while waiting (the body should then do nothing)."""
-        held = self.acquire(stop)
-        try:
-            yield held
-        finally:
-            if held:
-                self.release()
+            try:
+                yield
+            finally:
+                self.in_flight -= 1

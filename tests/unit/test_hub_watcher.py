@@ -7,9 +7,10 @@ watch); tests/integration/test_hub_kubectl.py runs the watcher against kubesim o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import pytest
@@ -72,6 +73,27 @@ def test_a_namespaced_relist_speaks_for_its_namespace_only() -> None:
     assert [o["metadata"]["name"] for o in cache.objects()] == ["b"]
 
 
+class StubHubWatches:
+    """The hub's lists and watches as the informers make them (adapters.kube_async): empty and quiet."""
+
+    async def list_pages(
+        self, path: str, page_size: int, timeout: Any, selector: Sequence[Any] = ()
+    ) -> tuple[list[dict[str, Any]], str]:
+        return [], "1"
+
+    async def open_watch(
+        self, path: str, resource_version: str, timeout_seconds: int, read_timeout: float, selector: Any = ()
+    ) -> None:
+        await asyncio.sleep(0.05)  # a quiet watch that ends now and then
+
+    async def events(
+        self, resp: None, path: str, read_timeout: float
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        events: list[dict[str, Any]] = []
+        for event in events:
+            yield event
+
+
 class StubHub:
     """The hub's discovery, list and watch, nothing else: `served` maps a group version to its plurals."""
 
@@ -89,21 +111,9 @@ class StubHub:
             return {"resources": [{"name": n} for n in self.served[group_version]]}
         raise ApiStatus("hub", 404, "NotFound", f"{path} not found")
 
-    def list_pages(
-        self, path: str, page_size: int = 500, timeout: Any = None, selector: Sequence[Any] = ()
-    ) -> tuple[list[dict[str, Any]], str]:
-        return [], "1"
-
-    def watch(
-        self,
-        path: str,
-        resource_version: str,
-        timeout_seconds: int,
-        read_timeout: float,
-        selector: Sequence[Any] = (),
-    ) -> Iterator[dict[str, Any]]:
-        self.quiet.wait(0.05)  # a quiet watch that ends now and then
-        return iter(())
+    @property
+    def aio(self) -> StubHubWatches:
+        return StubHubWatches()
 
     def close(self) -> None:
         return None

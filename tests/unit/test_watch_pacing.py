@@ -1,14 +1,14 @@
 """The pacing of member connections (adapters/watch_pacing.py): the backoff and watch timeouts as pure
-functions, and the gate's bound on connection set-ups in flight, with real threads."""
+functions, and the gate's bound on connection set-ups in flight, with real asyncio tasks."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
+from collections.abc import Callable
 
 import pytest
 
 from adapters.watch_pacing import ConnectGate, reconnect_delay, watch_timeout
-from tests.conftest import poll_for
 
 
 def test_the_backoff_doubles_per_failure_up_to_its_cap_and_is_spread_over_half_of_it() -> None:
@@ -40,46 +40,61 @@ def test_a_gate_needs_a_slot() -> None:
 
 
 def test_no_more_set_ups_in_flight_than_the_gate_has_slots() -> None:
-    gate = ConnectGate(3)
-    release = threading.Event()
-    entered: list[int] = []
-    lock = threading.Lock()
+    async def scenario() -> ConnectGate:
+        gate = ConnectGate(3)
+        release = asyncio.Event()
+        entered: list[int] = []
 
-    def connect(i: int) -> None:
-        with gate.slot() as held:
-            assert held
-            with lock:
+        async def connect(i: int) -> None:
+            async with gate.slot():
                 entered.append(i)
-            release.wait(30)
+                await release.wait()
 
-    threads = [threading.Thread(target=connect, args=(i,), daemon=True) for i in range(12)]
-    for t in threads:
-        t.start()
-    poll_for("three set-ups in flight", lambda: gate.in_flight == 3 or None, 10, 0.01)
-    poll_for("the others waiting", lambda: gate.waited == 9 or None, 10, 0.01)
-    assert len(entered) == 3  # the other nine wait for a slot
-    release.set()
-    for t in threads:
-        t.join(10)
-    assert sorted(entered) == list(range(12))
+        tasks = [asyncio.create_task(connect(i)) for i in range(12)]
+        await until(lambda: gate.in_flight == 3 and gate.waited == 9)
+        assert len(entered) == 3  # the other nine wait for a slot
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        assert sorted(entered) == list(range(12))
+        return gate
+
+    gate = asyncio.run(scenario())
     assert gate.most_in_flight == 3 and gate.in_flight == 0 and gate.passed == 12
 
 
-def test_a_stopped_waiter_gives_up_without_a_slot() -> None:
-    gate = ConnectGate(1)
-    stop = threading.Event()
-    assert gate.acquire()
-    outcome: list[bool] = []
+def test_a_cancelled_waiter_gives_up_without_a_slot() -> None:
+    async def scenario() -> None:
+        gate = ConnectGate(1)
+        holder_release = asyncio.Event()
 
-    def wait() -> None:
-        with gate.slot(stop) as held:
-            outcome.append(held)
+        async def hold() -> None:
+            async with gate.slot():
+                await holder_release.wait()
 
-    t = threading.Thread(target=wait, daemon=True)
-    t.start()
-    poll_for("the waiter to wait", lambda: gate.waited == 1 or None, 10, 0.01)
-    stop.set()
-    t.join(10)
-    assert outcome == [False]
-    gate.release()
-    assert gate.in_flight == 0 and gate.acquire()  # its slot was never taken, nor released twice
+        async def wait() -> None:
+            async with gate.slot():
+                raise AssertionError("a cancelled waiter must not get the slot")
+
+        holder = asyncio.create_task(hold())
+        await until(lambda: gate.in_flight == 1)
+        waiter = asyncio.create_task(wait())
+        await until(lambda: gate.waited == 1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        holder_release.set()
+        await holder
+        assert gate.in_flight == 0 and gate.passed == 1  # its slot was never taken, nor released twice
+        async with gate.slot():
+            assert gate.in_flight == 1
+
+    asyncio.run(scenario())
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Yield to the loop until `condition` holds (a deadline, not a sleep as synchronisation)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0)
