@@ -19,6 +19,7 @@ and skipped.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.kind_objects import KindDiscovery
 from adapters.kube_informer import (
@@ -319,13 +320,14 @@ class ClusterWatcher:
                     log.exception("cluster %s: the transition callback failed", self.cluster)
         return bool(todo)
 
-    def probe_once(self, lag: Callable[[], float] | None = None) -> Outcome:
-        """One liveness probe (GET /version, short deadline), fed to the health machine. `lag` (the shard's
-        LagMeter.lag) is taken off the measured latency: a starved poller is not a slow member."""
+    async def probe(self, lag: Callable[[], float] | None = None) -> Outcome:
+        """One liveness probe (GET /version, short deadline, on the watch loop), fed to the health machine.
+        `lag` (the shard's LagMeter.lag) is taken off the measured latency: a starved poller is not a slow
+        member."""
         timeout = self._settings.probe_timeout
         start = time.monotonic()
         try:
-            for attempt in Retrying(  # a reset pooled connection is retried once at once, not reported
+            async for attempt in AsyncRetrying(  # a reset pooled connection is retried once at once
                 retry=retry_if_exception(is_reset),
                 wait=wait_random_exponential(multiplier=0.05, max=0.2),
                 stop=stop_after_attempt(2),
@@ -333,7 +335,7 @@ class ClusterWatcher:
             ):
                 with attempt:
                     start = time.monotonic()
-                    self.rest.probe(timeout)
+                    await self.rest.aio.probe(timeout)
             latency = time.monotonic() - start
             outcome = Outcome.success(self._clock(), latency=max(0.0, latency - (lag() if lag else 0.0)))
         except ClusterForbidden as e:
@@ -342,16 +344,17 @@ class ClusterWatcher:
             outcome = Outcome.failure(self._clock(), e.cause or str(e))
         except ApiStatus as e:
             outcome = Outcome.failure(self._clock(), http_cause(e.code, e.reason))
-        except Exception as e:  # a probe must never kill its thread
+        except Exception as e:  # a probe must never end its task
             outcome = Outcome.failure(self._clock(), type(e).__name__)
         # A timeout while the shard itself runs late (lag >= STARVED_LAG_SECONDS) proves nothing about the
         # member: it is not counted (no success either, so a dead member is still lost in time).
         starved = lag is not None and outcome.cause.startswith("timeout") and lag() >= STARVED_LAG_SECONDS
         if not self._stop.is_set() and not starved:
             self.observe(outcome)
-        # which workload kinds it serves (discovery, at most once a minute, after a successful probe),
-        # on whichever thread probes: its own prober or the shard's ProbeScheduler
-        if outcome.ok and not self._stop.is_set() and self._kinds.refresh(self.rest):
+        # which workload kinds it serves (discovery, at most once a minute, after a successful probe), on a
+        # worker thread: its reads are the synchronous client's
+        due = outcome.ok and not self._stop.is_set() and self._kinds.due()
+        if due and await asyncio.to_thread(self._kinds.refresh, self.rest):
             self._tenancy_dirty = True  # publish a summary with what it serves now
             self._wake.set()
         return outcome

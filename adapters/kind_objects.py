@@ -70,6 +70,10 @@ class KindDiscovery:
         self.observed = False
         self._next = 0.0
 
+    def due(self) -> bool:
+        """Whether refresh() would look again now (at most once per interval)."""
+        return time.monotonic() >= self._next
+
     def refresh(self, rest: KubeRest) -> bool:
         now = time.monotonic()
         if now < self._next:

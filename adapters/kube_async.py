@@ -131,6 +131,13 @@ class AsyncKubeRest:
         finally:
             resp.release()
 
+    async def probe(self, timeout: tuple[float, float]) -> None:
+        """A cheap liveness call (GET /version with the broker's credentials, a short deadline): returns on
+        success, raises ClusterUnreachable / ClusterForbidden with the cause otherwise."""
+        resp = await self._get("/version", (), timeout)
+        data = await self._body(resp, "GET /version", timeout)
+        raise_for_status(self.cluster, resp.status, data)
+
     async def list_pages(
         self,
         path: str,

@@ -5,8 +5,9 @@ PollerSpec      one cluster to watch: name, kubeconfig, context, declared traits
 HashRing        consistent hashing with virtual nodes: which shard owns a cluster; adding a shard
                 moves about 1/(n+1) of the clusters, removing a cluster moves none of the others
 PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a health machine) per
-                cluster, their liveness probes run by one shared adapters.probe_scheduler (which also
-                keeps the shard's own lag, so a starved shard does not call its clusters slow); after
+                cluster, their informers and liveness probes all tasks on the process's one event loop
+                (adapters.watch_loop; adapters.probe_scheduler also keeps the loop's lag, so a starved
+                shard does not call its clusters slow), their set-ups SHARD_CONNECTS at a time; after
                 each batch of events the cluster's watcher thread writes its ClusterSummary (health,
                 health_reason, health_since, heartbeat = the last SUCCESSFUL call) from the watcher's
                 incremental CapacityIndex; a publisher thread retries failed writes and re-writes each

@@ -1,12 +1,14 @@
-"""A poller shard at 1,000 clusters: its shared liveness prober and lag meter (adapters.probe_scheduler),
+"""A poller shard at 1,000 clusters: its liveness probes and lag meter on the watch loop (adapters.probe_scheduler),
 its pipelined heartbeat writes (adapters.summary_batch, real Redis) and shard sizing (broker.config.sizing)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -22,21 +24,23 @@ from broker.health.machine import Outcome, timeout_cause
 
 
 class FakeMember:
-    """Answers probes ok or not; `hang` blocks a probe until released (a member that does not answer)."""
+    """Answers probes ok or not (`cause` says how it failed); `hang` holds a probe until released (a member
+    that does not answer)."""
 
-    def __init__(self, cluster: str, ok: bool = True) -> None:
+    def __init__(self, cluster: str, ok: bool = True, cause: str = "connection refused") -> None:
         self.cluster = cluster
         self.ok = ok
+        self.cause = cause
         self.hang: threading.Event | None = None
         self.calls: list[float] = []
         self.lags: list[float] = []
 
-    def probe_once(self, lag: Callable[[], float] | None = None) -> Outcome:
-        if self.hang is not None:
-            self.hang.wait(30)
+    async def probe(self, lag: Callable[[], float] | None = None) -> Outcome:
+        while self.hang is not None and not self.hang.is_set():
+            await asyncio.sleep(0.01)
         self.calls.append(time.monotonic())
         self.lags.append(lag() if lag else -1.0)
-        return Outcome.success(time.time()) if self.ok else Outcome.failure(time.time(), "connection refused")
+        return Outcome.success(time.time()) if self.ok else Outcome.failure(time.time(), self.cause)
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -70,6 +74,16 @@ def test_a_failing_member_is_probed_at_the_retry_interval(scheduler: ProbeSchedu
     assert len(good.calls) <= 2  # one probe per second: at most the first and one more
 
 
+def test_a_member_that_timed_out_is_probed_again_at_the_interval_not_the_retry(
+    scheduler: ProbeScheduler,
+) -> None:
+    refused, hung = FakeMember("refused", ok=False), FakeMember("hung", ok=False, cause=timeout_cause(2))
+    scheduler.add(refused, interval=1.0, retry=0.05)
+    scheduler.add(hung, interval=1.0, retry=0.05)
+    wait_until(lambda: len(refused.calls) >= 6)
+    assert len(hung.calls) <= 2  # a timeout has waited its deadline already: no new connection at once
+
+
 def test_a_hung_member_does_not_hold_up_the_others(scheduler: ProbeScheduler) -> None:
     hung = FakeMember("hung")
     hung.hang = threading.Event()
@@ -96,6 +110,20 @@ def test_a_removed_member_is_not_probed_any_more(scheduler: ProbeScheduler) -> N
     assert len(gone.calls) <= seen + 1  # one already running when it was removed may finish
 
 
+def test_a_stopped_scheduler_probes_nothing_more() -> None:
+    scheduler = ProbeScheduler()
+    member = FakeMember("m")
+    scheduler.add(member, interval=0.02, retry=0.02)
+    wait_until(lambda: len(member.calls) >= 2)
+    scheduler.stop()
+    seen = len(member.calls)
+    scheduler.add(FakeMember("late"), interval=0.02, retry=0.02)
+    assert scheduler.scheduled() == []
+    time_to_run_again = time.monotonic() + 0.2
+    wait_until(lambda: time.monotonic() > time_to_run_again)
+    assert len(member.calls) <= seen + 1
+
+
 def test_the_lag_meter_keeps_the_worst_lateness_of_its_window() -> None:
     now = [100.0]
     meter = LagMeter(window=5.0, clock=lambda: now[0])
@@ -110,7 +138,7 @@ def test_the_lag_meter_keeps_the_worst_lateness_of_its_window() -> None:
     assert meter.lag() == 0.0
 
 
-def test_the_lag_meter_measures_its_own_ticks() -> None:
+def test_the_lag_meter_measures_the_loops_ticks() -> None:
     meter = LagMeter(tick=0.01)
     meter.start()
     try:
@@ -159,16 +187,27 @@ def test_heartbeat_summaries_are_written_in_one_pipeline_with_their_versions(red
         store.close()
 
 
+class ScriptedWatches:
+    """A member's GET /version on the loop: times out (`timeout`) or answers at once; no connection."""
+
+    def __init__(self, timeout: bool) -> None:
+        self.timeout_probe = timeout
+
+    async def probe(self, timeout: tuple[float, float] = (1.5, 2.0)) -> None:
+        if self.timeout_probe:
+            raise ClusterUnreachable("member", "GET /version: timed out", cause=timeout_cause(2))
+
+
 class ScriptedRest(KubeRest):
-    """A member whose GET /version times out (`timeout`) or answers at once; no connection is made."""
+    """A member whose probes are scripted (ScriptedWatches); no connection is made."""
 
     def __init__(self, timeout: bool) -> None:
         self.cluster = "member"
-        self.timeout_probe = timeout
+        self.watches = ScriptedWatches(timeout)
 
-    def probe(self, timeout: tuple[float, float] = (1.5, 2.0)) -> None:
-        if self.timeout_probe:
-            raise ClusterUnreachable(self.cluster, "GET /version: timed out", cause=timeout_cause(2))
+    @property
+    def aio(self) -> Any:
+        return self.watches
 
     def close(self) -> None:
         pass
@@ -182,7 +221,7 @@ def test_a_probe_timeout_is_not_held_against_a_member_while_the_shard_is_starved
     watcher = ClusterWatcher("member", ScriptedRest(timeout=True), clock=lambda: clock[0])
     for _ in range(5):
         clock[0] += 0.5
-        watcher.probe_once(lambda: lag)
+        asyncio.run(watcher.probe(lambda: lag))
     clock[0] += 11.0  # past clusterLostSeconds without a success: lost either way
     view = watcher.health_view()
     assert view.health == Health.UNREACHABLE
@@ -192,6 +231,6 @@ def test_a_probe_timeout_is_not_held_against_a_member_while_the_shard_is_starved
 def test_a_starved_shard_does_not_make_a_quick_member_slow() -> None:
     clock = [1000.0]
     watcher = ClusterWatcher("member", ScriptedRest(timeout=False), clock=lambda: clock[0])
-    outcome = watcher.probe_once(lambda: 5.0)  # the probe's own latency is far below the shard's lag
+    outcome = asyncio.run(watcher.probe(lambda: 5.0))  # the probe's own latency is far below the shard's lag
     assert outcome.ok
     assert outcome.latency == 0.0
