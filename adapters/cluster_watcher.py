@@ -323,8 +323,15 @@ class ClusterWatcher:
     async def probe(self, lag: Callable[[], float] | None = None) -> Outcome:
         """One liveness probe (GET /version, short deadline, on the watch loop), fed to the health machine.
         `lag` (the shard's LagMeter.lag) is taken off the measured latency: a starved poller is not a slow
-        member."""
+        member. Skipped (the last success returned, nothing observed) when a call answered within the
+        probe interval."""
         timeout = self._settings.probe_timeout
+        with self._lock:
+            answered = self._machine.last_success
+        if self._clock() - answered < self._settings.probe_interval_s:
+            # A list (or a probe) answered within the interval: the member has proved itself alive, and
+            # another connection now (a cold start's lists are 9 per member) would only add load.
+            return Outcome.success(answered)
         start = time.monotonic()
         try:
             async for attempt in AsyncRetrying(  # a reset pooled connection is retried once at once

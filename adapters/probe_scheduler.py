@@ -37,6 +37,8 @@ LAG_WINDOW_SECONDS = 5.0
 MIN_WAIT_SECONDS = 0.05
 # A shard this late on its own ticks is starved: a probe that timed out then is not held against the member.
 STARVED_LAG_SECONDS = 1.0
+# The longest wait between probes of a member whose probes time out, in probe intervals (8 s at 2 s).
+TIMEOUT_BACKOFF_MAX = 4.0
 
 
 class LagMeter:
@@ -160,6 +162,7 @@ class ProbeScheduler:
 
     async def _probe_loop(self, target: Probed, interval: float, retry: float) -> None:
         await asyncio.sleep(random.uniform(0.0, interval))  # spread the clusters over one interval
+        timeouts = 0  # in a row
         while True:
             started = self._clock()
             try:
@@ -169,5 +172,19 @@ class ProbeScheduler:
                 log.exception("cluster %s: the liveness probe failed", target.cluster)
                 ok, timed_out = False, False
             self.probes += 1
-            wait = interval if ok or timed_out else retry
+            timeouts = timeouts + 1 if timed_out else 0
+            wait = probe_wait(interval, retry, ok, timeouts)
             await asyncio.sleep(max(MIN_WAIT_SECONDS, started + wait - self._clock()))
+
+
+def probe_wait(interval: float, retry: float, ok: bool, timeouts: int) -> float:
+    """Seconds from one probe's start to the next: `interval` after a success; after `timeouts` timeouts
+    in a row, interval x 2^(timeouts-1) up to TIMEOUT_BACKOFF_MAX x interval (each timed-out probe has
+    waited its deadline and cost the member a connection it may still be handshaking: a thousand members
+    that time out together must not come back every two seconds, each with a new connection); `retry`
+    after any other failure (a refusal costs nothing: in doubt, look again soon)."""
+    if ok:
+        return interval
+    if timeouts:
+        return interval * min(2.0 ** (timeouts - 1), TIMEOUT_BACKOFF_MAX)
+    return retry

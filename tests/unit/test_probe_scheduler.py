@@ -14,7 +14,7 @@ import pytest
 
 from adapters.cluster_watcher import ClusterWatcher
 from adapters.kube_rest import KubeRest
-from adapters.probe_scheduler import STARVED_LAG_SECONDS, LagMeter, ProbeScheduler
+from adapters.probe_scheduler import STARVED_LAG_SECONDS, LagMeter, ProbeScheduler, probe_wait
 from adapters.redis_store import RedisStateStore
 from adapters.summary_batch import put_summaries
 from broker.config.sizing import poller_shards_for
@@ -108,6 +108,16 @@ def test_a_removed_member_is_not_probed_any_more(scheduler: ProbeScheduler) -> N
     seen = len(gone.calls)
     wait_until(lambda: len(kept.calls) >= 10)
     assert len(gone.calls) <= seen + 1  # one already running when it was removed may finish
+
+
+@pytest.mark.parametrize(
+    ("ok", "timeouts", "wait"),
+    [(True, 0, 2.0), (False, 0, 0.25), (False, 1, 2.0), (False, 2, 4.0), (False, 3, 8.0), (False, 9, 8.0)],
+)
+def test_probes_back_off_after_timeouts_in_a_row_and_retry_soon_after_a_refusal(
+    ok: bool, timeouts: int, wait: float
+) -> None:
+    assert probe_wait(2.0, 0.25, ok, timeouts) == wait
 
 
 def test_a_stopped_scheduler_probes_nothing_more() -> None:
