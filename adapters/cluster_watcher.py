@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -56,7 +55,6 @@ from broker.capacity import dra, kube_objects
 from broker.capacity.index import CapacityIndex
 from broker.core.errors import ClusterForbidden, ClusterUnreachable
 from broker.core.model import (
-    TENANT_PLACEHOLDER,
     ClusterSnapshot,
     ClusterSummary,
     ClusterTraits,
@@ -77,16 +75,6 @@ from broker.tenancy import member_quota
 log = logging.getLogger(__name__)
 
 SnapshotCallback = Callable[[ClusterSnapshot, Health, float], None]
-
-
-def tenant_namespace_matcher(traits: ClusterTraits) -> Callable[[str], bool]:
-    """Whether a namespace is one of the cluster's tenant namespaces (or its own `namespace`)."""
-    pattern = traits.tenant_namespace
-    if pattern is None:
-        return lambda name: name == traits.namespace
-    head, _, tail = pattern.partition(TENANT_PLACEHOLDER)
-    regex = re.compile(re.escape(head) + r"[a-z0-9]([-a-z0-9]*[a-z0-9])?" + re.escape(tail))
-    return lambda name: name == traits.namespace or regex.fullmatch(name) is not None
 
 
 @dataclass
@@ -323,14 +311,15 @@ class ClusterWatcher:
     async def probe(self, lag: Callable[[], float] | None = None) -> Outcome:
         """One liveness probe (GET /version, short deadline, on the watch loop), fed to the health machine.
         `lag` (the shard's LagMeter.lag) is taken off the measured latency: a starved poller is not a slow
-        member. Skipped (the last success returned, nothing observed) when a call answered within the
-        probe interval."""
+        member. Skipped (the last success returned, nothing observed) while the informers are still
+        listing and a list answered within the probe interval."""
         timeout = self._settings.probe_timeout
         with self._lock:
             answered = self._machine.last_success
-        if self._clock() - answered < self._settings.probe_interval_s:
-            # A list (or a probe) answered within the interval: the member has proved itself alive, and
-            # another connection now (a cold start's lists are 9 per member) would only add load.
+            listing = not self._capacity_known()
+        if listing and self._clock() - answered < self._settings.probe_interval_s:
+            # Its informers are still listing, and a list answered within the interval: the member has
+            # proved itself alive, and another connection now (9 lists per member) would only add load.
             return Outcome.success(answered)
         start = time.monotonic()
         try:
@@ -479,7 +468,10 @@ class ClusterWatcher:
         """Every required informer has listed once and every optional one has answered (listed, absent or
         refused): before that a per-node table would miss nodes, or their NUMA zones or DRA devices."""
         with self._lock:
-            return self._required <= self._listed and PENDING not in self._states.values()
+            return self._capacity_known()
+
+    def _capacity_known(self) -> bool:
+        return self._required <= self._listed and PENDING not in self._states.values()
 
     @property
     def last_success(self) -> float:
@@ -515,7 +507,7 @@ class ClusterWatcher:
         key = (traits.tenant_namespace, traits.namespace)
         if self._tenancy_cache is not None and self._tenancy_cache[:2] == key:
             return True, self._tenancy_cache[2]
-        wanted = tenant_namespace_matcher(traits)
+        wanted = member_quota.tenant_namespace_matcher(traits)
 
         def bad(name: str, why: str) -> None:
             log.warning("cluster %s: %s skipped: %s", self.cluster, name, why)

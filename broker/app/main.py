@@ -72,6 +72,7 @@ from broker.ha import drain as ha
 from broker.ha.duplicates import DuplicateKeys
 from broker.ha.leadership import Leadership, take_over
 from broker.ha.recovery import StoreRecovery
+from broker.health.failover import MassLossPolicy
 from broker.health.machine import HealthThresholds
 from broker.telemetry import freshness
 from broker.workload.member_trouble import TroublePolicy
@@ -137,6 +138,7 @@ def build_service(
             reservation_ttl_seconds=settings.reservation_ttl_seconds,
             finished_job_ttl_seconds=settings.finished_job_ttl_seconds,
             cluster_lost_seconds=settings.cluster_lost_seconds,
+            mass_loss=MassLossPolicy(settings.mass_loss_fraction, settings.mass_loss_min_clusters),
             trouble_policy=TroublePolicy(
                 settings.member_pending_seconds,
                 settings.image_pull_fail_seconds,

@@ -272,6 +272,10 @@ class Settings(_Strict):
     # A cluster with no successful call for this long is lost (the pollers' broker.health.machine calls it
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)
+    # Most of a large fleet lost at once (this share of the clusters, in a fleet of at least
+    # massLossMinClusters): failover pauses until fewer are lost (docs/reliability.md, "Mass loss").
+    mass_loss_fraction: float = Field(default=0.55, alias="massLossFraction", gt=0, le=1)
+    mass_loss_min_clusters: int = Field(default=10, alias="massLossMinClusters", ge=1)
     schedule_interval_seconds: float = Field(default=0.5, alias="scheduleIntervalSeconds", gt=0)
     # Member trouble (docs/health.md): pods unschedulable, or not created (an admission refusal), this long:
     # the attempt is withdrawn and the cluster avoided by that job for memberAvoidSeconds; an image that

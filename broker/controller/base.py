@@ -49,6 +49,8 @@ class ServiceSettings:
     reservation_ttl_seconds: float = 120.0
     priorities: Mapping[str, int] | None = None  # priority class name -> value
     cluster_lost_seconds: float = 10.0  # unreachable this long (or credentials rejected this long): lost
+    # most of a large fleet lost at once: failover pauses (broker.health.failover.mass_loss)
+    mass_loss: failover.MassLossPolicy = field(default_factory=failover.MassLossPolicy)
     federation: str | None = None  # the store prefix, written on every Job (broker.ha.recovery adopts by it)
     queue: queueing.QueuePolicy | None = None  # priorities, fair-share weights, quotas (docs/tenancy.md)
     # who may preempt lower priorities, and the storm limits (broker.scheduler.preemption); None: nobody preempts
@@ -89,6 +91,7 @@ class ControllerBase:
     _no_fit: dict[str, tuple[int, float]]
     _health_seen: dict[str, Health]
     _blind: bool
+    _mass_lost: bool
     _fenced: set[str]
     _next_loss_at: float | None
     _settling: dict[tuple[str, int], tuple[str, int]]

@@ -60,6 +60,8 @@ class ClusterWatch(Sweeping):
         lost_after = self.settings.cluster_lost_seconds
         self._note_blindness(failover.pollers_silent(summaries.values(), now, lost_after))
         lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, self._blind)}
+        if self._note_mass_loss(lost, fenced):
+            lost = {}  # nothing is moved or fenced while most of the fleet is lost at once
         moved: list[JobRecord] = []
         failed_over: dict[str, int] = {}  # cluster -> jobs moved off it in this pass
         if lost:
@@ -107,6 +109,26 @@ class ClusterWatch(Sweeping):
         elif self._blind and not blind:
             log.info("the pollers report again: silent clusters are judged as usual")
         self._blind = blind
+
+    def _note_mass_loss(self, lost: dict[str, ClusterHealth], fenced: dict[str, str]) -> bool:
+        """Whether most of the fleet is lost at once (failover.mass_loss): said once per spell."""
+        configured = set(self.traits)
+        gone = len(configured & set(lost))
+        paused = failover.mass_loss(gone, len(configured), self.settings.mass_loss)
+        if paused and not self._mass_lost:
+            log.error(
+                "%d of %d clusters lost at once (%s): failover paused, no job is moved and no cluster "
+                "fenced until fewer than %.0f%% are lost; the broker's own view of the fleet (its network, "
+                "its pollers) is the likelier fault (docs/reliability.md, 'Mass loss')",
+                gone,
+                len(configured),
+                ", ".join(sorted(set(lost) - set(fenced))[:5]) or "all fenced already",
+                self.settings.mass_loss.fraction * 100,
+            )
+        elif self._mass_lost and not paused:
+            log.warning("%d of %d clusters lost: failover resumes", gone, len(configured))
+        self._mass_lost = paused
+        return paused
 
     def _note_health(self, h: ClusterHealth) -> None:
         previous = self._health_seen.get(h.cluster)

@@ -111,6 +111,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
         self._health_seen: dict[str, Health] = {}
         self._blind = False  # every poller silent at the last observe_clusters (said once per spell)
+        self._mass_lost = False  # most of the fleet lost at the last observe_clusters (failover paused)
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
         self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster
         # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the

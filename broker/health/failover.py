@@ -22,6 +22,14 @@ and when a cluster that came back may take work again (fencing).
                                                 `blind`): Kubernetes' node lifecycle controller stops
                                                 evicting when a whole zone goes NotReady at once, for the
                                                 same reason. Verdicts with a cause still count.
+    mass_loss(lost, fleet, policy)              most of a large fleet lost at once: failover pauses. A
+                                                thousand members do not all die in the same minute; the
+                                                broker losing its own view of them (its network, its
+                                                pollers starved, an overloaded path) does, and moving
+                                                every job onto the few clusters left would pile an outage
+                                                on top of it. Kubernetes' node lifecycle controller stops
+                                                evicting when a zone is fully disrupted
+                                                (--unhealthy-zone-threshold 0.55) for the same reason
     may_unfence(health)                         a fenced cluster is healthy again: after its stale
                                                 attempts are swept it is offered to placement again
                                                 (not a drained one: drain_reason / is_drain, lifted by
@@ -129,6 +137,20 @@ def is_lost(h: ClusterHealth, now: float, lost_after: float, blind: bool = False
             return False
         return not h.silent or now - h.since >= (SILENT_LOSS_FACTOR - 1) * lost_after
     return h.health is Health.FORBIDDEN and now - h.since >= lost_after
+
+
+@dataclass(frozen=True)
+class MassLossPolicy:
+    """When failover pauses (settings massLossFraction, massLossMinClusters; docs/reliability.md)."""
+
+    fraction: float = 0.55  # of the configured clusters lost at once (1.0: only when all are)
+    min_clusters: int = 10  # smaller fleets always fail over: two of three sites can truly be down
+
+
+def mass_loss(lost: int, fleet: int, policy: MassLossPolicy) -> bool:
+    """Whether `lost` clusters of a `fleet` of configured ones is a mass loss: failover pauses (no job is
+    moved and no cluster fenced for it) until fewer are lost."""
+    return fleet >= policy.min_clusters and lost >= policy.fraction * fleet
 
 
 def may_unfence(h: ClusterHealth) -> bool:

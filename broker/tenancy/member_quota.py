@@ -3,6 +3,7 @@
 Owns, purely (no I/O):
     parse_resource_quota / parse_limit_range   Kubernetes objects (plain dicts) -> QuotaStatus /
                          LimitRangeItems in the broker's units (cpu millicores, memory bytes, counts)
+    tenant_namespace_matcher  whether a namespace is one of a cluster's tenant namespaces (traits)
     member_namespaces    the watched Namespaces, ResourceQuotas and LimitRanges -> MemberNamespaces (the
                          ones a predicate wants: the cluster's tenant namespaces)
     container_resources  what level 2 writes into the broker's container for an option (hints._resources)
@@ -23,11 +24,20 @@ The broker's pod has one container, so per-Pod and per-Container figures coincid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from broker.core.model import ClusterSummary, JobRequest, LimitRangeItem, MemberNamespace, QuotaStatus
+from broker.core.model import (
+    TENANT_PLACEHOLDER,
+    ClusterSummary,
+    ClusterTraits,
+    JobRequest,
+    LimitRangeItem,
+    MemberNamespace,
+    QuotaStatus,
+)
 from broker.core.quantity import QuantityError, parse_quantity, to_int, to_millis
 
 __all__ = [
@@ -311,3 +321,13 @@ def charge(summary: ClusterSummary, namespace: str, usage: Mapping[str, int]) ->
     )
     namespaces = tuple(replace(n, quotas=quotas) if n.name == namespace else n for n in summary.namespaces)
     return replace(summary, namespaces=namespaces)
+
+
+def tenant_namespace_matcher(traits: ClusterTraits) -> Callable[[str], bool]:
+    """Whether a namespace is one of the cluster's tenant namespaces (or its own `namespace`)."""
+    pattern = traits.tenant_namespace
+    if pattern is None:
+        return lambda name: name == traits.namespace
+    head, _, tail = pattern.partition(TENANT_PLACEHOLDER)
+    regex = re.compile(re.escape(head) + r"[a-z0-9]([-a-z0-9]*[a-z0-9])?" + re.escape(tail))
+    return lambda name: name == traits.namespace or regex.fullmatch(name) is not None

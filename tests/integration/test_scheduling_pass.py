@@ -245,6 +245,40 @@ def test_a_silent_cluster_is_lost_only_while_another_poller_still_reports(
     assert "a" in store.fenced()
 
 
+def test_most_of_a_large_fleet_lost_at_once_pauses_failover_until_fewer_are_lost(
+    store: RedisStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    names = [f"c{i}" for i in range(10)]
+    for name in names:
+        store.put_summary(cluster(name, 8))
+    svc = service(store, clock, names)
+    job, _ = svc.submit(JobRequest("train", gpus_per_pod=8, clusters=("c0",)))
+    svc.schedule_once()
+    assert svc.get(job.id).cluster == "c0"
+
+    # six of ten members stop answering in the same minute: the broker's own view is the likelier fault
+    def refused(name: str) -> ClusterSummary:
+        return replace(cluster(name, 8), health=Health.UNREACHABLE, health_reason="connection refused")
+
+    for name in names[:6]:
+        store.put_summary(refused(name))
+    clock.t = NOW + 11
+    with caplog.at_level(logging.ERROR, logger="broker.controller"):
+        assert svc.observe_clusters() == []
+        assert svc.observe_clusters() == []
+    assert svc.get(job.id).state is JobState.PLACED and store.fenced() == {}
+    paused = [r.getMessage() for r in caplog.records if "failover paused" in r.getMessage()]
+    assert len(paused) == 1 and paused[0].startswith("6 of 10 clusters lost at once"), paused
+
+    # four come back: two of ten lost is an outage of two members, and c0's job moves
+    for name in names[2:6]:
+        store.put_summary(replace(cluster(name, 8), heartbeat=clock.t))
+    moved = svc.observe_clusters()
+    assert [r.id for r in moved] == [job.id]
+    assert set(store.fenced()) == {"c0", "c1"}
+
+
 def test_a_job_that_fits_only_a_fenced_cluster_is_placed_there_once_the_fence_is_lifted(
     store: RedisStateStore,
 ) -> None:

@@ -6,7 +6,15 @@ import pytest
 
 from broker.core.model import ClusterSummary, FailoverPolicy, Health, JobRecord, JobRequest, JobState
 from broker.core.workloads import WorkloadStatus
-from broker.health.failover import effective_health, is_lost, loss_deadline, may_unfence, pollers_silent
+from broker.health.failover import (
+    MassLossPolicy,
+    effective_health,
+    is_lost,
+    loss_deadline,
+    mass_loss,
+    may_unfence,
+    pollers_silent,
+)
 from broker.workload.lifecycle import failover, observe
 
 LOST_AFTER = 10.0
@@ -191,3 +199,27 @@ def test_observe_fails_over_disrupted_and_vanished_jobs(
 )
 def test_the_loss_deadline_of_a_failing_cluster(s: ClusterSummary | None, deadline: float | None) -> None:
     assert loss_deadline(s, LOST_AFTER) == deadline
+
+
+@pytest.mark.parametrize(
+    ("lost", "fleet", "paused"),
+    [
+        (0, 1000, False),
+        (549, 1000, False),
+        (550, 1000, True),  # 55% of a large fleet at once
+        (1000, 1000, True),
+        (6, 10, True),
+        (5, 10, False),
+        (2, 3, False),  # a small fleet always fails over: two of three sites can truly be down
+        (9, 9, False),
+    ],
+)
+def test_failover_pauses_when_most_of_a_large_fleet_is_lost_at_once(
+    lost: int, fleet: int, paused: bool
+) -> None:
+    assert mass_loss(lost, fleet, MassLossPolicy()) is paused
+
+
+def test_mass_loss_can_be_narrowed_to_the_whole_fleet() -> None:
+    only_all = MassLossPolicy(fraction=1.0, min_clusters=2)
+    assert not mass_loss(2, 3, only_all) and mass_loss(3, 3, only_all)
