@@ -275,6 +275,7 @@ def main() -> None:
                 print(
                     f"submit  {len(ids)} jobs, p50 {pct(latencies, 0.5) * 1000:.1f} ms, "
                     f"p99 {pct(latencies, 0.99) * 1000:.1f} ms, {len(errors)} errors"
+                    + (f" (first: {errors[0]})" if errors else "")
                 )
                 queued = f"{PREFIX}:jobs:state:QUEUED"
                 first = time.monotonic()
