@@ -270,6 +270,16 @@ def main() -> None:
                 f"p99 {pct(ages, 0.99):.2f} s, max {max(ages):.2f} s"
             )
             if args.jobs:
+                # As a load balancer would: traffic once /readyz says 200 (the store initialised, which on a
+                # first start lists every workload kind in every member)
+                def ready() -> bool:
+                    try:
+                        return http.get("/readyz").status_code == 200
+                    except httpx.HTTPError:
+                        return False
+
+                wait_for(ready, 900, "the broker ready", 1.0)
+                print(f"ready   /readyz 200 {time.monotonic() - launched:.1f} s after launch")
                 submit_started = time.monotonic()
                 latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
                 print(

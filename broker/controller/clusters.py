@@ -114,7 +114,7 @@ class ClusterWatch(Sweeping):
         """Whether most of the fleet is lost at once (failover.mass_loss): said once per spell."""
         configured = set(self.traits)
         gone = len(configured & set(lost))
-        paused = failover.mass_loss(gone, len(configured), self.settings.mass_loss)
+        paused = failover.mass_loss(gone, len(configured), self.settings.mass_loss, self._mass_lost)
         if paused and not self._mass_lost:
             log.error(
                 "%d of %d clusters lost at once (%s): failover paused, no job is moved and no cluster "
@@ -123,7 +123,7 @@ class ClusterWatch(Sweeping):
                 gone,
                 len(configured),
                 ", ".join(sorted(set(lost) - set(fenced))[:5]) or "all fenced already",
-                self.settings.mass_loss.fraction * 100,
+                self.settings.mass_loss.fraction * 50,
             )
         elif self._mass_lost and not paused:
             log.warning("%d of %d clusters lost: failover resumes", gone, len(configured))

@@ -147,10 +147,13 @@ class MassLossPolicy:
     min_clusters: int = 10  # smaller fleets always fail over: two of three sites can truly be down
 
 
-def mass_loss(lost: int, fleet: int, policy: MassLossPolicy) -> bool:
+def mass_loss(lost: int, fleet: int, policy: MassLossPolicy, paused: bool = False) -> bool:
     """Whether `lost` clusters of a `fleet` of configured ones is a mass loss: failover pauses (no job is
-    moved and no cluster fenced for it) until fewer are lost."""
-    return fleet >= policy.min_clusters and lost >= policy.fraction * fleet
+    moved and no cluster fenced for it). Once `paused`, it resumes only when fewer than half that share
+    are lost: at 1,000 starved members the count hovered round the threshold, and resuming at 54% fenced
+    539 clusters at once, 18 s before 987 were lost again."""
+    share = policy.fraction * (0.5 if paused else 1.0)
+    return fleet >= policy.min_clusters and lost >= share * fleet
 
 
 def may_unfence(h: ClusterHealth) -> bool:

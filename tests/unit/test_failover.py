@@ -220,6 +220,13 @@ def test_failover_pauses_when_most_of_a_large_fleet_is_lost_at_once(
     assert mass_loss(lost, fleet, MassLossPolicy()) is paused
 
 
+@pytest.mark.parametrize(("lost", "paused"), [(549, True), (275, True), (274, False)])
+def test_a_paused_failover_resumes_only_when_fewer_than_half_that_share_are_lost(
+    lost: int, paused: bool
+) -> None:
+    assert mass_loss(lost, 1000, MassLossPolicy(), paused=True) is paused
+
+
 def test_mass_loss_can_be_narrowed_to_the_whole_fleet() -> None:
     only_all = MassLossPolicy(fraction=1.0, min_clusters=2)
     assert not mass_loss(2, 3, only_all) and mass_loss(3, 3, only_all)
