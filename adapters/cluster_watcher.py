@@ -311,16 +311,8 @@ class ClusterWatcher:
     async def probe(self, lag: Callable[[], float] | None = None) -> Outcome:
         """One liveness probe (GET /version, short deadline, on the watch loop), fed to the health machine.
         `lag` (the shard's LagMeter.lag) is taken off the measured latency: a starved poller is not a slow
-        member. Skipped (the last success returned, nothing observed) while the informers are still
-        listing and a list answered within the probe interval."""
+        member."""
         timeout = self._settings.probe_timeout
-        with self._lock:
-            answered = self._machine.last_success
-            listing = not self._capacity_known()
-        if listing and self._clock() - answered < self._settings.probe_interval_s:
-            # Its informers are still listing, and a list answered within the interval: the member has
-            # proved itself alive, and another connection now (9 lists per member) would only add load.
-            return Outcome.success(answered)
         start = time.monotonic()
         try:
             async for attempt in AsyncRetrying(  # a reset pooled connection is retried once at once
