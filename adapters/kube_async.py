@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 from kubernetes import client
 
-from adapters.kube_rest import Obj, describe_failure, raise_for_status
+from adapters.kube_rest import Obj, describe_failure, raise_for_status, take_events
 from adapters.tls_context import tls_context
 from broker.core.errors import ClusterUnreachable
 from broker.health import machine
@@ -197,13 +197,9 @@ class AsyncKubeRest:
         buf = b""
         try:
             async for chunk in resp.content.iter_chunked(READ_CHUNK):
-                buf += chunk
-                if b"\n" not in buf:
-                    continue
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield orjson.loads(line)
+                events, buf = take_events(buf + chunk)
+                for event in events:
+                    yield event
             if buf.strip():
                 yield orjson.loads(buf)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:

@@ -129,6 +129,14 @@ def describe_failure(e: BaseException, timeout: float | tuple[float, float] | No
     return type(chain[-1]).__name__ if chain else "unknown error"
 
 
+def take_events(buf: bytes) -> tuple[list[Obj], bytes]:
+    """The complete watch events (one JSON object a line) at the head of `buf`, and the incomplete rest."""
+    if b"\n" not in buf:
+        return [], buf
+    *lines, rest = buf.split(b"\n")
+    return [orjson.loads(line) for line in lines if line.strip()], rest
+
+
 def is_transient(e: BaseException) -> bool:
     """Worth retrying at once: a reset connection, 5xx, 429 (a refusal, a timeout, TLS are not)."""
     if not isinstance(e, ClusterUnreachable):
@@ -327,13 +335,8 @@ class KubeRest:
                 raise_for_status(self.cluster, resp.status, resp.data)
             buf = b""
             for chunk in resp.stream(64 * 1024, decode_content=True):
-                buf += chunk
-                if b"\n" not in buf:
-                    continue
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield orjson.loads(line)
+                events, buf = take_events(buf + chunk)
+                yield from events
             if buf.strip():
                 yield orjson.loads(buf)
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
