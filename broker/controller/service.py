@@ -117,7 +117,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the
         # reservation is released once a newer summary (which counts those pods) is in the store. Written
         # by the per-cluster sync workers, read by the loop: under its lock.
-        self._settling: dict[tuple[str, int], tuple[str, int]] = {}
+        self._settling: dict[tuple[str, int], tuple[str, int, float]] = {}
         self._settling_lock = threading.Lock()
         # Wait-or-burst and spend (docs/burst.md); None: a job that allows burst bursts when nothing fits.
         self.burst = burst

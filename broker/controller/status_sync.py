@@ -37,6 +37,12 @@ from broker.workload.kinds import follow
 
 log = logging.getLogger(__name__)
 
+# A settled reservation goes once a newer summary of its cluster is written AND this long has passed: a
+# newer version alone can be a heartbeat re-write that the pods' events had not yet reached (the Job's
+# status comes to the broker by its own watch, the pods to the poller by another). Seen once in CI: two
+# brokers, a pod Pending "Insufficient nvidia.com/gpu" (tests/integration/test_two_brokers.py).
+SETTLE_SECONDS = 1.0
+
 # Followed by watch, a job's status is read when its Job changed; every job is compared with the
 # informer caches (memory, no request) this often anyway.
 STATUS_RESYNC_SECONDS = 60.0
@@ -250,7 +256,7 @@ class StatusSync(MemberTroubles):
                 self.store.release(record.id, record.attempt)
                 continue
             with self._settling_lock:
-                self._settling[(record.id, record.attempt)] = (cluster, pair[0])
+                self._settling[(record.id, record.attempt)] = (cluster, pair[0], self.clock.now())
 
     def _release_settled(self) -> None:
         """Release the reservations of running jobs whose cluster has published a newer summary."""
@@ -258,11 +264,12 @@ class StatusSync(MemberTroubles):
             settling = dict(self._settling)
         if not settling:
             return
-        versions = self.store.cluster_versions(sorted({c for c, _ in settling.values()}))
+        versions = self.store.cluster_versions(sorted({c for c, _, _ in settling.values()}))
+        now = self.clock.now()
         counted = [
             key
-            for key, (cluster, seen) in settling.items()
-            if (pair := versions.get(cluster)) is None or pair[0] > seen
+            for key, (cluster, seen, since) in settling.items()
+            if (pair := versions.get(cluster)) is None or (pair[0] > seen and now - since >= SETTLE_SECONDS)
         ]
         self.store.release_many(counted)  # one round trip however many were counted
         with self._settling_lock:
