@@ -171,8 +171,6 @@ class ClusterWatcher:
             inf.start()
         self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
         self._flusher.start()
-        if self._own_prober:
-            self._probes.start()
         self._probes.add(self, self._settings.probe_interval_s, self._settings.probe_retry_interval_s)
 
     def stop(self, timeout: float = 5.0) -> None:

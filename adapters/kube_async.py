@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 from kubernetes import client
 
-from adapters.kube_rest import Obj, describe_failure, raise_for_status, take_events
+from adapters.kube_rest import Obj, describe_failure, page_query, raise_for_status, take_events
 from adapters.tls_context import tls_context
 from broker.core.errors import ClusterUnreachable
 from broker.health import machine
@@ -149,10 +149,7 @@ class AsyncKubeRest:
         items: list[Obj] = []
         cont = ""
         while True:
-            query: list[tuple[str, Any]] = [("limit", page_size), *selector]
-            if cont:
-                query.append(("continue", cont))
-            resp = await self._get(path, query, timeout)
+            resp = await self._get(path, page_query(page_size, selector, cont), timeout)
             data = await self._body(resp, f"GET {path}", timeout)
             raise_for_status(self.cluster, resp.status, data)
             page = orjson.loads(data) if data else {}

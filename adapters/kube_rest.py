@@ -129,6 +129,11 @@ def describe_failure(e: BaseException, timeout: float | tuple[float, float] | No
     return type(chain[-1]).__name__ if chain else "unknown error"
 
 
+def page_query(page_size: int, selector: Sequence[tuple[str, Any]], cont: str) -> list[tuple[str, Any]]:
+    """The query of one page of a paginated list: limit, the selector, the continue token if any."""
+    return [("limit", page_size), *selector, *([("continue", cont)] if cont else [])]
+
+
 def take_events(buf: bytes) -> tuple[list[Obj], bytes]:
     """The complete watch events (one JSON object a line) at the head of `buf`, and the incomplete rest."""
     if b"\n" not in buf:
@@ -296,10 +301,7 @@ class KubeRest:
         items: list[Obj] = []
         cont = ""
         while True:
-            query: list[tuple[str, Any]] = [("limit", page_size), *selector]
-            if cont:
-                query.append(("continue", cont))
-            page = self.request("GET", path, query, timeout=timeout)
+            page = self.request("GET", path, page_query(page_size, selector, cont), timeout=timeout)
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or ""

@@ -298,7 +298,6 @@ class PollerShard:
         """Start watching every assigned cluster and publishing (idempotent)."""
         with self._assign_lock:
             self.lag.start()
-            self.prober.start()
             if self._publisher is None:  # first: each cluster's "syncing" summary is written as soon as its
                 # watcher exists, the shard's sign of life while 125 members are still being listed
                 self._publisher = threading.Thread(

@@ -150,9 +150,6 @@ class ProbeScheduler:
         with self._lock:
             return sorted(self._tasks)
 
-    def start(self) -> None:
-        """Nothing to start: each probe runs on the watch loop from add() on (kept for the callers)."""
-
     def stop(self) -> None:
         with self._lock:
             self._stopped = True

@@ -46,10 +46,6 @@ class WatchLoop:
         # tasks to cancel once their Event is set, grouped by the Event (touched on the loop's thread only)
         self._stops: dict[int, tuple[threading.Event, set[asyncio.Task[Any]]]] = {}
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
     def start(self) -> None:
         with self._lock:
             if self._started:
@@ -67,9 +63,6 @@ class WatchLoop:
         """Run a coroutine on the loop (from any thread); its Future says when it is done."""
         self.start()
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def in_loop(self) -> bool:
-        return threading.current_thread() is self._thread
 
     def cancel_on(self, stop: threading.Event, task: asyncio.Task[Any]) -> None:
         """Cancel `task` once `stop` is set (called on the loop's thread, e.g. by the task itself)."""

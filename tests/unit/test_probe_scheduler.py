@@ -53,7 +53,6 @@ def wait_until(pred: Callable[[], bool], timeout: float = 10.0) -> None:
 @pytest.fixture
 def scheduler() -> Iterator[ProbeScheduler]:
     s = ProbeScheduler(lag=lambda: 0.25)
-    s.start()
     yield s
     s.stop()
 
