@@ -24,7 +24,14 @@ import aiohttp
 import orjson
 from kubernetes import client
 
-from adapters.kube_rest import Obj, describe_failure, page_query, raise_for_status, take_events
+from adapters.kube_rest import (
+    Obj,
+    describe_failure,
+    page_query,
+    raise_for_status,
+    take_events,
+    watch_query,
+)
 from adapters.tls_context import tls_context
 from broker.core.errors import ClusterUnreachable
 from broker.health import machine
@@ -171,13 +178,7 @@ class AsyncKubeRest:
     ) -> aiohttp.ClientResponse:
         """Open a watch from resource_version (with bookmarks): returns once the answer's head says 200;
         its events are read with events()."""
-        query: list[tuple[str, Any]] = [
-            ("watch", "true"),
-            ("resourceVersion", resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", timeout_seconds),
-            *selector,
-        ]
+        query = watch_query(resource_version, timeout_seconds, selector)
         timeout = (self._connect_timeout, read_timeout)
         resp = await self._get(path, query, timeout)
         if resp.status != 200:

@@ -134,6 +134,20 @@ def page_query(page_size: int, selector: Sequence[tuple[str, Any]], cont: str) -
     return [("limit", page_size), *selector, *([("continue", cont)] if cont else [])]
 
 
+def watch_query(
+    resource_version: str, timeout_seconds: int, selector: Sequence[tuple[str, Any]]
+) -> list[tuple[str, Any]]:
+    """The query of a watch from resource_version, with bookmarks, ended by the server after
+    timeout_seconds."""
+    return [
+        ("watch", "true"),
+        ("resourceVersion", resource_version),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", timeout_seconds),
+        *selector,
+    ]
+
+
 def take_events(buf: bytes) -> tuple[list[Obj], bytes]:
     """The complete watch events (one JSON object a line) at the head of `buf`, and the incomplete rest."""
     if b"\n" not in buf:
@@ -321,13 +335,7 @@ class KubeRest:
         list_pages (the same selector the list used). The request is made here, before the first event
         is read (a failure to connect is raised by this call): what a caller paces with
         adapters.watch_pacing.ConnectGate is the set-up only, not the stream."""
-        query: list[tuple[str, Any]] = [
-            ("watch", "true"),
-            ("resourceVersion", resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", timeout_seconds),
-            *selector,
-        ]
+        query = watch_query(resource_version, timeout_seconds, selector)
         resp = self._open("GET", path, query, timeout=(self.timeout[0], read_timeout))
         return self._events(resp, path, read_timeout)
 
