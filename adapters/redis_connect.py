@@ -35,12 +35,14 @@ def client_for(url: str, **kwargs: Any) -> redis.Redis:
     sentinel_kwargs: dict[str, Any] = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
     if target.sentinel_password:
         sentinel_kwargs["password"] = target.sentinel_password
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    # Typed as Any: redis-py < 8 ships Sentinel untyped, 8 typed; one spelling for both.
+    make_sentinel: Any = Sentinel
+    sentinel = make_sentinel(
         list(target.sentinels),
         sentinel_kwargs=sentinel_kwargs,
         username=target.username,
         password=target.password,
         **kwargs,
     )
-    client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(target.master_name, db=target.db)
     return client

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 from redis.commands.core import Script
 
 from adapters.redis_changes import CHANGES_MAXLEN
+from adapters.redis_script_batch import ScriptBatch
 from adapters.redis_tables import FLEET_STREAM_MAXLEN
 from broker.core.errors import Conflict, Fenced, StoreError
 from broker.core.model import JobEvent, JobRecord, JobState, Reservation
@@ -128,10 +129,10 @@ class JobWrites:
         if not writes:
             return []
         try:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = ScriptBatch(self._r)
             for w in writes:
                 keys, args = self._save_call(w)
-                self._save_job(keys=keys, args=args, client=pipe)
+                pipe.call(self._save_job, keys, args)
             rows = pipe.execute()
         except redis.RedisError as e:
             raise StoreError(f"redis: save_jobs ({len(writes)} jobs): {e}") from e
@@ -149,7 +150,7 @@ class JobWrites:
         if not batches:
             return []
         try:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = ScriptBatch(self._r)
             for b in batches:
                 owners = {r.owner for r in b.reservations}
                 if len(owners) != 1:
@@ -174,7 +175,7 @@ class JobWrites:
                     self._k("resv-where"),
                     self._k("leader-token"),
                 ]
-                self._reserve_many(keys=keys, args=args, client=pipe)
+                pipe.call(self._reserve_many, keys, args)
             rows = pipe.execute()
         except redis.RedisError as e:
             raise StoreError(f"redis: reserve_many ({len(batches)} clusters): {e}") from e
@@ -194,18 +195,18 @@ class JobWrites:
         if not held:
             return 0
         try:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = ScriptBatch(self._r)
             for job_id, attempt in held:
-                self._release(
-                    keys=[self._k("resv-where")],
-                    args=[
+                pipe.call(
+                    self._release,
+                    [self._k("resv-where")],
+                    [
                         job_id,
                         "" if attempt is None else str(attempt),
                         "",
                         self._k("resv", ""),
                         self._k("summary", ""),
                     ],
-                    client=pipe,
                 )
             rows = pipe.execute()
         except redis.RedisError as e:

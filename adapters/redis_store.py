@@ -68,6 +68,7 @@ from adapters import redis_scripts as scripts
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
 from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites
+from adapters.redis_script_batch import ScriptBatch
 from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
@@ -334,12 +335,12 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
         memory and bumps the ledgers so caches notice). Returns how many were dropped."""
         try:
             clusters = sorted(_text(c) for c in self._r.smembers(self._k("clusters")))
-            pipe = self._r.pipeline(transaction=False)
+            pipe = ScriptBatch(self._r)
             for c in clusters:
-                self._prune(
-                    keys=[self._k("resv", c), self._k("resv-where"), self._k("summary", c)],
-                    args=[repr(float(now))],
-                    client=pipe,
+                pipe.call(
+                    self._prune,
+                    [self._k("resv", c), self._k("resv-where"), self._k("summary", c)],
+                    [repr(float(now))],
                 )
             counts = pipe.execute()
         except redis.RedisError as e:
@@ -380,10 +381,10 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
         if not jobs:
             return []
         try:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = ScriptBatch(self._r)
             for record, event in jobs:
                 keys, args = self._create_job_call(record, event)
-                self._create_job(keys, args, client=pipe)
+                pipe.call(self._create_job, keys, args)
             answers = pipe.execute(raise_on_error=False)
         except redis.RedisError as e:
             return [StoreError(f"redis: create_jobs ({len(jobs)} jobs): {e}") for _ in jobs]
@@ -490,11 +491,12 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
     def restore_jobs(self, items: Sequence[tuple[JobRecord, JobEvent | None]]) -> list[bool]:
         """restore_job for many records in one round trip (each one atomic)."""
         try:
-            pipe = self._r.pipeline(transaction=False)
+            pipe = ScriptBatch(self._r)
             for record, event in items:
                 idem = record.idempotency_key
-                self._restore_job(
-                    keys=[
+                pipe.call(
+                    self._restore_job,
+                    [
                         self._k("job", record.id),
                         self._k("jobs"),
                         self._k("jobs", "state", ""),
@@ -504,7 +506,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
                         self._k("changes"),
                         *order_keys(self._p, record.request.tenant),
                     ],
-                    args=[
+                    [
                         record.id,
                         _JOB.dump_json(record),
                         record.state.value,
@@ -515,7 +517,6 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
                         CHANGES_MAXLEN,
                         position_of(record.created_at, record.id),
                     ],
-                    client=pipe,
                 )
             written = pipe.execute()
         except redis.RedisError as e:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import redis
 
+from adapters.redis_script_batch import ScriptBatch
 from adapters.redis_store import _SUMMARY, RedisStateStore
 from broker.core.errors import StoreError
 from broker.core.model import ClusterSummary
@@ -23,12 +24,12 @@ def put_summaries(store: RedisStateStore, summaries: Sequence[ClusterSummary]) -
     if not summaries:
         return []
     try:
-        pipe = store.client.pipeline(transaction=False)
+        pipe = ScriptBatch(store.client)
         for s in summaries:
-            store._put_summary(
-                keys=[store._k("summary", s.cluster), store._k("clusters")],
-                args=[s.cluster, _SUMMARY.dump_json(s)],
-                client=pipe,
+            pipe.call(
+                store._put_summary,
+                [store._k("summary", s.cluster), store._k("clusters")],
+                [s.cluster, _SUMMARY.dump_json(s)],
             )
         versions = pipe.execute()
     except redis.RedisError as e:

@@ -3,9 +3,14 @@ submits that arrive while one write is under way go to the store together in the
 
 Why: a submit is one Redis round trip. Made on the event loop, the loop waits out every round trip and
 serves one submit at a time; made on a worker thread each, the thread hand-offs cost more than the
-call. Here one write is in flight at a time, on a worker thread, holding every submit that queued
-meanwhile (at most `max_batch`), in one pipelined round trip (StateStore.create_jobs). Alone, a submit
-is written at once; under load the batches grow with the load. Each caller gets its own answer: its
+call. Here at most `writers` (two) writes are in flight at a time, each on a worker thread, each holding
+every submit that queued meanwhile (at most `max_batch`), in one pipelined round trip
+(StateStore.create_jobs). Alone, a submit is written at once; under load the batches grow with the load.
+Two, not one: on a busy machine a write's time is mostly waiting (for Redis to be scheduled, for the
+worker thread to get the GIL back), and with one in flight every submit waited out the whole write
+before its own; a second overlaps that wait (docs/benchmarks.md, "Submits with two writes in flight").
+Two concurrent writes are as safe as one: each job's create is atomic on its own (its Idempotency-Key
+and name checked in the same script), and submits in flight together have no order between them. Each caller gets its own answer: its
 record, or the error its job met (a Conflict, a StoreError) raised in its own request only.
 
 Owns no state beyond the queue of waiting submits: nothing is accepted until the store has it, so a
@@ -28,12 +33,13 @@ __all__ = ["SubmitBatcher"]
 
 
 class SubmitBatcher:
-    def __init__(self, commit: Commit, max_batch: int = 256) -> None:
+    def __init__(self, commit: Commit, max_batch: int = 256, writers: int = 2) -> None:
         """`commit` stores a batch and answers per submit (BrokerService.submit_many)."""
         self._commit = commit
         self._max_batch = max_batch
+        self._writers_max = writers
         self._waiting: list[tuple[Prepared, asyncio.Future[Outcome]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: set[asyncio.Task[None]] = set()
         self.batches = 0  # writes made (submits / batches is the mean batch size)
 
     async def submit(self, prepared: Prepared) -> tuple[JobRecord, bool]:
@@ -41,8 +47,10 @@ class SubmitBatcher:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Outcome] = loop.create_future()
         self._waiting.append((prepared, answer))
-        if self._writer is None or self._writer.done():
-            self._writer = loop.create_task(self._write_all())
+        if len(self._writers) < self._writers_max:
+            writer = loop.create_task(self._write_all())
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
         outcome = await answer
         if isinstance(outcome, Exception):
             raise outcome

@@ -12,9 +12,10 @@ from dataclasses import replace
 
 import pytest
 
+from adapters.redis_process import private_redis
 from adapters.redis_store import RedisStateStore
 from broker.core.errors import Conflict, Fenced
-from broker.core.model import JobState
+from broker.core.model import JobRecord, JobState
 from broker.core.ports import JobWrite, ReserveBatch, ReserveResult
 from tests.integration.test_redis_store import NOW, job, resv, store, summary
 
@@ -116,3 +117,33 @@ def test_release_many_forgets_each_jobs_hold_in_one_call(store: RedisStateStore)
 
     assert [r.job_id for r in store.live_reservations(NOW)] == ["j2"]
     assert store.cluster_versions(["onprem-a"]) == {"onprem-a": (v, 5)}
+
+
+def test_batched_writes_land_once_each_after_redis_forgot_its_scripts() -> None:
+    """A restarted or failed-over Redis holds no scripts: each batched call it answers NOSCRIPT did
+    nothing, so the batch loads the script and sends just those calls again, and every write lands
+    exactly once (a private redis-server: SCRIPT FLUSH would touch other tests' scripts)."""
+    with private_redis() as rs:
+        s = RedisStateStore(rs.url, prefix="t" + uuid.uuid4().hex[:10])
+        try:
+            first = [job("a1"), job("a2")]
+            assert all(isinstance(r, JobRecord) for r in s.create_jobs([(r, None) for r in first]))
+            s.client.script_flush()
+            again = [job("b1"), job("b2"), job("a1")]  # a1 exists: its own Conflict, the others land
+            answers = s.create_jobs([(r, None) for r in again])
+            assert [a.id for a in answers if isinstance(a, JobRecord)] == ["b1", "b2"]
+            assert isinstance(answers[2], Conflict)
+            assert sorted(r.id for r in s.list_jobs()) == ["a1", "a2", "b1", "b2"]
+            s.client.script_flush()
+            [a] = s.reserve_many(
+                [
+                    ReserveBatch(
+                        "onprem-a", s.put_summary(summary("onprem-a", free=8)).version, 0, (resv("b1", 2),)
+                    )
+                ],
+                NOW,
+            )
+            assert [r.status for r in a] == [ReserveResult.RESERVED]
+            assert [r.job_id for r in s.live_reservations(NOW)] == ["b1"]
+        finally:
+            s.close()
