@@ -8,7 +8,8 @@ What runs, each in its own process, as deployed:
     redis-server   private, on a free port (its INFO stats are the broker's traffic and nothing else's)
     kubesim serve  --fleet <generated YAML>: `clusters` clusters of `nodes` nodes x 8 GPUs over HTTPS
     gpufed serve   --config <generated clusters.yaml> with auth ON (a tokens file), its Ray pollers
-                   (2 shards), its control loop and leader lease
+                   (2 shards), its control loop and leader lease; settings.controllerNice 10 as the chart
+                   sets it (--controller-nice)
 The load: `clients` keep-alive clients (raw asyncio streams) submit one-GPU jobs (durationSeconds 36000, so they stay
 RUNNING), each request with a Bearer token and its own Idempotency-Key.
 
@@ -262,6 +263,12 @@ def main() -> None:
         "--api-processes", type=int, default=0, help="settings.apiProcesses: the HTTP API's own processes"
     )
     parser.add_argument(
+        "--controller-nice",
+        type=int,
+        default=10,
+        help="settings.controllerNice (the chart's value, 10): the broker process's threads at this niceness",
+    )
+    parser.add_argument(
         "--members-nice",
         type=int,
         default=0,
@@ -318,6 +325,7 @@ def main() -> None:
                     "redisPrefix": PREFIX,
                     "pollerShards": 2,
                     "apiProcesses": args.api_processes,
+                    "controllerNice": args.controller_nice,
                 },
                 "auth": {"tokensFile": str(tmp / "tokens.yaml")},
             }
@@ -355,7 +363,8 @@ def main() -> None:
             print(
                 f"set-up  {args.clusters} clusters x {args.nodes} nodes x 8 GPUs, {args.jobs} one-GPU jobs, "
                 f"{args.clients} keep-alive clients, auth on, an Idempotency-Key per request, "
-                f"{args.api_processes} API processes, kubesim at nice {args.members_nice}"
+                f"{args.api_processes} API processes, controllerNice {args.controller_nice}, "
+                f"kubesim at nice {args.members_nice}"
             )
             groups = {
                 "API": lambda: {p for p in descendants(broker.pid) if "broker.app.api_process" in cmdline(p)},

@@ -9,6 +9,10 @@ ApiWorkers   `start(sock, members)` starts `count` processes of broker.app.api_p
 api_argv     the command line of one.
 listening_socket(host, port)  the socket they share, opened by the broker process.
 
+Every process is started from one thread of its own (`spawner_tid`), so it gets the niceness `gpufed
+serve` started with even after the broker process's other threads were lowered (settings.controllerNice,
+broker.app.cpu_priority).
+
 A process that has exited is marked dead for prometheus_client's multiprocess gauges.
 """
 
@@ -25,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,10 +78,17 @@ class ApiWorkers:
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
+    _spawner: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="gpufed-api-spawner")
+    )
+    spawner_tid: int | None = None  # the native id of the thread that starts the processes
 
     def start(self, sock: socket.socket, members: dict[str, ClusterTraits]) -> None:
         """Start every process and wait until each serves; RuntimeError if one does not."""
         self._sock = sock
+        # Every process is started by one thread that keeps the niceness `gpufed serve` started with,
+        # whatever the broker process's other threads are lowered to (broker.app.cpu_priority).
+        self.spawner_tid = self._spawner.submit(threading.get_native_id).result()
         write_members(self.args.members_file, members)
         with self._lock:
             self.procs = [self._spawn() for _ in range(self.count)]
@@ -84,6 +96,9 @@ class ApiWorkers:
         self._thread.start()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
+        return self._spawner.submit(self._spawn_here).result()
+
+    def _spawn_here(self) -> subprocess.Popen[bytes]:
         assert self._sock is not None
         fd = self._sock.fileno()
         read_end, write_end = os.pipe()
@@ -143,6 +158,7 @@ class ApiWorkers:
             for proc in self.procs:
                 _end(proc, self.grace_seconds)
                 _mark_dead(proc.pid)
+        self._spawner.shutdown(wait=False)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

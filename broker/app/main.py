@@ -52,6 +52,7 @@ from adapters.redis_recovery_gate import IdempotencyKeys, RecoveryGate
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker import telemetry
+from broker.app import cpu_priority
 from broker.app.api_wiring import api_app, api_server
 from broker.app.api_workers import ApiProcessArgs, ApiWorkers, listening_socket
 from broker.app.auth import AuthRuntime, token_table, with_tokens_file
@@ -409,7 +410,8 @@ def running_broker(
 def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
     """The settings the Helm chart passes as environment variables, over the config file's: REDIS_URL
     (with its password), GPUFED_LEASE_SECONDS, GPUFED_LEASE_RENEW_SECONDS, the slow-client deadlines
-    GPUFED_REQUEST_HEADERS_SECONDS, GPUFED_REQUEST_BODY_SECONDS and GPUFED_API_PROCESSES. (GPUFED_LEADER_ELECTION
+    GPUFED_REQUEST_HEADERS_SECONDS, GPUFED_REQUEST_BODY_SECONDS, GPUFED_API_PROCESSES and
+    GPUFED_CONTROLLER_NICE. (GPUFED_LEADER_ELECTION
     needs nothing: every broker elects; a single replica is always the leader.)"""
     raw: dict[str, object] = cfg.settings.model_dump(by_alias=True)
     for var, key in (
@@ -419,6 +421,7 @@ def with_environment(cfg: FleetConfig, env: Mapping[str, str]) -> FleetConfig:
         ("GPUFED_REQUEST_HEADERS_SECONDS", "requestHeadersSeconds"),
         ("GPUFED_REQUEST_BODY_SECONDS", "requestBodySeconds"),
         ("GPUFED_API_PROCESSES", "apiProcesses"),
+        ("GPUFED_CONTROLLER_NICE", "controllerNice"),
     ):
         if env.get(var):
             raw[key] = env[var]
@@ -504,6 +507,10 @@ def serve(
                     insecure_no_auth,
                 )
                 workers = start_api_processes(processes, args, host, port, broker)
+                nice = cfg.settings.controller_nice
+                if nice and workers.spawner_tid is not None:
+                    cpu_priority.lower_threads(nice, keep={workers.spawner_tid})
+                    log.info("the broker process runs at niceness %d, its API processes as started", nice)
             log.info(
                 "gpufed broker on %s://%s:%d with %d member clusters", scheme, host, port, len(cfg.clusters)
             )

@@ -311,6 +311,11 @@ class Settings(_Strict):
     # serves it in the broker's process; N >= 1 starts N that share the port, so a submit or a list never
     # waits for the control loop's thread (one Python thread runs at a time in a process).
     api_processes: int = Field(default=0, alias="apiProcesses", ge=0, le=32)
+    # With apiProcesses >= 1: the niceness of the broker process's threads (control loop, dispatch,
+    # informers), its API processes keeping the one `gpufed serve` started with, so on a machine short of
+    # CPU, submits and reads are answered first and placement catches up after a burst (broker.app.
+    # cpu_priority; docs/operations.md "API processes"). 0 leaves every process as started.
+    controller_nice: int = Field(default=0, alias="controllerNice", ge=0, le=19)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     # The global queue (docs/tenancy.md): priority class name -> value (higher first), and per tenant
     # its fair-share weight and quotas.

@@ -4,7 +4,8 @@ on real Redis, the demo fleet in kubesim and Ray, auth on.
 One broker with two API processes: a submit through the port runs to SUCCEEDED (the API processes write,
 the controller places); /v1/status names the broker's lease and says leader; /metrics, answered by an API
 process, counts the controller's placements (every process's counters added up); an API process killed
-is replaced while the port keeps answering; SIGTERM stops the broker and its API processes, exit 0.
+is replaced while the port keeps answering; with controllerNice the broker's threads run at that niceness
+and the API processes, the replaced one too, at the one the broker was started with; SIGTERM stops the broker and its API processes, exit 0.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from adapters.reaper import descendants
+from broker.app.cpu_priority import thread_niceness
 from broker.app.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
@@ -52,7 +54,7 @@ def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
     sim: Simulation, redis_url: str, tmp_path: Path, worker_ray: WorkerRay
 ) -> None:
     kubeconfigs = {name: sim.kubeconfig_path(name) for name in sim.cluster_names()}
-    settings = {"apiProcesses": 2, "leaseSeconds": 2.0, "drainTimeoutSeconds": 30}
+    settings = {"apiProcesses": 2, "controllerNice": 5, "leaseSeconds": 2.0, "drainTimeoutSeconds": 30}
     cfg = write_demo_config(tmp_path, kubeconfigs, redis_url, "apiproc" + os.urandom(4).hex(), settings)
     admin = {"Authorization": f"Bearer {read_demo_tokens(tmp_path)['admin']}"}
     port = free_port()
@@ -80,15 +82,22 @@ def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
         wait_for(ready, timeout=180, interval=0.5, what="gpufed serve to be ready")
         # /readyz answers once the first API process serves, while the broker still starts the second
         # (each waits for the one before to be ready; one that dies meanwhile fails the start): the broker
-        # says when all are up, and only then are they counted and one of them killed.
+        # says when all are up (and then lowers its own threads), and only then are they counted and one
+        # of them killed.
         wait_for(
-            lambda: "the HTTP API runs in 2 process(es) of its own" in log.read_text(),
+            lambda: "the broker process runs at niceness 5, its API processes as started" in log.read_text(),
             timeout=60,
             interval=0.2,
             what="gpufed serve to start both API processes",
         )
         first = _api_processes(proc.pid)
         assert len(first) == 2, log.read_text()[-3000:]
+        # controllerNice: the broker's threads yield the CPU to the API processes, which keep the
+        # niceness they were started with (this test's)
+        started_with = os.getpriority(os.PRIO_PROCESS, 0)
+        broker_threads = thread_niceness(proc.pid)
+        assert sorted(broker_threads.values()).count(max(started_with, 5)) == len(broker_threads) - 1
+        assert all(set(thread_niceness(p).values()) == {started_with} for p in first)
 
         body = {"name": "through-an-api-process", "gpus": 1, "durationSeconds": 2}
         r = httpx.post(url + "/v1/jobs", json=body, headers=admin, timeout=30)
@@ -119,6 +128,7 @@ def test_the_api_in_processes_of_its_own_serves_places_counts_and_stops(
             return killed not in now and len(now) == 2
 
         wait_for(replaced, timeout=60, interval=0.2, what="the killed API process to be replaced")
+        assert all(set(thread_niceness(p).values()) == {started_with} for p in _api_processes(proc.pid))
         r = httpx.post(url + "/v1/jobs", json=body | {"name": "after-a-kill"}, headers=admin, timeout=30)
         assert r.status_code == 201, r.text
 
