@@ -28,7 +28,6 @@ exceeded quota: ...`) and the Job is tried again a little later. Not simulated: 
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import heapq
 from datetime import UTC, datetime
@@ -54,7 +53,7 @@ from kubesim.controllers.pods import (
     replace_field,
     set_condition,
 )
-from kubesim.store import AlreadyExistsError, NotFoundError, Obj, ObjectStore, WatchEvent, rfc3339
+from kubesim.store import AlreadyExistsError, NotFoundError, Obj, ObjectStore, WatchEvent, clone, rfc3339
 
 JOBS = "jobs.batch"
 _ADMISSION_RETRY_S = 2.0  # a pod admission refused (quota, limits) is tried again after this long
@@ -187,7 +186,7 @@ class JobController:
             return
         ns, name = key_of(job)
         pods = self._job_pods(job["metadata"].get("uid", ""))
-        work = copy.deepcopy(job)
+        work = clone(job)
         status = work.setdefault("status", {})
         if job["metadata"].get("deletionTimestamp"):
             self._release_pods(pods)
@@ -498,7 +497,7 @@ class JobController:
             return
         self._writing = True
         try:
-            self._store.mutate(JOBS, ns, name, replace_field("status", copy.deepcopy(work.get("status"))))
+            self._store.mutate(JOBS, ns, name, replace_field("status", clone(work.get("status"))))
         except NotFoundError:
             pass
         finally:
@@ -520,7 +519,7 @@ class JobController:
         uid = job["metadata"].get("uid", "")
         template = (job.get("spec") or {}).get("template") or {}
         tmeta = template.get("metadata") or {}
-        spec = copy.deepcopy(template.get("spec") or {})
+        spec = clone(template.get("spec") or {})
         labels = dict(tmeta.get("labels") or {})
         annotations = dict(tmeta.get("annotations") or {})
         labels.update(
