@@ -2,9 +2,10 @@
 runs once the placement is committed in the store.
 
     InlineDispatcher      runs it at once on the caller's thread (tests, tools, one-shot runs)
-    ConcurrentDispatcher  a bounded pool of threads per member cluster: creates run concurrently across
-                          clusters, at most `per_cluster` at a time on one cluster, so a slow or hung
-                          cluster delays only its own jobs and never the scheduling pass
+    ConcurrentDispatcher  worker threads per member cluster: creates run concurrently across clusters,
+                          at most `per_cluster` at a time on one cluster, so a slow or hung cluster
+                          delays only its own jobs and never the scheduling pass; a cluster's workers
+                          start with its work and end after `idle_seconds` without any
 
 Owns only the threads: what a task does (and its error handling) is the service's. A task that raises
 is logged, never propagated: the job it was for is recovered by the service's own rules (dispatch
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.core.errors import Fenced
@@ -65,14 +67,30 @@ class InlineDispatcher:
         return None
 
 
+@dataclass
+class _Lane:
+    """One member cluster's tasks and the workers taking them (all guarded by the dispatcher's lock)."""
+
+    work: threading.Condition  # a task came, or the dispatcher closed
+    tasks: deque[Callable[[], object]] = field(default_factory=deque)
+    workers: int = 0  # live worker threads
+    waiting: int = 0  # of those, how many wait for a task
+
+
 class ConcurrentDispatcher:
-    def __init__(self, per_cluster: int = 4) -> None:
+    """Per member cluster: a queue of tasks and at most `per_cluster` worker threads, started when work
+    comes and ended after `idle_seconds` without any, so a fleet of 1,000 quiet members holds no
+    dispatch thread (a ThreadPoolExecutor per cluster kept its threads for ever: 1,000 idle threads)."""
+
+    def __init__(self, per_cluster: int = 4, idle_seconds: float = 10.0) -> None:
         if per_cluster < 1:
             raise ValueError(f"per_cluster: must be >= 1 (got {per_cluster})")
         self._per_cluster = per_cluster
-        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._lanes: dict[str, _Lane] = {}
+        self._threads: set[threading.Thread] = set()
         self._in_flight = 0
         self._closed = False
         self._keyed: set[tuple[str, str]] = set()
@@ -81,16 +99,30 @@ class ConcurrentDispatcher:
         with self._lock:
             return self._in_flight
 
+    def threads(self) -> int:
+        """Worker threads alive now (all clusters)."""
+        with self._lock:
+            return sum(lane.workers for lane in self._lanes.values())
+
     def submit(self, cluster: str, task: Callable[[], object]) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the dispatcher is closed")
-            pool = self._pools.get(cluster)
-            if pool is None:
-                pool = ThreadPoolExecutor(self._per_cluster, thread_name_prefix=f"gpufed-dispatch-{cluster}")
-                self._pools[cluster] = pool
+            lane = self._lanes.get(cluster)
+            if lane is None:
+                lane = self._lanes[cluster] = _Lane(threading.Condition(self._lock))
+            lane.tasks.append(task)
             self._in_flight += 1
-        pool.submit(self._wrapped, task)
+            if lane.waiting:
+                lane.work.notify()
+            if len(lane.tasks) <= lane.waiting or lane.workers >= self._per_cluster:
+                return  # a waiting worker takes it, or it queues behind the busy ones
+            lane.workers += 1
+            worker = threading.Thread(
+                target=self._work_on, args=(cluster, lane), name=f"gpufed-dispatch-{cluster}", daemon=True
+            )
+            self._threads.add(worker)
+        worker.start()
 
     def submit_once(self, cluster: str, key: str, task: Callable[[], object]) -> bool:
         with self._lock:
@@ -113,22 +145,43 @@ class ConcurrentDispatcher:
             raise
         return True
 
-    def _wrapped(self, task: Callable[[], object]) -> None:
+    def _work_on(self, cluster: str, lane: _Lane) -> None:
+        """One worker of `cluster`: its tasks in order, until none came for idle_seconds (or closed)."""
         try:
-            _run(task)
+            while True:
+                with self._lock:
+                    if not lane.tasks and not self._closed:
+                        lane.waiting += 1
+                        lane.work.wait_for(lambda: bool(lane.tasks) or self._closed, self._idle_seconds)
+                        lane.waiting -= 1
+                    if not lane.tasks:
+                        lane.workers -= 1
+                        if not lane.workers and self._lanes.get(cluster) is lane:
+                            del self._lanes[cluster]
+                        return
+                    task = lane.tasks.popleft()
+                try:
+                    _run(task)
+                finally:
+                    with self._lock:
+                        self._in_flight -= 1
+                        if self._in_flight == 0:
+                            self._idle.notify_all()
         finally:
             with self._lock:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._idle.notify_all()
+                self._threads.discard(threading.current_thread())
 
     def wait_idle(self, timeout: float) -> bool:
         with self._lock:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
     def close(self) -> None:
+        """No new tasks; the queued ones still run (as a pool's shutdown without cancel); returns when
+        every worker has ended."""
         with self._lock:
             self._closed = True
-            pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            pool.shutdown(wait=True, cancel_futures=False)
+            for lane in self._lanes.values():
+                lane.work.notify_all()
+            threads = list(self._threads)
+        for worker in threads:
+            worker.join()

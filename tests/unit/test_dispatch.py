@@ -1,0 +1,115 @@
+"""broker.controller.dispatch.ConcurrentDispatcher: per member cluster, at most `per_cluster` tasks at once,
+in order; a hung cluster holds up only its own tasks; workers end when idle and start again with work."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from broker.controller.dispatch import ConcurrentDispatcher
+
+
+def wait_until(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+class Tasks:
+    """Tasks that record their start and wait for `release`; counts how many ran at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started: list[str] = []
+        self.running = 0
+        self.most_at_once = 0
+        self._lock = threading.Lock()
+
+    def task(self, name: str) -> Callable[[], None]:
+        def run() -> None:
+            with self._lock:
+                self.started.append(name)
+                self.running += 1
+                self.most_at_once = max(self.most_at_once, self.running)
+            self.release.wait(timeout=10)
+            with self._lock:
+                self.running -= 1
+
+        return run
+
+
+def test_a_burst_on_one_cluster_runs_per_cluster_at_once_and_every_task_in_order() -> None:
+    tasks = Tasks()
+    dispatcher = ConcurrentDispatcher(per_cluster=3)
+    for i in range(8):
+        dispatcher.submit("a", tasks.task(f"t{i}"))
+    wait_until(lambda: tasks.running == 3, "three tasks under way")
+    tasks.release.set()
+    assert dispatcher.wait_idle(10)
+    assert tasks.most_at_once == 3
+    assert sorted(tasks.started) == [f"t{i}" for i in range(8)]
+    assert tasks.started[3:] == [f"t{i}" for i in range(3, 8)]  # the queued ones in submit order
+    dispatcher.close()
+
+
+def test_a_hung_cluster_holds_up_only_its_own_tasks() -> None:
+    hung = Tasks()
+    dispatcher = ConcurrentDispatcher(per_cluster=2)
+    for i in range(4):
+        dispatcher.submit("hung", hung.task(f"h{i}"))
+    wait_until(lambda: hung.running == 2, "the hung cluster's workers to be busy")
+    done = threading.Event()
+    dispatcher.submit("healthy", done.set)
+    assert done.wait(timeout=10)
+    assert len(hung.started) == 2  # its other two still wait behind its own workers
+    hung.release.set()
+    assert dispatcher.wait_idle(10)
+    dispatcher.close()
+
+
+def test_workers_end_when_idle_and_start_again_when_work_comes() -> None:
+    dispatcher = ConcurrentDispatcher(per_cluster=4, idle_seconds=0.05)
+    ran: list[str] = []
+    for cluster in ("a", "b", "c"):
+        dispatcher.submit(cluster, lambda cluster=cluster: ran.append(cluster))
+    assert dispatcher.wait_idle(10)
+    wait_until(lambda: dispatcher.threads() == 0, "the idle workers to end")
+    dispatcher.submit("a", lambda: ran.append("a again"))
+    assert dispatcher.wait_idle(10)
+    assert sorted(ran) == ["a", "a again", "b", "c"]
+    dispatcher.close()
+    assert dispatcher.threads() == 0
+
+
+def test_close_runs_what_was_queued_and_refuses_new_tasks() -> None:
+    tasks = Tasks()
+    dispatcher = ConcurrentDispatcher(per_cluster=1)
+    for i in range(3):
+        dispatcher.submit("a", tasks.task(f"t{i}"))
+    wait_until(lambda: tasks.running == 1, "the first task under way")
+    closing = threading.Thread(target=dispatcher.close)
+    closing.start()
+    tasks.release.set()
+    closing.join(timeout=10)
+    assert not closing.is_alive()
+    assert tasks.started == ["t0", "t1", "t2"]
+    with pytest.raises(RuntimeError, match="closed"):
+        dispatcher.submit("a", lambda: None)
+
+
+def test_a_keyed_task_is_not_queued_twice_while_it_runs() -> None:
+    tasks = Tasks()
+    dispatcher = ConcurrentDispatcher(per_cluster=2)
+    assert dispatcher.submit_once("a", "sync", tasks.task("sync"))
+    wait_until(lambda: tasks.running == 1, "the sync under way")
+    assert not dispatcher.submit_once("a", "sync", tasks.task("sync again"))
+    tasks.release.set()
+    assert dispatcher.wait_idle(10)
+    assert dispatcher.submit_once("a", "sync", lambda: None)  # once done, it may come again
+    assert dispatcher.wait_idle(10)
+    assert tasks.started == ["sync"]
+    dispatcher.close()
