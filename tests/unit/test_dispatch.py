@@ -3,6 +3,7 @@ in order; a hung cluster holds up only its own tasks; workers end when idle and 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -75,7 +76,7 @@ def test_workers_end_when_idle_and_start_again_when_work_comes() -> None:
     dispatcher = ConcurrentDispatcher(per_cluster=4, idle_seconds=0.05)
     ran: list[str] = []
     for cluster in ("a", "b", "c"):
-        dispatcher.submit(cluster, lambda cluster=cluster: ran.append(cluster))
+        dispatcher.submit(cluster, functools.partial(ran.append, cluster))
     assert dispatcher.wait_idle(10)
     wait_until(lambda: dispatcher.threads() == 0, "the idle workers to end")
     dispatcher.submit("a", lambda: ran.append("a again"))
