@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from adapters.flush_scheduler import FlushScheduler, FlushSignal
 from adapters.kind_objects import KindDiscovery
 from adapters.kube_informer import (
     ABSENT,
@@ -106,6 +107,7 @@ class ClusterWatcher:
         on_transition: Callable[[Transition], None] | None = None,
         prober: ProbeScheduler | None = None,
         gate: ConnectGate | None = None,
+        flusher: FlushScheduler | None = None,
     ) -> None:
         """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
         of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
@@ -115,16 +117,17 @@ class ClusterWatcher:
         health machine's thresholds (clusterLostSeconds is its lost_seconds); on_transition(t) is called
         (on the thread that saw it) for every change of shown health, after it is logged. `prober`: the
         shard's shared ProbeScheduler runs the liveness probes (else one of its own); `gate`: the shard's
-        ConnectGate, shared by every cluster's list and watch set-ups (None: not paced)."""
+        ConnectGate, shared by every cluster's list and watch set-ups (None: not paced); `flusher`: the
+        shard's FlushScheduler runs the flushes (else a flusher thread of the watcher's own)."""
         self.cluster = cluster
         self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
         self._on_snapshot = on_snapshot
         self._on_change = on_change
         self._settings = settings or WatchSettings()
-        self._flush_interval = flush_interval_s
+        self.flush_interval = flush_interval_s
         self._clock = clock
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._wake = FlushSignal(self, flusher)
         self._lock = threading.Lock()
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, tuple[str, Requests]] = {}  # "namespace/name" of active pods only
@@ -169,8 +172,11 @@ class ClusterWatcher:
     def start(self) -> None:
         for inf in self._informers:
             inf.start()
-        self._flusher = threading.Thread(target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True)
-        self._flusher.start()
+        if self._wake.scheduler is None:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True
+            )
+            self._flusher.start()
         self._probes.add(self, self._settings.probe_interval_s, self._settings.probe_retry_interval_s)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -540,40 +546,47 @@ class ClusterWatcher:
                 return
             if not self._wake.is_set():
                 continue
-            self._stop.wait(self._flush_interval)  # let a burst of events land in one batch
-            self._wake.clear()
+            self._stop.wait(self.flush_interval)  # let a burst of events land in one batch
+            self.flush_due()
+
+    def flush_due(self) -> None:
+        """Fold the events that arrived into the index and hand the snapshot to the callbacks (on the
+        watcher's own thread, or on the shard's FlushScheduler once `flush_interval` has passed)."""
+        if self._stop.is_set() or not self._wake.is_set():
+            return
+        self._wake.clear()
+        with self._lock:
+            view = self._view()
+            health = view.health
+            ready = all(self._states[r] not in (PENDING,) for r in self._required)
+            if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
+                return
+            key = (health, view.reason)
+            if (
+                not self._dirty
+                and not self._queues_dirty
+                and not self._tenancy_dirty
+                and key == self._last_health
+            ):
+                return
+            self._tenancy_dirty = False
+            if self._on_snapshot is not None:
+                snap: ClusterSnapshot | None = self._snapshot()
+            else:
+                self._refresh()  # fold the batch into the index here, off the publisher's path
+                snap = None
+            heartbeat = view.last_success
+            self._last_health = key
+            self.batch_first_event_at, self._pending_since = self._pending_since, None
+        self._announce()
+        try:
+            if self._on_snapshot is not None and snap is not None:
+                self._on_snapshot(snap, health, heartbeat)
+            if self._on_change is not None:
+                self._on_change()
+            self.stats.snapshots += 1
+        except Exception:
+            log.exception("cluster %s: snapshot callback failed; the next batch retries", self.cluster)
             with self._lock:
-                view = self._view()
-                health = view.health
-                ready = all(self._states[r] not in (PENDING,) for r in self._required)
-                if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
-                    continue
-                key = (health, view.reason)
-                if (
-                    not self._dirty
-                    and not self._queues_dirty
-                    and not self._tenancy_dirty
-                    and key == self._last_health
-                ):
-                    continue
-                self._tenancy_dirty = False
-                if self._on_snapshot is not None:
-                    snap: ClusterSnapshot | None = self._snapshot()
-                else:
-                    self._refresh()  # fold the batch into the index here, off the publisher's path
-                    snap = None
-                heartbeat = view.last_success
-                self._last_health = key
-                self.batch_first_event_at, self._pending_since = self._pending_since, None
-            self._announce()
-            try:
-                if self._on_snapshot is not None and snap is not None:
-                    self._on_snapshot(snap, health, heartbeat)
-                if self._on_change is not None:
-                    self._on_change()
-                self.stats.snapshots += 1
-            except Exception:
-                log.exception("cluster %s: snapshot callback failed; the next batch retries", self.cluster)
-                with self._lock:
-                    self._last_health = None
-                self._wake.set()
+                self._last_health = None
+            self._wake.set()

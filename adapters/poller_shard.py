@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from adapters.flush_scheduler import FlushScheduler
 from adapters.kube import ClusterWatcher
 from adapters.kube_informer import WatchSettings
 from adapters.probe_scheduler import LagMeter, ProbeScheduler
@@ -70,6 +71,9 @@ SHARD_CONNECTS = 16
 # were 450 re-watch requests a second for nothing new. The probe (every 2 s) keeps a quiet member's
 # heartbeat; a watch's end was never what proved a member alive.
 SHARD_WATCH = WatchSettings(watch_timeout_s=60, watch_timeout_jitter=0.5)
+# Threads that run the members' flushes (fold a batch of events into a summary, write it to Redis); a
+# timer thread schedules them (adapters/flush_scheduler.py). Before, each member had a flusher thread.
+SHARD_FLUSH_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,7 @@ class PollerShard:
         # The lists and watch set-ups of all the shard's clusters, SHARD_CONNECTS at a time: a cold start of
         # 125 members is 1,125 TLS handshakes, which all at once time each other out.
         self.gate = ConnectGate(SHARD_CONNECTS)
+        self.flusher = FlushScheduler(SHARD_FLUSH_WORKERS)  # every member's flushes (no thread per member)
         self.store_errors = Throttle(log)  # Redis down: one warning per minute, not one per write
         if autostart:  # on a thread: 125 clusters' clients take seconds to build, and a Ray actor answers
             # no ping before its constructor returns (8 shards of a 1,000-cluster fleet on a busy host
@@ -267,6 +272,7 @@ class PollerShard:
             prober=self.prober,
             gate=self.gate,
             settings=SHARD_WATCH,
+            flusher=self.flusher,
         )
 
     def _transitioned(self, t: Transition) -> None:
@@ -521,5 +527,6 @@ class PollerShard:
         for w in watchers:
             w.stop()
         self.prober.stop()
+        self.flusher.stop()
         self.lag.stop()
         self._store.close()
