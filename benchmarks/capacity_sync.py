@@ -163,6 +163,7 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
                 settings=settings,
                 spot=spec.traits.spot,
                 prober=self.prober,
+                flusher=self.flusher,
             )
 
         def publish_cluster(self, name: str) -> ClusterSummary:
@@ -185,7 +186,11 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(0.05)
     cold = time.monotonic() - t0
     rss_synced = _rss_mib()
-    print(f"cold sync: {len(synced)}/{len(specs)} clusters in {cold:.1f}s, RSS {rss_synced} MiB", flush=True)
+    print(
+        f"cold sync: {len(synced)}/{len(specs)} clusters in {cold:.1f}s, RSS {rss_synced} MiB, "
+        f"{threading.active_count()} threads",
+        flush=True,
+    )
     time.sleep(2.0)  # let the list-time backlog settle before the steady-state window
 
     def applied() -> int:
