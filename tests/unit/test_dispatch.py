@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
 from broker.controller.dispatch import ConcurrentDispatcher
-
-
-def wait_until(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+from tests.conftest import wait_for
 
 
 class Tasks:
@@ -48,7 +41,7 @@ def test_a_burst_on_one_cluster_runs_per_cluster_at_once_and_every_task_in_order
     dispatcher = ConcurrentDispatcher(per_cluster=3)
     for i in range(8):
         dispatcher.submit("a", tasks.task(f"t{i}"))
-    wait_until(lambda: tasks.running == 3, "three tasks under way")
+    wait_for(lambda: tasks.running == 3, timeout=10, interval=0.005, what="three tasks under way")
     tasks.release.set()
     assert dispatcher.wait_idle(10)
     assert tasks.most_at_once == 3
@@ -62,7 +55,9 @@ def test_a_hung_cluster_holds_up_only_its_own_tasks() -> None:
     dispatcher = ConcurrentDispatcher(per_cluster=2)
     for i in range(4):
         dispatcher.submit("hung", hung.task(f"h{i}"))
-    wait_until(lambda: hung.running == 2, "the hung cluster's workers to be busy")
+    wait_for(
+        lambda: hung.running == 2, timeout=10, interval=0.005, what="the hung cluster's workers to be busy"
+    )
     done = threading.Event()
     dispatcher.submit("healthy", done.set)
     assert done.wait(timeout=10)
@@ -78,7 +73,7 @@ def test_workers_end_when_idle_and_start_again_when_work_comes() -> None:
     for cluster in ("a", "b", "c"):
         dispatcher.submit(cluster, functools.partial(ran.append, cluster))
     assert dispatcher.wait_idle(10)
-    wait_until(lambda: dispatcher.threads() == 0, "the idle workers to end")
+    wait_for(lambda: dispatcher.threads() == 0, timeout=10, interval=0.005, what="the idle workers to end")
     dispatcher.submit("a", lambda: ran.append("a again"))
     assert dispatcher.wait_idle(10)
     assert sorted(ran) == ["a", "a again", "b", "c"]
@@ -91,7 +86,7 @@ def test_close_runs_what_was_queued_and_refuses_new_tasks() -> None:
     dispatcher = ConcurrentDispatcher(per_cluster=1)
     for i in range(3):
         dispatcher.submit("a", tasks.task(f"t{i}"))
-    wait_until(lambda: tasks.running == 1, "the first task under way")
+    wait_for(lambda: tasks.running == 1, timeout=10, interval=0.005, what="the first task under way")
     closing = threading.Thread(target=dispatcher.close)
     closing.start()
     tasks.release.set()
@@ -106,7 +101,7 @@ def test_a_keyed_task_is_not_queued_twice_while_it_runs() -> None:
     tasks = Tasks()
     dispatcher = ConcurrentDispatcher(per_cluster=2)
     assert dispatcher.submit_once("a", "sync", tasks.task("sync"))
-    wait_until(lambda: tasks.running == 1, "the sync under way")
+    wait_for(lambda: tasks.running == 1, timeout=10, interval=0.005, what="the sync under way")
     assert not dispatcher.submit_once("a", "sync", tasks.task("sync again"))
     tasks.release.set()
     assert dispatcher.wait_idle(10)

@@ -4,17 +4,9 @@ never two of one watcher at once, one more when something arrives during a flush
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 from adapters.flush_scheduler import FlushScheduler, FlushSignal
-
-
-def wait_until(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+from tests.conftest import wait_for
 
 
 class Watcher:
@@ -44,9 +36,9 @@ def test_a_burst_of_pokes_is_one_flush_after_the_interval() -> None:
     w = Watcher(interval=0.2)
     for _ in range(50):
         scheduler.poke(w)
-    wait_until(lambda: w.flushes == 1, "the burst's flush")
+    wait_for(lambda: w.flushes == 1, timeout=10, interval=0.005, what="the burst's flush")
     scheduler.poke(w)
-    wait_until(lambda: w.flushes == 2, "the next poke's flush")
+    wait_for(lambda: w.flushes == 2, timeout=10, interval=0.005, what="the next poke's flush")
     scheduler.stop()
     assert w.flushes == 2
 
@@ -56,11 +48,11 @@ def test_a_poke_during_a_flush_brings_one_more_and_flushes_of_a_watcher_never_ov
     w = Watcher(interval=0.01)
     w.hold = threading.Event()
     scheduler.poke(w)
-    wait_until(lambda: w.running == 1, "the first flush under way")
+    wait_for(lambda: w.running == 1, timeout=10, interval=0.005, what="the first flush under way")
     for _ in range(10):
         scheduler.poke(w)  # arrivals while it flushes
     w.hold.set()
-    wait_until(lambda: w.flushes == 2, "the one flush after it")
+    wait_for(lambda: w.flushes == 2, timeout=10, interval=0.005, what="the one flush after it")
     scheduler.stop()
     assert w.flushes == 2
     assert w.most_at_once == 1
@@ -73,6 +65,11 @@ def test_many_watchers_flush_on_a_few_threads_and_a_signal_pokes_its_scheduler()
     signals = [FlushSignal(w, scheduler) for w in watchers]
     for s in signals:
         s.set()
-    wait_until(lambda: all(w.flushes == 1 for w in watchers), "every watcher's flush")
+    wait_for(
+        lambda: all(w.flushes == 1 for w in watchers),
+        timeout=10,
+        interval=0.005,
+        what="every watcher's flush",
+    )
     assert threading.active_count() - before <= 4  # the timer and at most 3 workers
     scheduler.stop()
