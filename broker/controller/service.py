@@ -137,6 +137,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._held_back: dict[str, set[str]] = {}
         self._troubles = TroubleMemory()  # member trouble: when first seen, when to look again
         self._swept = {}  # cluster -> what its last clean sweep saw (broker.controller.sweeping)
+        self._sweeping = {}  # cluster -> the lock one sweep of it holds
         self._cache_observed = False  # observe_clusters refreshed the FleetCache (sync_status reuses it)
         self.burst_back_state = BurstBackState()  # burst-back's memory between passes (bursting_back)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 
 from broker import telemetry
 from broker.controller.base import ControllerBase
@@ -34,6 +35,7 @@ class Sweeping(ControllerBase):
     _listing_of: tuple[object, ListingVersion | None] | None = None
     # cluster -> what its last clean sweep saw (the records' version, namespaces, the listings' versions)
     _swept: dict[str, tuple[int, tuple[str, ...], tuple[int, ...]]]
+    _sweeping: dict[str, threading.Lock]  # one sweep of a cluster at a time
 
     def sweep_orphans(self) -> list[str]:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
@@ -55,7 +57,12 @@ class Sweeping(ControllerBase):
     def sweep_cluster(self, cluster: str, raise_errors: bool = False) -> list[str]:
         """The sweep of one cluster: list the broker's Jobs there *before* reading their records, delete
         each one no current attempt owns. With raise_errors a failed list or delete raises (the fence
-        stays up); else it is logged and the next sweep retries."""
+        stays up); else it is logged and the next sweep retries. Sweeps of one cluster run one at a time:
+        the periodic sweep and an unfencing one both deleted the same Job, and both said so."""
+        with self._sweeping.setdefault(cluster, threading.Lock()):
+            return self._sweep_cluster(cluster, raise_errors)
+
+    def _sweep_cluster(self, cluster: str, raise_errors: bool) -> list[str]:
         deleted: list[str] = []
         namespaces = self.traits[cluster].namespaces_for(self._tenants_known())
         seen = () if raise_errors else self._unchanged_since(cluster, namespaces)  # unfencing: always
