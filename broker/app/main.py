@@ -297,6 +297,8 @@ def running_broker(
     feed = ChangeFeed(leader_store, records, leader_service.work)  # wakes the loop on others' writes
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = poller_fleet(cfg, holder)
+    ring = HashRing(pollers.shard_names)
+    leader_service.shard_of = ring.owner  # a whole shard's silence is its own, not its clusters'
     loop = ControlLoop(
         leader_service,
         settings.schedule_interval_seconds,
@@ -360,7 +362,6 @@ def running_broker(
                 raise RuntimeError(f"the HTTP API did not start on {host}:{port}")
         _await_records(store, deadline=time.monotonic() + 30)
         settle_startup_heap()
-        ring = HashRing(pollers.shard_names)
         freshness.SHARDS.source = poller_liveness.shard_source(store, ring.owner, ring.nodes)
         running = Broker(
             service,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from broker.burst.gate import BurstGate
@@ -90,7 +90,9 @@ class ControllerBase:
     _parked: dict[str, str]
     _no_fit: dict[str, tuple[int, float]]
     _health_seen: dict[str, Health]
-    _blind: bool
+    shard_of: Callable[[str], str]
+    _blind: dict[str, list[str]]
+    _blind_everywhere: bool
     _mass_lost: bool
     _fenced: set[str]
     _next_loss_at: float | None

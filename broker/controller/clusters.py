@@ -58,8 +58,10 @@ class ClusterWatch(Sweeping):
         ]
         self._next_loss_at = min(deadlines, default=None)
         lost_after = self.settings.cluster_lost_seconds
-        self._note_blindness(failover.pollers_silent(summaries.values(), now, lost_after))
-        lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, self._blind)}
+        blind = failover.blind_shards(summaries.values(), self.shard_of, now, lost_after)
+        self._note_blindness(blind, len({self.shard_of(c) for c in summaries}))
+        unseen = {c for clusters in blind.values() for c in clusters}
+        lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, c in unseen)}
         if self._note_mass_loss(lost, fenced):
             lost = {}  # nothing is moved or fenced while most of the fleet is lost at once
         moved: list[JobRecord] = []
@@ -98,17 +100,37 @@ class ClusterWatch(Sweeping):
         self._fenced = set(fenced)
         return moved
 
-    def _note_blindness(self, blind: bool) -> None:
-        if blind and not self._blind:
+    def _note_blindness(self, blind: dict[str, list[str]], shards: int) -> None:
+        """Say once per spell that the broker is blind to the whole fleet, or to one poller shard's
+        clusters (failover.blind_shards), and when it sees them again."""
+        everywhere = bool(blind) and len(blind) == shards
+        if everywhere and not self._blind_everywhere:
             log.warning(
                 "no poller has written a summary for %g s: the broker cannot see its clusters (pollers, "
                 "Ray or their path to Redis stalled); no cluster is failed over for silence until one "
                 "reports again",
                 self.settings.cluster_lost_seconds,
             )
-        elif self._blind and not blind:
+        elif self._blind_everywhere and not everywhere:
             log.info("the pollers report again: silent clusters are judged as usual")
+        if not everywhere:  # each shard once per spell (a fleet-wide spell said none of them)
+            told = set() if self._blind_everywhere else set(self._blind)
+            for shard in sorted(set(blind) - told):
+                clusters = blind[shard]
+                log.warning(
+                    "poller shard %s has written none of its %d clusters' summaries for %g s (%s%s): it is "
+                    "down or restarting; they are not failed over for silence until it reports again",
+                    shard,
+                    len(clusters),
+                    self.settings.cluster_lost_seconds,
+                    ", ".join(clusters[:5]),
+                    ", ..." if len(clusters) > 5 else "",
+                )
+            if not self._blind_everywhere:
+                for shard in sorted(set(self._blind) - set(blind)):
+                    log.info("poller shard %s reports again: its silent clusters are judged as usual", shard)
         self._blind = blind
+        self._blind_everywhere = everywhere
 
     def _note_mass_loss(self, lost: dict[str, ClusterHealth], fenced: dict[str, str]) -> bool:
         """Whether most of the fleet is lost at once (failover.mass_loss): said once per spell."""

@@ -52,6 +52,7 @@ from broker.core.model import (
     JobState,
 )
 from broker.core.ports import Clock, ClusterGateway, StateStore, WorkloadWatch
+from broker.health import failover
 from broker.scheduler import placement
 from broker.workload import annotation_budget
 
@@ -110,7 +111,11 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._known_products_at = float("-inf")
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
         self._health_seen: dict[str, Health] = {}
-        self._blind = False  # every poller silent at the last observe_clusters (said once per spell)
+        # which poller shard observes a cluster (the fleet's ring, set by the composition root); one
+        # shard for the whole fleet until told: failover.blind_shards
+        self.shard_of: Callable[[str], str] = failover.one_shard
+        self._blind: dict[str, list[str]] = {}  # shards that wrote nothing at the last observe_clusters
+        self._blind_everywhere = False  # ... and they were every shard (said once per spell)
         self._mass_lost = False  # most of the fleet lost at the last observe_clusters (failover paused)
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
         self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster

@@ -15,13 +15,21 @@ and when a cluster that came back may take work again (fencing).
                                                 unreachable, with a cause) is lost at heartbeat + `lost_after`
     loss_deadline(summary)                      that instant, for a failing cluster: the control loop
                                                 wakes for it
-    pollers_silent(summaries)                   no poller wrote any summary for `lost_after`: the broker
-                                                is blind (its pollers, Ray or their path to Redis stalled),
-                                                and silence then says nothing about the clusters, so no
-                                                cluster is lost *for silence* meanwhile (is_lost's
-                                                `blind`): Kubernetes' node lifecycle controller stops
-                                                evicting when a whole zone goes NotReady at once, for the
-                                                same reason. Verdicts with a cause still count.
+    pollers_silent(summaries)                   no poller wrote any of these summaries for `lost_after`:
+                                                the broker is blind to their clusters (their pollers, Ray
+                                                or the path to Redis stalled), and silence then says
+                                                nothing about the clusters, so none is lost *for silence*
+                                                meanwhile (is_lost's `blind`): Kubernetes' node lifecycle
+                                                controller stops evicting when a whole zone goes NotReady
+                                                at once, for the same reason. Verdicts with a cause still
+                                                count.
+    blind_shards(summaries, shard_of)           the same rule per poller shard: a shard that wrote none
+                                                of its clusters' summaries for `lost_after` is down or
+                                                restarting (a shard writes every one of its summaries
+                                                every few seconds, failing or not), so its clusters are
+                                                not lost for silence either. Only a cluster silent while
+                                                its own shard still writes the others is lost for its
+                                                silence (after SILENT_LOSS_FACTOR x `lost_after`)
     mass_loss(lost, fleet, policy)              most of a large fleet lost at once: failover pauses. A
                                                 thousand members do not all die in the same minute; the
                                                 broker losing its own view of them (its network, its
@@ -43,13 +51,14 @@ cannot reach. No I/O, no clock: `now` is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from broker.core.model import ClusterSummary, Health
 
 __all__ = [
     "ClusterHealth",
+    "blind_shards",
     "drain_reason",
     "effective_health",
     "fenced_for_placement",
@@ -57,6 +66,7 @@ __all__ = [
     "is_lost",
     "loss_deadline",
     "may_unfence",
+    "one_shard",
     "pollers_silent",
 ]
 
@@ -64,8 +74,9 @@ _LOST = (Health.UNREACHABLE, Health.FORBIDDEN)
 # What a poller reports of a cluster whose calls fail: with no success for `lost_after` it is lost as it
 # stands (the poller's own UNREACHABLE verdict would come only at its next evaluation and publish).
 _FAILING = (Health.UNREACHABLE, Health.DEGRADED)
-# A restarted poller shard reports again within seconds: silence alone moves jobs only after this many
-# times clusterLostSeconds (the cluster itself may be fine).
+# Silence alone (a cluster's summary not written while its shard writes the others) moves jobs only
+# after this many times clusterLostSeconds: the cluster itself may be fine. A whole shard's silence
+# moves nothing (blind_shards).
 SILENT_LOSS_FACTOR = 3.0
 
 
@@ -128,9 +139,32 @@ def pollers_silent(summaries: Iterable[ClusterSummary], now: float, lost_after: 
     return bool(written) and all(now - w > lost_after for w in written)
 
 
+def one_shard(cluster: str) -> str:
+    """The shard_of of a fleet whose poller layout is not known: every cluster under one name."""
+    return ""
+
+
+def blind_shards(
+    summaries: Iterable[ClusterSummary], shard_of: Callable[[str], str], now: float, lost_after: float
+) -> dict[str, list[str]]:
+    """{shard: its clusters, sorted} for every poller shard (`shard_of(cluster)`) that wrote none of its
+    clusters' summaries within `lost_after` of `now` (pollers_silent over that shard's summaries). A
+    shard killed under load may take longer than 3 x `lost_after` to come back; its clusters are fine
+    meanwhile, as far as anyone knows. Every cluster under one name ("") is the whole fleet's rule."""
+    groups: dict[str, list[ClusterSummary]] = {}
+    for s in summaries:
+        groups.setdefault(shard_of(s.cluster), []).append(s)
+    return {
+        shard: sorted(s.cluster for s in group)
+        for shard, group in groups.items()
+        if pollers_silent(group, now, lost_after)
+    }
+
+
 def is_lost(h: ClusterHealth, now: float, lost_after: float, blind: bool = False) -> bool:
     """Unreachable (the poller already waited `lost_after` without a success, or the summary went
-    silent that long, unless the broker is `blind`: see pollers_silent), or credentials rejected for
+    silent that long, unless the broker is `blind` to it: see pollers_silent and blind_shards), or
+    credentials rejected for
     `lost_after`."""
     if h.health is Health.UNREACHABLE:
         if h.silent and blind:

@@ -218,13 +218,14 @@ def test_a_cluster_seen_failing_is_lost_at_its_deadline_and_the_loop_is_told_whe
     assert svc.seconds_until_a_loss() is None  # fenced now: nothing more to wake for
 
 
-def test_a_silent_cluster_is_lost_only_while_another_poller_still_reports(
+def test_a_silent_cluster_is_lost_only_while_its_own_poller_shard_still_reports(
     store: RedisStateStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = ManualClock()
-    store.put_summary(replace(cluster("a", 8), published_at=NOW))
-    store.put_summary(replace(cluster("b", 8), published_at=NOW))
-    svc = service(store, clock, ["a", "b"])
+    for name in ("a", "a2", "b"):
+        store.put_summary(replace(cluster(name, 8), published_at=NOW))
+    svc = service(store, clock, ["a", "a2", "b"])
+    svc.shard_of = {"a": "shard-0", "a2": "shard-0", "b": "shard-1"}.__getitem__
     job, _ = svc.submit(JobRequest("train", gpus_per_pod=8, clusters=("a",)))
     svc.schedule_once()
     assert svc.get(job.id).cluster == "a"
@@ -238,11 +239,24 @@ def test_a_silent_cluster_is_lost_only_while_another_poller_still_reports(
     blind = [r.getMessage() for r in caplog.records if "cannot see its clusters" in r.getMessage()]
     assert len(blind) == 1, blind  # said once per spell, not per pass
 
-    # b's poller writes again, a's does not: a is silent on its own, so its jobs move
+    # b's shard writes again, a's shard does not (killed, slow to restart on a loaded host): the
+    # silence is the shard's, not a's, and a's job stays where it runs
+    caplog.clear()
     store.put_summary(replace(cluster("b", 8), heartbeat=clock.t, published_at=clock.t))
+    with caplog.at_level(logging.WARNING, logger="broker.controller"):
+        assert svc.observe_clusters() == []
+        clock.t += 60
+        store.put_summary(replace(cluster("b", 8), heartbeat=clock.t, published_at=clock.t))
+        assert svc.observe_clusters() == []
+    assert svc.get(job.id).state is JobState.PLACED and store.fenced() == {}
+    said = [r.getMessage() for r in caplog.records if "poller shard shard-0" in r.getMessage()]
+    assert len(said) == 1 and "2 clusters" in said[0] and "a, a2" in said[0], said
+
+    # a's shard writes a2 again, not a: a is silent on its own while its poller works, so its jobs move
+    store.put_summary(replace(cluster("a2", 8), heartbeat=clock.t, published_at=clock.t))
     moved = svc.observe_clusters()
     assert [r.id for r in moved] == [job.id]
-    assert "a" in store.fenced()
+    assert "a" in store.fenced() and "a2" not in store.fenced()
 
 
 def test_most_of_a_large_fleet_lost_at_once_pauses_failover_until_fewer_are_lost(

@@ -8,11 +8,13 @@ from broker.core.model import ClusterSummary, FailoverPolicy, Health, JobRecord,
 from broker.core.workloads import WorkloadStatus
 from broker.health.failover import (
     MassLossPolicy,
+    blind_shards,
     effective_health,
     is_lost,
     loss_deadline,
     mass_loss,
     may_unfence,
+    one_shard,
     pollers_silent,
 )
 from broker.workload.lifecycle import failover, observe
@@ -102,6 +104,38 @@ def test_the_broker_is_blind_only_when_no_poller_wrote_for_lost_after(
     summaries: list[ClusterSummary], blind: bool
 ) -> None:
     assert pollers_silent(summaries, NOW, LOST_AFTER) is blind
+
+
+def written_for(cluster: str, published_at: float) -> ClusterSummary:
+    return ClusterSummary(cluster, health=Health.HEALTHY, heartbeat=published_at, published_at=published_at)
+
+
+SHARDS = {"a": "s0", "b": "s0", "c": "s1", "d": "s2"}
+
+
+@pytest.mark.parametrize(
+    ("ages", "blind"),
+    [
+        ({"a": 1, "b": 1, "c": 1, "d": 1}, {}),
+        # s1 wrote nothing for lost_after: down or restarting; its cluster's silence is the shard's
+        ({"a": 1, "b": 1, "c": 11, "d": 1}, {"s1": ["c"]}),
+        ({"a": 11, "b": 12, "c": 1, "d": 40}, {"s0": ["a", "b"], "s2": ["d"]}),
+        # s0 still writes b: a alone is silent, which the shard does not explain
+        ({"a": 40, "b": 1, "c": 1, "d": 1}, {}),
+        ({"a": 11, "b": 11, "c": 11, "d": 11}, {"s0": ["a", "b"], "s1": ["c"], "s2": ["d"]}),
+    ],
+)
+def test_a_shard_that_wrote_none_of_its_summaries_is_blind_for_its_own_clusters(
+    ages: dict[str, float], blind: dict[str, list[str]]
+) -> None:
+    summaries = [written_for(c, NOW - age) for c, age in ages.items()]
+    assert blind_shards(summaries, SHARDS.__getitem__, NOW, LOST_AFTER) == blind
+
+
+def test_one_shard_for_the_fleet_is_the_blind_broker_rule() -> None:
+    summaries = [written_for("a", NOW - 11), written_for("b", NOW - 12)]
+    assert blind_shards(summaries, one_shard, NOW, LOST_AFTER) == {"": ["a", "b"]}
+    assert blind_shards([*summaries, written_for("c", NOW - 1)], one_shard, NOW, LOST_AFTER) == {}
 
 
 @pytest.mark.parametrize(
