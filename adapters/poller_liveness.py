@@ -2,7 +2,8 @@
 
 A shard whose process is frozen (SIGSTOP, a stuck syscall, a deadlock) still exists for Ray and never
 crashes, so Ray never restarts it and a ping merely times out; every cluster it owns goes stale and
-placement stops. The supervisor therefore also reads the summaries in Redis: a shard none of whose
+placement stops. The supervisor therefore also reads, in Redis, when each summary was written (a field
+beside the summary: RedisStateStore.publications, not the summaries themselves): a shard none of whose
 clusters has been published for `silent_after` seconds (clusterLostSeconds / 2, at least two
 heartbeats) is killed with `ray.kill` and Ray restarts it (its actors are max_restarts=-1), whatever its
 process state. The blind-broker rule (broker.health.failover.pollers_silent) still keeps jobs from moving while
@@ -110,7 +111,9 @@ class ShardLiveness:
         none of them for the silence limit; {} when the summaries cannot be read."""
         now = self._clock()
         try:
-            summaries = {s.cluster: s for s in self._store.observed_summaries()}
+            # when each summary was written and its health, not the summaries: at 1,000 members reading
+            # and parsing every summary twice a second cost the supervisor a sixth of a core
+            written = self._store.publications([c for clusters in groups.values() for c in clusters])
         except Exception:
             for shard in self._since:
                 self._since[shard] = now  # Redis is the cause, not the shards: judge again once it answers
@@ -123,9 +126,9 @@ class ShardLiveness:
             if not clusters:
                 continue
             booted = self._booted.setdefault(shard, now)
-            found = [summaries.get(c) for c in clusters]
-            fresh = max(s.published_at if s is not None else 0.0 for s in found)
-            starting = any(s is None or s.health == Health.UNKNOWN for s in found)  # not all listed yet
+            found = [written.get(c) for c in clusters]
+            fresh = max(w[0] if w is not None else 0.0 for w in found)
+            starting = any(w is None or w[1] == Health.UNKNOWN for w in found)  # not all listed yet
             if starting and now - booted <= STARTUP_LIMIT_SECONDS:
                 continue  # busy listing its members, not frozen
             last = max(fresh, self._since.get(shard, now))

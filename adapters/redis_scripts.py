@@ -19,12 +19,33 @@ local function stale_token(key, tok)
 end
 """
 
-# KEYS: summary, clusters. ARGV: cluster, summary json. Returns the new version.
+# KEYS: summary, clusters. ARGV: cluster, summary json, published_at, health. Returns the new version.
+# The last two are also kept as fields of their own, so that a poller's liveness can be read without
+# the summaries (PUBLICATIONS); a writer that does not send them leaves none (an older broker's shard).
 PUT_SUMMARY = """
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'json', ARGV[2])
+if ARGV[4] then
+  redis.call('HSET', KEYS[1], 'json', ARGV[2], 'published', ARGV[3], 'health', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'json', ARGV[2])
+  redis.call('HDEL', KEYS[1], 'published', 'health')
+end
 redis.call('SADD', KEYS[2], ARGV[1])
 return v
+"""
+
+# ARGV: the summary-key prefix, then cluster names. Returns, for each, its summary's version, when its
+# poller last wrote it and the health written ('' for what is missing): a few bytes per cluster however
+# large the summaries are. Called for a bounded number of clusters at a time: a script blocks Redis.
+PUBLICATIONS = """
+local out = {}
+for i = 2, #ARGV do
+  local f = redis.call('HMGET', ARGV[1] .. ARGV[i], 'version', 'published', 'health')
+  out[#out + 1] = f[1] or ''
+  out[#out + 1] = f[2] or ''
+  out[#out + 1] = f[3] or ''
+end
+return out
 """
 
 # One job's reservation on a cluster already checked to be at the placer's (version, ledger): refused

@@ -75,6 +75,7 @@ from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, Stor
 from broker.core.job_list import JobDocPage, JobPage, JobQuery, KeptItems, position_of
 from broker.core.model import (
     ClusterSummary,
+    Health,
     JobEvent,
     JobRecord,
     JobState,
@@ -88,9 +89,16 @@ SOCKET_TIMEOUT_SECONDS = 15.0  # longer than any blocking read (read_events bloc
 CONNECT_TIMEOUT_SECONDS = 2.0
 
 _SUMMARY = TypeAdapter(ClusterSummary)
+# Clusters per PUBLICATIONS call: a script blocks Redis while it runs (about 0.6 ms for 128 here).
+PUBLICATIONS_CHUNK = 128
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
+
+
+def summary_args(summary: ClusterSummary) -> list[str | bytes]:
+    """The PUT_SUMMARY script's arguments for this summary (docs in adapters.redis_scripts)."""
+    return [summary.cluster, _SUMMARY.dump_json(summary), repr(summary.published_at), summary.health.value]
 
 
 def _text(value: object) -> str:
@@ -132,6 +140,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
         self._fence = self._r.register_script(scripts.FENCE)
         self._restore_job = self._r.register_script(scripts.RESTORE_JOB)
         self._put_summary = self._r.register_script(scripts.PUT_SUMMARY)
+        self._publications = self._r.register_script(scripts.PUBLICATIONS)
         self._reserve = self._r.register_script(scripts.RESERVE)
         self._release = self._r.register_script(scripts.RELEASE)
         self._prune = self._r.register_script(scripts.PRUNE)
@@ -175,13 +184,40 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
 
     def put_summary(self, summary: ClusterSummary) -> ClusterSummary:
         try:
-            version = self._put_summary(
-                keys=[self._k("summary", summary.cluster), self._k("clusters")],
-                args=[summary.cluster, _SUMMARY.dump_json(summary)],
-            )
+            version = self._put_summary(keys=self.summary_keys(summary), args=summary_args(summary))
         except redis.RedisError as e:
             raise StoreError(f"redis: put_summary {summary.cluster}: {e}") from e
         return dataclasses.replace(summary, version=int(version))
+
+    def summary_keys(self, summary: ClusterSummary) -> list[str]:
+        """The PUT_SUMMARY script's keys for this summary."""
+        return [self._k("summary", summary.cluster), self._k("clusters")]
+
+    def publications(self, clusters: Sequence[str]) -> dict[str, tuple[float, Health]]:
+        """{cluster: (when its poller last wrote its summary, the health written)} for each of these
+        clusters that has a summary, without reading the summaries (a poller's liveness, at every
+        check): one round trip, PUBLICATIONS_CHUNK clusters per script call. A summary written without
+        those fields (by an older poller) is read in full."""
+        names = list(clusters)
+        try:
+            batch = ScriptBatch(self._r)
+            for i in range(0, len(names), PUBLICATIONS_CHUNK):
+                batch.call(
+                    self._publications, [], [self._k("summary", ""), *names[i : i + PUBLICATIONS_CHUNK]]
+                )
+            flat = [value for chunk in batch.execute() for value in chunk]
+        except redis.RedisError as e:
+            raise StoreError(f"redis: publications: {e}") from e
+        out: dict[str, tuple[float, Health]] = {}
+        for cluster, i in zip(names, range(0, len(flat), 3), strict=True):
+            version, published, health = flat[i], flat[i + 1], flat[i + 2]
+            if not version:
+                continue  # no summary
+            if published and health:
+                out[cluster] = (float(published), Health(_text(health)))
+            elif (s := self.get_summary(cluster)) is not None:
+                out[cluster] = (s.published_at, s.health)
+        return out
 
     def get_summary(self, cluster: str) -> ClusterSummary | None:
         try:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import redis
 
 from adapters.redis_script_batch import ScriptBatch
-from adapters.redis_store import _SUMMARY, RedisStateStore
+from adapters.redis_store import RedisStateStore, summary_args
 from broker.core.errors import StoreError
 from broker.core.model import ClusterSummary
 
@@ -26,11 +26,7 @@ def put_summaries(store: RedisStateStore, summaries: Sequence[ClusterSummary]) -
     try:
         pipe = ScriptBatch(store.client)
         for s in summaries:
-            pipe.call(
-                store._put_summary,
-                [store._k("summary", s.cluster), store._k("clusters")],
-                [s.cluster, _SUMMARY.dump_json(s)],
-            )
+            pipe.call(store._put_summary, store.summary_keys(s), summary_args(s))
         versions = pipe.execute()
     except redis.RedisError as e:
         names = ", ".join(s.cluster for s in summaries[:5])

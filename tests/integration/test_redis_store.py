@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from adapters.redis_store import RedisStateStore
+from adapters.redis_store import RedisStateStore, summary_args
 from broker.core.errors import Conflict
 from broker.core.model import (
     ClusterSummary,
@@ -140,6 +140,28 @@ def test_summaries_of_several_clusters_are_listed_and_a_deleted_one_is_gone(stor
     store.delete_summary("b")
 
     assert [s.cluster for s in store.observed_summaries()] == ["a"]
+
+
+def test_when_each_summary_was_written_is_read_without_the_summaries(store: RedisStateStore) -> None:
+    from adapters.summary_batch import put_summaries
+
+    store.put_summary(replace(summary("a"), published_at=NOW + 1))
+    put_summaries(store, [replace(summary("b"), published_at=NOW + 2, health=Health.UNKNOWN)])
+    store.put_summary(replace(summary("gone"), published_at=NOW))
+    store.delete_summary("gone")
+    # a summary an older poller wrote (the JSON only, no fields of its own) is read in full
+    old = replace(summary("old"), published_at=NOW + 3)
+    store._put_summary(keys=store.summary_keys(old), args=summary_args(old)[:2])
+
+    assert store.publications(["a", "b", "gone", "old", "never"]) == {
+        "a": (NOW + 1, Health.HEALTHY),
+        "b": (NOW + 2, Health.UNKNOWN),
+        "old": (NOW + 3, Health.HEALTHY),
+    }
+    # an older poller's write drops the fields: they never outlive the summary they describe
+    a = replace(summary("a"), published_at=NOW + 5, health=Health.DEGRADED)
+    store._put_summary(keys=store.summary_keys(a), args=summary_args(a)[:2])
+    assert store.publications(["a"]) == {"a": (NOW + 5, Health.DEGRADED)}
 
 
 # --------------------------------------------------------------------------- reservations
