@@ -3,7 +3,7 @@
 A shard whose process is frozen (SIGSTOP, a stuck syscall, a deadlock) still exists for Ray and never
 crashes, so Ray never restarts it and a ping merely times out; every cluster it owns goes stale and
 placement stops. The supervisor therefore also reads, in Redis, when each summary was written (a field
-beside the summary: RedisStateStore.publications, not the summaries themselves): a shard none of whose
+beside the summary: adapters.summary_batch.publications, not the summaries themselves): a shard none of whose
 clusters has been published for `silent_after` seconds (clusterLostSeconds / 2, at least two
 heartbeats) is killed with `ray.kill` and Ray restarts it (its actors are max_restarts=-1), whatever its
 process state. The blind-broker rule (broker.health.failover.pollers_silent) still keeps jobs from moving while
@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 import redis
 
+from adapters import summary_batch
 from adapters.redis_store import RedisStateStore
 from broker.core.model import Health
 from broker.telemetry import freshness
@@ -113,7 +114,9 @@ class ShardLiveness:
         try:
             # when each summary was written and its health, not the summaries: at 1,000 members reading
             # and parsing every summary twice a second cost the supervisor a sixth of a core
-            written = self._store.publications([c for clusters in groups.values() for c in clusters])
+            written = summary_batch.publications(
+                self._store, [c for clusters in groups.values() for c in clusters]
+            )
         except Exception:
             for shard in self._since:
                 self._since[shard] = now  # Redis is the cause, not the shards: judge again once it answers

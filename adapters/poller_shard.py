@@ -45,7 +45,7 @@ from adapters.kube import ClusterWatcher
 from adapters.kube_informer import WatchSettings
 from adapters.probe_scheduler import LagMeter, ProbeScheduler
 from adapters.redis_store import RedisStateStore
-from adapters.summary_batch import put_summaries
+from adapters.summary_batch import beat_summaries, put_summaries
 from adapters.watch_pacing import ConnectGate
 from broker import telemetry
 from broker.capacity.node_detail import NodeDetail, nodes_table
@@ -191,6 +191,11 @@ def log_to_stderr() -> None:
     logger.propagate = False
 
 
+def _without_heartbeat(summary: ClusterSummary) -> ClusterSummary:
+    """What a heartbeat leaves unchanged: the summary without its heartbeat, write time and version."""
+    return dataclasses.replace(summary, heartbeat=0.0, published_at=0.0, version=0)
+
+
 class PollerShard:
     def __init__(
         self,
@@ -225,6 +230,9 @@ class PollerShard:
         self._watchers: dict[str, ClusterWatcher] = {}
         self._dirty: set[str] = set()
         self._last_write: dict[str, float] = {}
+        # cluster -> its last summary written in full, without its heartbeat, and the version it got: a
+        # heartbeat of a summary still equal to it moves only its heartbeat (summary_batch.beat_summaries)
+        self._full_written: dict[str, tuple[ClusterSummary, int]] = {}
         self._last_nodes: dict[str, float] = {}
         self._nodes_written: dict[str, tuple[tuple[NodeDetail, ...], float]] = {}  # the last table, when
         self._lock = threading.Lock()
@@ -326,6 +334,7 @@ class PollerShard:
         with self._lock:
             watcher = self._watchers.pop(name, None)
             self._last_write.pop(name, None)
+            self._full_written.pop(name, None)
             self._last_nodes.pop(name, None)
             self._nodes_written.pop(name, None)
             self._dirty.discard(name)
@@ -429,38 +438,54 @@ class PollerShard:
 
     def _heartbeat(self, names: list[str]) -> int:
         """Re-write the summaries of clusters with nothing new (their heartbeat and health move on) in one
-        pipeline; each cluster's publish lock is held from its read to the write, as in publish_cluster.
+        round trip: a summary equal to the last one written in full but for its heartbeat moves only its
+        heartbeat (no new version: the broker's caches read nothing again), the others are written in
+        full. Each cluster's publish lock is held from its read to the write, as in publish_cluster.
         Returns how many were written (0 on failure: they are marked for the next pass)."""
         held: list[threading.Lock] = []
-        batch: list[ClusterSummary] = []
+        full: list[ClusterSummary] = []
+        beats: list[tuple[str, int, float, float]] = []
         try:
             for name in sorted(names):
                 lock = self._publish_locks.get(name)
                 with self._lock:
                     watcher, spec = self._watchers.get(name), self._specs.get(name)
+                    last = self._full_written.get(name)
                 if lock is None or watcher is None or spec is None:
                     continue  # taken away meanwhile
                 lock.acquire()
                 held.append(lock)
-                batch.append(dataclasses.replace(watcher.summary(spec.traits), published_at=time.time()))
-            put_summaries(self._store, batch)
+                summary = dataclasses.replace(watcher.summary(spec.traits), published_at=time.time())
+                if last is not None and last[0] == _without_heartbeat(summary):
+                    beats.append((name, last[1], summary.heartbeat, summary.published_at))
+                else:
+                    full.append(summary)
+            written = put_summaries(self._store, full)
+            beaten = beat_summaries(self._store, beats)
+            missed = [b[0] for b, ok in zip(beats, beaten, strict=True) if not ok]
+            with self._lock:  # before the publish locks go: what the next write compares with
+                for s in written:
+                    self._full_written[s.cluster] = (_without_heartbeat(s), s.version)
+                for name in missed:  # written by someone else meanwhile, or lost by Redis: in full next pass
+                    self._full_written.pop(name, None)
+                    self._dirty.add(name)
         except Exception as exc:
-            self._failed(exc, "the heartbeat summaries", f"{len(batch)} clusters")
+            self._failed(exc, "the heartbeat summaries", f"{len(full) + len(beats)} clusters")
             with self._lock:
-                self._dirty.update(s.cluster for s in batch)
+                self._dirty.update([s.cluster for s in full] + [b[0] for b in beats])
             return 0
         finally:
             for lock in held:
                 lock.release()
-        if batch:
+        if full or beats:
             self.store_errors.recovered("redis", "publishing to Redis works again")
         done = time.time()
         with self._lock:
-            for s in batch:
-                if s.cluster in self._watchers:
-                    self._last_write[s.cluster] = done
-            self.writes += len(batch)
-        return len(batch)
+            for name in [s.cluster for s in written] + [b[0] for b in beats]:
+                if name in self._watchers and name not in missed:
+                    self._last_write[name] = done
+            self.writes += len(written) + len(beats) - len(missed)
+        return len(written) + len(beats) - len(missed)
 
     def publish_nodes(self, name: str) -> int:
         """Write one cluster's per-node table (the fleet view's `nodes=true`) once its watcher has listed
@@ -495,6 +520,8 @@ class PollerShard:
                 traits = self._specs[name].traits
             summary = dataclasses.replace(watcher.summary(traits), published_at=time.time())
             written = self._store.put_summary(summary)
+            with self._lock:
+                self._full_written[name] = (_without_heartbeat(written), written.version)
         self.store_errors.recovered("redis", "publishing to Redis works again")
         with self._lock:
             self._last_write[name] = time.time()

@@ -19,19 +19,46 @@ local function stale_token(key, tok)
 end
 """
 
-# KEYS: summary, clusters. ARGV: cluster, summary json, published_at, health. Returns the new version.
-# The last two are also kept as fields of their own, so that a poller's liveness can be read without
-# the summaries (PUBLICATIONS); a writer that does not send them leaves none (an older broker's shard).
+# KEYS: summary, clusters. ARGV: cluster, summary json, published_at, health, heartbeat. Returns the new
+# version. The summary's published_at, health and heartbeat are also kept as fields of their own: a
+# poller's liveness is read from them without the summaries (PUBLICATIONS), and a heartbeat moves them
+# without a new version (BEAT_SUMMARY). 'written' counts every write, heartbeats included. A writer that
+# does not send them leaves none (an older broker's shard): readers then go by the JSON.
 PUT_SUMMARY = """
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-if ARGV[4] then
-  redis.call('HSET', KEYS[1], 'json', ARGV[2], 'published', ARGV[3], 'health', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'written', 1)
+if ARGV[5] then
+  redis.call('HSET', KEYS[1], 'json', ARGV[2], 'published', ARGV[3], 'health', ARGV[4], 'heartbeat', ARGV[5])
 else
   redis.call('HSET', KEYS[1], 'json', ARGV[2])
-  redis.call('HDEL', KEYS[1], 'published', 'health')
+  redis.call('HDEL', KEYS[1], 'published', 'health', 'heartbeat')
 end
 redis.call('SADD', KEYS[2], ARGV[1])
 return v
+"""
+
+# A heartbeat: the summary written at version ARGV[1] still holds, observed again at heartbeat ARGV[2]
+# and written at ARGV[3]. KEYS: summary. Moves those fields and 'written', not the version, so the
+# placers' caches read nothing again and no reservation's compare-and-set fails for it. Returns 1, or 0
+# when the summary is not at that version (another write came, or Redis lost it): write it in full.
+BEAT_SUMMARY = """
+if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'heartbeat', ARGV[2], 'published', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'written', 1)
+return 1
+"""
+
+# ARGV: the summary-key prefix, then cluster names. Returns, for each, its summary's version, ledger,
+# writes, heartbeat and write time ('' for what is missing): what the placers' caches compare every pass
+# (RedisStateStore.cluster_marks), in one reply instead of a command per cluster. Called for a bounded
+# number of clusters at a time: a script blocks Redis.
+SUMMARY_MARKS = """
+local out = {}
+for i = 2, #ARGV do
+  local f = redis.call('HMGET', ARGV[1] .. ARGV[i], 'version', 'ledger', 'written', 'heartbeat', 'published')
+  for j = 1, 5 do out[#out + 1] = f[j] or '' end
+end
+return out
 """
 
 # ARGV: the summary-key prefix, then cluster names. Returns, for each, its summary's version, when its

@@ -75,13 +75,12 @@ from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, Stor
 from broker.core.job_list import JobDocPage, JobPage, JobQuery, KeptItems, position_of
 from broker.core.model import (
     ClusterSummary,
-    Health,
     JobEvent,
     JobRecord,
     JobState,
     Reservation,
 )
-from broker.core.ports import ClusterState, ReserveResult
+from broker.core.ports import ClusterState, ReserveResult, SummaryMarks
 
 WHOLE_GPU = "nvidia.com/gpu"
 _FLEET_STREAM_MAXLEN = FLEET_STREAM_MAXLEN
@@ -89,8 +88,8 @@ SOCKET_TIMEOUT_SECONDS = 15.0  # longer than any blocking read (read_events bloc
 CONNECT_TIMEOUT_SECONDS = 2.0
 
 _SUMMARY = TypeAdapter(ClusterSummary)
-# Clusters per PUBLICATIONS call: a script blocks Redis while it runs (about 0.6 ms for 128 here).
-PUBLICATIONS_CHUNK = 128
+# Clusters per SUMMARY_MARKS call: a script blocks Redis while it runs (under a millisecond for 128 here).
+MARKS_CHUNK = 128
 _RESERVATION = TypeAdapter(Reservation)
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
@@ -98,7 +97,28 @@ _EVENT = TypeAdapter(JobEvent)
 
 def summary_args(summary: ClusterSummary) -> list[str | bytes]:
     """The PUT_SUMMARY script's arguments for this summary (docs in adapters.redis_scripts)."""
-    return [summary.cluster, _SUMMARY.dump_json(summary), repr(summary.published_at), summary.health.value]
+    return [
+        summary.cluster,
+        _SUMMARY.dump_json(summary),
+        repr(summary.published_at),
+        summary.health.value,
+        repr(summary.heartbeat),
+    ]
+
+
+# What a summary is read from: its JSON, version, and the heartbeat fields a heartbeat moves on its own.
+_SUMMARY_READ = ["json", "version", "heartbeat", "published"]
+
+
+def _summary_of(raw: bytes | str, version: Any, heartbeat: Any, published: Any) -> ClusterSummary:
+    """A stored summary as read: its JSON, at its version, with the latest heartbeat (BEAT_SUMMARY
+    writes only those fields; a summary without them, from an older poller, goes by its JSON)."""
+    summary = _SUMMARY.validate_json(raw)
+    if heartbeat is None or published is None:
+        return dataclasses.replace(summary, version=int(version or 0))
+    return dataclasses.replace(
+        summary, version=int(version or 0), heartbeat=float(heartbeat), published_at=float(published)
+    )
 
 
 def _text(value: object) -> str:
@@ -141,6 +161,8 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
         self._restore_job = self._r.register_script(scripts.RESTORE_JOB)
         self._put_summary = self._r.register_script(scripts.PUT_SUMMARY)
         self._publications = self._r.register_script(scripts.PUBLICATIONS)
+        self._beat_summary = self._r.register_script(scripts.BEAT_SUMMARY)
+        self._summary_marks = self._r.register_script(scripts.SUMMARY_MARKS)
         self._reserve = self._r.register_script(scripts.RESERVE)
         self._release = self._r.register_script(scripts.RELEASE)
         self._prune = self._r.register_script(scripts.PRUNE)
@@ -193,40 +215,14 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
         """The PUT_SUMMARY script's keys for this summary."""
         return [self._k("summary", summary.cluster), self._k("clusters")]
 
-    def publications(self, clusters: Sequence[str]) -> dict[str, tuple[float, Health]]:
-        """{cluster: (when its poller last wrote its summary, the health written)} for each of these
-        clusters that has a summary, without reading the summaries (a poller's liveness, at every
-        check): one round trip, PUBLICATIONS_CHUNK clusters per script call. A summary written without
-        those fields (by an older poller) is read in full."""
-        names = list(clusters)
-        try:
-            batch = ScriptBatch(self._r)
-            for i in range(0, len(names), PUBLICATIONS_CHUNK):
-                batch.call(
-                    self._publications, [], [self._k("summary", ""), *names[i : i + PUBLICATIONS_CHUNK]]
-                )
-            flat = [value for chunk in batch.execute() for value in chunk]
-        except redis.RedisError as e:
-            raise StoreError(f"redis: publications: {e}") from e
-        out: dict[str, tuple[float, Health]] = {}
-        for cluster, i in zip(names, range(0, len(flat), 3), strict=True):
-            version, published, health = flat[i], flat[i + 1], flat[i + 2]
-            if not version:
-                continue  # no summary
-            if published and health:
-                out[cluster] = (float(published), Health(_text(health)))
-            elif (s := self.get_summary(cluster)) is not None:
-                out[cluster] = (s.published_at, s.health)
-        return out
-
     def get_summary(self, cluster: str) -> ClusterSummary | None:
         try:
-            raw, version = self._r.hmget(self._k("summary", cluster), ["json", "version"])
+            raw, version, heartbeat, published = self._r.hmget(self._k("summary", cluster), _SUMMARY_READ)
         except redis.RedisError as e:
             raise StoreError(f"redis: get_summary {cluster}: {e}") from e
         if raw is None:
             return None
-        return dataclasses.replace(_SUMMARY.validate_json(raw), version=int(version or 0))
+        return _summary_of(raw, version, heartbeat, published)
 
     def delete_summary(self, cluster: str) -> None:
         """Forget a cluster that left the fleet (its reservations expire on their own)."""
@@ -243,15 +239,11 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
             clusters = sorted(_text(c) for c in self._r.smembers(self._k("clusters")))
             pipe = self._r.pipeline(transaction=False)
             for c in clusters:
-                pipe.hmget(self._k("summary", c), ["json", "version"])
+                pipe.hmget(self._k("summary", c), _SUMMARY_READ)
             rows = pipe.execute()
         except redis.RedisError as e:
             raise StoreError(f"redis: observed_summaries: {e}") from e
-        out: list[ClusterSummary] = []
-        for raw, version in rows:
-            if raw is not None:
-                out.append(dataclasses.replace(_SUMMARY.validate_json(raw), version=int(version or 0)))
-        return out
+        return [_summary_of(*row) for row in rows if row[0] is not None]
 
     def placeable_summaries(self, now: float | None = None) -> list[ClusterSummary]:
         """Observed summaries minus live reservations. `now` defaults to the Redis server's clock."""
@@ -268,38 +260,48 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
 
     # ------------------------------------------------------------------ the placer's cache
 
-    def cluster_versions(self, clusters: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """(summary version, reservation ledger) of each cluster that has a summary, in one round trip:
-        what an incremental cache compares to know which clusters to read again."""
+    def cluster_marks(self, clusters: Sequence[str]) -> dict[str, SummaryMarks]:
+        """Each cluster's summary version, reservation ledger, writes so far and latest heartbeat, in one
+        round trip and without the summaries (SUMMARY_MARKS, MARKS_CHUNK clusters per call): a cache
+        reads again only the clusters whose (version, ledger) moved and takes the heartbeat of the others
+        from here (BEAT_SUMMARY)."""
+        names = list(clusters)
         try:
-            pipe = self._r.pipeline(transaction=False)
-            for c in clusters:
-                pipe.hmget(self._k("summary", c), ["version", "ledger"])
-            rows = pipe.execute()
+            batch = ScriptBatch(self._r)
+            for i in range(0, len(names), MARKS_CHUNK):
+                batch.call(self._summary_marks, [], [self._k("summary", ""), *names[i : i + MARKS_CHUNK]])
+            flat = [value for chunk in batch.execute() for value in chunk]
         except redis.RedisError as e:
-            raise StoreError(f"redis: cluster_versions: {e}") from e
-        return {
-            c: (int(version), int(ledger or 0))
-            for c, (version, ledger) in zip(clusters, rows, strict=True)
-            if version is not None
-        }
+            raise StoreError(f"redis: cluster_marks: {e}") from e
+        out: dict[str, SummaryMarks] = {}
+        for c, i in zip(names, range(0, len(flat), 5), strict=True):
+            version, ledger, written, heartbeat, published = flat[i : i + 5]
+            if version:
+                out[c] = SummaryMarks(
+                    int(version),
+                    int(ledger or 0),
+                    int(written or version),
+                    float(heartbeat) if heartbeat else None,
+                    float(published) if published else None,
+                )
+        return out
 
     def cluster_states(self, clusters: Sequence[str]) -> dict[str, ClusterState]:
         """Summary, reservations and ledger of each cluster (that has a summary), in one round trip."""
         try:
             pipe = self._r.pipeline(transaction=True)  # one consistent view per cluster
             for c in clusters:
-                pipe.hmget(self._k("summary", c), ["json", "version", "ledger"])
+                pipe.hmget(self._k("summary", c), [*_SUMMARY_READ, "ledger"])
                 pipe.hvals(self._k("resv", c))
             rows = pipe.execute()
         except redis.RedisError as e:
             raise StoreError(f"redis: cluster_states: {e}") from e
         out: dict[str, ClusterState] = {}
         for i, c in enumerate(clusters):
-            (raw, version, ledger), held = rows[2 * i], rows[2 * i + 1]
+            (raw, version, heartbeat, published, ledger), held = rows[2 * i], rows[2 * i + 1]
             if raw is None:
                 continue
-            summary = dataclasses.replace(_SUMMARY.validate_json(raw), version=int(version or 0))
+            summary = _summary_of(raw, version, heartbeat, published)
             resv = tuple(
                 sorted((_RESERVATION.validate_json(r) for r in held), key=lambda r: (r.created_at, r.job_id))
             )

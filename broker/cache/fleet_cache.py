@@ -2,8 +2,8 @@
 
 Owns, for the declared clusters, the last summary and reservations read from the StateStore with the
 summary version and reservation ledger they were read at, and the placeable view of each
-(broker.cache.reservations.deduct). `refresh` asks the store only for the (version, ledger) pairs and reads
-again just the clusters whose pair moved; `assume` applies a reservation this placer just committed
+(broker.cache.reservations.deduct). `refresh` asks the store only for the (version, ledger) pairs and the latest
+heartbeats, and reads again just the clusters whose pair moved (a heartbeat alone moves no version); `assume` applies a reservation this placer just committed
 (compare-and-set at exactly the cached pair), so the next decision needs no read at all; `hold` and
 `settle` do the same for a pass's decisions reserved together (decided one after another, each held in
 the cache, then one compare-and-set per cluster).
@@ -65,20 +65,32 @@ class FleetCache:
         self._fingerprint = None
 
     def refresh(self) -> list[str]:
-        """Read again what moved in the store. Returns the clusters read."""
-        versions = self._store.cluster_versions(self._clusters)
-        gone = [c for c in self._entries if c not in versions]
+        """Read again what moved in the store. Returns the clusters read. A summary that only had a
+        heartbeat (its version unchanged) is not read: its heartbeat is taken from the marks."""
+        marks = self._store.cluster_marks(self._clusters)
+        gone = [c for c in self._entries if c not in marks]
         for c in gone:
             del self._entries[c]
-        moved = [
-            c
-            for c, pair in versions.items()
-            if (e := self._entries.get(c)) is None or (e.state.summary.version, e.state.ledger) != pair
-        ]
+        moved: list[str] = []
+        beats = False
+        for c, mark in marks.items():
+            entry = self._entries.get(c)
+            if entry is None or (entry.state.summary.version, entry.state.ledger) != (
+                mark.version,
+                mark.ledger,
+            ):
+                moved.append(c)
+            elif mark.heartbeat is not None and mark.published_at is not None:
+                summary = entry.state.summary
+                if (summary.heartbeat, summary.published_at) != (mark.heartbeat, mark.published_at):
+                    beat = replace(summary, heartbeat=mark.heartbeat, published_at=mark.published_at)
+                    entry.state = replace(entry.state, summary=beat)
+                    entry.placeable = None
+                    beats = True
         if moved:
             self._read(moved)
-        elif gone:
-            self._changed()
+        elif gone or beats:
+            self._changed()  # a heartbeat may make a stale cluster placeable again
         return moved
 
     def refresh_cluster(self, cluster: str) -> None:

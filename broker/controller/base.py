@@ -96,7 +96,7 @@ class ControllerBase:
     _mass_lost: bool
     _fenced: set[str]
     _next_loss_at: float | None
-    _settling: dict[tuple[str, int], tuple[str, int, float]]  # (cluster, summary version seen, when)
+    _settling: dict[tuple[str, int], tuple[str, int, float]]  # (cluster, summary writes seen, when)
     _settling_lock: threading.Lock
     _quota_charges: dict[str, tuple[str, str, Mapping[str, int]]]
     _preempted_for: dict[str, float]

@@ -119,8 +119,8 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._mass_lost = False  # most of the fleet lost at the last observe_clusters (failover paused)
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
         self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster
-        # (job id, attempt) -> (cluster, its summary version when the job's pods were seen ready): the
-        # reservation is released once a newer summary (which counts those pods) is in the store. Written
+        # (job id, attempt) -> (cluster, its summary's writes when the job's pods were seen ready): the
+        # reservation is released once a later write (which counts those pods) is in the store. Written
         # by the per-cluster sync workers, read by the loop: under its lock.
         self._settling: dict[tuple[str, int], tuple[str, int, float]] = {}
         self._settling_lock = threading.Lock()

@@ -37,8 +37,9 @@ from broker.workload.kinds import follow
 
 log = logging.getLogger(__name__)
 
-# A settled reservation goes once a newer summary of its cluster is written AND this long has passed: a
-# newer version alone can be a heartbeat re-write that the pods' events had not yet reached (the Job's
+# A settled reservation goes once its cluster's summary was written again (in full or by a heartbeat:
+# SummaryMarks.written) AND this long has passed: a later write alone can be a heartbeat that the pods'
+# events had not yet reached (the Job's
 # status comes to the broker by its own watch, the pods to the poller by another). Seen once in CI: two
 # brokers, a pod Pending "Insufficient nvidia.com/gpu" (tests/integration/test_two_brokers.py).
 SETTLE_SECONDS = 1.0
@@ -248,15 +249,15 @@ class StatusSync(MemberTroubles):
         the pods reach the pollers' summary)."""
         if not records:
             return
-        versions = self.store.cluster_versions(sorted({r.cluster or "" for r in records}))
+        marks = self.store.cluster_marks(sorted({r.cluster or "" for r in records}))
         for record in records:
             cluster = record.cluster or ""
-            pair = versions.get(cluster)
-            if pair is None:
+            mark = marks.get(cluster)
+            if mark is None:
                 self.store.release(record.id, record.attempt)
                 continue
             with self._settling_lock:
-                self._settling[(record.id, record.attempt)] = (cluster, pair[0], self.clock.now())
+                self._settling[(record.id, record.attempt)] = (cluster, mark.written, self.clock.now())
 
     def _release_settled(self) -> None:
         """Release the reservations of running jobs whose cluster has published a newer summary."""
@@ -264,12 +265,12 @@ class StatusSync(MemberTroubles):
             settling = dict(self._settling)
         if not settling:
             return
-        versions = self.store.cluster_versions(sorted({c for c, _, _ in settling.values()}))
+        marks = self.store.cluster_marks(sorted({c for c, _, _ in settling.values()}))
         now = self.clock.now()
         counted = [
             key
             for key, (cluster, seen, since) in settling.items()
-            if (pair := versions.get(cluster)) is None or (pair[0] > seen and now - since >= SETTLE_SECONDS)
+            if (mark := marks.get(cluster)) is None or (mark.written > seen and now - since >= SETTLE_SECONDS)
         ]
         self.store.release_many(counted)  # one round trip however many were counted
         with self._settling_lock:

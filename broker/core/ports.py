@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from broker.core.errors import Conflict, StoreError
 from broker.core.job_list import JobDocPage, JobPage, JobQuery, KeptItems
@@ -33,6 +33,19 @@ class ClusterState:
     summary: ClusterSummary
     reservations: tuple[Reservation, ...]
     ledger: int
+
+
+class SummaryMarks(NamedTuple):
+    """What a cluster's summary looks like from outside, without the summary (StateStore.cluster_marks):
+    its version (moves with capacity or health: a cache reads the summary again), the reservation
+    ledger, how many times it was written (heartbeats too: the pods a poller saw are counted once it
+    moved), and the latest heartbeat and write time (None: the summary's own are the latest)."""
+
+    version: int
+    ledger: int
+    written: int
+    heartbeat: float | None
+    published_at: float | None
 
 
 @dataclass(frozen=True)
@@ -218,8 +231,8 @@ class StateStore(Protocol):
         ...
 
     # --- the placer's cache: incremental reads (Kueue's cache -> snapshot)
-    def cluster_versions(self, clusters: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """(summary version, reservation ledger) per cluster that has a summary."""
+    def cluster_marks(self, clusters: Sequence[str]) -> dict[str, SummaryMarks]:
+        """Version, ledger, writes and latest heartbeat per cluster that has a summary (SummaryMarks)."""
         ...
 
     def cluster_states(self, clusters: Sequence[str]) -> dict[str, ClusterState]: ...

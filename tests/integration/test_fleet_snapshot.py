@@ -74,7 +74,7 @@ def test_a_reservation_is_deducted_and_a_fenced_cluster_is_not_offered(
     assert isinstance(decision, Placement)
     taken = decision.cluster
     other = "b" if taken == "a" else "a"
-    pair = store.cluster_versions([taken])[taken]
+    pair = store.cluster_marks([taken])[taken][:2]
     held = Reservation("j-held", 0, taken, "H100-80GB", "nvidia.com/gpu", 8, NOW, NOW + 120)
     assert store.reserve(held, NOW, *pair).ok
     decision, _ = views.explain(eight)

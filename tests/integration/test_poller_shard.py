@@ -134,6 +134,42 @@ def test_a_pod_that_starts_reaches_redis_within_two_seconds(
     wait_for("the GPUs free again in Redis", lambda: free_gpus(store.get_summary(c)) == before)
 
 
+def test_an_unchanged_cluster_gets_heartbeats_without_a_new_summary_version(
+    shard: tuple[Any, PollerShard, RedisStateStore],
+) -> None:
+    """A heartbeat re-write bumped every summary's version every 2 s, so every placer's cache read every
+    summary again and a reserve in flight failed its compare-and-set. Now only a change does."""
+    sim, poller, store = shard
+    c = sorted(poller._specs)[0]
+    poller.publish_cluster(c)  # a full write to start from
+    first = store.get_summary(c)
+    assert first is not None
+    marks = store.cluster_marks([c])[c]
+    for _ in range(3):
+        poller._heartbeat([c])
+    beaten = store.get_summary(c)
+    assert beaten is not None
+    assert beaten.version == first.version  # nothing to read again
+    assert beaten.published_at > first.published_at  # the poller's liveness moved on
+    after = store.cluster_marks([c])[c]
+    assert after.version == marks.version and after.written >= marks.written + 3
+    assert dataclasses.replace(beaten, heartbeat=0.0, published_at=0.0) == dataclasses.replace(
+        first, heartbeat=0.0, published_at=0.0
+    )
+
+    before = free_gpus(beaten)
+    _run_pod(sim, c, "beat", 2)
+    # a change is a new version, whichever write publishes it
+    wait_for("2 GPUs allocated in Redis", lambda: free_gpus(store.get_summary(c)) == before - 2)
+    changed = store.get_summary(c)
+    assert changed is not None and changed.version > first.version
+
+    # Redis lost the summary (or another writer came): the heartbeat is refused and written in full
+    store.client.delete(f"{store.prefix}:summary:{c}")
+    poller._heartbeat([c])
+    wait_for("the summary written in full again", lambda: store.get_summary(c), 5)
+
+
 def test_a_node_table_is_written_again_only_when_the_cluster_changed(
     shard: tuple[Any, PollerShard, RedisStateStore],
 ) -> None:

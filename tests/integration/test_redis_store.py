@@ -142,8 +142,33 @@ def test_summaries_of_several_clusters_are_listed_and_a_deleted_one_is_gone(stor
     assert [s.cluster for s in store.observed_summaries()] == ["a"]
 
 
+def test_a_heartbeat_moves_the_heartbeat_every_reader_sees_not_the_version(store: RedisStateStore) -> None:
+    from adapters.summary_batch import beat_summaries
+
+    written = store.put_summary(replace(summary("a"), published_at=NOW + 1))
+    store.put_summary(replace(summary("b"), published_at=NOW + 1))
+    assert beat_summaries(
+        store, [("a", written.version, NOW + 10, NOW + 11), ("b", 99, NOW + 10, NOW + 11)]
+    ) == [
+        True,
+        False,  # not at that version: the poller writes it in full instead
+    ]
+    beaten = replace(written, heartbeat=NOW + 10, published_at=NOW + 11)
+    assert store.get_summary("a") == beaten
+    assert store.observed_summaries()[0] == beaten
+    assert store.cluster_states(["a"])["a"].summary == beaten
+    marks = store.cluster_marks(["a", "b", "nowhere"])
+    assert marks["a"] == (written.version, 0, 2, NOW + 10, NOW + 11)  # written twice, one version
+    assert set(marks) == {"a", "b"} and marks["b"].heartbeat == summary("b").heartbeat
+
+    # a full write by an older poller (no heartbeat fields) is read as its JSON says, beat or not
+    old = replace(summary("a"), published_at=NOW + 20, heartbeat=NOW + 19)
+    store._put_summary(keys=store.summary_keys(old), args=summary_args(old)[:2])
+    assert store.get_summary("a") == replace(old, version=written.version + 1)
+
+
 def test_when_each_summary_was_written_is_read_without_the_summaries(store: RedisStateStore) -> None:
-    from adapters.summary_batch import put_summaries
+    from adapters.summary_batch import publications, put_summaries
 
     store.put_summary(replace(summary("a"), published_at=NOW + 1))
     put_summaries(store, [replace(summary("b"), published_at=NOW + 2, health=Health.UNKNOWN)])
@@ -153,7 +178,7 @@ def test_when_each_summary_was_written_is_read_without_the_summaries(store: Redi
     old = replace(summary("old"), published_at=NOW + 3)
     store._put_summary(keys=store.summary_keys(old), args=summary_args(old)[:2])
 
-    assert store.publications(["a", "b", "gone", "old", "never"]) == {
+    assert publications(store, ["a", "b", "gone", "old", "never"]) == {
         "a": (NOW + 1, Health.HEALTHY),
         "b": (NOW + 2, Health.UNKNOWN),
         "old": (NOW + 3, Health.HEALTHY),
@@ -161,7 +186,7 @@ def test_when_each_summary_was_written_is_read_without_the_summaries(store: Redi
     # an older poller's write drops the fields: they never outlive the summary they describe
     a = replace(summary("a"), published_at=NOW + 5, health=Health.DEGRADED)
     store._put_summary(keys=store.summary_keys(a), args=summary_args(a)[:2])
-    assert store.publications(["a"]) == {"a": (NOW + 5, Health.DEGRADED)}
+    assert publications(store, ["a"]) == {"a": (NOW + 5, Health.DEGRADED)}
 
 
 # --------------------------------------------------------------------------- reservations
@@ -169,7 +194,9 @@ def test_when_each_summary_was_written_is_read_without_the_summaries(store: Redi
 
 def test_reserve_is_a_compare_and_set_on_the_summary_version_and_the_ledger(store: RedisStateStore) -> None:
     v1 = store.put_summary(summary(free=8)).version
-    assert store.cluster_versions(["onprem-a", "nowhere"]) == {"onprem-a": (v1, 0)}
+    assert {c: m[:2] for c, m in store.cluster_marks(["onprem-a", "nowhere"]).items()} == {
+        "onprem-a": (v1, 0)
+    }
 
     first = store.reserve(resv("j1", 3), NOW, v1, 0)
     assert first == ReserveResult(ReserveResult.RESERVED, v1, 1)
@@ -236,7 +263,7 @@ def test_expired_reservations_stop_counting_and_are_pruned(store: RedisStateStor
     assert freed.products[0].free == 8
 
     assert store.prune_expired(NOW + 11) == 1
-    assert store.cluster_versions(["onprem-a"]) == {"onprem-a": (v, 2)}  # caches see the change
+    assert store.cluster_marks(["onprem-a"])["onprem-a"][:2] == (v, 2)  # caches see the change
     assert store.live_reservations(NOW) == []
 
 

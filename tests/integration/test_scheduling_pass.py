@@ -259,6 +259,26 @@ def test_a_silent_cluster_is_lost_only_while_its_own_poller_shard_still_reports(
     assert "a" in store.fenced() and "a2" not in store.fenced()
 
 
+def test_a_heartbeat_reaches_the_placers_cache_without_reading_the_summary(store: RedisStateStore) -> None:
+    from adapters.summary_batch import beat_summaries
+
+    clock = ManualClock()
+    written = store.put_summary(replace(cluster("a", 8), published_at=NOW))
+    svc = service(store, clock, ["a"])
+    svc.cache.refresh()
+    reads, generation = svc.cache.reads, svc.cache.generation
+
+    assert beat_summaries(store, [("a", written.version, NOW + 30, NOW + 30)]) == [True]
+    clock.t = NOW + 35  # without the heartbeat, a would have been silent for 35 s
+    svc.cache.refresh()
+    assert svc.cache.reads == reads  # no summary read again
+    assert svc.cache.generation > generation  # but what is placeable may have changed
+    assert [s.heartbeat for s in svc.cache.observed()] == [NOW + 30]
+    job, _ = svc.submit(JobRequest("train", gpus_per_pod=8))
+    svc.schedule_once()
+    assert svc.get(job.id).cluster == "a"
+
+
 def test_most_of_a_large_fleet_lost_at_once_pauses_failover_until_fewer_are_lost(
     store: RedisStateStore, caplog: pytest.LogCaptureFixture
 ) -> None:
