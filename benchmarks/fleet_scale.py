@@ -206,6 +206,26 @@ async def submit_all(
     return latencies, errors, ids, last
 
 
+def print_slowlog(r: redis.Redis, over_ms: float) -> None:
+    """What Redis's slow log holds of the burst: per command (a script by its SHA), how many took over
+    `over_ms` inside Redis and the longest. An O(1) command there says Redis itself was not running."""
+    by: dict[str, list[float]] = {}
+    for entry in r.slowlog_get(10000):
+        command = entry["command"]
+        words = (command.decode() if isinstance(command, bytes) else str(command)).split()
+        name = (
+            " ".join(words[:2])[:30]
+            if words and words[0].upper() == "EVALSHA"
+            else (words[0] if words else "?")
+        )
+        by.setdefault(name, []).append(entry["duration"] / 1000)
+    worst = sorted(by.items(), key=lambda kv: -max(kv[1]))[:8]
+    print(
+        f"slowlog over {over_ms:g} ms inside Redis while submitting: "
+        + (", ".join(f"{name} x{len(d)} (max {max(d):.1f} ms)" for name, d in worst) or "none")
+    )
+
+
 def list_pages(url: str) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
@@ -273,6 +293,12 @@ def main() -> None:
         type=int,
         default=0,
         help="run kubesim (the member clusters, remote machines in a deployment) at this niceness",
+    )
+    parser.add_argument(
+        "--slowlog-ms",
+        type=float,
+        default=0.0,
+        help="print Redis's slow log (commands over this many ms inside Redis) of the submit burst, by command",
     )
     parser.add_argument(
         "--hold",
@@ -376,6 +402,11 @@ def main() -> None:
                 "redis": lambda: {rs.process.pid},
                 "client": lambda: {os.getpid()},
             }
+            if args.slowlog_ms > 0:
+                slow = redis.Redis.from_url(rs.url)
+                slow.config_set("slowlog-log-slower-than", int(args.slowlog_ms * 1000))
+                slow.config_set("slowlog-max-len", 10000)
+                slow.slowlog_reset()
             before = {g: {p: cpu_ticks(p) for p in pids()} for g, pids in groups.items()}
             started = time.monotonic()
             sampler = StateSampler(redis.Redis.from_url(rs.url), started)
@@ -396,6 +427,8 @@ def main() -> None:
                 + ", ".join(f"{g} {v:.0f}%" for g, v in used.items())
             )
             r = redis.Redis.from_url(rs.url)
+            if args.slowlog_ms > 0:
+                print_slowlog(r, args.slowlog_ms)
             running_key = f"{PREFIX}:jobs:state:RUNNING"
             wait(lambda: r.scard(running_key) >= len(ids), 900, "every job RUNNING", 0.2)
             print(f"running every job RUNNING {time.monotonic() - last:.1f} s after the last submit")
