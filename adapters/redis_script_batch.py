@@ -11,6 +11,10 @@ calls sent again.
 ScriptBatch(client)        `call(script, keys, args)` queues one call; `execute(raise_on_error=True)` sends
                            them and answers per call in order, as `Pipeline.execute` does: the first
                            error raised, or (raise_on_error=False) each error in its call's place.
+call_in_chunks(client, script, head, items, chunk)
+                           one script over many items (cluster names) in one round trip, `chunk` items
+                           per call after the `head` arguments, so that no call blocks Redis long; the
+                           replies (lists) joined in order
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-__all__ = ["ScriptBatch"]
+__all__ = ["ScriptBatch", "call_in_chunks"]
 
 
 class ScriptBatch:
@@ -56,3 +60,14 @@ class ScriptBatch:
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         return list(pipe.execute(raise_on_error=False))
+
+
+def call_in_chunks(
+    client: redis.Redis, script: Script, head: Sequence[Any], items: Sequence[Any], chunk: int
+) -> list[Any]:
+    """Call `script` with ARGV = head + up to `chunk` items, for every chunk of `items`, in one round
+    trip; the calls' replies (each a list) joined in order."""
+    batch = ScriptBatch(client)
+    for i in range(0, len(items), chunk):
+        batch.call(script, [], [*head, *items[i : i + chunk]])
+    return [value for reply in batch.execute() for value in reply]

@@ -68,7 +68,7 @@ from adapters import redis_scripts as scripts
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
 from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites
-from adapters.redis_script_batch import ScriptBatch
+from adapters.redis_script_batch import ScriptBatch, call_in_chunks
 from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
 from broker.core.errors import AlreadyExists, Conflict, Fenced, Recovering, StoreError
@@ -267,10 +267,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
         from here (BEAT_SUMMARY)."""
         names = list(clusters)
         try:
-            batch = ScriptBatch(self._r)
-            for i in range(0, len(names), MARKS_CHUNK):
-                batch.call(self._summary_marks, [], [self._k("summary", ""), *names[i : i + MARKS_CHUNK]])
-            flat = [value for chunk in batch.execute() for value in chunk]
+            flat = call_in_chunks(self._r, self._summary_marks, [self._k("summary", "")], names, MARKS_CHUNK)
         except redis.RedisError as e:
             raise StoreError(f"redis: cluster_marks: {e}") from e
         out: dict[str, SummaryMarks] = {}

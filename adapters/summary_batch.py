@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import redis
 
-from adapters.redis_script_batch import ScriptBatch
+from adapters.redis_script_batch import ScriptBatch, call_in_chunks
 from adapters.redis_store import RedisStateStore, summary_args
 from broker.core.errors import StoreError
 from broker.core.model import ClusterSummary, Health
@@ -70,10 +70,8 @@ def publications(store: RedisStateStore, clusters: Sequence[str]) -> dict[str, t
     older poller) is read in full."""
     names = list(clusters)
     try:
-        batch = ScriptBatch(store.client)
-        for i in range(0, len(names), PUBLICATIONS_CHUNK):
-            batch.call(store._publications, [], [store._k("summary", ""), *names[i : i + PUBLICATIONS_CHUNK]])
-        flat = [value for chunk in batch.execute() for value in chunk]
+        head = [store._k("summary", "")]
+        flat = call_in_chunks(store.client, store._publications, head, names, PUBLICATIONS_CHUNK)
     except redis.RedisError as e:
         raise StoreError(f"redis: publications: {e}") from e
     out: dict[str, tuple[float, Health]] = {}
