@@ -295,6 +295,13 @@ def main() -> None:
         help="run kubesim (the member clusters, remote machines in a deployment) at this niceness",
     )
     parser.add_argument(
+        "--redis-nice",
+        type=int,
+        default=0,
+        help="run the private redis-server at this niceness (negative needs root): is the tail Redis "
+        "waiting for a CPU?",
+    )
+    parser.add_argument(
         "--slowlog-ms",
         type=float,
         default=0.0,
@@ -317,6 +324,8 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as tmp_name, private_redis() as rs:
         tmp = Path(tmp_name)
+        if args.redis_nice:
+            os.setpriority(os.PRIO_PROCESS, rs.process.pid, args.redis_nice)
         try:
             (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet_yaml(args.clusters, args.nodes)))
             out = tmp / "kubesim"
@@ -390,7 +399,7 @@ def main() -> None:
                 f"set-up  {args.clusters} clusters x {args.nodes} nodes x 8 GPUs, {args.jobs} one-GPU jobs, "
                 f"{args.clients} keep-alive clients, auth on, an Idempotency-Key per request, "
                 f"{args.api_processes} API processes, controllerNice {args.controller_nice}, "
-                f"kubesim at nice {args.members_nice}"
+                f"kubesim at nice {args.members_nice}, Redis at nice {args.redis_nice}"
             )
             groups = {
                 "API": lambda: {p for p in descendants(broker.pid) if "broker.app.api_process" in cmdline(p)},
