@@ -2,10 +2,10 @@
 
 A shard whose process is frozen (SIGSTOP, a stuck syscall, a deadlock) still exists for Ray and never
 crashes, so Ray never restarts it and a ping merely times out; every cluster it owns goes stale and
-placement stops. The supervisor therefore also reads, in Redis, when each summary was written (a field
-beside the summary: adapters.summary_batch.publications, not the summaries themselves): a shard none of whose
-clusters has been published for `silent_after` seconds (clusterLostSeconds / 2, at least two
-heartbeats) is killed with `ray.kill` and Ray restarts it (its actors are max_restarts=-1), whatever its
+placement stops. The supervisor therefore also reads, in Redis, when each summary was written (a
+field beside the summary: adapters.summary_batch.publications, not the summaries themselves): a shard
+none of whose clusters has been published for `silent_after` seconds (clusterLostSeconds / 2, at least
+two heartbeats) is killed with `ray.kill` and Ray restarts it (its actors are max_restarts=-1), whatever its
 process state. The blind-broker rule (broker.health.failover.pollers_silent) still keeps jobs from moving while
 capacity is stale; this only brings the capacity back. A shard whose clusters are not all listed yet
 (a summary missing, or "unknown") is starting, not frozen: its silence counts only after

@@ -2,9 +2,10 @@
 
 Owns, for the declared clusters, the last summary and reservations read from the StateStore with the
 summary version and reservation ledger they were read at, and the placeable view of each
-(broker.cache.reservations.deduct). `refresh` asks the store only for the (version, ledger) pairs and the latest
-heartbeats, and reads again just the clusters whose pair moved (a heartbeat alone moves no version); `assume` applies a reservation this placer just committed
-(compare-and-set at exactly the cached pair), so the next decision needs no read at all; `hold` and
+(broker.cache.reservations.deduct). `refresh` asks the store only for the (version, ledger) pairs and
+the latest heartbeats, and reads again just the clusters whose pair moved (a heartbeat alone moves no
+version); `assume` applies a reservation this placer just committed (compare-and-set at exactly the
+cached pair), so the next decision needs no read at all; `hold` and
 `settle` do the same for a pass's decisions reserved together (decided one after another, each held in
 the cache, then one compare-and-set per cluster).
 `generation` bumps whenever anything placeable may have changed; `fingerprint` digests the fleet's

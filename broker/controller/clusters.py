@@ -58,8 +58,9 @@ class ClusterWatch(Sweeping):
         ]
         self._next_loss_at = min(deadlines, default=None)
         lost_after = self.settings.cluster_lost_seconds
-        blind = failover.blind_shards(summaries.values(), self.shard_of, now, lost_after)
-        self._note_blindness(blind, len({self.shard_of(c) for c in summaries}))
+        shard = {c: self.shard_of(c) for c in summaries}  # once a pass: both uses below read it
+        blind = failover.blind_shards(summaries.values(), shard.__getitem__, now, lost_after)
+        self._note_blindness(blind, len(set(shard.values())))
         unseen = {c for clusters in blind.values() for c in clusters}
         lost = {c: h for c, h in healths.items() if failover.is_lost(h, now, lost_after, c in unseen)}
         if self._note_mass_loss(lost, fenced):
