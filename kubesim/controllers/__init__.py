@@ -8,7 +8,7 @@ Owns `Controllers(store, clock, cluster)`:
   by store listeners and a next-due time for simulated-time work (pod exits, provisioning delays, idle
   nodes), so a tick where nothing changed costs a few attribute reads.
 - `settle(max_passes)`: tick until nothing is left to do now (tests and the admin endpoint).
-- `async run(interval)`: tick every `interval` real seconds until cancelled.
+- the simulation runner (kubesim.sim) ticks every cluster's `Controllers` from one task.
 
 One module per controller: computedomain.py (+ gangs.py: Workload gangs, domains in one clique), spot.py, namespaces.py, jobs.py (+ jobfailure.py), scheduler.py (+ preemption.py), kubelet.py, nrt.py, kueue.py, autoscaler.py, gc.py,
 disruption.py, quota.py,
@@ -17,8 +17,6 @@ selector/affinity/taint predicates, pods.py the pod arithmetic.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
@@ -143,8 +141,3 @@ class Controllers:
                 return n
             self.tick()
         return max_passes
-
-    async def run(self, interval: float = 0.05) -> None:
-        while True:
-            self.tick()
-            await asyncio.sleep(interval)
