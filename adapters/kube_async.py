@@ -3,9 +3,9 @@
 Owns:
     AsyncKubeRest        one cluster's paginated lists and watch streams as plain dicts, through one aiohttp
                          session (its own keep-alive connections, the cluster's TLS context with the host
-                         name checked, the kubeconfig's token read per request so that a refreshed one is
-                         used); built from the Configuration of the cluster's synchronous KubeRest, and
-                         created lazily on the loop that uses it
+                         name checked, the kubeconfig's token read again every BEARER_RECHECK_SECONDS and
+                         after a 401, so that a refreshed one is used); built from the Configuration of the
+                         cluster's synchronous KubeRest, and created lazily on the loop that uses it
     describe_aio_failure a failed request in broker.health.machine's words, as adapters.kube_rest's
                          describe_failure words urllib3's ("connection refused", "timeout after 15 s",
                          "connection reset", "certificate verify failed: ...")
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -38,6 +39,10 @@ from broker.health import machine
 
 _RESET = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
 READ_CHUNK = 64 * 1024
+# The kubeconfig's bearer token is read again (the client's refresh hook: an exec plugin's expired token is
+# fetched anew) at most this often, and after any 401. Read on every request, the hook's rebuild of the
+# client's Configuration was a quarter of a poller shard's idle CPU at 1,000 members (a probe every 2 s each).
+BEARER_RECHECK_SECONDS = 10.0
 
 
 def describe_aio_failure(e: BaseException, timeout: tuple[float, float]) -> str:
@@ -83,13 +88,19 @@ class AsyncKubeRest:
         self._server_name = getattr(cfg, "tls_server_name", None) or None
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._headers_read: tuple[float, dict[str, str]] | None = None  # (when, the headers then)
 
     def _headers(self) -> dict[str, str]:
+        """The request headers, with the bearer token as the synchronous client sends it (refreshed by the
+        client's hook where it can), read again after BEARER_RECHECK_SECONDS or a 401."""
+        now = time.monotonic()
+        if self._headers_read is not None and now - self._headers_read[0] < BEARER_RECHECK_SECONDS:
+            return self._headers_read[1]
         headers = {"Accept": "application/json"}
-        # The bearer token as the synchronous client sends it (refreshed by the client's hook where it can).
         bearer = self._cfg.auth_settings().get("BearerToken")
         if bearer and bearer.get("value"):
             headers["Authorization"] = str(bearer["value"])
+        self._headers_read = (now, headers)
         return headers
 
     def _client(self) -> aiohttp.ClientSession:
@@ -115,9 +126,9 @@ class AsyncKubeRest:
     ) -> aiohttp.ClientResponse:
         """A GET whose answer's head has arrived; connection failures as ClusterUnreachable."""
         try:
-            return await self._client().get(
+            resp = await self._client().get(
                 self._base + path,
-                params=[(k, str(v)) for k, v in query],
+                params=[(k, str(v)) for k, v in query] if query else None,
                 headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(sock_connect=timeout[0], sock_read=timeout[1]),
                 proxy=self._proxy,
@@ -125,6 +136,9 @@ class AsyncKubeRest:
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise self._unreachable(f"GET {path}", e, timeout) from e
+        if resp.status == 401:
+            self._headers_read = None  # the token may have been replaced: read it again next time
+        return resp
 
     def _unreachable(self, what: str, e: BaseException, timeout: tuple[float, float]) -> ClusterUnreachable:
         cause = describe_aio_failure(e, timeout)
