@@ -15,9 +15,10 @@ Prints:
     cold start    seconds from `gpufed serve` launched to every one of the clusters HEALTHY in /v1/clusters
                   (the broker's start, Ray's start, the shards' first list of every cluster)
     memory        RSS of the broker process and of its Ray processes (shards, raylet, GCS), and per cluster
-    idle          30 s, nothing changing: broker CPU and Ray processes' CPU (% of one core), Redis
+    idle          `idle` (30) s, nothing changing: broker CPU and Ray processes' CPU (% of one core), Redis
                   commands/s and KiB/s (the pollers' heartbeats and node tables of 1,000 clusters)
-    summary age   (now - heartbeat) over every cluster's summary in Redis, sampled each second, p50/p99
+    summary age   then (now - heartbeat) over every cluster's summary in Redis, sampled each second for
+                  `idle` seconds, p50/p99
     placement     `jobs` one-GPU jobs submitted by `clients` keep-alive clients, then the rate at which
                   the control loop places them (QUEUED -> created in a member) at 1,000 clusters, and the
                   seconds until every job is RUNNING
@@ -96,15 +97,17 @@ def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.5) -> flo
 
 
 def summary_ages(r: redis.Redis, names: list[str]) -> list[float]:
-    """now - heartbeat of every cluster's summary in Redis (seconds)."""
+    """now - heartbeat of every cluster's summary in Redis (seconds): the `heartbeat` field that a
+    heartbeat-only write moves, else (a summary from an older poller) the JSON's. One HMGET per cluster."""
     pipe = r.pipeline(transaction=False)
     for name in names:
-        pipe.hget(f"{PREFIX}:summary:{name}", "json")
-    raw = pipe.execute()
+        pipe.hmget(f"{PREFIX}:summary:{name}", "heartbeat", "json")
     now = time.time()
     ages: list[float] = []
-    for blob in raw:
-        if blob:
+    for beat, blob in pipe.execute():
+        if beat is not None:
+            ages.append(now - float(beat))
+        elif blob:
             ages.append(now - float(orjson.loads(blob).get("heartbeat", 0.0)))
     return ages
 
@@ -126,6 +129,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="seconds to keep the fleet up after the run (to profile it: py-spy record -p <a printed pid>)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bindir = Path(sys.executable).parent
@@ -249,22 +258,28 @@ def main() -> None:
             )
             r = redis.Redis.from_url(rs.url)
             b0 = cpu_ticks(broker.pid)
+            members = [p.pid for p in procs[:-1]]
+            k0 = sum(cpu_ticks(p) for p in members)
             ray0 = {p: cpu_ticks(p) for p in ray_pids}
             c0, n0 = redis_totals(r)
-            ages: list[float] = []
             t0 = time.monotonic()
-            while time.monotonic() - t0 < args.idle:
-                ages.extend(summary_ages(r, names))
-                time.sleep(1.0)
+            time.sleep(args.idle)  # nothing else reads Redis meanwhile: its figures are the fleet's
             elapsed = time.monotonic() - t0
             c1, n1 = redis_totals(r)
             b1 = cpu_ticks(broker.pid)
             ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
+            k1 = sum(cpu_ticks(p) for p in members)
             print(
                 f"idle    {elapsed:.0f} s: broker {(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes "
-                f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
+                f"{ray1 / HZ / elapsed * 100:.1f}%, kubesim (the members) {(k1 - k0) / HZ / elapsed * 100:.1f}%; "
+                f"Redis {(c1 - c0) / elapsed:.0f} commands/s, "
                 f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
             )
+            ages: list[float] = []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < args.idle:  # then the summaries' ages, once a second
+                ages.extend(summary_ages(r, names))
+                time.sleep(1.0)
             print(
                 f"age     summary age (now - heartbeat) over {len(ages)} samples: p50 {pct(ages, 0.5):.2f} s, "
                 f"p99 {pct(ages, 0.99):.2f} s, max {max(ages):.2f} s"
@@ -299,6 +314,13 @@ def main() -> None:
                     f"{time.monotonic() - last:.1f} s after the last submit; {placed_rate:.0f} placed/s from the "
                     "first submit (bounded by the submit rate: jobs are placed as they arrive)"
                 )
+            if args.hold:
+                print(
+                    f"hold    {args.hold:.0f} s: broker pid {broker.pid}, kubesim pids "
+                    f"{[p.pid for p in procs[:-1]]}, Ray pids {descendants(broker.pid)}",
+                    flush=True,
+                )
+                time.sleep(args.hold)
         finally:
             for p in reversed(procs):
                 if p.poll() is None:
