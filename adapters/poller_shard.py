@@ -111,10 +111,14 @@ class HashRing:
         points = sorted((_hash(f"{n}#{i}"), n) for n in self.nodes for i in range(vnodes))
         self._keys = [p for p, _ in points]
         self._owners = [n for _, n in points]
+        self._owned: dict[str, str] = {}  # key -> owner, as found (the ring never changes)
 
     def owner(self, key: str) -> str:
-        i = bisect.bisect_left(self._keys, _hash(key))
-        return self._owners[i % len(self._owners)]
+        found = self._owned.get(key)
+        if found is None:  # hashed once per key: the leader asks for every cluster's shard every pass
+            i = bisect.bisect_left(self._keys, _hash(key))
+            found = self._owned[key] = self._owners[i % len(self._owners)]
+        return found
 
     def assign(self, keys: Iterable[str]) -> dict[str, list[str]]:
         """Every node with the keys it owns (sorted; nodes that own none map to [])."""
