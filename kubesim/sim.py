@@ -164,7 +164,9 @@ class Simulation:
             if controller_cls is not None:
                 runtime.controllers = controller_cls(store, self.clock, spec)
         if controller_cls is not None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick_controllers(), name="controllers")
+            self._ticker = asyncio.get_running_loop().create_task(
+                self._tick_controllers(), name="controllers"
+            )
         from kubesim.admin import AdminApi
 
         self._admin = HttpServer(AdminApi(self).handle, self.host, self.admin_port, None)

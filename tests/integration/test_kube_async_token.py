@@ -41,7 +41,7 @@ def configuration(host: str, tokens: dict[str, str], hook_calls: list[int]) -> c
         hook_calls.append(1)
         c.api_key["BearerToken"] = tokens["current"]
 
-    cfg.refresh_api_key_hook = refresh
+    cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]  # the client types its hook as None
     return cfg
 
 
