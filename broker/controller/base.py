@@ -38,6 +38,7 @@ from broker.health import failover
 from broker.health.failover import ClusterHealth
 from broker.queue import queueing
 from broker.scheduler import placement, preemption
+from broker.telemetry.log_throttle import Throttle
 from broker.tenancy import member_quota
 from broker.workload import lifecycle, member_trouble
 
@@ -95,6 +96,7 @@ class ControllerBase:
     _blind_everywhere: bool
     _mass_lost: bool
     _fenced: set[str]
+    _sweep_failures: Throttle
     _next_loss_at: float | None
     _settling: dict[tuple[str, int], tuple[str, int, float]]  # (cluster, summary writes seen, when)
     _settling_lock: threading.Lock

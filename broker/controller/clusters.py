@@ -14,6 +14,7 @@ import logging
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.sweeping import Sweeping
 from broker.core.errors import (
+    ClusterError,
     Fenced,
     StoreError,
 )
@@ -164,7 +165,19 @@ class ClusterWatch(Sweeping):
 
     def _sweep_and_unfence(self, cluster: str) -> None:
         """Fencing: delete the stale attempts in a cluster that came back, and only then offer it again."""
-        deleted = self.sweep_cluster(cluster, raise_errors=True)
+        try:
+            deleted = self.sweep_cluster(cluster, raise_errors=True)
+        except ClusterError as e:  # back to its pollers, not yet to the broker's calls: swept next pass
+            self._sweep_failures.warning(
+                cluster,
+                "cluster %s stays fenced: deleting its stale attempts failed (%s); tried again",
+                cluster,
+                e,
+            )
+            return
+        self._sweep_failures.recovered(
+            cluster, "cluster %s: its stale attempts can be deleted again", cluster
+        )
         if self.store.unfence(cluster):
             reason = f"fence lifted: {len(deleted)} stale attempt(s) deleted"
             log.info("cluster %s: %s", cluster, reason)

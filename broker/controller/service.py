@@ -54,6 +54,7 @@ from broker.core.model import (
 from broker.core.ports import Clock, ClusterGateway, StateStore, WorkloadWatch
 from broker.health import failover
 from broker.scheduler import placement
+from broker.telemetry.log_throttle import Throttle
 from broker.workload import annotation_budget
 
 __all__ = ["DISPATCH_BACKOFF_MAX_SECONDS", "BrokerService", "ServiceSettings", "new_job_id"]
@@ -118,6 +119,8 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._blind_everywhere = False  # ... and they were every shard (said once per spell)
         self._mass_lost = False  # most of the fleet lost at the last observe_clusters (failover paused)
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
+        # a fenced cluster whose sweep fails stays fenced: one line per cluster a minute, not a traceback
+        self._sweep_failures = Throttle(logging.getLogger("broker.controller.clusters"))
         self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster
         # (job id, attempt) -> (cluster, its summary's writes when the job's pods were seen ready): the
         # reservation is released once a later write (which counts those pods) is in the store. Written

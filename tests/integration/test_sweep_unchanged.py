@@ -5,6 +5,7 @@ whichever side it came from. Real Redis, a gateway double that lists from memory
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -14,7 +15,7 @@ import pytest
 
 from adapters.redis_store import RedisStateStore
 from broker.controller.service import BrokerService
-from broker.core.errors import ClusterRejected
+from broker.core.errors import ClusterRejected, ClusterUnreachable
 from broker.core.k8s_names import ATTEMPT_LABEL
 from broker.core.model import ClusterTraits, JobRequest, JobState
 from broker.core.workloads import WorkloadRef
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.integration
 class ListedGateway(WatchedGateway):
     """Lists the Jobs it holds from memory (`jobs`, by name), counting each list (`lists`); its listing
     version moves on every change of `jobs` (None with versioned=False: a gateway that lists from the
-    member); deletes fail while `refuse` is set."""
+    member); deletes fail while `refuse` is set, lists while `unreachable` is."""
 
     def __init__(self, versioned: bool = True) -> None:
         super().__init__()
@@ -36,6 +37,7 @@ class ListedGateway(WatchedGateway):
         self.version = 1
         self.versioned = versioned
         self.refuse = False
+        self.unreachable = False
 
     def plant(self, name: str, job_id: str, attempt: int) -> None:
         self.jobs[name] = WorkloadRef(name, "default", job_id, attempt)
@@ -56,6 +58,8 @@ class ListedGateway(WatchedGateway):
             self.version += 1
 
     def list_workloads(self, cluster: str, namespace: str) -> list[WorkloadRef]:
+        if self.unreachable:
+            raise ClusterUnreachable(cluster, "GET jobs: timeout after 3 s", cause="timeout after 3 s")
         self.lists += 1
         return list(self.jobs.values())
 
@@ -123,3 +127,24 @@ def test_a_gateway_that_lists_from_the_member_is_walked_every_sweep(store: Redis
     service, _ = placed(store, gateway)
     for n in range(1, 4):
         assert service.sweep_cluster("a") == [] and gateway.lists == n
+
+
+def test_a_fenced_cluster_whose_sweep_fails_stays_fenced_with_one_warning_then_is_lifted(
+    store: RedisStateStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cluster back to its pollers but not yet to the broker's calls (its list times out): the fence
+    stays, the log says why once (a warning, no traceback), and the next failover pass that gets through lifts it."""
+    gateway = ListedGateway()
+    service, _ = placed(store, gateway)
+    store.fence("a", "lost: no successful call for 30 s")
+    gateway.unreachable = True
+    with caplog.at_level(logging.WARNING, logger="broker.controller"):
+        service.observe_clusters()
+        service.observe_clusters()
+    assert "a" in store.fenced()
+    failures = [r for r in caplog.records if "stays fenced" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].levelno == logging.WARNING and failures[0].exc_info is None
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    gateway.unreachable = False
+    service.observe_clusters()
+    assert "a" not in store.fenced()
