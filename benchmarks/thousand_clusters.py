@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument("--keep-logs", default="", help="copy the broker's and kubesim's logs here")
     parser.add_argument(
         "--hold",
         type=float,
@@ -332,6 +333,12 @@ def main() -> None:
                         p.wait(timeout=60)
                     except (subprocess.TimeoutExpired, ProcessLookupError):
                         p.kill()
+            if args.keep_logs:
+                kept = Path(args.keep_logs)
+                kept.mkdir(parents=True, exist_ok=True)
+                for log in tmp.glob("*.log"):
+                    (kept / log.name).write_bytes(log.read_bytes())
+                print(f"logs    copied to {kept}")
 
 
 if __name__ == "__main__":
