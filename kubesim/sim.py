@@ -38,6 +38,13 @@ from kubesim.store import ObjectStore
 
 log = logging.getLogger("kubesim")
 
+
+def _ticker_ended(task: asyncio.Task[None]) -> None:
+    """The controllers' ticker ends only when the simulation stops: any other end is said loudly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the controllers of every cluster stopped", exc_info=task.exception())
+
+
 # How often every cluster's controllers look for work (Controllers.tick returns at once when none is due).
 CONTROLLER_TICK_SECONDS = 0.05
 
@@ -167,6 +174,7 @@ class Simulation:
             self._ticker = asyncio.get_running_loop().create_task(
                 self._tick_controllers(), name="controllers"
             )
+            self._ticker.add_done_callback(_ticker_ended)
         from kubesim.admin import AdminApi
 
         self._admin = HttpServer(AdminApi(self).handle, self.host, self.admin_port, None)
@@ -183,9 +191,11 @@ class Simulation:
         while True:
             for name, runtime in list(self._clusters.items()):
                 controllers = runtime.controllers
-                if controllers is None or name in stopped or not controllers.busy():
+                if controllers is None or name in stopped:
                     continue
                 try:
+                    if not controllers.busy():
+                        continue
                     controllers.tick()
                 except Exception:
                     stopped.add(name)
