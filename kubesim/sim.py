@@ -184,9 +184,7 @@ class Simulation:
     async def _tick_controllers(self, interval: float = CONTROLLER_TICK_SECONDS) -> None:
         """Every cluster's controllers, one tick each every `interval`, from one task: a task per cluster
         was 10,000 timer wake-ups a second for 500 idle clusters, most of an idle kubesim's CPU. A cluster
-        whose controllers raise stops being ticked (logged); the others go on. After each cluster that had
-        work the loop serves requests again, as it did between the clusters' own tasks: a burst of work in
-        500 clusters ticked back to back would hold every cluster's API server for the whole round."""
+        whose controllers raise stops being ticked (logged); the others go on."""
         stopped: set[str] = set()
         while True:
             for name, runtime in list(self._clusters.items()):
@@ -194,13 +192,10 @@ class Simulation:
                 if controllers is None or name in stopped:
                     continue
                 try:
-                    if not controllers.busy():
-                        continue
                     controllers.tick()
                 except Exception:
                     stopped.add(name)
                     log.exception("controllers of cluster %s stopped with an error", name)
-                await asyncio.sleep(0)
             await asyncio.sleep(interval)
 
     def stop(self) -> None:
