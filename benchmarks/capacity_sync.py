@@ -9,6 +9,8 @@ per cluster folding events into its CapacityIndex, one publisher writing each ch
     event -> Redis   latency from the pod's write in kubesim (time stamped in the pod) to the write of a
                      summary in Redis that reflects it, p50/p99 (every created pod is a sample)
     broker memory    peak RSS of the broker process
+    idle (--idle S)  after the cold sync, S seconds with nothing changing: the shard's CPU (its probes, watches,
+                     heartbeats, node tables) and the kubesim processes', % of one core
 kubesim runs in --sim-procs processes of its own, each serving a slice of the clusters and generating its
 churn on its simulation loop, so the load generator is not the bottleneck and shares no GIL with the
 broker (all processes share the machine's cores). With --decode: the raw-JSON list (orjson over
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import resource
 import statistics
 import sys
@@ -192,6 +195,16 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     time.sleep(2.0)  # let the list-time backlog settle before the steady-state window
+    idle: dict[str, Any] = {}
+    if args.idle:  # nothing changing: what the shard (this process) and the members cost to stay fresh
+        shard_cpu, members_cpu = _cpu_seconds(), sum(_proc_cpu_seconds(p.pid) for p in sims.procs)
+        time.sleep(args.idle)
+        idle = {
+            "idle_shard_cpu_pct": round((_cpu_seconds() - shard_cpu) / args.idle * 100, 1),
+            "idle_members_cpu_pct": round(
+                (sum(_proc_cpu_seconds(p.pid) for p in sims.procs) - members_cpu) / args.idle * 100, 1
+            ),
+        }
 
     def applied() -> int:
         return sum(i.events for w in shard._watchers.values() for i in w.stats.informers.values())
@@ -233,7 +246,23 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
         "broker_rss_after_sync_mib": rss_synced,
         "broker_rss_at_end_mib": rss_end,
         "summary_writes": shard.writes,
+        **idle,
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process, every thread."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _proc_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) of another process, from /proc (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_decode(args: argparse.Namespace) -> dict[str, Any]:
@@ -279,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--decode", action="store_true", help="only compare typed vs raw decoding of a node list")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        help="seconds of nothing changing after the cold sync: the shard's and the members' CPU (%% of a core)",
+    )
     p.add_argument(
         "--bookmark-seconds",
         type=float,
