@@ -159,6 +159,18 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def keep_logs(tmp: Path, dest: str) -> None:
+    """Copy the run's logs (`tmp`/*.log) to `dest` (--keep-logs), or say where they were."""
+    if not dest:
+        print(f"logs    {tmp} (removed on exit; --keep-logs DIR keeps them)")
+        return
+    kept = Path(dest)
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in tmp.glob("*.log"):
+        (kept / log.name).write_bytes(log.read_bytes())
+    print(f"logs    copied to {kept}")
+
+
 def redis_totals(r: redis.Redis) -> tuple[int, int]:
     stats = r.info("stats")
     return int(stats["total_commands_processed"]), int(stats["total_net_input_bytes"]) + int(
@@ -500,14 +512,7 @@ def main() -> None:
                         p.wait(60)
                     except subprocess.TimeoutExpired:
                         p.kill()
-            if args.keep_logs:
-                kept = Path(args.keep_logs)
-                kept.mkdir(parents=True, exist_ok=True)
-                for log in tmp.glob("*.log"):
-                    (kept / log.name).write_bytes(log.read_bytes())
-                print(f"logs    copied to {kept}")
-            else:
-                print(f"logs    {tmp} (removed on exit; --keep-logs DIR keeps them)")
+            keep_logs(tmp, args.keep_logs)
 
 
 if __name__ == "__main__":

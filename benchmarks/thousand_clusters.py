@@ -51,6 +51,7 @@ from benchmarks.fleet_scale import (
     cpu_ticks,
     descendants,
     fleet_yaml,
+    keep_logs,
     pct,
     redis_totals,
     submit_all,
@@ -333,12 +334,7 @@ def main() -> None:
                         p.wait(timeout=60)
                     except (subprocess.TimeoutExpired, ProcessLookupError):
                         p.kill()
-            if args.keep_logs:
-                kept = Path(args.keep_logs)
-                kept.mkdir(parents=True, exist_ok=True)
-                for log in tmp.glob("*.log"):
-                    (kept / log.name).write_bytes(log.read_bytes())
-                print(f"logs    copied to {kept}")
+            keep_logs(tmp, args.keep_logs)
 
 
 if __name__ == "__main__":
