@@ -16,6 +16,7 @@ RedisStateStore mixes this in (it registers the scripts and sets the keys' prefi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -32,6 +33,24 @@ from broker.core.ports import JobWrite, ReserveBatch, ReserveResult
 _JOB = TypeAdapter(JobRecord)
 _EVENT = TypeAdapter(JobEvent)
 _RESERVATION = TypeAdapter(Reservation)
+# A reservation's `commit`: (the cluster's ledger it was compared against + 1) x BATCH_SLOTS + its place in
+# its batch. The compare-and-set makes each commit's ledger greater than every earlier one's, so sorting
+# by it replays a cluster's reservations in the order the placers decided them, which is the order
+# broker.cache.reservations.deduct must take them in: best fit in another order (by creation time and
+# job id, all equal within a batch) could fail to fit a pod that fitted when decided, and then count the
+# cluster freer than it is (the four-placer race test over-committed about once in 15 loaded runs).
+BATCH_SLOTS = 1_000  # more than one batch ever holds (broker.controller.scheduling.RESERVE_BATCH)
+
+
+def committed_at(reservation: Reservation, ledger: int, index: int) -> Reservation:
+    """The reservation as stored by a compare-and-set at `ledger`, `index`-th in its batch."""
+    return replace(reservation, commit=(ledger + 1) * BATCH_SLOTS + index)
+
+
+def commit_order(reservation: Reservation) -> tuple[int, float, str]:
+    """Sort key: commit order; those stored without one (0, an older broker's) first, by creation."""
+    return (reservation.commit, reservation.created_at, reservation.job_id)
+
 
 RESERVE_STATUS = {
     1: ReserveResult.RESERVED,
@@ -144,6 +163,8 @@ class JobWrites:
         """Every batch compared and set on its cluster, all in one pipelined round trip (see
         StateStore.reserve_many)."""
         for b in batches:
+            if len(b.reservations) > BATCH_SLOTS:
+                raise ValueError(f"reserve_many: at most {BATCH_SLOTS} reservations per batch on {b.cluster}")
             for r in b.reservations:
                 if r.units <= 0:
                     raise ValueError(f"reservation.units: must be positive (got {r.units} for {r.job_id})")
@@ -167,8 +188,8 @@ class JobWrites:
                     self._k("summary", ""),
                     self._token_arg(),
                 ]
-                for r in b.reservations:
-                    args += [r.job_id, r.attempt, _RESERVATION.dump_json(r)]
+                for i, r in enumerate(b.reservations):
+                    args += [r.job_id, r.attempt, _RESERVATION.dump_json(committed_at(r, b.ledger, i))]
                 keys = [
                     self._k("summary", b.cluster),
                     self._k("resv", b.cluster),

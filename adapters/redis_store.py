@@ -67,7 +67,7 @@ from adapters import redis_connect, redis_recovery_gate
 from adapters import redis_scripts as scripts
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
-from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites
+from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites, commit_order, committed_at
 from adapters.redis_script_batch import ScriptBatch, call_in_chunks
 from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
@@ -299,9 +299,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
             if raw is None:
                 continue
             summary = _summary_of(raw, version, heartbeat, published)
-            resv = tuple(
-                sorted((_RESERVATION.validate_json(r) for r in held), key=lambda r: (r.created_at, r.job_id))
-            )
+            resv = tuple(sorted((_RESERVATION.validate_json(r) for r in held), key=commit_order))
             out[c] = ClusterState(summary, resv, int(ledger or 0))
         return out
 
@@ -329,7 +327,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables):
                     repr(float(now)),
                     str(version),
                     str(ledger),
-                    _RESERVATION.dump_json(reservation),
+                    _RESERVATION.dump_json(committed_at(reservation, ledger, 0)),
                     self._k("resv", ""),
                     self._k("summary", ""),
                     self._token_arg(),

@@ -540,8 +540,8 @@ class NoFit:
 class Reservation:
     """GPUs assumed for a placement (Kueue's 'assume') until the cluster shows the pods.
 
-    `units` = pods x units per pod. A reservation is owned by the placer (`owner`) and the attempt that
-    made it: no other placer's reserve or release touches it (see reservations.py and the store)."""
+    `units` = pods x units per pod. Owned by the placer (`owner`) and the attempt that made it (see the
+    store); `commit` orders a cluster's reservations as they were committed (the store's; 0: unknown)."""
 
     job_id: str
     attempt: int
@@ -554,6 +554,7 @@ class Reservation:
     pods: int = 1
     owner: str = ""
     clique: str | None = None  # the NVLink clique its pods are held in (Placement.clique)
+    commit: int = 0
 
     @property
     def units_per_pod(self) -> int:
