@@ -161,14 +161,17 @@ class FleetCache:
         entry.placeable = None
 
     def settle(self, cluster: str, refused: Iterable[str], ledger: int) -> None:
-        """The store held this cluster's batch of holds but `refused` (another placer holds those jobs)
-        and is now at `ledger`: reflect both without reading."""
+        """The store held this cluster's batch of holds and is now at `ledger`: reflect it without
+        reading. When it `refused` some (another placer holds those jobs), the cluster is read again:
+        each hold replaced the job's other reservation in this cache, and that one, which the store kept,
+        must count again (dropping only the refused holds lost it, and the next decisions over-committed)."""
         entry = self._entries.get(cluster)
         if entry is None:
             return
-        gone = set(refused)
-        kept = tuple(r for r in entry.state.reservations if r.job_id not in gone)
-        entry.state = replace(entry.state, reservations=kept, ledger=ledger)
+        if set(refused):
+            self.refresh_cluster(cluster)
+            return
+        entry.state = replace(entry.state, ledger=ledger)
         entry.placeable = None
 
     def fingerprint(self) -> str:

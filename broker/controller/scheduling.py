@@ -246,7 +246,7 @@ class Scheduling(Preempting, Dispatching):
                     continue
                 refused = [d.record.id for d, r in zip(items, results, strict=True) if not r.ok]
                 self.cache.settle(batch.cluster, refused, results[-1].ledger)
-                if refused:  # another placer holds those jobs: their holds are gone
+                if refused:  # another placer holds those jobs: the cluster was read again
                     self._assume_into(placer, batch.cluster, now)
                 won.extend(d for d, r in zip(items, results, strict=True) if r.ok)
             changed.extend(self._commit_decided(won, now))

@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from adapters.redis_store import RedisStateStore
+from broker.cache.fleet_cache import FleetCache
 from broker.controller import scheduling
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterUnreachable
@@ -430,3 +431,65 @@ def test_a_pass_places_a_bounded_number_and_asks_for_the_next_pass_at_once(
     svc.schedule_once()
     assert len(store.list_jobs([JobState.PLACED])) == 5
     assert len(store.live_reservations(NOW)) == 5
+
+
+def test_a_batch_of_reservations_is_deducted_in_the_order_it_was_decided(store: RedisStateStore) -> None:
+    """Two nodes with 3 free GPUs; one batch holds 1 + 2 + 1 + 2 GPUs, decided in that order (best fit:
+    it fills both nodes). Read back in creation-then-job-id order (1, 1, 2, 2: a batch is created at one
+    moment), best fit could not place the last 2-GPU pod and the cache showed a node with a GPU free on a
+    full cluster: a 1-GPU job was placed on it. In commit order the cluster is full."""
+    clock = ManualClock()
+    store.put_summary(cluster("a", 3, 3))
+    state = store.cluster_states(["a"])["a"]
+    decided = [("j-c", 1), ("j-x", 2), ("j-d", 1), ("j-y", 2)]  # decision order; job ids sort 1, 1, 2, 2
+    batch = ReserveBatch(
+        "a",
+        state.summary.version,
+        state.ledger,
+        tuple(
+            Reservation(job, 1, "a", "H100-80GB", GPU, units, NOW, NOW + 600, owner="p1")
+            for job, units in decided
+        ),
+    )
+    assert [r.status for r in store.reserve_many([batch], NOW)[0]] == [ReserveResult.RESERVED] * 4
+    placer = service(store, clock, ["a"])
+    job, _ = placer.submit(JobRequest("one-more", gpus_per_pod=1))
+    placer.schedule_once()
+    assert placer.get(job.id).state is JobState.QUEUED
+    seen = placer.cache.placeable("a", NOW)
+    assert seen is not None
+    (product,) = seen.products
+    assert not any(product.nodes_by_free[1:])  # no node with a GPU free
+
+
+def test_a_hold_refused_for_another_placers_job_leaves_that_placers_reservation_counted(
+    store: RedisStateStore,
+) -> None:
+    """Placer p2 holds job J (4 GPUs) on a one-node cluster of 8. Placer p1, which also saw J queued,
+    decides J and K (4 GPUs each) in one batch: its hold of J replaces p2's reservation in p1's cache. The
+    store refuses J (p2 holds it) and holds K. Dropping only p1's refused hold left p2's 4 GPUs uncounted
+    in p1's cache (4 free on a full node, the next decision over-committed); the cache reads the cluster
+    again instead, and sees it full."""
+    store.put_summary(cluster("a", 8))
+    state = store.cluster_states(["a"])["a"]
+
+    def resv(job: str, owner: str) -> Reservation:
+        return Reservation(job, 1, "a", "H100-80GB", GPU, 4, NOW, NOW + 600, owner=owner)
+
+    assert store.reserve(resv("J", "p2"), NOW, state.summary.version, state.ledger).ok
+    cache = FleetCache(store, ["a"])
+    cache.refresh()
+    for job in ("J", "K"):
+        cache.hold(resv(job, "p1"))
+    mine = cache.state("a")
+    assert mine is not None
+    batch = ReserveBatch("a", mine.summary.version, mine.ledger, (resv("J", "p1"), resv("K", "p1")))
+    results = store.reserve_many([batch], NOW)[0]
+    assert [r.ok for r in results] == [False, True]
+    cache.settle("a", ["J"], results[-1].ledger)
+    seen = cache.placeable("a", NOW)
+    assert seen is not None
+    assert not any(seen.products[0].nodes_by_free[1:])  # p2's J and p1's K fill the node
+    after = cache.state("a")
+    assert after is not None
+    assert {(r.job_id, r.owner) for r in after.reservations} == {("J", "p2"), ("K", "p1")}
