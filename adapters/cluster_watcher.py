@@ -6,10 +6,10 @@ CapacityIndex (so a ClusterSummary costs O(products), not O(nodes)); after each 
 on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller still wants whole snapshots.
 
 Health: each ClusterWatcher owns a broker.health.machine.HealthMachine fed by its informers' call outcomes
-(list/watch requests) and by a liveness probe (GET /version, short deadline, every probe_interval_s) so
-that a quiet cluster still proves itself alive; summaries carry its health, health_reason, health_since,
-and heartbeat = the last SUCCESSFUL call; every transition is logged (WARNING when worse, INFO when
-better) with its cause and kept in `transitions`.
+(list/watch requests) and by a liveness probe (GET /version, short deadline, every
+HealthThresholds.probe_interval_seconds) so that a quiet cluster still proves itself alive; summaries
+carry its health, health_reason, health_since, and heartbeat = the last SUCCESSFUL call; every
+transition is logged (WARNING when worse, INFO when better) with its cause and kept in `transitions`.
 
 Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node name, interned tuple of its non-zero
 effective requests) and only while it is active (adapters.watched_objects trims nodes and NRTs).
@@ -177,7 +177,9 @@ class ClusterWatcher:
                 target=self._flush_loop, name=f"flusher-{self.cluster}", daemon=True
             )
             self._flusher.start()
-        self._probes.add(self, self._settings.probe_interval_s, self._settings.probe_retry_interval_s)
+        self._probes.add(
+            self, self._machine.thresholds.probe_interval_seconds, self._settings.probe_retry_interval_s
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the threads. A watch blocked in a read ends at its read timeout; threads are daemons."""

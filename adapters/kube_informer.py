@@ -113,9 +113,9 @@ class WatchSettings:
     # Consecutive transient failures (reset connections) of one informer that are retried quietly before
     # health hears of them.
     quiet_retries: int = 2
-    # The liveness probe: a quiet cluster's watches prove nothing for up to watch_timeout_s, and health
-    # calls a cluster lost after clusterLostSeconds (10) without a successful call.
-    probe_interval_s: float = 2.0
+    # The liveness probe (its interval is the health thresholds' probe_interval_seconds): a quiet cluster's
+    # watches prove nothing for up to watch_timeout_s, and health calls a cluster lost after
+    # clusterLostSeconds (10) without a successful call.
     probe_timeout: tuple[float, float] = (1.5, 2.0)
     # In doubt, look again soon: after a failed probe the next comes this much later, so a cluster that
     # answers half its calls is never "lost" by a run of bad luck (10 s of failures in a row at 50%

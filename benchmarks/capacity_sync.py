@@ -125,6 +125,7 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
     from adapters.kube import ClusterWatcher, WatchSettings
     from adapters.poller_shard import PollerShard, PollerSpec
     from broker.core.model import ClusterSummary, ClusterTraits, Health
+    from broker.health.machine import HealthThresholds
     from kubesim.churn import WRITTEN_AT
 
     t_spawn = time.monotonic()
@@ -165,6 +166,7 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
                 flush_interval_s=args.summary_interval,
                 settings=settings,
                 spot=spec.traits.spot,
+                health=thresholds,
                 prober=self.prober,
                 flusher=self.flusher,
             )
@@ -180,8 +182,15 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
                     synced.add(name)
             return written
 
+    # settings.clusterLostSeconds and the probe interval derived from it, as `gpufed serve` builds them
+    thresholds = HealthThresholds.for_lost(args.lost_seconds)
+    print(
+        f"health: clusterLostSeconds {args.lost_seconds:g}, a probe every {thresholds.probe_interval_seconds:g} s"
+    )
     specs = [PollerSpec(n, path, None, ClusterTraits(name=n)) for n, path in sorted(sims.kubeconfigs.items())]
-    shard = TimedShard(specs, args.redis_url, "bench" + uuid.uuid4().hex[:6], args.summary_interval)
+    shard = TimedShard(
+        specs, args.redis_url, "bench" + uuid.uuid4().hex[:6], args.summary_interval, health=thresholds
+    )
 
     t0 = time.monotonic()
     shard.start()
@@ -313,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="seconds of nothing changing after the cold sync: the shard's and the members' CPU (%% of a core)",
+    )
+    p.add_argument(
+        "--lost-seconds",
+        type=float,
+        default=10.0,
+        help="settings.clusterLostSeconds: the probe interval is a fifth of it (2 s at the default 10)",
     )
     p.add_argument(
         "--bookmark-seconds",

@@ -127,6 +127,12 @@ def main() -> None:
         default=60.0,
         help="kubesim's BOOKMARK interval (kube-apiserver: ~60)",
     )
+    parser.add_argument(
+        "--lost-seconds",
+        type=float,
+        default=10.0,
+        help="settings.clusterLostSeconds (the probe interval is a fifth of it; docs/operations.md, sizing)",
+    )
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--idle", type=float, default=30.0)
@@ -183,7 +189,11 @@ def main() -> None:
             (tmp / "tokens.yaml").write_text(
                 yaml.safe_dump([{"name": "bench", "tenant": "bench", "role": "admin", "token": TOKEN}])
             )
-            settings: dict[str, Any] = {"redisUrl": rs.url, "redisPrefix": PREFIX}
+            settings: dict[str, Any] = {
+                "redisUrl": rs.url,
+                "redisPrefix": PREFIX,
+                "clusterLostSeconds": args.lost_seconds,
+            }
             if args.shards:
                 settings["pollerShards"] = args.shards
             shards = poller_shards_for(len(names), args.shards or None)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _spin() -> None:
@@ -25,6 +27,12 @@ def main() -> int:
     parser.add_argument("test", help="a pytest node id")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--busy", type=int, default=3, help="busy-loop processes beside the test")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep each failed run's pytest temp folder (broker and kubesim logs) under this folder",
+    )
     args = parser.parse_args()
     spinners = [mp.Process(target=_spin, daemon=True) for _ in range(args.busy)]
     for p in spinners:
@@ -32,8 +40,13 @@ def main() -> int:
     failed = 0
     try:
         for i in range(args.runs):
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:rerunfailures", args.test]
+            basetemp = args.keep / f"run-{i + 1}" if args.keep else None
+            if basetemp is not None:
+                basetemp.parent.mkdir(parents=True, exist_ok=True)
+                command.append(f"--basetemp={basetemp}")
             run = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:rerunfailures", args.test],
+                command,
                 check=False,
                 capture_output=True,
                 text=True,
@@ -41,6 +54,8 @@ def main() -> int:
             if run.returncode != 0:
                 failed += 1
                 print(f"run {i + 1}: failed\n{run.stdout[-3000:]}", flush=True)
+            elif basetemp is not None:
+                shutil.rmtree(basetemp, ignore_errors=True)
     finally:
         for p in spinners:
             p.terminate()

@@ -225,8 +225,9 @@ def check_startup(cfg: FleetConfig, host: str, port: int) -> None:
 
 
 def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
-    """The pollers' health machine, with settings.clusterLostSeconds."""
-    return HealthThresholds(lost_seconds=cfg.settings.cluster_lost_seconds)
+    """The pollers' health machine and probe interval, from settings.clusterLostSeconds and
+    settings.probeIntervalSeconds."""
+    return HealthThresholds.for_lost(cfg.settings.cluster_lost_seconds, cfg.settings.probe_interval_seconds)
 
 
 def settle_startup_heap() -> None:

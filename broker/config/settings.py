@@ -272,6 +272,10 @@ class Settings(_Strict):
     # A cluster with no successful call for this long is lost (the pollers' broker.health.machine calls it
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)
+    # How often each poller probes each member's API server (GET /version); unset: clusterLostSeconds / 5,
+    # at most 10 s (2 s at the default). At most clusterLostSeconds / 3. Probes are about half of an idle
+    # poller shard's CPU: a large fleet raises clusterLostSeconds and so probes less (docs/operations.md).
+    probe_interval_seconds: float | None = Field(default=None, alias="probeIntervalSeconds", gt=0)
     # Most of a large fleet lost at once (this share of the clusters, in a fleet of at least
     # massLossMinClusters): failover pauses until fewer are lost (docs/reliability.md, "Mass loss").
     mass_loss_fraction: float = Field(default=0.55, alias="massLossFraction", gt=0, le=1)
@@ -383,6 +387,16 @@ class Settings(_Strict):
             raise ValueError(
                 f"leaseRenewSeconds: {self.lease_renew_seconds:g} must be under 0.9 x leaseSeconds "
                 f"({0.9 * self.lease_seconds:g}): the lease would expire between renewals"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _probes_inside_the_loss(self) -> Settings:
+        probe = self.probe_interval_seconds
+        if probe is not None and probe > self.cluster_lost_seconds / 3:
+            raise ValueError(
+                f"probeIntervalSeconds: {probe:g} must be at most clusterLostSeconds / 3 "
+                f"({self.cluster_lost_seconds / 3:g}): a member would be lost on one or two failed probes"
             )
         return self
 

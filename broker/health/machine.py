@@ -2,7 +2,9 @@
 
 Owns what "healthy" means for a member cluster:
     HealthThresholds   when a cluster is degraded, lost, and how long a better state must hold before it
-                       is shown (settings.clusterLostSeconds is `lost_seconds`)
+                       is shown (settings.clusterLostSeconds is `lost_seconds`), and how often the poller
+                       probes it; for_lost(lost, probe) derives the rest from settings.clusterLostSeconds
+                       and settings.probeIntervalSeconds
     Outcome            one call to the cluster: ok, or failed with a classified cause ("connection
                        refused", "certificate verify failed", "timeout after 2 s", "credentials rejected
                        (401)", "HTTP 503 ServiceUnavailable"); `auth` marks a 401/403
@@ -72,6 +74,14 @@ _SEVERITY = {
 _MAX_SAMPLES = 512
 
 
+# A cluster lost after lost_seconds is probed every lost_seconds / PROBES_PER_LOSS by default (2 s at the
+# default 10 s), at most every MAX_DEFAULT_PROBE_SECONDS: a lost verdict rests on several probes, not one.
+PROBES_PER_LOSS = 5
+MAX_DEFAULT_PROBE_SECONDS = 10.0
+# The error-rate window holds at least this many probe intervals, so min_samples probes fit in it.
+WINDOW_PROBES = 5
+
+
 @dataclass(frozen=True)
 class HealthThresholds:
     lost_seconds: float = 10.0
@@ -80,17 +90,40 @@ class HealthThresholds:
     degraded_latency_seconds: float = 1.0
     min_samples: int = 4
     recover_seconds: float = 4.0
+    # The poller's liveness probe (GET /version) of each cluster: every probe_interval_seconds after a
+    # success (adapters.probe_scheduler; sooner after a failure).
+    probe_interval_seconds: float = 2.0
 
     def __post_init__(self) -> None:
-        for name in ("lost_seconds", "window_seconds", "degraded_latency_seconds"):
+        for name in ("lost_seconds", "window_seconds", "degraded_latency_seconds", "probe_interval_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"HealthThresholds.{name} must be > 0")
+        if self.probe_interval_seconds >= self.lost_seconds:
+            raise ValueError(
+                f"HealthThresholds.probe_interval_seconds ({self.probe_interval_seconds:g}) must be under "
+                f"lost_seconds ({self.lost_seconds:g}): a cluster would be lost between two probes"
+            )
         if not 0 < self.degraded_error_rate <= 1:
             raise ValueError("HealthThresholds.degraded_error_rate must be in (0, 1]")
         if self.min_samples < 1:
             raise ValueError("HealthThresholds.min_samples must be >= 1")
         if self.recover_seconds < 0:
             raise ValueError("HealthThresholds.recover_seconds must be >= 0")
+
+    @classmethod
+    def for_lost(cls, lost_seconds: float, probe_interval_seconds: float | None = None) -> HealthThresholds:
+        """The thresholds for settings.clusterLostSeconds and settings.probeIntervalSeconds (None: lost /
+        PROBES_PER_LOSS, at most MAX_DEFAULT_PROBE_SECONDS). The error-rate window grows with the interval
+        (at least 10 s, at least WINDOW_PROBES intervals), so a slower probe still gives min_samples calls
+        to judge; at the defaults (10 s, 2 s) this is HealthThresholds()."""
+        probe = probe_interval_seconds
+        if probe is None:
+            probe = min(MAX_DEFAULT_PROBE_SECONDS, lost_seconds / PROBES_PER_LOSS)
+        return cls(
+            lost_seconds=lost_seconds,
+            window_seconds=max(10.0, WINDOW_PROBES * probe),
+            probe_interval_seconds=probe,
+        )
 
 
 @dataclass(frozen=True)

@@ -233,3 +233,34 @@ def test_the_slow_client_deadlines_are_settings_with_defaults_environment_and_na
     assert (cfg.settings.request_headers_seconds, cfg.settings.request_body_seconds) == (2.0, 7.0)
     with pytest.raises(ConfigError, match="requestHeadersSeconds"):
         parse_fleet_config({**base, "settings": {"requestHeadersSeconds": 0}}, "c.yaml", REPO)
+
+
+@pytest.mark.parametrize(
+    ("settings", "probe_seconds", "window_seconds"),
+    [
+        ({}, 2.0, 10.0),  # the defaults: every 2 s, a 10 s error-rate window
+        ({"clusterLostSeconds": 6}, 1.2, 10.0),
+        ({"clusterLostSeconds": 30}, 6.0, 30.0),  # a large fleet probes less, and judges over longer
+        ({"clusterLostSeconds": 120}, 10.0, 50.0),  # the derived interval stops at 10 s
+        ({"clusterLostSeconds": 30, "probeIntervalSeconds": 10}, 10.0, 50.0),
+    ],
+)
+def test_the_probe_interval_follows_cluster_lost_seconds_unless_set(
+    settings: dict[str, float], probe_seconds: float, window_seconds: float
+) -> None:
+    from broker.app.main import health_thresholds
+
+    base = {"clusters": [{"name": "east", "kubeconfig": "x"}], "settings": settings}
+    thresholds = health_thresholds(parse_fleet_config(base, "c.yaml", REPO))
+    assert thresholds.probe_interval_seconds == pytest.approx(probe_seconds)
+    assert thresholds.window_seconds == pytest.approx(window_seconds)
+    assert thresholds.lost_seconds == settings.get("clusterLostSeconds", 10.0)
+
+
+def test_a_probe_interval_that_would_lose_members_on_one_failed_probe_is_refused_with_both_fields() -> None:
+    base = {"clusters": [{"name": "east", "kubeconfig": "x"}]}
+    too_slow = {"clusterLostSeconds": 10, "probeIntervalSeconds": 5}
+    with pytest.raises(ConfigError, match=r"probeIntervalSeconds: 5 must be at most clusterLostSeconds / 3"):
+        parse_fleet_config({**base, "settings": too_slow}, "c.yaml", REPO)
+    with pytest.raises(ConfigError, match="probeIntervalSeconds"):
+        parse_fleet_config({**base, "settings": {"probeIntervalSeconds": 0}}, "c.yaml", REPO)

@@ -147,7 +147,14 @@ def test_a_transition_names_its_cause_and_since_is_when_it_happened() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("lost_seconds", 0), ("degraded_error_rate", 1.5), ("min_samples", 0), ("recover_seconds", -1)],
+    [
+        ("lost_seconds", 0),
+        ("degraded_error_rate", 1.5),
+        ("min_samples", 0),
+        ("recover_seconds", -1),
+        ("probe_interval_seconds", 0),
+        ("probe_interval_seconds", 10),  # a member would be lost between two probes
+    ],
 )
 def test_bad_thresholds_name_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):

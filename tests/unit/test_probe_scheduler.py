@@ -20,7 +20,7 @@ from adapters.summary_batch import put_summaries
 from broker.config.sizing import poller_shards_for
 from broker.core.errors import ClusterUnreachable
 from broker.core.model import ClusterSummary, Health, Tier
-from broker.health.machine import Outcome, timeout_cause
+from broker.health.machine import HealthThresholds, Outcome, timeout_cause
 
 
 class FakeMember:
@@ -243,3 +243,39 @@ def test_a_starved_shard_does_not_make_a_quick_member_slow() -> None:
     outcome = asyncio.run(watcher.probe(lambda: 5.0))  # the probe's own latency is far below the shard's lag
     assert outcome.ok
     assert outcome.latency == 0.0
+
+
+class RecordingProber(ProbeScheduler):
+    """Keeps what each member was registered with instead of probing it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: dict[str, tuple[float, float]] = {}
+
+    def add(self, target: Any, interval: float, retry: float) -> None:
+        self.added[target.cluster] = (interval, retry)
+
+    def remove(self, target: Any) -> None:
+        self.added.pop(target.cluster, None)
+
+
+@pytest.mark.parametrize(("lost", "probe_every"), [(10.0, 2.0), (30.0, 6.0)])
+def test_a_member_is_probed_at_the_interval_its_health_thresholds_set(
+    lost: float, probe_every: float
+) -> None:
+    """settings.clusterLostSeconds 30 (a large fleet) probes each member every 6 s, not every 2 s."""
+    prober = RecordingProber()
+    watcher = ClusterWatcher(
+        "member",
+        ScriptedRest(timeout=False),
+        resources=(),
+        health=HealthThresholds.for_lost(lost),
+        prober=prober,
+    )
+    watcher.start()
+    try:
+        assert prober.added["member"][0] == pytest.approx(probe_every)
+    finally:
+        watcher.stop()
+        prober.stop()
+    assert "member" not in prober.added

@@ -11,8 +11,11 @@ well inside the staleness limit the placer applies (settings.staleAfterSeconds).
 
 from __future__ import annotations
 
+import pytest
+
 from adapters.kube_informer import WatchSettings
 from broker.config.settings import Settings
+from broker.health.machine import HealthThresholds
 
 
 def test_a_watch_ends_and_proves_the_cluster_alive_within_the_default_staleness_limit() -> None:
@@ -21,11 +24,14 @@ def test_a_watch_ends_and_proves_the_cluster_alive_within_the_default_staleness_
     assert watch.watch_timeout_s <= stale_after * 2 / 3, (watch.watch_timeout_s, stale_after)
 
 
-def test_a_quiet_cluster_is_probed_several_times_within_cluster_lost_seconds() -> None:
+@pytest.mark.parametrize("lost", [3.0, 6.0, 10.0, 30.0, 60.0])
+def test_a_quiet_cluster_is_probed_several_times_within_cluster_lost_seconds(lost: float) -> None:
     watch = WatchSettings()
-    lost = Settings().cluster_lost_seconds
-    assert watch.probe_interval_s * 3 <= lost, (watch.probe_interval_s, lost)
-    assert watch.probe_timeout[1] <= watch.probe_interval_s  # a hung cluster does not slow the probing
+    settings = Settings.model_validate({"clusterLostSeconds": lost})
+    probe = HealthThresholds.for_lost(settings.cluster_lost_seconds, settings.probe_interval_seconds)
+    assert probe.probe_interval_seconds * 3 <= lost, (probe.probe_interval_seconds, lost)
+    if lost >= 10:  # a hung cluster does not slow the probing
+        assert watch.probe_timeout[1] <= probe.probe_interval_seconds
 
 
 def test_a_cluster_answering_half_its_calls_is_not_lost_by_a_run_of_bad_luck() -> None:
@@ -35,4 +41,4 @@ def test_a_cluster_answering_half_its_calls_is_not_lost_by_a_run_of_bad_luck() -
     lost = Settings().cluster_lost_seconds
     failures_in_a_row = lost / watch.probe_retry_interval_s
     assert 0.5**failures_in_a_row < 1e-9, failures_in_a_row
-    assert watch.probe_retry_interval_s <= watch.probe_interval_s
+    assert watch.probe_retry_interval_s <= HealthThresholds().probe_interval_seconds
