@@ -4,7 +4,9 @@ and when a cluster that came back may take work again (fencing).
     effective_health(summary, now, lost_after)  the poller's verdict, overruled by freshness: a summary
                                                 whose last success is older than `lost_after` reads
                                                 unreachable whatever it says (a dead poller, a silent
-                                                cluster), so no cluster stays "healthy" unobserved
+                                                cluster), so no cluster stays "healthy" unobserved; a
+                                                degraded one is lost at once only while its poller
+                                                still writes (FRESH_WRITE_SHARE), else it is silent
     is_lost(health)                             unreachable, or credentials rejected, for `lost_after`:
                                                 its jobs are failed over (lifecycle.failover: requeue or
                                                 FAILED by the job's policy) and the cluster is fenced.
@@ -78,6 +80,10 @@ _FAILING = (Health.UNREACHABLE, Health.DEGRADED)
 # after this many times clusterLostSeconds: the cluster itself may be fine. A whole shard's silence
 # moves nothing (blind_shards).
 SILENT_LOSS_FACTOR = 3.0
+# A degraded cluster with no success for clusterLostSeconds is lost at once only while its poller still
+# writes (its summary written within this share of clusterLostSeconds, the poller liveness limit): the
+# poller then says nothing succeeded. A degraded summary the poller stopped writing is silence.
+FRESH_WRITE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,13 @@ def effective_health(
     if summary.heartbeat > 0 and silent > lost_after and summary.health is not Health.FORBIDDEN:
         why = summary.health_reason if summary.health in _FAILING and summary.health_reason else ""
         if why and summary.health is Health.DEGRADED:
-            # the poller saw calls fail and no success since: lost now, not at its next verdict
-            why = f"{why}; no successful call for {lost_after:g} s"
+            if now - (summary.published_at or summary.heartbeat) > lost_after * FRESH_WRITE_SHARE:
+                # the poller itself has been quiet: "no success since" is ours to guess, not its to say
+                # (a starved poller beside a cluster at 50% errors moved jobs; CI, 2026-12-04)
+                why = ""
+            else:
+                # the poller saw calls fail and no success since: lost now, not at its next verdict
+                why = f"{why}; no successful call for {lost_after:g} s"
         reason = why or f"no successful call for {silent:.0f} s (the cluster is silent or its poller is down)"
         return ClusterHealth(
             cluster, Health.UNREACHABLE, reason, summary.heartbeat + lost_after, silent=not why

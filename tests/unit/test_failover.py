@@ -23,8 +23,17 @@ LOST_AFTER = 10.0
 NOW = 1_000.0
 
 
-def summary(health: Health, heartbeat: float, reason: str = "", since: float = 0.0) -> ClusterSummary:
-    return ClusterSummary("a", health=health, heartbeat=heartbeat, health_reason=reason, health_since=since)
+def summary(
+    health: Health, heartbeat: float, reason: str = "", since: float = 0.0, published_at: float = 0.0
+) -> ClusterSummary:
+    return ClusterSummary(
+        "a",
+        health=health,
+        heartbeat=heartbeat,
+        health_reason=reason,
+        health_since=since,
+        published_at=published_at,
+    )
 
 
 @pytest.mark.parametrize(
@@ -49,10 +58,24 @@ def summary(health: Health, heartbeat: float, reason: str = "", since: float = 0
             "refused",
         ),
         (
-            summary(Health.DEGRADED, NOW - 10.5, "3 of 4 calls failed: connection refused", NOW - 8),
+            summary(Health.DEGRADED, NOW - 10.5, "3 of 4 calls failed: connection refused", NOW - 8, NOW - 1),
             Health.UNREACHABLE,
             True,
             "connection refused; no successful call for 10 s",
+        ),
+        # ... but only while the poller still writes: a degraded summary it stopped writing 6 s ago (a
+        # starved poller) says nothing of the last 6 s: silence, which moves jobs after 3 x lost_after
+        (
+            summary(Health.DEGRADED, NOW - 10.5, "3 of 4 calls failed: HTTP 503", NOW - 8, NOW - 6),
+            Health.UNREACHABLE,
+            False,
+            "no successful call for 10 s (the cluster is silent or its poller is down)",
+        ),
+        (
+            summary(Health.DEGRADED, NOW - 31, "3 of 4 calls failed: HTTP 503", NOW - 8, NOW - 25),
+            Health.UNREACHABLE,
+            True,
+            "no successful call for 31 s",
         ),
         # silence (no summary written) reads unreachable, but moves jobs only after 3 x lost_after
         (summary(Health.HEALTHY, NOW - 15), Health.UNREACHABLE, False, "no successful call for 15 s"),
