@@ -111,7 +111,7 @@ def effective_health(
         if why and summary.health is Health.DEGRADED:
             if now - (summary.published_at or summary.heartbeat) > lost_after * FRESH_WRITE_SHARE:
                 # the poller itself has been quiet: "no success since" is ours to guess, not its to say
-                # (a starved poller beside a cluster at 50% errors moved jobs; CI, 2026-12-04)
+                # (a poller starved for seconds beside a member at 50% errors could move its jobs)
                 why = ""
             else:
                 # the poller saw calls fail and no success since: lost now, not at its next verdict
