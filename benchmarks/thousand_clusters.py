@@ -1,7 +1,7 @@
 """Benchmark: `gpufed serve` holding a fleet of 1,000 member clusters (issue 24), on the production path.
 
 Run: .venv/bin/python -m benchmarks.thousand_clusters [--clusters 1000] [--nodes 10] [--kubesims 2]
-         [--shards 0 (auto)] [--jobs 2000] [--clients 16]
+         [--shards 0 (auto)] [--jobs 2000] [--clients 16] [--lost-seconds 10 (clusterLostSeconds)]
      (starts its own redis-server, `--kubesims` `kubesim serve` processes and `gpufed serve`; minutes)
 
 What runs, each in its own process, as deployed:
@@ -19,9 +19,12 @@ Prints:
                   commands/s and KiB/s (the pollers' heartbeats and node tables of 1,000 clusters)
     summary age   then (now - heartbeat) over every cluster's summary in Redis, sampled each second for
                   `idle` seconds, p50/p99
+    ready         when /readyz first answered 200 (polled from launch), and each check's last reason
     placement     `jobs` one-GPU jobs submitted by `clients` keep-alive clients, then the rate at which
                   the control loop places them (QUEUED -> created in a member) at 1,000 clusters, and the
                   seconds until every job is RUNNING
+    decide        from the fleet's event stream: first placement decisions (attempt 1 PLACED) a second at
+                  the busiest second, submit -> decision p50/p99, and re-placements after moves
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,7 @@ import redis
 import yaml
 
 from adapters.redis_process import private_redis
+from adapters.redis_store import RedisStateStore
 from benchmarks.fleet_scale import (
     HZ,
     TOKEN,
@@ -57,6 +62,7 @@ from benchmarks.fleet_scale import (
     submit_all,
 )
 from broker.config.sizing import poller_shards_for
+from broker.core.model import JobState
 from tests.conftest import free_port
 
 PREFIX = "thousand"
@@ -111,6 +117,39 @@ def summary_ages(r: redis.Redis, names: list[str]) -> list[float]:
         elif blob:
             ages.append(now - float(orjson.loads(blob).get("heartbeat", 0.0)))
     return ages
+
+
+def placement_decisions(url: str) -> str:
+    """From the fleet's event stream: each job's first placement decision (its attempt-1 PLACED event)
+    after its submit (its QUEUED event): how many decisions a second at the busiest second, and the
+    submit -> decision lag. Moves (attempt >= 2) are counted apart."""
+    store = RedisStateStore(url, prefix=PREFIX)
+    submitted: dict[str, float] = {}
+    decided: dict[str, float] = {}
+    moves = 0
+    after = "0-0"
+    try:
+        while rows := store.read_events(None, after=after, count=5000):
+            after = rows[-1][0]
+            for _, e in rows:
+                if e.state is JobState.QUEUED and e.job_id not in submitted:
+                    submitted[e.job_id] = e.at
+                elif e.state is JobState.PLACED and e.attempt == 1 and e.job_id not in decided:
+                    decided[e.job_id] = e.at
+                elif e.state is JobState.PLACED:
+                    moves += 1
+    finally:
+        store.close()
+    lags = [decided[j] - submitted[j] for j in decided if j in submitted]
+    per_second: dict[int, int] = {}
+    for at in decided.values():
+        per_second[int(at)] = per_second.get(int(at), 0) + 1
+    span = max(decided.values()) - min(decided.values()) if decided else 0.0
+    return (
+        f"{len(decided)} first placements in {span:.1f} s, busiest second {max(per_second.values(), default=0)}; "
+        f"submit -> placed p50 {pct(lags, 0.5) * 1000:.0f} ms, p99 {pct(lags, 0.99) * 1000:.0f} ms; "
+        f"{moves} re-placements after a move"
+    )
 
 
 def main() -> None:
@@ -224,6 +263,7 @@ def main() -> None:
             )
             procs.append(broker)
             http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+            readiness_http = httpx.Client(base_url=url, timeout=10)  # its own: read from a thread of its own
 
             progress = {"next": time.monotonic() + 30.0, "at": time.monotonic()}
             ticks: dict[int, int] = {}
@@ -243,18 +283,28 @@ def main() -> None:
                 return "; ".join(parts)
 
             ready_at: list[float] = []  # when /readyz first said 200, as a load balancer would see it
+            not_ready: dict[str, tuple[float, str]] = {}  # each check's last 503 reason, and when
 
             def ready() -> bool:
                 if not ready_at:
                     try:
-                        if http.get("/readyz").status_code == 200:
+                        answer = readiness_http.get("/readyz")
+                        if answer.status_code == 200:
                             ready_at.append(time.monotonic())
-                    except httpx.HTTPError:
+                        else:
+                            for check, why in answer.json().get("reasons", {}).items():
+                                not_ready[check] = (time.monotonic() - launched, str(why)[:160])
+                    except (httpx.HTTPError, ValueError, AttributeError):
                         pass
                 return bool(ready_at)
 
+            def watch_readiness() -> None:  # twice a second from launch until the first 200
+                while not ready() and broker.poll() is None:
+                    time.sleep(0.5)
+
+            threading.Thread(target=watch_readiness, name="readyz", daemon=True).start()
+
             def healthy() -> bool:
-                ready()
                 try:
                     items = http.get("/v1/clusters").json()["items"]
                 except (httpx.HTTPError, ValueError, KeyError):
@@ -313,6 +363,8 @@ def main() -> None:
                 # first start lists every workload kind in every member); polled from launch on
                 wait_for(ready, 900, "the broker ready", 1.0)
                 print(f"ready   /readyz first 200 {ready_at[0] - launched:.1f} s after launch")
+                for check, (at, why) in sorted(not_ready.items()):
+                    print(f"          {check}: last not ready {at:.0f} s after launch: {why}")
                 submit_started = time.monotonic()
                 latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
                 print(
@@ -332,6 +384,7 @@ def main() -> None:
                     f"{time.monotonic() - last:.1f} s after the last submit; {placed_rate:.0f} placed/s from the "
                     "first submit (bounded by the submit rate: jobs are placed as they arrive)"
                 )
+                print(f"decide  {placement_decisions(rs.url)}")
             if args.hold:
                 print(
                     f"hold    {args.hold:.0f} s: broker pid {broker.pid}, kubesim pids "
