@@ -24,7 +24,7 @@ Prints:
                   the control loop places them (QUEUED -> created in a member) at 1,000 clusters, and the
                   seconds until every job is RUNNING
     decide        from the fleet's event stream: first placement decisions (attempt 1 PLACED) a second at
-                  the busiest second, submit -> decision p50/p99, and re-placements after moves
+                  the busiest second, submit -> decision p50/p99, and jobs placed again (a failed create, a move)
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def summary_ages(r: redis.Redis, names: list[str]) -> list[float]:
 def placement_decisions(url: str) -> str:
     """From the fleet's event stream: each job's first placement decision (its attempt-1 PLACED event)
     after its submit (its QUEUED event): how many decisions a second at the busiest second, and the
-    submit -> decision lag. Moves (attempt >= 2) are counted apart."""
+    submit -> decision lag. Later placements (attempt >= 2: a failed create, a move) are counted apart."""
     store = RedisStateStore(url, prefix=PREFIX)
     submitted: dict[str, float] = {}
     decided: dict[str, float] = {}
@@ -148,7 +148,7 @@ def placement_decisions(url: str) -> str:
     return (
         f"{len(decided)} first placements in {span:.1f} s, busiest second {max(per_second.values(), default=0)}; "
         f"submit -> placed p50 {pct(lags, 0.5) * 1000:.0f} ms, p99 {pct(lags, 0.99) * 1000:.0f} ms; "
-        f"{moves} re-placements after a move"
+        f"{moves} placed again (after a failed create or a move)"
     )
 
 
