@@ -206,12 +206,15 @@ def test_a_cluster_seen_failing_is_lost_at_its_deadline_and_the_loop_is_told_whe
         cluster("a", 8),
         health=Health.DEGRADED,
         health_reason="4 of 6 calls failed (last: connection refused)",
+        published_at=NOW,
     )
     store.put_summary(failing)
     clock.t = NOW + 6
     assert svc.observe_clusters() == []
     assert svc.seconds_until_a_loss() == pytest.approx(4.0)
 
+    # the poller still writes its verdict (nothing succeeded since NOW): lost at NOW + 10 s, not later
+    store.put_summary(replace(failing, published_at=NOW + 9))
     clock.t = NOW + 10.01
     moved = svc.observe_clusters()
     assert [r.id for r in moved] == [job.id]
