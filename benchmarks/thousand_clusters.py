@@ -49,6 +49,7 @@ import yaml
 
 from adapters.redis_process import private_redis
 from adapters.redis_store import RedisStateStore
+from benchmarks import capacity_freshness
 from benchmarks.fleet_scale import (
     HZ,
     TOKEN,
@@ -172,6 +173,15 @@ def main() -> None:
         default=10.0,
         help="settings.clusterLostSeconds (the probe interval is a fifth of it; docs/operations.md, sizing)",
     )
+    parser.add_argument(
+        "--churn",
+        type=float,
+        default=0.0,
+        help="pod events/s of background churn across the fleet (kubesim --churn-rate, split over the "
+        "kubesims): the idle line then measures the fleet under churn, and a `fresh` line times marker "
+        "changes -> Redis (benchmarks.capacity_freshness)",
+    )
+    parser.add_argument("--fresh-seconds", type=float, default=60.0, help="with --churn: how long to sample")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--idle", type=float, default=30.0)
@@ -210,6 +220,8 @@ def main() -> None:
                             str(out),
                             "--bookmark-seconds",
                             str(args.bookmark_seconds),
+                            "--churn-rate",
+                            str(args.churn / args.kubesims),
                         ],
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -344,7 +356,8 @@ def main() -> None:
             ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
             k1 = sum(cpu_ticks(p) for p in members)
             print(
-                f"idle    {elapsed:.0f} s: broker {(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes "
+                (f"churn   {args.churn:g} pod events/s, " if args.churn else "idle    ")
+                + f"{elapsed:.0f} s: broker {(b1 - b0) / HZ / elapsed * 100:.1f}% of a core, Ray processes "
                 f"{ray1 / HZ / elapsed * 100:.1f}%, kubesim (the members) {(k1 - k0) / HZ / elapsed * 100:.1f}%; "
                 f"Redis {(c1 - c0) / elapsed:.0f} commands/s, "
                 f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
@@ -358,6 +371,15 @@ def main() -> None:
                 f"age     summary age (now - heartbeat) over {len(ages)} samples: p50 {pct(ages, 0.5):.2f} s, "
                 f"p99 {pct(ages, 0.99):.2f} s, max {max(ages):.2f} s"
             )
+            if args.churn:
+                fresh = capacity_freshness.sample(rs.url, PREFIX, kubeconfigs, args.fresh_seconds)
+                print(
+                    f"fresh   under {args.churn:g} pod events/s: a {capacity_freshness.MARKER_GPUS}-GPU pod "
+                    f"made or deleted in a member -> its summary in Redis, {len(fresh.latencies)} changes: "
+                    f"p50 {pct(fresh.latencies, 0.5):.2f} s, p99 {pct(fresh.latencies, 0.99):.2f} s, "
+                    f"max {max(fresh.latencies, default=0.0):.2f} s; {fresh.missed} not seen in "
+                    f"{capacity_freshness.GIVE_UP_SECONDS:g} s, {fresh.skipped} members skipped"
+                )
             if args.jobs:
                 # As a load balancer would: traffic once /readyz says 200 (the store initialised, which on a
                 # first start lists every workload kind in every member); polled from launch on

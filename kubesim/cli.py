@@ -59,6 +59,18 @@ def serve(
             help="Seconds between watch BOOKMARKs (a real kube-apiserver: about 60; fleets of hundreds of clusters).",
         ),
     ] = 5.0,
+    churn_rate: Annotated[
+        float,
+        typer.Option(
+            "--churn-rate",
+            min=0,
+            help="Pod events/s of background churn across this process's clusters (0: none): pods bound to "
+            "GPU nodes replaced one by one (kubesim.churn), as a busy fleet's pods come and go.",
+        ),
+    ] = 0.0,
+    churn_pods_per_node: Annotated[
+        int, typer.Option("--churn-pods-per-node", min=1, help="One-GPU churn pods bound to each GPU node.")
+    ] = 2,
 ) -> None:
     """Serve every cluster of FLEET until SIGINT/SIGTERM."""
     from kubesim.fleet import FleetError, load_fleet
@@ -84,6 +96,15 @@ def serve(
     except OSError as e:
         console.print(f"[red]cannot start: {e}[/red]")
         raise typer.Exit(1) from None
+    if churn_rate > 0:
+        import asyncio
+
+        from kubesim.churn import PodChurn
+
+        churn = PodChurn({c: sim.store(c) for c in sim.cluster_names()})
+        sim.call(lambda: churn.populate(churn_pods_per_node))
+        asyncio.run_coroutine_threadsafe(churn.run(churn_rate, 10.0**9), sim.loop)
+        console.print(f"churn: {churn_rate:g} pod events/s, {churn_pods_per_node} churn pods per GPU node")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
