@@ -1,13 +1,12 @@
 """Capacity freshness seen from outside the broker: a change made in a member -> the summary in Redis.
 
 Used by benchmarks.thousand_clusters (`--churn`): while the members churn pods in the background, a few
-sampler threads each pick a random member, bind a marker pod of MARKER_GPUS GPUs to one of its nodes
-through that member's API server (HTTPS, its kubeconfig), and time how long until the member's summary in
-Redis shows MARKER_GPUS fewer free GPUs; then delete the marker and time the way back. Nothing in the
-broker is hooked: the figure includes the member's watch, the poller shard (a Ray actor), its batching
-and its Redis write, as a placer reads it. Background churn replaces one-GPU pods on the same nodes
-(free counts move by one at most between a delete and its create), so a change of MARKER_GPUS - 1 or
-more is the marker's.
+sampler threads each pick a random member, cordon one of its GPU nodes through that member's API server
+(HTTPS, its kubeconfig; a merge patch of spec.unschedulable, as `kubectl cordon` does), and time how
+long until the member's summary in Redis counts that node's GPUs out of its allocatable; then uncordon it
+and time the way back. Nothing in the broker is hooked: the figure includes the member's watch, the
+poller shard (a Ray actor), its batching and its Redis write, as a placer reads it. Background churn
+replaces pods and never moves allocatable GPUs, so the change seen is the cordon's.
 """
 
 from __future__ import annotations
@@ -22,27 +21,26 @@ import orjson
 import redis
 
 from adapters.kube_rest import KubeRest
-from kubesim.churn import churn_pod
 
-MARKER_GPUS = 4
 POLL_SECONDS = 0.02
 GIVE_UP_SECONDS = 30.0
+GPU = "nvidia.com/gpu"
 
 
 @dataclass
 class Freshness:
     latencies: list[float] = field(default_factory=list)  # seconds, one per change seen
     missed: int = 0  # changes not seen within GIVE_UP_SECONDS
-    skipped: int = 0  # members with no summary or too few free GPUs when picked
+    skipped: int = 0  # members with no summary or no GPU node when picked
 
 
-def free_gpus(r: redis.Redis, prefix: str, cluster: str) -> int | None:
-    """Whole GPUs free in the member's summary as stored (None: no summary yet)."""
+def allocatable_gpus(r: redis.Redis, prefix: str, cluster: str) -> int | None:
+    """Whole GPUs allocatable (ready, schedulable nodes) in the member's summary as stored (None: none yet)."""
     blob = r.hget(f"{prefix}:summary:{cluster}", "json")
     if not blob:
         return None
     products = orjson.loads(blob).get("products") or []
-    return sum(int(p.get("free", 0)) for p in products)
+    return sum(int(p.get("allocatable", 0)) for p in products)
 
 
 def _seen(
@@ -50,8 +48,8 @@ def _seen(
 ) -> float | None:
     """Seconds from `started` until `done(free)` holds for the member's summary, or None (gave up)."""
     while time.time() - started < GIVE_UP_SECONDS:
-        free = free_gpus(r, prefix, cluster)
-        if free is not None and done(free):
+        gpus = allocatable_gpus(r, prefix, cluster)
+        if gpus is not None and done(gpus):
             return time.time() - started
         time.sleep(POLL_SECONDS)
     return None
@@ -69,32 +67,43 @@ def sample(
     def run(k: int) -> None:
         rng = random.Random(k)
         r = redis.Redis.from_url(redis_url)
-        serial = 0
         while time.monotonic() < stop_at:
-            cluster = rng.choice(names)
+            cluster = rng.choice(names[k::samplers])  # its own members: no two samplers share a baseline
             rest = KubeRest.from_kubeconfig(cluster, kubeconfigs[cluster])
             try:
-                nodes = rest.request("GET", "/api/v1/nodes", query=[("limit", 1)])["items"]
-                before = free_gpus(r, prefix, cluster)
-                if not nodes or before is None or before < MARKER_GPUS:
+                nodes = rest.request(
+                    "GET", "/api/v1/nodes", query=[("labelSelector", "nvidia.com/gpu.present")]
+                )
+                gpu_nodes = [
+                    n for n in nodes["items"] if int((n["status"].get("allocatable") or {}).get(GPU, 0))
+                ]
+                before = allocatable_gpus(r, prefix, cluster)
+                if not gpu_nodes or before is None:
                     with lock:
                         out.skipped += 1
                     continue
-                serial += 1
-                name = f"fresh-{k}-{serial}"
-                pod = churn_pod(name, nodes[0]["metadata"]["name"], MARKER_GPUS)
-                started = time.time()
-                rest.request("POST", "/api/v1/namespaces/default/pods", body=pod)
-                there = _seen(r, prefix, cluster, lambda f, b=before: f <= b - MARKER_GPUS + 1, started)
-                started = time.time()
-                rest.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
-                gone = _seen(r, prefix, cluster, lambda f, b=before: f >= b - 1, started)
+                node = rng.choice(gpu_nodes)
+                gpus = int(node["status"]["allocatable"][GPU])
+                path = f"/api/v1/nodes/{node['metadata']['name']}"
+                seen: list[float | None] = []
+                for cordon, done in (
+                    (True, lambda g, b=before, n=gpus: g <= b - n),
+                    (False, lambda g, b=before: g >= b),
+                ):
+                    started = time.time()
+                    rest.request(
+                        "PATCH",
+                        path,
+                        body={"spec": {"unschedulable": cordon}},
+                        content_type="application/merge-patch+json",
+                    )
+                    seen.append(_seen(r, prefix, cluster, done, started))
                 with lock:
-                    for seen in (there, gone):
-                        if seen is None:
+                    for latency in seen:
+                        if latency is None:
                             out.missed += 1
                         else:
-                            out.latencies.append(seen)
+                            out.latencies.append(latency)
             finally:
                 rest.close()
         r.close()

@@ -374,8 +374,8 @@ def main() -> None:
             if args.churn:
                 fresh = capacity_freshness.sample(rs.url, PREFIX, kubeconfigs, args.fresh_seconds)
                 print(
-                    f"fresh   under {args.churn:g} pod events/s: a {capacity_freshness.MARKER_GPUS}-GPU pod "
-                    f"made or deleted in a member -> its summary in Redis, {len(fresh.latencies)} changes: "
+                    f"fresh   under {args.churn:g} pod events/s: a GPU node cordoned or uncordoned in a member "
+                    f"-> its summary in Redis, {len(fresh.latencies)} changes: "
                     f"p50 {pct(fresh.latencies, 0.5):.2f} s, p99 {pct(fresh.latencies, 0.99):.2f} s, "
                     f"max {max(fresh.latencies, default=0.0):.2f} s; {fresh.missed} not seen in "
                     f"{capacity_freshness.GIVE_UP_SECONDS:g} s, {fresh.skipped} members skipped"
