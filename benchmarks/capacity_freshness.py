@@ -21,6 +21,7 @@ import orjson
 import redis
 
 from adapters.kube_rest import KubeRest
+from broker.core.errors import ClusterError
 
 POLL_SECONDS = 0.02
 GIVE_UP_SECONDS = 30.0
@@ -32,6 +33,7 @@ class Freshness:
     latencies: list[float] = field(default_factory=list)  # seconds, one per change seen
     missed: int = 0  # changes not seen within GIVE_UP_SECONDS
     skipped: int = 0  # members with no summary or no GPU node when picked
+    failed_calls: int = 0  # a sampler's own call to a member failed (that change was not made)
 
 
 def allocatable_gpus(r: redis.Redis, prefix: str, cluster: str) -> int | None:
@@ -55,10 +57,36 @@ def _seen(
     return None
 
 
+def _cordon_and_back(
+    r: redis.Redis, prefix: str, cluster: str, rest: KubeRest, rng: random.Random
+) -> list[float | None] | None:
+    """Cordon one of the member's GPU nodes, then uncordon it: the seconds until each shows in Redis (None
+    for a change not seen in GIVE_UP_SECONDS); None when the member has no GPU node or no summary yet."""
+    nodes = rest.request("GET", "/api/v1/nodes")["items"]
+    gpu_nodes = [n for n in nodes if int((n["status"].get("allocatable") or {}).get(GPU, 0))]
+    before = allocatable_gpus(r, prefix, cluster)
+    if not gpu_nodes or before is None:
+        return None
+    node = rng.choice(gpu_nodes)
+    gpus = int(node["status"]["allocatable"][GPU])
+    path = f"/api/v1/nodes/{node['metadata']['name']}"
+    seen: list[float | None] = []
+    for cordon, done in (
+        (True, lambda g: g <= before - gpus),
+        (False, lambda g: g >= before),
+    ):
+        started = time.time()
+        patch = {"spec": {"unschedulable": cordon}}
+        rest.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+        seen.append(_seen(r, prefix, cluster, done, started))
+    return seen
+
+
 def sample(
     redis_url: str, prefix: str, kubeconfigs: Mapping[str, str], seconds: float, samplers: int = 4
 ) -> Freshness:
-    """`samplers` threads for `seconds`, each making and timing marker changes one after another."""
+    """`samplers` threads for `seconds`, each cordoning and uncordoning nodes of its own members, one
+    change after another."""
     out = Freshness()
     lock = threading.Lock()
     stop_at = time.monotonic() + seconds
@@ -71,41 +99,22 @@ def sample(
             cluster = rng.choice(names[k::samplers])  # its own members: no two samplers share a baseline
             rest = KubeRest.from_kubeconfig(cluster, kubeconfigs[cluster])
             try:
-                nodes = rest.request(
-                    "GET", "/api/v1/nodes", query=[("labelSelector", "nvidia.com/gpu.present")]
-                )
-                gpu_nodes = [
-                    n for n in nodes["items"] if int((n["status"].get("allocatable") or {}).get(GPU, 0))
-                ]
-                before = allocatable_gpus(r, prefix, cluster)
-                if not gpu_nodes or before is None:
-                    with lock:
-                        out.skipped += 1
-                    continue
-                node = rng.choice(gpu_nodes)
-                gpus = int(node["status"]["allocatable"][GPU])
-                path = f"/api/v1/nodes/{node['metadata']['name']}"
-                seen: list[float | None] = []
-                for cordon, done in (
-                    (True, lambda g, b=before, n=gpus: g <= b - n),
-                    (False, lambda g, b=before: g >= b),
-                ):
-                    started = time.time()
-                    rest.request(
-                        "PATCH",
-                        path,
-                        body={"spec": {"unschedulable": cordon}},
-                        content_type="application/merge-patch+json",
-                    )
-                    seen.append(_seen(r, prefix, cluster, done, started))
+                seen = _cordon_and_back(r, prefix, cluster, rest, rng)
+            except ClusterError:  # the member did not answer the sampler (an overloaded simulator)
                 with lock:
-                    for latency in seen:
-                        if latency is None:
-                            out.missed += 1
-                        else:
-                            out.latencies.append(latency)
+                    out.failed_calls += 1
+                continue
             finally:
                 rest.close()
+            with lock:
+                if seen is None:
+                    out.skipped += 1
+                    continue
+                for latency in seen:
+                    if latency is None:
+                        out.missed += 1
+                    else:
+                        out.latencies.append(latency)
         r.close()
 
     threads = [threading.Thread(target=run, args=(k,), name=f"fresh-{k}") for k in range(samplers)]

@@ -378,7 +378,8 @@ def main() -> None:
                     f"-> its summary in Redis, {len(fresh.latencies)} changes: "
                     f"p50 {pct(fresh.latencies, 0.5):.2f} s, p99 {pct(fresh.latencies, 0.99):.2f} s, "
                     f"max {max(fresh.latencies, default=0.0):.2f} s; {fresh.missed} not seen in "
-                    f"{capacity_freshness.GIVE_UP_SECONDS:g} s, {fresh.skipped} members skipped"
+                    f"{capacity_freshness.GIVE_UP_SECONDS:g} s, {fresh.skipped} members skipped, "
+                    f"{fresh.failed_calls} sampler calls to a member failed"
                 )
             if args.jobs:
                 # As a load balancer would: traffic once /readyz says 200 (the store initialised, which on a
