@@ -11,8 +11,9 @@ Owns:
                     clusterLostSeconds as before).
     ProbeScheduler  every cluster's liveness probe (ClusterWatcher.probe, GET /version) on its own schedule:
                     every `interval` after a success or a timeout (a timeout has already waited its
-                    deadline), every `retry` after any other failure (in doubt, look again soon), the first
-                    ones spread over one interval. One task per cluster on the loop: no thread per probe
+                    deadline; timeouts in a row back off, until the member answers any other call), every
+                    `retry` after any other failure (in doubt, look again soon), the first ones spread
+                    over one interval. One task per cluster on the loop: no thread per probe
                     (a pool of probe threads grew to 256 per shard at 1,000 members and starved the loop).
 """
 
@@ -101,6 +102,11 @@ class Probed(Protocol):
 
     cluster: str
 
+    @property
+    def last_success(self) -> float:
+        """Epoch seconds of the member's last successful call of any kind (0: none)."""
+        ...
+
     async def probe(self, lag: Callable[[], float] | None = None) -> Outcome: ...
 
 
@@ -171,7 +177,20 @@ class ProbeScheduler:
             self.probes += 1
             timeouts = timeouts + 1 if timed_out else 0
             wait = probe_wait(interval, retry, ok, timeouts)
-            await asyncio.sleep(max(MIN_WAIT_SECONDS, started + wait - self._clock()))
+            if wait <= interval:
+                await asyncio.sleep(max(MIN_WAIT_SECONDS, started + wait - self._clock()))
+                continue
+            # Backing off after timeouts: look every interval whether the member answered another call
+            # (a list, a watch) meanwhile; then it is back, and so is the probe's cadence (a hang that
+            # ended must not leave the member unprobed for up to TIMEOUT_BACKOFF_MAX intervals, blind to
+            # the next fault).
+            answered = target.last_success
+            until = started + wait
+            while (left := until - self._clock()) > 0:
+                await asyncio.sleep(max(MIN_WAIT_SECONDS, min(interval, left)))
+                if target.last_success > answered:
+                    timeouts = 0
+                    break
 
 
 def probe_wait(interval: float, retry: float, ok: bool, timeouts: int) -> float:

@@ -34,6 +34,7 @@ class FakeMember:
         self.hang: threading.Event | None = None
         self.calls: list[float] = []
         self.lags: list[float] = []
+        self.last_success = 0.0  # of any call (the watcher's lists and watches included)
 
     async def probe(self, lag: Callable[[], float] | None = None) -> Outcome:
         while self.hang is not None and not self.hang.is_set():
@@ -117,6 +118,25 @@ def test_probes_back_off_after_timeouts_in_a_row_and_retry_soon_after_a_refusal(
     ok: bool, timeouts: int, wait: float
 ) -> None:
     assert probe_wait(2.0, 0.25, ok, timeouts) == wait
+
+
+def test_a_member_back_from_a_hang_is_probed_at_once_not_after_the_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Probes that time out back off; when the member answers another call meanwhile (its watches and
+    lists work again), the probe's cadence comes back at once: a member back from a hang must not stay
+    unprobed, blind to its next fault, for the rest of a long backoff."""
+    monkeypatch.setattr("adapters.probe_scheduler.TIMEOUT_BACKOFF_MAX", 1000.0)
+    scheduler = ProbeScheduler(lag=lambda: 0.0)
+    member = FakeMember("m", ok=False, cause=timeout_cause(2))
+    try:
+        scheduler.add(member, interval=0.2, retry=0.02)
+        wait_until(lambda: len(member.calls) >= 6, timeout=30.0)  # the 6th timeout: the next 12.8 s later
+        member.ok = True
+        member.last_success = time.time()  # a list answered
+        wait_until(lambda: len(member.calls) >= 7, timeout=6.0)
+    finally:
+        scheduler.stop()
 
 
 def test_a_stopped_scheduler_probes_nothing_more() -> None:
