@@ -41,6 +41,7 @@ import redis
 from adapters import summary_batch
 from adapters.redis_store import RedisStateStore
 from broker.core.model import Health
+from broker.health import failover
 from broker.telemetry import freshness
 
 log = logging.getLogger(__name__)
@@ -57,14 +58,12 @@ STARTUP_GRACE_SECONDS = 15.0
 # quiet for more than the 5 s silence limit, were killed, restarted, and killed again, and never came up.
 STARTUP_LIMIT_SECONDS = 120.0
 LIVENESS_CHECK_SECONDS = 0.5
-# A shard re-writes each of its summaries at least every HEARTBEAT_SECONDS (adapters.ray_actors);
-# a shard is never judged on less than two missed heartbeats.
-MIN_SILENCE_SECONDS = 4.0
 
 
 def silent_after(lost_seconds: float) -> float:
-    """How long a shard may publish nothing before it is replaced."""
-    return max(lost_seconds / 2.0, MIN_SILENCE_SECONDS)
+    """How long a shard may publish nothing before it is replaced (broker.health.failover's rule, which
+    also decides when a degraded summary left unwritten is silence)."""
+    return failover.poller_silent_after(lost_seconds)
 
 
 def liveness_key(prefix: str) -> str:

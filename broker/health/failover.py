@@ -6,7 +6,7 @@ and when a cluster that came back may take work again (fencing).
                                                 unreachable whatever it says (a dead poller, a silent
                                                 cluster), so no cluster stays "healthy" unobserved; a
                                                 degraded one is lost at once only while its poller
-                                                still writes (FRESH_WRITE_SHARE), else it is silent
+                                                still writes (poller_silent_after), else it is silent
     is_lost(health)                             unreachable, or credentials rejected, for `lost_after`:
                                                 its jobs are failed over (lifecycle.failover: requeue or
                                                 FAILED by the job's policy) and the cluster is fenced.
@@ -69,6 +69,7 @@ __all__ = [
     "loss_deadline",
     "may_unfence",
     "one_shard",
+    "poller_silent_after",
     "pollers_silent",
 ]
 
@@ -80,10 +81,16 @@ _FAILING = (Health.UNREACHABLE, Health.DEGRADED)
 # after this many times clusterLostSeconds: the cluster itself may be fine. A whole shard's silence
 # moves nothing (blind_shards).
 SILENT_LOSS_FACTOR = 3.0
-# A degraded cluster with no success for clusterLostSeconds is lost at once only while its poller still
-# writes (its summary written within this share of clusterLostSeconds, the poller liveness limit): the
-# poller then says nothing succeeded. A degraded summary the poller stopped writing is silence.
-FRESH_WRITE_SHARE = 0.5
+# A poller re-writes each of its summaries at least every couple of seconds (adapters.poller_shard
+# HEARTBEAT_SECONDS); one that wrote nothing for poller_silent_after(clusterLostSeconds) is not working:
+# adapters.poller_liveness replaces its shard, and a degraded summary it left unwritten that long is
+# silence, not a verdict (effective_health). Never judged on fewer than two missed heartbeats.
+MIN_POLLER_SILENCE_SECONDS = 4.0
+
+
+def poller_silent_after(lost_after: float) -> float:
+    """Seconds without a write after which a poller (and what it last wrote) is taken as silent."""
+    return max(lost_after / 2.0, MIN_POLLER_SILENCE_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ def effective_health(
     if summary.heartbeat > 0 and silent > lost_after and summary.health is not Health.FORBIDDEN:
         why = summary.health_reason if summary.health in _FAILING and summary.health_reason else ""
         if why and summary.health is Health.DEGRADED:
-            if now - (summary.published_at or summary.heartbeat) > lost_after * FRESH_WRITE_SHARE:
+            if now - (summary.published_at or summary.heartbeat) > poller_silent_after(lost_after):
                 # the poller itself has been quiet: "no success since" is ours to guess, not its to say
                 # (a poller starved for seconds beside a member at 50% errors could move its jobs)
                 why = ""
