@@ -78,14 +78,16 @@ _MAX_SAMPLES = 512
 # default 10 s), at most every MAX_DEFAULT_PROBE_SECONDS: a lost verdict rests on several probes, not one.
 PROBES_PER_LOSS = 5
 MAX_DEFAULT_PROBE_SECONDS = 10.0
-# The error-rate window holds at least this many probe intervals, so min_samples probes fit in it.
+# The error-rate window: at least MIN_WINDOW_SECONDS, and at least WINDOW_PROBES probe intervals, so
+# min_samples probes fit in it.
+MIN_WINDOW_SECONDS = 10.0
 WINDOW_PROBES = 5
 
 
 @dataclass(frozen=True)
 class HealthThresholds:
     lost_seconds: float = 10.0
-    window_seconds: float = 10.0
+    window_seconds: float = MIN_WINDOW_SECONDS
     degraded_error_rate: float = 0.3
     degraded_latency_seconds: float = 1.0
     min_samples: int = 4
@@ -121,7 +123,7 @@ class HealthThresholds:
             probe = min(MAX_DEFAULT_PROBE_SECONDS, lost_seconds / PROBES_PER_LOSS)
         return cls(
             lost_seconds=lost_seconds,
-            window_seconds=max(10.0, WINDOW_PROBES * probe),
+            window_seconds=max(MIN_WINDOW_SECONDS, WINDOW_PROBES * probe),
             probe_interval_seconds=probe,
         )
 
