@@ -17,10 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import orjson
-import redis
-
 from adapters.kube_rest import KubeRest
+from adapters.redis_store import RedisStateStore
 from broker.core.errors import ClusterError
 
 POLL_SECONDS = 0.02
@@ -36,21 +34,16 @@ class Freshness:
     failed_calls: int = 0  # a sampler's own call to a member failed (that change was not made)
 
 
-def allocatable_gpus(r: redis.Redis, prefix: str, cluster: str) -> int | None:
+def allocatable_gpus(store: RedisStateStore, cluster: str) -> int | None:
     """Whole GPUs allocatable (ready, schedulable nodes) in the member's summary as stored (None: none yet)."""
-    blob = r.hget(f"{prefix}:summary:{cluster}", "json")
-    if not blob:
-        return None
-    products = orjson.loads(blob).get("products") or []
-    return sum(int(p.get("allocatable", 0)) for p in products)
+    summary = store.get_summary(cluster)
+    return None if summary is None else sum(p.allocatable for p in summary.products)
 
 
-def _seen(
-    r: redis.Redis, prefix: str, cluster: str, done: Callable[[int], bool], started: float
-) -> float | None:
+def _seen(store: RedisStateStore, cluster: str, done: Callable[[int], bool], started: float) -> float | None:
     """Seconds from `started` until `done(free)` holds for the member's summary, or None (gave up)."""
     while time.time() - started < GIVE_UP_SECONDS:
-        gpus = allocatable_gpus(r, prefix, cluster)
+        gpus = allocatable_gpus(store, cluster)
         if gpus is not None and done(gpus):
             return time.time() - started
         time.sleep(POLL_SECONDS)
@@ -58,13 +51,13 @@ def _seen(
 
 
 def _cordon_and_back(
-    r: redis.Redis, prefix: str, cluster: str, rest: KubeRest, rng: random.Random
+    store: RedisStateStore, cluster: str, rest: KubeRest, rng: random.Random
 ) -> list[float | None] | None:
     """Cordon one of the member's GPU nodes, then uncordon it: the seconds until each shows in Redis (None
     for a change not seen in GIVE_UP_SECONDS); None when the member has no GPU node or no summary yet."""
     nodes = rest.request("GET", "/api/v1/nodes")["items"]
     gpu_nodes = [n for n in nodes if int((n["status"].get("allocatable") or {}).get(GPU, 0))]
-    before = allocatable_gpus(r, prefix, cluster)
+    before = allocatable_gpus(store, cluster)
     if not gpu_nodes or before is None:
         return None
     node = rng.choice(gpu_nodes)
@@ -78,7 +71,7 @@ def _cordon_and_back(
         started = time.time()
         patch = {"spec": {"unschedulable": cordon}}
         rest.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
-        seen.append(_seen(r, prefix, cluster, done, started))
+        seen.append(_seen(store, cluster, done, started))
     return seen
 
 
@@ -94,12 +87,12 @@ def sample(
 
     def run(k: int) -> None:
         rng = random.Random(k)
-        r = redis.Redis.from_url(redis_url)
+        store = RedisStateStore(redis_url, prefix=prefix)
         while time.monotonic() < stop_at:
             cluster = rng.choice(names[k::samplers])  # its own members: no two samplers share a baseline
             rest = KubeRest.from_kubeconfig(cluster, kubeconfigs[cluster])
             try:
-                seen = _cordon_and_back(r, prefix, cluster, rest, rng)
+                seen = _cordon_and_back(store, cluster, rest, rng)
             except ClusterError:  # the member did not answer the sampler (an overloaded simulator)
                 with lock:
                     out.failed_calls += 1
@@ -115,7 +108,7 @@ def sample(
                         out.missed += 1
                     else:
                         out.latencies.append(latency)
-        r.close()
+        store.close()
 
     threads = [threading.Thread(target=run, args=(k,), name=f"fresh-{k}") for k in range(samplers)]
     for t in threads:
