@@ -8,7 +8,7 @@ P:events:<id>, P:events, P:cluster-events:<c>, P:nodes:<c>, P:lag:<c>, P:fenced.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -18,6 +18,7 @@ from broker.capacity.node_detail import NodeDetail
 from broker.core.errors import Fenced, StoreError
 from broker.core.model import JobEvent
 from broker.core.records import ClusterEvent
+from broker.telemetry.event_lag import LagCounts
 
 FLEET_STREAM_MAXLEN = 100_000
 _FLEET_STREAM_MAXLEN = FLEET_STREAM_MAXLEN
@@ -196,20 +197,24 @@ class SideTables:
 
     # ------------------------------------------------------------------ event-to-Redis freshness
 
-    def observe_event_lag(self, cluster: str, seconds: float, buckets: Sequence[float]) -> None:
-        """Count one summary write that landed `seconds` after the first watch event it carries."""
-        key = self._k("lag", cluster)
+    def add_event_lags(self, counts: Mapping[str, LagCounts], bounds: Sequence[float]) -> None:
+        """Add a poller's event-to-Redis counts (broker.telemetry.event_lag) to each cluster's histogram,
+        every cluster in one round trip. `bounds` are the bounds the counts were taken with."""
+        if not counts:
+            return
         try:
             pipe = self._r.pipeline(transaction=False)
-            for bound in buckets:
-                if seconds <= bound:
-                    pipe.hincrby(key, f"le:{float(bound)!r}", 1)
-            pipe.hincrby(key, "le:+Inf", 1)
-            pipe.hincrbyfloat(key, "sum", seconds)
-            pipe.hincrby(key, "count", 1)
+            for cluster, c in counts.items():
+                key = self._k("lag", cluster)
+                for bound, n in zip(bounds, c.le, strict=True):
+                    if n:
+                        pipe.hincrby(key, f"le:{float(bound)!r}", n)
+                pipe.hincrby(key, "le:+Inf", c.count)
+                pipe.hincrbyfloat(key, "sum", c.seconds)
+                pipe.hincrby(key, "count", c.count)
             pipe.execute()
         except redis.RedisError as e:
-            raise StoreError(f"redis: observe_event_lag {cluster}: {e}") from e
+            raise StoreError(f"redis: add_event_lags ({len(counts)} clusters): {e}") from e
 
     def event_lags(
         self, buckets: Sequence[float]

@@ -27,6 +27,7 @@ from broker.core.model import (
     Tier,
 )
 from broker.core.ports import ReserveResult
+from broker.telemetry.event_lag import EventLagTally
 
 pytestmark = pytest.mark.integration
 
@@ -410,3 +411,26 @@ def test_a_live_reader_gets_events_appended_after_it_started(store: RedisStateSt
     reader.join()
 
     assert [e.state for e in got] == [JobState.PLACED]
+
+
+def test_event_lag_counts_added_in_batches_add_up_to_one_histogram_per_cluster(
+    store: RedisStateStore,
+) -> None:
+    """A poller adds its counts once a pass; two passes and two clusters read back as Prometheus buckets."""
+    bounds = (0.1, 0.5, 1.0)
+    store.put_summary(summary("a"))
+    store.put_summary(summary("b"))
+    first, second = EventLagTally(bounds), EventLagTally(bounds)
+    for seconds in (0.05, 0.3, 0.3, 4.0):
+        first.observe("a", seconds)
+    first.observe("b", 0.7)
+    second.observe("a", 0.1)
+    store.add_event_lags(first.drain(), bounds)
+    store.add_event_lags(second.drain(), bounds)
+    store.add_event_lags({}, bounds)  # an idle pass writes nothing
+
+    lags = store.event_lags(bounds)
+    a_buckets, a_sum, a_count = lags["a"]
+    assert a_buckets == [(0.1, 2.0), (0.5, 4.0), (1.0, 4.0), (float("inf"), 5.0)]
+    assert a_count == 5 and a_sum == pytest.approx(4.75)
+    assert lags["b"][0] == [(0.1, 0.0), (0.5, 0.0), (1.0, 1.0), (float("inf"), 1.0)]
