@@ -134,6 +134,7 @@ class ClusterWatcher:
         self._requests: dict[Requests, Requests] = {}  # interning: most pods ask for the same things
         self._alloc: dict[str, dict[str, int]] = {}
         self._nrts: dict[str, Obj] = {}
+        self._parts = kube_objects.NodePartsCache()  # each node parsed once per version, not per pod event
         self._cqs: dict[str, Obj] = {}
         self._dra = DraState()
         # namespaces, resourcequotas, limitranges: "namespace/name" -> object (tenancy)
@@ -409,11 +410,10 @@ class ClusterWatcher:
             if node is None:
                 self._index.remove(name)
                 self._bad.pop(name, None)
+                self._parts.forget(name)
                 continue
             try:
-                facts = kube_objects.node_facts_from_requests(
-                    node, self._alloc.get(name, {}), self._nrts.get(name)
-                )
+                facts = self._parts.facts(node, self._alloc.get(name, {}), self._nrts.get(name))
                 slices = self._dra.slices_of(name)
                 if slices:
                     facts = dra.merge(facts, slices, self._dra.used)
