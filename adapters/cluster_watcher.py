@@ -564,8 +564,10 @@ class ClusterWatcher:
             if not ready and health not in (Health.UNREACHABLE, Health.FORBIDDEN):
                 return
             key = (health, view.reason)
+            # events already folded into the index by another reader (a node table) still publish
             if (
                 not self._dirty
+                and self._pending_since is None
                 and not self._queues_dirty
                 and not self._tenancy_dirty
                 and key == self._last_health
