@@ -1,9 +1,6 @@
-"""A poller shard and how clusters are dealt to shards: the plain-Python half of the poller fleet.
+"""A poller shard: the plain-Python half of the poller fleet.
 
-PollerSpec      one cluster to watch: name, kubeconfig, context, declared traits (picklable; JSON
-                through spec_to_json / spec_from_json)
-HashRing        consistent hashing with virtual nodes: which shard owns a cluster; adding a shard
-                moves about 1/(n+1) of the clusters, removing a cluster moves none of the others
+(PollerSpec and HashRing, how clusters are dealt to shards, are adapters.shard_ring's.)
 PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a health machine) per
                 cluster, their informers and liveness probes all tasks on the process's one event loop
                 (adapters.watch_loop; adapters.probe_scheduler also keeps the loop's lag, so a starved
@@ -24,10 +21,8 @@ PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a 
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
-import hashlib
 import logging
 import logging.handlers
 import os
@@ -36,8 +31,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -47,12 +40,13 @@ from adapters.kube import ClusterWatcher
 from adapters.kube_informer import WatchSettings
 from adapters.probe_scheduler import LagMeter, ProbeScheduler
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import HashRing, PollerSpec, spec_from_json
 from adapters.summary_batch import beat_summaries, put_summaries
 from adapters.watch_pacing import ConnectGate
 from broker import telemetry
 from broker.capacity.node_detail import NodeDetail, nodes_table
 from broker.core.errors import StoreError
-from broker.core.model import ClusterSummary, ClusterTraits, Tier
+from broker.core.model import ClusterSummary
 from broker.health.machine import HealthThresholds, Transition
 from broker.telemetry.event_lag import EventLagTally
 from broker.telemetry.log_throttle import Throttle
@@ -71,7 +65,6 @@ NODES_REFRESH_SECONDS = 60.0
 # wrote ~14 HINCRBYs per cluster for one or two observations: under churn at 125 members, a third of the
 # shard's CPU went to packing them. /metrics is scraped every 15-30 s.
 EVENT_LAGS_INTERVAL_SECONDS = 5.0
-VIRTUAL_NODES = 64
 SUPERVISE_SECONDS = 1.0
 SHARD_CONNECTS = 16
 # A shard's watches ask for 60-90 s (client-go asks for 5-10 min): at 20 s, 1,000 members' 9,000 watches
@@ -81,62 +74,6 @@ SHARD_WATCH = WatchSettings(watch_timeout_s=60, watch_timeout_jitter=0.5)
 # Threads that run the members' flushes (fold a batch of events into a summary, write it to Redis); a
 # timer thread schedules them (adapters/flush_scheduler.py). Before, each member had a flusher thread.
 SHARD_FLUSH_WORKERS = 8
-
-
-@dataclass(frozen=True)
-class PollerSpec:
-    name: str
-    kubeconfig: str
-    context: str | None
-    traits: ClusterTraits
-
-
-def spec_to_json(spec: PollerSpec) -> dict[str, Any]:
-    traits = dataclasses.asdict(spec.traits)
-    traits["tier"] = str(spec.traits.tier)
-    return {"name": spec.name, "kubeconfig": spec.kubeconfig, "context": spec.context, "traits": traits}
-
-
-def spec_from_json(raw: dict[str, Any]) -> PollerSpec:
-    traits = dict(raw["traits"])
-    traits["tier"] = Tier(traits["tier"])
-    return PollerSpec(str(raw["name"]), str(raw["kubeconfig"]), raw.get("context"), ClusterTraits(**traits))
-
-
-def _hash(key: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-
-
-class HashRing:
-    """Consistent hashing: each node at `vnodes` points of a 64-bit ring; a key belongs to the first node
-    point at or after its hash. Stable across processes and restarts (blake2b, not Python's hash())."""
-
-    def __init__(self, nodes: Iterable[str], vnodes: int = VIRTUAL_NODES) -> None:
-        self.nodes = sorted(set(nodes))
-        if not self.nodes:
-            raise ValueError("a hash ring needs at least one node")
-        points = sorted((_hash(f"{n}#{i}"), n) for n in self.nodes for i in range(vnodes))
-        self._keys = [p for p, _ in points]
-        self._owners = [n for _, n in points]
-        self._owned: dict[str, str] = {}  # key -> owner, as found (the ring never changes)
-
-    def owner(self, key: str) -> str:
-        found = self._owned.get(key)
-        if found is None:  # hashed once per key: the leader asks for every cluster's shard every pass
-            i = bisect.bisect_left(self._keys, _hash(key))
-            found = self._owned[key] = self._owners[i % len(self._owners)]
-        return found
-
-    def assign(self, keys: Iterable[str]) -> dict[str, list[str]]:
-        """Every node with the keys it owns (sorted; nodes that own none map to [])."""
-        out: dict[str, list[str]] = {n: [] for n in self.nodes}
-        for k in keys:
-            out[self.owner(k)].append(k)
-        return {n: sorted(v) for n, v in out.items()}
-
-    def assign_specs(self, specs: Iterable[PollerSpec]) -> dict[str, list[PollerSpec]]:
-        by_name = {s.name: s for s in specs}
-        return {n: [by_name[c] for c in names] for n, names in self.assign(by_name).items()}
 
 
 def desired_key(prefix: str) -> str:
@@ -150,16 +87,6 @@ def desired_clusters(store: RedisStateStore, run_id: str) -> tuple[list[PollerSp
     if not isinstance(saved, dict) or saved.get("run") != run_id:
         return None  # none yet, or a previous broker's
     return [spec_from_json(s) for s in saved["specs"]], int(saved["generation"])
-
-
-def shard_name(prefix: str, index: int) -> str:
-    return f"gpufed-poller-{prefix}-{index}"
-
-
-def shard_of(cluster: str, shards: int) -> int:
-    """The index of the shard that owns a cluster among `shards` shards (the ring over their indexes)."""
-    ring = HashRing([str(i) for i in range(max(1, shards))])
-    return int(ring.owner(cluster))
 
 
 def _reconstructed() -> bool:

@@ -32,16 +32,13 @@ import orjson
 from adapters import poller_liveness, ray_stop
 from adapters.poller_shard import (
     SUPERVISE_SECONDS,
-    HashRing,
     PollerShard,
-    PollerSpec,
     desired_clusters,
     desired_key,
     log_to_stderr,
-    shard_name,
-    spec_to_json,
 )
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import HashRing, PollerSpec, shard_name, spec_to_json
 from broker.health.machine import HealthThresholds
 
 log = logging.getLogger(__name__)

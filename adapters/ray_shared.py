@@ -36,9 +36,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adapters import ray_stop
-from adapters.poller_shard import HashRing, PollerSpec, shard_name
 from adapters.ray_actors import PollerFleet, PollerSupervisor
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import HashRing, PollerSpec, shard_name
 from broker.health.machine import HealthThresholds
 
 log = logging.getLogger(__name__)

@@ -123,7 +123,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
     from adapters.kube import ClusterWatcher, WatchSettings
-    from adapters.poller_shard import PollerShard, PollerSpec
+    from adapters.poller_shard import PollerShard
+    from adapters.shard_ring import PollerSpec
     from broker.core.model import ClusterSummary, ClusterTraits, Health
     from broker.health.machine import HealthThresholds
     from kubesim.churn import WRITTEN_AT

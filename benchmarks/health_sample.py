@@ -84,10 +84,10 @@ def main() -> None:
 
     import ray
 
-    from adapters.poller_shard import PollerSpec
     from adapters.ray_actors import PollerFleet
     from adapters.redis_process import private_redis
     from adapters.redis_store import RedisStateStore
+    from adapters.shard_ring import PollerSpec
     from broker.core.model import ClusterTraits, Health
     from broker.health.machine import HealthThresholds, observed_health
     from kubesim.fleet import synthetic_fleet

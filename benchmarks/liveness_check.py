@@ -21,9 +21,9 @@ from dataclasses import replace
 from typing import Any
 
 from adapters.poller_liveness import LIVENESS_CHECK_SECONDS, ShardLiveness
-from adapters.poller_shard import HashRing
 from adapters.redis_process import private_redis
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import HashRing
 from adapters.summary_batch import publications, put_summaries
 from broker.core.model import ClusterSummary, Health, MemberNamespace, ProductCapacity
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import uvicorn
 
 from adapters import poller_liveness
-from adapters.poller_shard import HashRing
 from adapters.redis_lease import RedisLease
+from adapters.shard_ring import HashRing
 from broker import telemetry
 from broker.app import main as composition
 from broker.app.api_wiring import api_app, api_server

@@ -42,7 +42,6 @@ from adapters import nvml, poller_liveness, ray_shared, redis_connect, redis_dur
 from adapters.clusterprofile import ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.member_watch import MemberWatchingGateway
-from adapters.poller_shard import HashRing, PollerSpec
 from adapters.ray_actors import PollerFleet
 from adapters.ray_shared import SharedPollerFleet
 from adapters.reaper import Reaper
@@ -50,6 +49,7 @@ from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
 from adapters.redis_recovery_gate import IdempotencyKeys, RecoveryGate
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import HashRing, PollerSpec
 from adapters.system_clock import SystemClock
 from broker import telemetry
 from broker.app import cpu_priority

@@ -17,9 +17,9 @@ from pathlib import Path
 from adapters.clusterprofile import ClusterProfileHub, ClusterProfileSync, load_provider_file
 from adapters.job_informer import WatchingGateway
 from adapters.kube_rest import KubeRest
-from adapters.poller_shard import PollerSpec
 from adapters.ray_actors import PollerFleet
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import PollerSpec
 from broker.app.auth import AuthRuntime
 from broker.config import clusterprofile
 from broker.config.reload import ConfigChanges, ConfigWatcher, changes

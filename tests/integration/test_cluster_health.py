@@ -22,8 +22,9 @@ import yaml
 
 from adapters.kube import KubeGateway
 from adapters.kube_rest import DEFAULT_TIMEOUT
-from adapters.poller_shard import PollerShard, PollerSpec
+from adapters.poller_shard import PollerShard
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import PollerSpec
 from broker.core.errors import ClusterUnreachable
 from broker.core.model import ClusterSummary, ClusterTraits, Health
 from broker.health.machine import CERTIFICATE_FAILED, CONNECTION_REFUSED, observed_health

@@ -20,8 +20,9 @@ import pytest
 import uvicorn
 
 from adapters import redis_process
-from adapters.poller_shard import PollerShard, PollerSpec
+from adapters.poller_shard import PollerShard
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import PollerSpec
 from broker.api.routes import create_app
 from broker.controller.service import BrokerService
 from broker.core.model import ClusterTraits

@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from adapters.poller_shard import PollerSpec
 from adapters.ray_actors import PollerFleet
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import PollerSpec
 from broker.core.model import ClusterTraits, Health
 from broker.health.machine import STALE_POLLER, HealthThresholds, observed_health
 from kubesim.fleet import synthetic_fleet

@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from adapters.poller_shard import PollerShard, PollerSpec
+from adapters.poller_shard import PollerShard
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import PollerSpec
 from broker.capacity import rollup
 from broker.core.model import ClusterSummary, ClusterTraits, Health, Tier
 from tests.conftest import poll_for

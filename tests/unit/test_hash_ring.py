@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.poller_shard import HashRing, PollerSpec, shard_of, spec_from_json, spec_to_json
+from adapters.shard_ring import HashRing, PollerSpec, shard_of, spec_from_json, spec_to_json
 from broker.core.model import ClusterTraits, Tier
 
 CLUSTERS = [f"cluster-{i:04d}" for i in range(1000)]

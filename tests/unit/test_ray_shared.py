@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from adapters import ray_shared
-from adapters.poller_shard import HashRing, PollerSpec
 from adapters.ray_actors import placement
 from adapters.redis_store import RedisStateStore
+from adapters.shard_ring import HashRing, PollerSpec
 from broker.app.main import StartupError, check_startup, poller_fleet
 from broker.config.settings import FleetConfig
 from broker.core.model import ClusterTraits, Tier
