@@ -5,9 +5,11 @@ PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a 
                 cluster, their informers and liveness probes all tasks on the process's one event loop
                 (adapters.watch_loop; adapters.probe_scheduler also keeps the loop's lag, so a starved
                 shard does not call its clusters slow), their set-ups SHARD_CONNECTS at a time; after
-                each batch of events the cluster's watcher thread writes its ClusterSummary (health,
-                health_reason, health_since, heartbeat = the last SUCCESSFUL call) from the watcher's
-                incremental CapacityIndex; a publisher thread retries failed writes and re-writes each
+                each batch of events of a cluster, the shard's writer thread writes its ClusterSummary
+                (health, health_reason, health_since, heartbeat = the last SUCCESSFUL call) from the
+                watcher's incremental CapacityIndex, with every other cluster changed meanwhile, in one
+                pipeline (group commit: the busier the shard, the more clusters share a round trip,
+                where each wrote its own on its flush thread before); a publisher thread retries failed writes and re-writes each
                 summary at least every HEARTBEAT_SECONDS (the heartbeat-only re-writes of a pass in one
                 pipeline, adapters.summary_batch), and each cluster's per-node table
                 (broker.capacity.node_detail, the fleet view's node detail) every NODES_INTERVAL_SECONDS;
@@ -178,6 +180,10 @@ class PollerShard:
         self._publish_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._publisher: threading.Thread | None = None
+        # clusters whose events were applied since the writer thread's last write -> their first event time
+        self._changed: dict[str, float | None] = {}
+        self._changed_signal = threading.Event()
+        self._writer: threading.Thread | None = None
         self._started_at = time.time()
         self.writes = 0
         # event-to-Redis latencies, counted here and added to Redis once per publishing pass
@@ -229,26 +235,44 @@ class PollerShard:
         self._mark(t.cluster)
 
     def changed(self, name: str) -> None:
-        """A batch of events of one cluster was applied (called on its watcher's thread): publish it now;
-        on failure leave it to the publisher thread's next pass."""
+        """A batch of events of one cluster was applied (called on its watcher's flush thread): hand it to
+        the writer thread, which writes every cluster changed meanwhile in one round trip."""
         if self._stop.is_set():
             return
         with self._lock:
             watcher = self._watchers.get(name)
-        if watcher is None:
-            return
-        first_event_at = watcher.batch_first_event_at
-        try:
-            self.publish_cluster(name)
-            if first_event_at is not None:
-                lag = max(0.0, time.time() - first_event_at)
-                with self._lock:
-                    self._event_lags.observe(name, lag)
-        except KeyError:
-            return  # the cluster was just taken away from this shard
-        except Exception as exc:
-            self._failed(exc, "the summary", name)
-            self._mark(name)
+            if watcher is None:
+                return
+            first_event_at = watcher.batch_first_event_at
+            held = self._changed.get(name)
+            self._changed[name] = first_event_at if held is None else held
+        self._changed_signal.set()
+
+    def _write_loop(self) -> None:
+        """The writer thread: the summaries of the clusters changed since its last write, one pipeline.
+        While it writes, more changes gather for the next (group commit); what fails is left marked for
+        the publisher's next pass."""
+        while True:
+            self._changed_signal.wait()
+            if self._stop.is_set():
+                return
+            self._changed_signal.clear()
+            with self._lock:
+                batch, self._changed = self._changed, {}
+            if batch:
+                self.publish_changed(batch)
+
+    def publish_changed(self, batch: dict[str, float | None]) -> list[str]:
+        """Write these changed clusters' summaries ({cluster: its batch's first event time}) and count
+        each one's event-to-Redis latency. Returns the clusters written."""
+        written = self.write_summaries(sorted(batch))
+        done = time.time()
+        with self._lock:
+            for name in written:
+                first_event_at = batch.get(name)
+                if first_event_at is not None:
+                    self._event_lags.observe(name, max(0.0, done - first_event_at))
+        return written
 
     def start(self) -> list[str]:
         """Start watching every assigned cluster and publishing (idempotent)."""
@@ -260,6 +284,8 @@ class PollerShard:
                     target=self._publish_loop, name="gpufed-publisher", daemon=True
                 )
                 self._publisher.start()
+                self._writer = threading.Thread(target=self._write_loop, name="gpufed-writer", daemon=True)
+                self._writer.start()
             for name, spec in self._specs.items():
                 if name not in self._watchers:
                     self._add(spec)
@@ -353,8 +379,10 @@ class PollerShard:
             last = dict(self._last_write)
             last_nodes = dict(self._last_nodes)
             names = list(self._watchers)
-        written = self._heartbeat(
-            [n for n in names if n not in dirty and now - last.get(n, 0.0) >= HEARTBEAT_SECONDS]
+        written = len(
+            self.write_summaries(
+                [n for n in names if n not in dirty and now - last.get(n, 0.0) >= HEARTBEAT_SECONDS]
+            )
         )
         for name in names:
             if name not in dirty:
@@ -393,12 +421,13 @@ class PollerShard:
                 self._event_lags.restore(counts)
             self._failed(exc, "the event-to-Redis histogram", f"{len(counts)} clusters")
 
-    def _heartbeat(self, names: list[str]) -> int:
-        """Re-write the summaries of clusters with nothing new (their heartbeat and health move on) in one
-        round trip: a summary equal to the last one written in full but for its heartbeat moves only its
-        heartbeat (no new version: the broker's caches read nothing again), the others are written in
-        full. Each cluster's publish lock is held from its read to the write, as in publish_cluster.
-        Returns how many were written (0 on failure: they are marked for the next pass)."""
+    def write_summaries(self, names: list[str]) -> list[str]:
+        """Write these clusters' summaries in one round trip: the changed ones (the writer thread's) and
+        those due a heartbeat (the publisher's). A summary equal to the last one written in full but for
+        its heartbeat moves only its heartbeat (no new version: the broker's caches read nothing again),
+        the others are written in full. Each cluster's publish lock is held from its read to the write,
+        as in publish_cluster (taken in name order by both threads). Returns the clusters written (none
+        on failure: they are marked for the publisher's next pass)."""
         held: list[threading.Lock] = []
         full: list[ClusterSummary] = []
         beats: list[tuple[str, int, float, float]] = []
@@ -430,19 +459,20 @@ class PollerShard:
             self._failed(exc, "the heartbeat summaries", f"{len(full) + len(beats)} clusters")
             with self._lock:
                 self._dirty.update([s.cluster for s in full] + [b[0] for b in beats])
-            return 0
+            return []
         finally:
             for lock in held:
                 lock.release()
         if full or beats:
             self.store_errors.recovered("redis", "publishing to Redis works again")
         done = time.time()
+        landed = [s.cluster for s in written] + [b[0] for b in beats if b[0] not in missed]
         with self._lock:
-            for name in [s.cluster for s in written] + [b[0] for b in beats]:
-                if name in self._watchers and name not in missed:
+            for name in landed:
+                if name in self._watchers:
                     self._last_write[name] = done
-            self.writes += len(written) + len(beats) - len(missed)
-        return len(written) + len(beats) - len(missed)
+            self.writes += len(landed)
+        return landed
 
     def publish_nodes(self, name: str) -> int:
         """Write one cluster's per-node table (the fleet view's `nodes=true`) once its watcher has listed
@@ -504,8 +534,10 @@ class PollerShard:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._publisher is not None:
-            self._publisher.join(timeout=5)
+        self._changed_signal.set()  # the writer sees the stop
+        for thread in (self._publisher, self._writer):
+            if thread is not None:
+                thread.join(timeout=5)
         with self._lock:
             watchers = list(self._watchers.values())
         for w in watchers:

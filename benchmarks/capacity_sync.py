@@ -139,37 +139,45 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
 
     latencies: list[float] = []
     lat_lock = threading.Lock()
-    pending: dict[str, list[float]] = {c: [] for c in sims.kubeconfigs}
+    in_summary: dict[str, list[float]] = {
+        c: [] for c in sims.kubeconfigs
+    }  # stamps in the summary being written
     synced: set[str] = set()
     settings = WatchSettings(watch_timeout_s=300, list_timeout=(10.0, 300.0))
 
     class TimedWatcher(ClusterWatcher):
-        """Notes the write time of every pod it sees created, in the index's own steps (both run under
-        the watcher's lock): a stamp is taken when its pod is applied and becomes due when the index is
-        refreshed with it, so it ends at the first summary that carries the pod. (Noting it after
-        `apply` returned raced with a flush that had already folded the pod in: 5% of the samples then
-        waited for the cluster's next churn, a second later.)"""
+        """Notes the write time of every pod it sees created, in the index's own steps: a stamp is taken
+        when its pod is applied, is folded with the index, and goes with the next summary built, so it
+        ends when the first summary that carries the pod is in Redis. (Noting it after `apply` returned
+        raced with a flush that had already folded the pod in.)"""
 
         def __init__(self, *a: Any, **kw: Any) -> None:
             super().__init__(*a, **kw)
             self.applied_stamps: list[float] = []
+            self.folded_stamps: list[float] = []
 
-        def _put_pod(self, event_type: str, pod: dict[str, Any]) -> None:
+        def _put_pod(self, event_type: str, pod: dict[str, Any]) -> None:  # under the watcher's lock
             if event_type == "ADDED":
                 stamp = ((pod.get("metadata") or {}).get("annotations") or {}).get(WRITTEN_AT)
                 if stamp and stamp != "0.0":
                     self.applied_stamps.append(float(stamp))
             super()._put_pod(event_type, pod)
 
-        def _refresh(self) -> None:
+        def _refresh(self) -> None:  # under the watcher's lock
             super()._refresh()
-            stamps, self.applied_stamps = self.applied_stamps, []
-            if stamps:
-                with lat_lock:
-                    pending[self.cluster].extend(stamps)
+            self.folded_stamps.extend(self.applied_stamps)
+            self.applied_stamps = []
+
+        def summary(self, traits: ClusterTraits) -> ClusterSummary:
+            with self._lock:
+                self._refresh()
+                stamps, self.folded_stamps = self.folded_stamps, []
+            with lat_lock:
+                in_summary[self.cluster].extend(stamps)
+            return super().summary(traits)
 
     class TimedShard(PollerShard):
-        """The broker's publisher; a pod's latency ends when a summary written after it was applied."""
+        """The broker's publisher; a pod's latency ends when the write of a summary carrying it returns."""
 
         def make_watcher(self, spec: PollerSpec) -> ClusterWatcher:
             return TimedWatcher(
@@ -186,15 +194,24 @@ def bench_sync(args: argparse.Namespace) -> dict[str, Any]:
             )
 
         def publish_cluster(self, name: str) -> ClusterSummary:
-            with lat_lock:
-                stamps, pending[name] = pending[name], []
             written = super().publish_cluster(name)
+            self.landed([name])
+            return written
+
+        def write_summaries(self, names: list[str]) -> list[str]:
+            written = super().write_summaries(names)
+            self.landed(written)
+            return written
+
+        def landed(self, names: list[str]) -> None:
             done = time.time()
             with lat_lock:
-                latencies.extend(done - s for s in stamps)
-                if written.health == Health.HEALTHY and written.nodes_total == args.nodes:
-                    synced.add(name)
-            return written
+                for name in names:
+                    stamps, in_summary[name] = in_summary[name], []
+                    latencies.extend(done - s for s in stamps)
+                    full = self._full_written.get(name)
+                    if full and full[0].health == Health.HEALTHY and full[0].nodes_total == args.nodes:
+                        synced.add(name)
 
     # settings.clusterLostSeconds and the probe interval derived from it, as `gpufed serve` builds them
     thresholds = HealthThresholds.for_lost(args.lost_seconds)

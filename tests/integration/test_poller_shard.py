@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -147,7 +148,7 @@ def test_an_unchanged_cluster_gets_heartbeats_without_a_new_summary_version(
     assert first is not None
     marks = store.cluster_marks([c])[c]
     for _ in range(3):
-        poller._heartbeat([c])
+        poller.write_summaries([c])
     beaten = store.get_summary(c)
     assert beaten is not None
     assert beaten.version == first.version  # nothing to read again
@@ -167,7 +168,7 @@ def test_an_unchanged_cluster_gets_heartbeats_without_a_new_summary_version(
 
     # Redis lost the summary (or another writer came): the heartbeat is refused and written in full
     store.client.delete(f"{store.prefix}:summary:{c}")
-    poller._heartbeat([c])
+    poller.write_summaries([c])
     wait_for("the summary written in full again", lambda: store.get_summary(c), 5)
 
 
@@ -249,3 +250,27 @@ def test_capacity_is_known_once_every_informer_has_answered(tmp_path: Path) -> N
             assert watcher.capacity_known
         finally:
             watcher.stop()
+
+
+def test_a_batch_of_changed_clusters_is_written_and_timed_from_each_ones_first_event(
+    shard: tuple[Any, PollerShard, RedisStateStore],
+) -> None:
+    """The writer thread's batch: every cluster in it is written in one call, and the event-to-Redis
+    histogram counts those whose batch began with a watch event, from that event (not a health change,
+    which has none)."""
+    _, poller, store = shard
+    a, b = sorted(poller._specs)[:2]
+    bounds = (0.1, 0.25, 1.0)
+    poller.write_event_lags()  # what the cold sync observed, out of the way
+    before = store.event_lags(bounds)
+
+    written = poller.publish_changed({a: time.time() - 0.5, b: None})
+    poller.write_event_lags()
+
+    assert sorted(written) == [a, b]
+    after = store.event_lags(bounds)
+    count_a = before[a][2] if a in before else 0
+    sum_a = before[a][1] if a in before else 0.0
+    assert after[a][2] == count_a + 1
+    assert after[a][1] - sum_a >= 0.5  # counted from the batch's first event, half a second ago
+    assert (after[b][2] if b in after else 0) == (before[b][2] if b in before else 0)
