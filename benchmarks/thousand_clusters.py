@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python -m benchmarks.thousand_clusters [--clusters 1000] [--nodes 10] [--kubesims 2]
          [--shards 0 (auto)] [--jobs 2000] [--clients 16] [--lost-seconds 10 (clusterLostSeconds)]
+         [--churn R --fresh-seconds 60] [--backlog]
      (starts its own redis-server, `--kubesims` `kubesim serve` processes and `gpufed serve`; minutes)
 
 What runs, each in its own process, as deployed:
@@ -24,7 +25,8 @@ Prints:
                   the control loop places them (QUEUED -> created in a member) at 1,000 clusters, and the
                   seconds until every job is RUNNING
     decide        from the fleet's event stream: first placement decisions (attempt 1 PLACED) a second at
-                  the busiest second, submit -> decision p50/p99, and jobs placed again (a failed create, a move)
+                  the busiest second, submit -> decision p50/p99, and jobs placed again (a failed create, a move);
+                  with --backlog (the controller stopped while the jobs arrive), how fast it decides the queue
 """
 
 from __future__ import annotations
@@ -120,10 +122,12 @@ def summary_ages(r: redis.Redis, names: list[str]) -> list[float]:
     return ages
 
 
-def placement_decisions(url: str) -> str:
+def placement_decisions(url: str, backlog_since: float | None = None) -> str:
     """From the fleet's event stream: each job's first placement decision (its attempt-1 PLACED event)
     after its submit (its QUEUED event): how many decisions a second at the busiest second, and the
-    submit -> decision lag. Later placements (attempt >= 2: a failed create, a move) are counted apart."""
+    submit -> decision lag. Later placements (attempt >= 2: a failed create, a move) are counted apart.
+    With `backlog_since` (when the controller was let go on a queue of every job): the decisions a
+    second from then to the last decision."""
     store = RedisStateStore(url, prefix=PREFIX)
     submitted: dict[str, float] = {}
     decided: dict[str, float] = {}
@@ -146,10 +150,16 @@ def placement_decisions(url: str) -> str:
     for at in decided.values():
         per_second[int(at)] = per_second.get(int(at), 0) + 1
     span = max(decided.values()) - min(decided.values()) if decided else 0.0
+    backlog = ""
+    if backlog_since is not None and decided:
+        drained = max(decided.values()) - backlog_since
+        backlog = (
+            f"; the backlog of {len(decided)} decided in {drained:.2f} s: {len(decided) / drained:.0f}/s"
+        )
     return (
         f"{len(decided)} first placements in {span:.1f} s, busiest second {max(per_second.values(), default=0)}; "
         f"submit -> placed p50 {pct(lags, 0.5) * 1000:.0f} ms, p99 {pct(lags, 0.99) * 1000:.0f} ms; "
-        f"{moves} placed again (after a failed create or a move)"
+        f"{moves} placed again (after a failed create or a move)" + backlog
     )
 
 
@@ -185,6 +195,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help="the API in a process of its own (apiProcesses 1); the controller's process is stopped "
+        "(SIGSTOP) while the jobs are submitted and let go (SIGCONT) once all are QUEUED: the `decide` line "
+        "then says how fast the controller places a queue of them, not how fast they arrive",
+    )
     parser.add_argument("--keep-logs", default="", help="copy the broker's and kubesim's logs here")
     parser.add_argument(
         "--hold",
@@ -247,6 +264,8 @@ def main() -> None:
             }
             if args.shards:
                 settings["pollerShards"] = args.shards
+            if args.backlog:
+                settings["apiProcesses"] = 1
             shards = poller_shards_for(len(names), args.shards or None)
             config = {
                 "clusters": [{"name": n, "kubeconfig": kubeconfigs[n], "tier": "on-prem"} for n in names],
@@ -389,7 +408,14 @@ def main() -> None:
                 for check, (at, why) in sorted(not_ready.items()):
                     print(f"          {check}: last not ready {at:.0f} s after launch: {why}")
                 submit_started = time.monotonic()
-                latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
+                if args.backlog:  # under the lease (leaseSeconds 10): the submits take a few seconds
+                    os.kill(broker.pid, signal.SIGSTOP)
+                try:
+                    latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
+                finally:
+                    backlog_since = time.time() if args.backlog else None
+                    if args.backlog:
+                        os.kill(broker.pid, signal.SIGCONT)
                 print(
                     f"submit  {len(ids)} jobs, p50 {pct(latencies, 0.5) * 1000:.1f} ms, "
                     f"p99 {pct(latencies, 0.99) * 1000:.1f} ms, {len(errors)} errors"
@@ -407,7 +433,7 @@ def main() -> None:
                     f"{time.monotonic() - last:.1f} s after the last submit; {placed_rate:.0f} placed/s from the "
                     "first submit (bounded by the submit rate: jobs are placed as they arrive)"
                 )
-                print(f"decide  {placement_decisions(rs.url)}")
+                print(f"decide  {placement_decisions(rs.url, backlog_since)}")
             if args.hold:
                 print(
                     f"hold    {args.hold:.0f} s: broker pid {broker.pid}, kubesim pids "
