@@ -4,9 +4,7 @@ Owns the member-cluster half of a placement: the PLACED compare-and-sets from QU
 jobs in one round trip), the create (409
 is success), the requeue with backoff when a create fails, and the delete of a Job created for a job
 cancelled meanwhile (cancel and create may cross in either order). A new leader resumes the creates of
-the PLACED jobs its predecessor left (resume_dispatch). A create that timed out is looked up before
-the job is requeued: an overloaded API server often makes the Job after its client gave up, and
-requeueing then placed the job a second time and deleted the first Job as a stale attempt.
+the PLACED jobs its predecessor left (resume_dispatch).
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from broker.core.model import (
     JobState,
     Placement,
 )
-from broker.health import machine
 from broker.workload import finished_ttl, manifest
 from broker.workload.kinds import member
 
@@ -96,7 +93,6 @@ class Dispatching(ControllerBase):
         attempt = placed.attempt
         name = placed.workload_name or manifest.workload_name(placed.id, attempt)
         traits = self.traits.get(where.cluster)
-        namespace: str | None = None  # the Job's, once its manifest is built
         try:
             if traits is None:  # it left the fleet since the placement (ClusterProfile deleted): requeue
                 raise ClusterRejected(where.cluster, "no longer a member cluster")
@@ -112,7 +108,6 @@ class Dispatching(ControllerBase):
                 resume_from=placed.resume_from,
             )
             finished_ttl.apply(manifests.job, self.settings.finished_job_ttl_seconds)
-            namespace = str(manifests.job["metadata"].get("namespace") or "default")
             with (
                 telemetry.job_context(placed.trace_parent),
                 telemetry.job_span(
@@ -123,50 +118,29 @@ class Dispatching(ControllerBase):
                 self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
             faults.point("created")
         except ClusterError as exc:
-            if namespace is not None and self._made_after_all(exc, where.cluster, namespace, name):
-                with telemetry.job_context(placed.trace_parent):
-                    log.info(
-                        "create of %s on %s timed out, but the Job is there: kept", placed.id, where.cluster
-                    )
-            else:
-                self._requeue(placed, where, exc)
-                return
+            with telemetry.job_context(placed.trace_parent):
+                log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
+            telemetry.dispatch_failures.labels(where.cluster).inc()
+            self.store.release(placed.id, attempt, self.placer_id)
+            failures = placed.dispatch_failures + 1
+            backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
+            with contextlib.suppress(Conflict):  # cancelled meanwhile: nothing to requeue
+                self._transition(
+                    replace(
+                        placed,
+                        cluster=None,
+                        placement=None,
+                        workload_name=None,
+                        dispatch_failures=failures,
+                        not_before=self.clock.now() + backoff,
+                    ),
+                    JobState.QUEUED,
+                    f"dispatch-failed (attempt {attempt}, next try in {backoff:.0f} s): {exc}",
+                    expected=JobState.PLACED,
+                )
+            return
         current = self.store.get_job(placed.id)
         if current is None or current.state is JobState.CANCELLED or current.workload_name != name:
             # Cancelled while the Job was being created: cancel() may have deleted before our create.
             self.store.release(placed.id, attempt, self.placer_id)
             self._delete_workload(where.cluster, name, current or placed)
-
-    def _made_after_all(self, exc: ClusterError, cluster: str, namespace: str, name: str) -> bool:
-        """After a create that timed out, whether the member made the Job all the same (the leader's
-        Jobs informer, else one read from the member); any other failure, or a failed read: no."""
-        if not machine.is_timeout(exc.cause):
-            return False
-        try:
-            return self.gateway.read_workload(cluster, namespace, name).exists
-        except ClusterError:
-            return False
-
-    def _requeue(self, placed: JobRecord, where: Placement, exc: ClusterError) -> None:
-        """A failed create: release the reservation and queue the job again after a backoff."""
-        attempt = placed.attempt
-        with telemetry.job_context(placed.trace_parent):
-            log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
-        telemetry.dispatch_failures.labels(where.cluster).inc()
-        self.store.release(placed.id, attempt, self.placer_id)
-        failures = placed.dispatch_failures + 1
-        backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)
-        with contextlib.suppress(Conflict):  # cancelled meanwhile: nothing to requeue
-            self._transition(
-                replace(
-                    placed,
-                    cluster=None,
-                    placement=None,
-                    workload_name=None,
-                    dispatch_failures=failures,
-                    not_before=self.clock.now() + backoff,
-                ),
-                JobState.QUEUED,
-                f"dispatch-failed (attempt {attempt}, next try in {backoff:.0f} s): {exc}",
-                expected=JobState.PLACED,
-            )

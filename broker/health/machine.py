@@ -53,11 +53,6 @@ def timeout_cause(seconds: float) -> str:
     return f"timeout after {seconds:g} s"
 
 
-def is_timeout(cause: str) -> bool:
-    """A call that timed out: the member may have done what was asked after all."""
-    return cause.startswith("timeout after ")
-
-
 def http_cause(code: int, reason: str = "") -> str:
     """401/403 read as a person would; other codes as "HTTP 503 ServiceUnavailable"."""
     if code == 401:

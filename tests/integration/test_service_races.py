@@ -21,7 +21,6 @@ from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
-from broker.core.errors import ClusterUnreachable
 from broker.core.model import ClusterTraits, Health, JobEvent, JobRecord, JobRequest, JobState
 from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import idle_h100_node
@@ -36,9 +35,6 @@ class HookedGateway(KubeGateway):
     """The real gateway; `before_create` runs first, as another thread that got there first would."""
 
     before_create: Callable[[], object] | None = None
-    # the next create times out as a client that gave up would: after the member made the Job (True), or
-    # before the request reached it (False)
-    time_out_next: bool | None = None
 
     def create_workload(
         self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
@@ -46,13 +42,7 @@ class HookedGateway(KubeGateway):
         hook, self.before_create = self.before_create, None
         if hook is not None:
             hook()
-        made, self.time_out_next = self.time_out_next, None
-        if made is not False:
-            super().create_workload(cluster, job, companions)
-        if made is not None:
-            raise ClusterUnreachable(
-                cluster, "POST /apis/batch/v1/.../jobs: timeout after 5 s", "timeout after 5 s"
-            )
+        super().create_workload(cluster, job, companions)
 
     reads: int = 0
 
@@ -234,26 +224,6 @@ def test_a_refused_create_backs_off_instead_of_retrying_every_pass(
     service.schedule_once()  # the backoff is over and the cluster takes it now
     assert service.get(job.id).state is JobState.PLACED
     assert _jobs_in_cluster(service, job.id) != []
-
-
-@pytest.mark.parametrize("made", [True, False])
-def test_a_create_that_timed_out_keeps_the_job_where_the_member_made_it_and_requeues_it_otherwise(
-    world: tuple[BrokerService, HookedStore, HookedGateway], made: bool
-) -> None:
-    """An overloaded API server often makes the Job after its client gave up. Requeueing it then placed
-    the job a second time and deleted the first Job as a stale attempt; the Job is looked up first."""
-    service, _store, gateway = world
-    job = _submit(service)
-    gateway.time_out_next = made
-    service.schedule_once()
-    after = service.get(job.id)
-    if made:
-        assert (after.state, after.attempt, after.dispatch_failures) == (JobState.PLACED, 1, 0)
-        assert _jobs_in_cluster(service, job.id) == [after.workload_name]
-    else:
-        assert (after.state, after.dispatch_failures) == (JobState.QUEUED, 1)
-        assert "timeout after 5 s" in after.reason
-        assert _jobs_in_cluster(service, job.id) == []
 
 
 def test_one_job_that_breaks_placement_does_not_stop_the_others(
