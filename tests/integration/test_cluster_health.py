@@ -40,6 +40,11 @@ LOST = 4.0  # clusterLostSeconds of the shard's health machine here, so the faul
 READER_LOST = Thresholds().lost_seconds
 DETECT = LOST + 10  # detection deadline: lost_seconds plus a margin for a loaded machine
 RECOVER = 30.0  # a cleared fault: the error window (10 s) ages out, then the quiet period
+# Half the calls failing at random: degraded once 30% of the >= 4 calls in the 10 s window failed, and a
+# run of luck keeps it under that for a while. tools/degraded_odds.py (the real HealthMachine, the probe
+# cadence, 100,000 runs): median 6.5 s; not degraded within 14 s (this module's DETECT, which CI missed)
+# 8.9% of the time, within 30 s 0.17%, within 45 s 0.006%, within 60 s never. The deadline bounds the luck.
+DETECT_RANDOM = 60.0
 
 
 @dataclass
@@ -178,7 +183,7 @@ def test_a_hung_cluster_is_unreachable_with_a_timeout(world: World, faulty: str)
 
 def test_half_the_calls_failing_is_degraded_with_the_http_error(world: World, faulty: str) -> None:
     world.sim.faults(faulty).error_rate(0.5, codes=[503])
-    s = wait_summary(world, faulty, lambda s: s.health == Health.DEGRADED, DETECT, "degraded")
+    s = wait_summary(world, faulty, lambda s: s.health == Health.DEGRADED, DETECT_RANDOM, "degraded")
     assert "HTTP 503" in s.health_reason
     world.sim.faults(faulty).clear()
     wait_summary(world, faulty, is_healthy, RECOVER, "healthy again")
