@@ -413,7 +413,7 @@ class ClusterWatcher:
                 self._parts.forget(name)
                 continue
             try:
-                facts = self._parts.facts(node, self._alloc.get(name, {}), self._nrts.get(name))
+                facts = self._parts.facts(name, node, self._alloc.get(name, {}), self._nrts.get(name))
                 slices = self._dra.slices_of(name)
                 if slices:
                     facts = dra.merge(facts, slices, self._dra.used)

@@ -9,8 +9,8 @@ PollerShard     owns many clusters; one ClusterWatcher (list+watch informers, a 
                 (health, health_reason, health_since, heartbeat = the last SUCCESSFUL call) from the
                 watcher's incremental CapacityIndex, with every other cluster changed meanwhile, in one
                 pipeline (group commit: the busier the shard, the more clusters share a round trip,
-                where each wrote its own on its flush thread before); a publisher thread retries failed writes and re-writes each
-                summary at least every HEARTBEAT_SECONDS (the heartbeat-only re-writes of a pass in one
+                where each wrote its own on its flush thread before); a publisher thread retries failed
+                writes and re-writes each summary at least every HEARTBEAT_SECONDS (the heartbeat-only re-writes of a pass in one
                 pipeline, adapters.summary_batch), and each cluster's per-node table
                 (broker.capacity.node_detail, the fleet view's node detail) every NODES_INTERVAL_SECONDS;
                 it adds the counts of the event-to-Redis histogram (broker.telemetry.event_lag) every
@@ -64,8 +64,8 @@ NODES_INTERVAL_SECONDS = 5.0
 # 1,000 nodes: compared, not skipped, so that no change is missed.)
 NODES_REFRESH_SECONDS = 60.0
 # The event-to-Redis histogram's counts are added to Redis this often (and at stop). Every pass (0.2 s)
-# wrote ~14 HINCRBYs per cluster for one or two observations: under churn at 125 members, a third of the
-# shard's CPU went to packing them. /metrics is scraped every 15-30 s.
+# wrote ~14 HINCRBYs per cluster for one or two observations, as many as one write per observation had:
+# about a tenth of the shard's CPU under churn at 125 members. /metrics is scraped every 15-30 s.
 EVENT_LAGS_INTERVAL_SECONDS = 5.0
 SUPERVISE_SECONDS = 1.0
 SHARD_CONNECTS = 16
@@ -186,7 +186,7 @@ class PollerShard:
         self._writer: threading.Thread | None = None
         self._started_at = time.time()
         self.writes = 0
-        # event-to-Redis latencies, counted here and added to Redis once per publishing pass
+        # event-to-Redis latencies, counted here and added to Redis every EVENT_LAGS_INTERVAL_SECONDS
         self._event_lags = EventLagTally(telemetry.EVENT_LAG_BUCKETS)
         self._event_lags_written = 0.0
         # One lag meter and one prober for all the shard's clusters (not a prober thread per cluster).
@@ -456,7 +456,7 @@ class PollerShard:
                     self._full_written.pop(name, None)
                     self._dirty.add(name)
         except Exception as exc:
-            self._failed(exc, "the heartbeat summaries", f"{len(full) + len(beats)} clusters")
+            self._failed(exc, "the summaries", f"{len(full) + len(beats)} clusters")
             with self._lock:
                 self._dirty.update([s.cluster for s in full] + [b[0] for b in beats])
             return []

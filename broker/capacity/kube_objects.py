@@ -285,8 +285,8 @@ def node_facts(
 @dataclass(frozen=True, slots=True)
 class NodeParts:
     """What a node object and its NodeResourceTopology say, parsed once per version of either: a node's
-    pods change far more often than the node (under churn, parsing the node again for every pod was a
-    seventh of a poller's CPU)."""
+    pods change far more often than the node, whose labels, quantities and NUMA zones were parsed again
+    for every pod event."""
 
     name: str
     labels: dict[str, str]
@@ -347,9 +347,9 @@ class NodePartsCache:
         self._parts: dict[str, tuple[Mapping[str, Any], Mapping[str, Any] | None, NodeParts]] = {}
 
     def facts(
-        self, node: Mapping[str, Any], allocated: Mapping[str, int], nrt: Mapping[str, Any] | None
+        self, name: str, node: Mapping[str, Any], allocated: Mapping[str, int], nrt: Mapping[str, Any] | None
     ) -> NodeFacts:
-        name = _name_of(node)
+        """NodeFacts of the node `name` (the watcher's key for `node`)."""
         held = self._parts.get(name)
         if held is None or held[0] is not node or held[1] is not nrt:
             held = (node, nrt, node_parts(node, nrt))

@@ -1,9 +1,10 @@
 """The event-to-Redis histogram, counted where it is observed and written in batches.
 
 A poller shard observes one latency per summary write that carries new watch events (hundreds a second
-under churn at 125 members). Counting each in Redis cost a round trip of a dozen HINCRBYs per write, a
-fifth of a busy shard's time. The shard counts here instead and adds the counts to Redis once per
-publishing pass (adapters.redis_tables.SideTables.add_event_lags), so /metrics sees them within a pass.
+under churn at 125 members). Counting each in Redis cost a round trip of a dozen HINCRBYs per write,
+about a tenth of a busy shard's CPU (docs/benchmarks.md, "Freshness at 2,000 events/s"). The shard
+counts here instead and adds the counts to Redis every few seconds
+(adapters.redis_tables.SideTables.add_event_lags; adapters.poller_shard.EVENT_LAGS_INTERVAL_SECONDS).
 
     EventLagTally(bounds)      observe(cluster, seconds); drain() -> {cluster: LagCounts} since the last
                                drain; restore(counts) puts undelivered counts back (a failed write)

@@ -361,15 +361,15 @@ def test_a_node_parsed_once_follows_its_pods_and_a_new_version_of_the_node() -> 
     node replaced by an event (cordoned here) or a new NRT is parsed again, never served stale."""
     cache = kube_objects.NodePartsCache()
     first, topo = node(), nrt()
-    assert cache.facts(first, {"nvidia.com/gpu": 2}, topo) == kube_objects.node_facts_from_requests(
-        first, {"nvidia.com/gpu": 2}, topo
-    )
-    assert cache.facts(first, {"nvidia.com/gpu": 5, "cpu": 4000}, topo).gpus_free == 3
+    assert cache.facts(
+        "gpu-node-01", first, {"nvidia.com/gpu": 2}, topo
+    ) == kube_objects.node_facts_from_requests(first, {"nvidia.com/gpu": 2}, topo)
+    assert cache.facts("gpu-node-01", first, {"nvidia.com/gpu": 5, "cpu": 4000}, topo).gpus_free == 3
     cordoned = node(unschedulable=True)
-    assert not cache.facts(cordoned, {}, topo).schedulable
-    assert cache.facts(cordoned, {}, None).numa_zones == ()
+    assert not cache.facts("gpu-node-01", cordoned, {}, topo).schedulable
+    assert cache.facts("gpu-node-01", cordoned, {}, None).numa_zones == ()
     cache.forget("gpu-node-01")  # the node was deleted: a node of that name later is parsed afresh
-    assert cache.facts(node(), {}, None).schedulable
+    assert cache.facts("gpu-node-01", node(), {}, None).schedulable
 
 
 # --------------------------------------------------------------------------- Kueue
