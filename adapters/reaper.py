@@ -91,8 +91,10 @@ def reap(noted: set[Proc], me: int) -> int:
 def watch(broker_pid: int, fd: int) -> None:
     me = os.getpid()
     noted: set[Proc] = set()
+    poller = select.poll()  # not select(): the descriptor may be above 1024 (a broker of 1,000 members)
+    poller.register(fd, select.POLLIN)
     while True:
-        ready, _, _ = select.select([fd], [], [], SCAN_SECONDS)
+        ready = poller.poll(SCAN_SECONDS * 1000)
         if ready and not os.read(fd, 4096):
             break  # end of file: the broker is gone (or asked us to clean up)
         noted = _alive(noted) | {p for p in descendants({broker_pid}) if p[0] != me}

@@ -191,8 +191,10 @@ def read_members(path: Path) -> dict[str, ClusterTraits] | None:
 
 def _read_ready(fd: int, seconds: float) -> bool:
     """True once the process wrote its byte; False when it closed the pipe (exited) or took too long."""
-    ready, _, _ = select.select([fd], [], [], seconds)
-    return bool(ready) and os.read(fd, 1) == b"1"
+    # poll, not select: a broker holding 1,000 members' connections has descriptors above select's 1024
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(seconds * 1000)) and os.read(fd, 1) == b"1"
 
 
 def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
