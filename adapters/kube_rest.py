@@ -36,7 +36,13 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from adapters.tls_context import share_tls_context
-from broker.core.errors import ClusterForbidden, ClusterRejected, ClusterUnreachable, ConfigError
+from broker.core.errors import (
+    ClusterForbidden,
+    ClusterRejected,
+    ClusterUnreachable,
+    ConfigError,
+    OutcomeUnknown,
+)
 from broker.health import machine
 
 if TYPE_CHECKING:
@@ -164,8 +170,14 @@ def is_transient(e: BaseException) -> bool:
     return cause == machine.CONNECTION_RESET or cause.startswith(("HTTP 5", "HTTP 429"))
 
 
-def unreachable(cluster: str, what: str, e: BaseException, timeout: Any = None) -> ClusterUnreachable:
+def unreachable(
+    cluster: str, what: str, e: BaseException, timeout: Any = None, *, write: bool = False
+) -> ClusterUnreachable:
+    """The failure as ClusterUnreachable; OutcomeUnknown when `write` (the request changes something) was
+    sent and its answer timed out: the member may have done it."""
     cause = describe_failure(e, timeout)
+    if write and any(isinstance(x, urllib3.exceptions.ReadTimeoutError) for x in _chain(e)):
+        return OutcomeUnknown(cluster, f"{what}: {cause} (sent, not answered: it may be done)", cause=cause)
     return ClusterUnreachable(cluster, f"{what}: {cause}", cause=cause)
 
 
@@ -260,7 +272,7 @@ class KubeRest:
             )
             raise
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
-            raise unreachable(self.cluster, f"{method} {path}", e, deadline) from e
+            raise unreachable(self.cluster, f"{method} {path}", e, deadline, write=method != "GET") from e
         raw: urllib3.BaseHTTPResponse = resp.response
         return raw
 
@@ -279,7 +291,9 @@ class KubeRest:
         try:
             data = resp.data
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
-            raise unreachable(self.cluster, f"{method} {path}", e, timeout or self.timeout) from e
+            raise unreachable(
+                self.cluster, f"{method} {path}", e, timeout or self.timeout, write=method != "GET"
+            ) from e
         finally:
             resp.release_conn()
         raise_for_status(self.cluster, resp.status, data)

@@ -1,10 +1,12 @@
 """Dispatch: record PLACED and create the Job in the member cluster (on the Dispatcher's threads).
 
 Owns the member-cluster half of a placement: the PLACED compare-and-sets from QUEUED (a pass's reserved
-jobs in one round trip), the create (409
-is success), the requeue with backoff when a create fails, and the delete of a Job created for a job
-cancelled meanwhile (cancel and create may cross in either order). A new leader resumes the creates of
-the PLACED jobs its predecessor left (resume_dispatch).
+jobs in one round trip), the create (409 is success), the requeue with backoff when a create fails, and
+the delete of a Job created for a job cancelled meanwhile (cancel and create may cross in either order).
+A create sent but not answered in time (OutcomeUnknown: an overloaded member may still make it) is sent
+again by the same name, which answers 409 once made, a few times before the job is requeued: placing it
+again would make a second Job on a second attempt while the first lands late and is swept. A new leader
+resumes the creates of the PLACED jobs its predecessor left (resume_dispatch).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from broker.core.errors import (
     ClusterError,
     ClusterRejected,
     Conflict,
+    OutcomeUnknown,
 )
 from broker.core.model import (
     JobRecord,
@@ -36,6 +39,9 @@ log = logging.getLogger(__name__)
 # After the n-th refused or failed create, a job waits 2**n seconds (at most this) before the next try,
 # so a cluster that keeps refusing a manifest is not hammered every pass.
 DISPATCH_BACKOFF_MAX_SECONDS = 300.0
+# A create sent but not answered in time is sent again (same name: 409 once it was made) this many times
+# before the job is requeued; the sweep and the workload-lost grace (30 s) stay the backstops.
+UNANSWERED_CREATE_RETRIES = 2
 
 
 def _placed_reason(where: Placement) -> str:
@@ -87,9 +93,10 @@ class Dispatching(ControllerBase):
                 count += 1
         return count
 
-    def _create(self, placed: JobRecord, where: Placement) -> None:
+    def _create(self, placed: JobRecord, where: Placement, unanswered: int = 0) -> None:
         """The member-cluster half of a placement (on a dispatcher thread): create the Job; on failure
-        release and requeue with backoff; if the job was cancelled meanwhile, delete what was created."""
+        release and requeue with backoff; if the job was cancelled meanwhile, delete what was created.
+        `unanswered`: how many creates of this attempt were sent and not answered before this one."""
         attempt = placed.attempt
         name = placed.workload_name or manifest.workload_name(placed.id, attempt)
         traits = self.traits.get(where.cluster)
@@ -118,9 +125,22 @@ class Dispatching(ControllerBase):
                 self.gateway.create_workload(where.cluster, manifests.job, manifests.companions)
             faults.point("created")
         except ClusterError as exc:
+            telemetry.dispatch_failures.labels(where.cluster).inc()
+            if (
+                isinstance(exc, OutcomeUnknown)
+                and unanswered < UNANSWERED_CREATE_RETRIES
+                and where.cluster not in self._fenced
+            ):
+                with telemetry.job_context(placed.trace_parent):
+                    log.info(
+                        "the create of %s on %s was not answered; sent again: %s", name, where.cluster, exc
+                    )
+                self.dispatcher.submit(
+                    where.cluster, functools.partial(self._create, placed, where, unanswered + 1)
+                )
+                return
             with telemetry.job_context(placed.trace_parent):
                 log.warning("dispatch of %s to %s failed: %s", placed.id, where.cluster, exc)
-            telemetry.dispatch_failures.labels(where.cluster).inc()
             self.store.release(placed.id, attempt, self.placer_id)
             failures = placed.dispatch_failures + 1
             backoff = min(DISPATCH_BACKOFF_MAX_SECONDS, 2.0**failures)

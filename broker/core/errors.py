@@ -11,6 +11,7 @@ GpufedError                     base of everything gpufed raises on purpose
 ├── MalformedObject             a Kubernetes object the broker cannot read (reported, skipped)
 ├── ClusterError                a member cluster did not do what was asked
 │   ├── ClusterUnreachable      connection refused, timeout, TLS failure
+│   │   └── OutcomeUnknown      a write sent but not answered in time: it may have been done
 │   ├── ClusterForbidden        401/403: expired or insufficient credentials
 │   └── ClusterRejected         4xx other than auth: the cluster refused the object
 └── StoreError                  the state store (Redis) failed
@@ -81,6 +82,12 @@ class ClusterError(GpufedError):
 
 class ClusterUnreachable(ClusterError):
     """Connection refused, timed out, or TLS failed."""
+
+
+class OutcomeUnknown(ClusterUnreachable):
+    """A write (POST, PUT, PATCH, DELETE) was sent but its answer did not come in time (a read timeout):
+    the member may have done it, or may still do it. Retry the same write (a create by the same name
+    answers 409 once it was done) rather than assume it failed."""
 
 
 class ClusterForbidden(ClusterError):

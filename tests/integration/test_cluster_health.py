@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from adapters.kube import KubeGateway
-from adapters.kube_rest import DEFAULT_TIMEOUT
+from adapters.kube_rest import DEFAULT_TIMEOUT, KubeRest
 from adapters.poller_shard import PollerShard
 from adapters.redis_store import RedisStateStore
 from adapters.shard_ring import PollerSpec
-from broker.core.errors import ClusterUnreachable
+from broker.core.errors import ClusterUnreachable, OutcomeUnknown
 from broker.core.model import ClusterSummary, ClusterTraits, Health
 from broker.health.machine import CERTIFICATE_FAILED, CONNECTION_REFUSED, observed_health
 from broker.health.machine import HealthThresholds as Thresholds
@@ -219,3 +219,26 @@ def test_the_gateway_rides_over_a_reset_and_gives_a_hung_cluster_one_deadline(
     finally:
         world.sim.faults(faulty).hang(False)
         gw.close()
+
+
+def test_a_write_a_hung_cluster_took_and_never_answered_is_an_unknown_outcome_a_read_is_not(
+    world: World, faulty: str
+) -> None:
+    """A POST sent and not answered in time may still be done by the member (OutcomeUnknown: the
+    dispatcher sends the same create again instead of placing the job a second time); a GET that timed
+    out changed nothing."""
+    rest = KubeRest(
+        faulty, KubeRest.from_kubeconfig(faulty, world.sim.kubeconfig_path(faulty)).api, (2.0, 0.5)
+    )
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unanswered"}}
+    world.sim.faults(faulty).hang()
+    try:
+        with pytest.raises(OutcomeUnknown) as wrote:
+            rest.request("POST", "/api/v1/namespaces/default/configmaps", body=configmap)
+        assert wrote.value.cause == "timeout after 0.5 s" and "not answered" in str(wrote.value)
+        with pytest.raises(ClusterUnreachable) as read:
+            rest.request("GET", "/api/v1/namespaces/default/configmaps/unanswered")
+        assert not isinstance(read.value, OutcomeUnknown) and read.value.cause == "timeout after 0.5 s"
+    finally:
+        world.sim.faults(faulty).hang(False)
+        rest.close()

@@ -20,7 +20,9 @@ from adapters.kube_rest import KubeRest
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
 from broker.api.views import FleetViews
+from broker.controller.dispatching import UNANSWERED_CREATE_RETRIES
 from broker.controller.service import BrokerService
+from broker.core.errors import OutcomeUnknown
 from broker.core.model import ClusterTraits, Health, JobEvent, JobRecord, JobRequest, JobState
 from broker.core.workloads import WorkloadStatus
 from tests.service_doubles import idle_h100_node
@@ -32,17 +34,32 @@ fleet_mod = pytest.importorskip("kubesim.fleet")
 
 
 class HookedGateway(KubeGateway):
-    """The real gateway; `before_create` runs first, as another thread that got there first would."""
+    """The real gateway; `before_create` runs first, as another thread that got there first would.
+    `unanswered` creates are sent and never answered (nor made); then `answer_lost` creates are made but
+    their answer comes too late: both read as OutcomeUnknown, as a client's read timeout does."""
 
     before_create: Callable[[], object] | None = None
+    unanswered: int = 0
+    answer_lost: int = 0
+    creates: int = 0
 
     def create_workload(
         self, cluster: str, job: Mapping[str, Any], companions: Sequence[Mapping[str, Any]] = ()
     ) -> None:
+        self.creates += 1
         hook, self.before_create = self.before_create, None
         if hook is not None:
             hook()
+        late = OutcomeUnknown(
+            cluster, "POST jobs: timeout after 5 s (sent, not answered)", "timeout after 5 s"
+        )
+        if self.unanswered:
+            self.unanswered -= 1
+            raise late
         super().create_workload(cluster, job, companions)
+        if self.answer_lost:
+            self.answer_lost -= 1
+            raise late
 
     reads: int = 0
 
@@ -224,6 +241,44 @@ def test_a_refused_create_backs_off_instead_of_retrying_every_pass(
     service.schedule_once()  # the backoff is over and the cluster takes it now
     assert service.get(job.id).state is JobState.PLACED
     assert _jobs_in_cluster(service, job.id) != []
+
+
+def test_a_create_made_but_answered_too_late_is_sent_again_by_name_not_placed_again(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """An overloaded member makes the Job but answers after the client's deadline. The job keeps its
+    attempt and its room: the create is sent again by the same name (409: made), and no second Job of a
+    second attempt is made (the late first one used to be swept as stale)."""
+    service, store, gateway = world
+    job = _submit(service)
+    gateway.answer_lost = 1
+
+    service.schedule_once()
+
+    placed = service.get(job.id)
+    assert placed.state is JobState.PLACED and placed.attempt == 1 and placed.dispatch_failures == 0
+    assert _jobs_in_cluster(service, job.id) == [placed.workload_name]
+    assert gateway.creates == 2
+    assert [r.job_id for r in store.live_reservations(SystemClock().now())] == [job.id]
+
+
+def test_a_create_never_answered_is_requeued_after_its_retries(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """A member that takes a create and never answers (hung): the create is sent UNANSWERED_CREATE_RETRIES
+    more times, then the job goes back to the queue with the reason and backs off, its room released."""
+    service, store, gateway = world
+    job = _submit(service)
+    gateway.unanswered = 1 + UNANSWERED_CREATE_RETRIES
+
+    service.schedule_once()
+
+    failed = service.get(job.id)
+    assert gateway.creates == 1 + UNANSWERED_CREATE_RETRIES
+    assert failed.state is JobState.QUEUED and failed.dispatch_failures == 1
+    assert "dispatch-failed" in failed.reason and "not answered" in failed.reason
+    assert _jobs_in_cluster(service, job.id) == []
+    assert store.live_reservations(SystemClock().now()) == []
 
 
 def test_one_job_that_breaks_placement_does_not_stop_the_others(
