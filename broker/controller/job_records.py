@@ -8,7 +8,8 @@ no job from the store unless it changed:
     catch_up()   the store's change stream since the cursor (one command when nothing changed): the
                  records written since (the API's submits and cancels, another replica, this leader's own
                  writes, which cost one pipelined read each but make the newest write always win) are
-                 read again in one pipelined round trip
+                 read again in one pipelined round trip. Callers that wait while a read runs share the
+                 next one (a thousand members' sweeps and the loop read once, not once each)
     of_kinds()   the active records of a workload kind (indexed apart: status sync reads them every pass)
     checkpointing()  the active records of jobs that checkpoint (indexed apart: their reported
                  checkpoints are read every 30 s, and finding them must not walk every running job)
@@ -54,6 +55,9 @@ class JobRecords:
         self.cursor = "0-0"
         self.rebuilds = 0
         self.reread = 0  # records read again because they were written (or a write conflicted)
+        self.reads = 0  # store reads begun by rebuild or catch_up (a catch-up answered by another's: none)
+        self.waiting = 0  # catch_up calls waiting for a read in progress to end
+        self._last_ids: set[str] = set()
 
     def invalidate(self) -> None:
         """Forget everything: the next ensure() rebuilds (leadership lost, the store rebuilt)."""
@@ -77,6 +81,7 @@ class JobRecords:
 
     def rebuild(self) -> None:
         with self._reading:
+            self.reads += 1
             self._rebuild()
 
     def _rebuild(self) -> None:
@@ -92,13 +97,28 @@ class JobRecords:
                 self._put(record)
             self._done.clear()
             self.cursor = cursor
+            self._last_ids = set(self._active)
             self.built = True
             self.version += 1
             self.rebuilds += 1
 
     def catch_up(self) -> set[str]:
-        with self._reading:
-            return self._catch_up()
+        """Every change written before this call is in the records when it returns. A call that finds a
+        read in progress waits for it, and then for the next read, which began after this call did, so
+        covers it: the first waiter makes that read and the others take its answer."""
+        with self._lock:
+            asked_after = self.reads
+            self.waiting += 1
+        try:
+            with self._reading:
+                if self.reads > asked_after:  # a read began after this call and has ended (we hold the lock)
+                    return set(self._last_ids)
+                self.reads += 1
+                self._last_ids = self._catch_up()
+                return set(self._last_ids)
+        finally:
+            with self._lock:
+                self.waiting -= 1
 
     def _catch_up(self) -> set[str]:
         changes = self._store.read_changes(self.cursor)
