@@ -29,30 +29,46 @@ from broker.workload import lifecycle
 
 log = logging.getLogger(__name__)
 
+# What a sweep saw of a cluster before it listed: the records' version, the namespaces, their listings'
+_Seen = tuple[int, tuple[str, ...], tuple[int, ...]]
+
 
 class Sweeping(ControllerBase):
     # (gateway, the gateway as a ListingVersion or None): asked once per gateway, as _member_watch
     _listing_of: tuple[object, ListingVersion | None] | None = None
     # cluster -> what its last clean sweep saw (the records' version, namespaces, the listings' versions)
-    _swept: dict[str, tuple[int, tuple[str, ...], tuple[int, ...]]]
+    _swept: dict[str, _Seen]
     _sweeping: dict[str, threading.Lock]  # one sweep of a cluster at a time
 
     def sweep_orphans(self) -> list[str]:
         """Delete the broker's Jobs that no current attempt owns (see lifecycle.orphan_reason), in every
         declared cluster that answers, each cluster on its own worker. Returns "cluster/name" of each Job
-        deleted (with the inline dispatcher; the concurrent one logs them)."""
+        deleted (with the inline dispatcher; the concurrent one logs them). A cluster unchanged since its
+        last clean sweep is skipped here, on the caller's thread, after one catch-up for all: at 1,000
+        quiet members a sweep pass started a thousand dispatch threads to find nothing."""
         deleted: list[str] = []
         self.store.prune_expired(self.clock.now())
         down = self._unavailable_clusters()
+        if self.records.built:
+            self.records.catch_up()  # what others wrote since: their writes move the version
+        tenants = self._tenants_known()
         for cluster in sorted(self.traits):
-            if cluster not in down:
-                self.dispatcher.submit_once(
-                    cluster, "sweep", functools.partial(self._sweep_into, cluster, deleted)
-                )
+            if cluster in down:
+                continue
+            namespaces = self.traits[cluster].namespaces_for(tenants)
+            seen = self._unchanged_since(cluster, namespaces, caught_up=True)
+            if seen is None:
+                continue  # neither its Jobs nor the records moved since its last clean sweep
+            self.dispatcher.submit_once(
+                cluster, "sweep", functools.partial(self._sweep_into, cluster, deleted, namespaces, seen)
+            )
         return deleted
 
-    def _sweep_into(self, cluster: str, deleted: list[str]) -> None:
-        deleted.extend(self.sweep_cluster(cluster))
+    def _sweep_into(
+        self, cluster: str, deleted: list[str], namespaces: tuple[str, ...], seen: _Seen | tuple[()]
+    ) -> None:
+        with self._sweeping.setdefault(cluster, threading.Lock()):
+            deleted.extend(self._walk(cluster, namespaces, seen, raise_errors=False))
 
     def sweep_cluster(self, cluster: str, raise_errors: bool = False) -> list[str]:
         """The sweep of one cluster: list the broker's Jobs there *before* reading their records, delete
@@ -63,11 +79,18 @@ class Sweeping(ControllerBase):
             return self._sweep_cluster(cluster, raise_errors)
 
     def _sweep_cluster(self, cluster: str, raise_errors: bool) -> list[str]:
-        deleted: list[str] = []
         namespaces = self.traits[cluster].namespaces_for(self._tenants_known())
         seen = () if raise_errors else self._unchanged_since(cluster, namespaces)  # unfencing: always
         if seen is None:
-            return deleted  # neither its Jobs nor the records moved since its last clean sweep
+            return []  # neither its Jobs nor the records moved since its last clean sweep
+        return self._walk(cluster, namespaces, seen, raise_errors)
+
+    def _walk(
+        self, cluster: str, namespaces: tuple[str, ...], seen: _Seen | tuple[()], raise_errors: bool
+    ) -> list[str]:
+        """List the cluster's Jobs, then delete those no current attempt owns; `seen` (what was seen
+        before the list) is kept as its last clean sweep if nothing was left over."""
+        deleted: list[str] = []
         try:
             refs = [  # before the records; every namespace a tenant's Jobs may be in
                 ref for namespace in namespaces for ref in self.gateway.list_workloads(cluster, namespace)
@@ -116,18 +139,19 @@ class Sweeping(ControllerBase):
         return deleted
 
     def _unchanged_since(
-        self, cluster: str, namespaces: tuple[str, ...]
-    ) -> tuple[int, tuple[str, ...], tuple[int, ...]] | tuple[()] | None:
+        self, cluster: str, namespaces: tuple[str, ...], caught_up: bool = False
+    ) -> _Seen | tuple[()] | None:
         """None: the cluster's Jobs and the records are as its last clean sweep saw them (skip it). Else
         what this sweep sees before it lists, to keep if it ends clean; () when the gateway lists from
-        the member (no version: every sweep walks)."""
+        the member (no version: every sweep walks). `caught_up`: the records caught up just before."""
         gateway = self.gateway
         if self._listing_of is None or self._listing_of[0] is not gateway:
             self._listing_of = (gateway, gateway if isinstance(gateway, ListingVersion) else None)
         listing = self._listing_of[1]
         if listing is None or not self.records.built:
             return ()
-        self.records.catch_up()  # what others wrote since: their writes move the version
+        if not caught_up:
+            self.records.catch_up()  # what others wrote since: their writes move the version
         versions = [listing.listing_version(cluster, namespace) for namespace in namespaces]
         if any(v is None for v in versions):
             return ()

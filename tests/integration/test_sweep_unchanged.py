@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from adapters.redis_store import RedisStateStore
+from broker.controller.dispatch import InlineDispatcher
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterRejected, ClusterUnreachable
 from broker.core.k8s_names import ATTEMPT_LABEL
@@ -97,6 +98,28 @@ def test_a_quiet_cluster_is_walked_once_then_again_only_when_its_jobs_move(store
     assert service.sweep_cluster("a") == [] and gateway.lists == 3
     # the unfence sweep (a fenced cluster back) always walks
     assert service.sweep_cluster("a", raise_errors=True) == [] and gateway.lists == 4
+
+
+class CountingDispatcher(InlineDispatcher):
+    """Runs each task at once, counting the keyed ones (a sweep of a cluster is one)."""
+
+    keyed = 0
+
+    def submit_once(self, cluster: str, key: str, task: Callable[[], object]) -> bool:
+        self.keyed += 1
+        return super().submit_once(cluster, key, task)
+
+
+def test_a_sweep_pass_hands_a_quiet_cluster_to_no_worker(store: RedisStateStore) -> None:
+    """The periodic sweep decides that a cluster is unchanged before it hands it to a dispatch worker: at
+    1,000 quiet members a pass started a thousand threads to find nothing."""
+    gateway = ListedGateway()
+    service, job_id = placed(store, gateway)
+    counting = service.dispatcher = CountingDispatcher()
+    assert service.sweep_orphans() == [] and gateway.lists == 1 and counting.keyed == 1
+    assert service.sweep_orphans() == [] and gateway.lists == 1 and counting.keyed == 1  # no task
+    gateway.plant("gf-stale", job_id, 0)
+    assert service.sweep_orphans() == ["a/gf-stale"] and counting.keyed == 2
 
 
 def test_a_record_moved_by_another_writer_makes_the_next_sweep_walk(store: RedisStateStore) -> None:
