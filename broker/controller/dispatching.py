@@ -159,8 +159,19 @@ class Dispatching(ControllerBase):
                     expected=JobState.PLACED,
                 )
             return
-        current = self.store.get_job(placed.id)
+        current = self._record_now(placed.id)
         if current is None or current.state is JobState.CANCELLED or current.workload_name != name:
             # Cancelled while the Job was being created: cancel() may have deleted before our create.
             self.store.release(placed.id, attempt, self.placer_id)
             self._delete_workload(where.cluster, name, current or placed)
+
+    def _record_now(self, job_id: str) -> JobRecord | None:
+        """The job's record as it is now, for the check after a create: the leader's records caught up
+        (a read of the change stream shared by the dispatch threads waiting at the same time) rather than
+        a read of the record per created Job; the store's record where the records do not hold it."""
+        if self.records.built:
+            self.records.catch_up()  # every write before this call (a cancel) is in the records
+            found = self.records.get(job_id)
+            if found is not None:
+                return found
+        return self.store.get_job(job_id)

@@ -135,6 +135,23 @@ def test_a_cancel_while_the_job_is_being_created_leaves_no_job_in_the_cluster(
     assert store.live_reservations(SystemClock().now()) == []
 
 
+def test_a_cancel_by_the_api_process_while_the_job_is_being_created_leaves_no_job_in_the_cluster(
+    world: tuple[BrokerService, HookedStore, HookedGateway],
+) -> None:
+    """The same race with the cancel made by another process (the API's own service on the same store, as
+    `apiProcesses` runs it): the leader learns of it through the change stream, not its own write."""
+    service, store, gateway = world
+    job = _submit(service)
+    api = BrokerService(store, gateway, SystemClock(), dict(service.traits))
+    gateway.before_create = lambda: api.cancel(job.id)
+
+    service.schedule_once()
+
+    assert service.get(job.id).state is JobState.CANCELLED
+    assert _jobs_in_cluster(service, job.id) == []
+    assert store.live_reservations(SystemClock().now()) == []
+
+
 def test_a_cancel_of_a_queued_job_that_the_loop_places_meanwhile_removes_its_workload(
     world: tuple[BrokerService, HookedStore, HookedGateway],
 ) -> None:
