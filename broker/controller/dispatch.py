@@ -5,7 +5,11 @@ runs once the placement is committed in the store.
     ConcurrentDispatcher  worker threads per member cluster: creates run concurrently across clusters,
                           at most `per_cluster` at a time on one cluster, so a slow or hung cluster
                           delays only its own jobs and never the scheduling pass; a cluster's workers
-                          start with its work and end after `idle_seconds` without any
+                          start with its work and end after `idle_seconds` without any; at most
+                          `in_flight` plain tasks (creates, deletes) run at once across all clusters
+                          (IN_FLIGHT: a burst onto 1,000 members is not 2,000 requests at once); keyed
+                          ones (a cluster's status sync or sweep, one at a time each) take no slot, so
+                          members that hang while holding every slot hold up no sync
 
 Owns only the threads: what a task does (and its error handling) is the service's. A task that raises
 is logged, never propagated: the job it was for is recovered by the service's own rules (dispatch
@@ -14,6 +18,7 @@ backoff, the workload-lost grace, the sweep).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import deque
@@ -25,7 +30,13 @@ from broker.core.errors import Fenced
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConcurrentDispatcher", "Dispatcher", "InlineDispatcher"]
+__all__ = ["IN_FLIGHT", "ConcurrentDispatcher", "Dispatcher", "InlineDispatcher"]
+
+# Plain tasks (creates, deletes) running at once across every member cluster. A burst of 2,000 jobs onto 1,000 members started
+# as many creates at once: as many threads contending for the GIL with the control loop, and as many
+# requests (each a TLS set-up on a cold connection) on the members. 64 creates in flight still make
+# thousands a second when the members answer in tens of milliseconds.
+IN_FLIGHT = 64
 
 
 class Dispatcher(Protocol):
@@ -82,10 +93,13 @@ class ConcurrentDispatcher:
     comes and ended after `idle_seconds` without any, so a fleet of 1,000 quiet members holds no
     dispatch thread (a ThreadPoolExecutor per cluster kept its threads for ever: 1,000 idle threads)."""
 
-    def __init__(self, per_cluster: int = 4, idle_seconds: float = 10.0) -> None:
+    def __init__(self, per_cluster: int = 4, idle_seconds: float = 10.0, in_flight: int = IN_FLIGHT) -> None:
         if per_cluster < 1:
             raise ValueError(f"per_cluster: must be >= 1 (got {per_cluster})")
+        if in_flight < 1:
+            raise ValueError(f"in_flight: must be >= 1 (got {in_flight})")
         self._per_cluster = per_cluster
+        self._running = threading.BoundedSemaphore(in_flight)  # a slot per task running
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -105,6 +119,13 @@ class ConcurrentDispatcher:
             return sum(lane.workers for lane in self._lanes.values())
 
     def submit(self, cluster: str, task: Callable[[], object]) -> None:
+        self._enqueue(cluster, functools.partial(self._in_slot, task))
+
+    def _in_slot(self, task: Callable[[], object]) -> None:
+        with self._running:
+            task()
+
+    def _enqueue(self, cluster: str, task: Callable[[], object]) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the dispatcher is closed")
@@ -138,7 +159,7 @@ class ConcurrentDispatcher:
                     self._keyed.discard((cluster, key))
 
         try:
-            self.submit(cluster, keyed)
+            self._enqueue(cluster, keyed)
         except RuntimeError:
             with self._lock:
                 self._keyed.discard((cluster, key))

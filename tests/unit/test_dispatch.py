@@ -50,6 +50,44 @@ def test_a_burst_on_one_cluster_runs_per_cluster_at_once_and_every_task_in_order
     dispatcher.close()
 
 
+def test_at_most_in_flight_tasks_run_at_once_across_clusters_and_the_rest_follow() -> None:
+    """A burst onto many members runs `in_flight` tasks at once in all, not one per member: 2,000 creates
+    onto 1,000 members at once overloaded them (docs/benchmarks.md), and their threads starved the loop."""
+    tasks = Tasks()
+    dispatcher = ConcurrentDispatcher(per_cluster=2, in_flight=3)
+    for c in range(6):
+        for i in range(2):
+            dispatcher.submit(f"member-{c}", tasks.task(f"{c}.{i}"))
+    wait_for(lambda: tasks.running == 3, timeout=10, interval=0.005, what="three tasks under way")
+    assert len(tasks.started) == 3  # the others wait for a slot
+    tasks.release.set()
+    assert dispatcher.wait_idle(10)
+    assert tasks.most_at_once == 3 and len(tasks.started) == 12
+    dispatcher.close()
+
+
+def test_a_cluster_sync_takes_no_slot_while_hung_members_hold_them_all() -> None:
+    """Keyed tasks (a cluster's status sync or sweep) run beside the plain ones that fill every slot:
+    members that hang on their creates hold up no other member's sync."""
+    hung = Tasks()
+    dispatcher = ConcurrentDispatcher(per_cluster=1, in_flight=2)
+    for c in range(3):
+        dispatcher.submit(f"hung-{c}", hung.task(f"create-{c}"))
+    wait_for(lambda: hung.running == 2, timeout=10, interval=0.005, what="both slots taken")
+    synced = threading.Event()
+    assert dispatcher.submit_once("healthy", "sync", synced.set)
+    assert synced.wait(timeout=10)
+    assert len(hung.started) == 2
+    hung.release.set()
+    assert dispatcher.wait_idle(10)
+    dispatcher.close()
+
+
+def test_in_flight_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="in_flight"):
+        ConcurrentDispatcher(in_flight=0)
+
+
 def test_a_hung_cluster_holds_up_only_its_own_tasks() -> None:
     hung = Tasks()
     dispatcher = ConcurrentDispatcher(per_cluster=2)
