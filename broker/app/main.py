@@ -149,7 +149,7 @@ def build_service(
             queue=settings.queue_policy(),
             preemption=settings.preemption.policy() if settings.preemption else None,
         ),
-        dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster),
+        dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster, in_flight=settings.dispatch_in_flight),
         burst=BurstGate(RedisBurstLedger(store.client, store.prefix), settings.burst.settings()),
     )
     return service, store, gateway

@@ -298,6 +298,8 @@ class Settings(_Strict):
     config_reload_seconds: float = Field(default=5.0, alias="configReloadSeconds", ge=0)
     # Job creates in flight at once on one member cluster (creates on different clusters run in parallel).
     dispatch_per_cluster: int = Field(default=4, alias="dispatchPerCluster", ge=1, le=64)
+    # Job creates and deletes in flight at once across every member (docs/operations.md, 1,000 members).
+    dispatch_in_flight: int = Field(default=64, alias="dispatchInFlight", ge=1, le=4096)
     # Leader lease (docs/reliability.md): only its holder runs the control loop; renewed every third of it,
     # so a killed leader is replaced within leaseSeconds.
     lease_seconds: float = Field(default=10.0, alias="leaseSeconds", gt=0, le=300)

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["IN_FLIGHT", "ConcurrentDispatcher", "Dispatcher", "InlineDispatcher"]
 
-# Plain tasks (creates, deletes) running at once across every member cluster. A burst of 2,000 jobs onto 1,000 members started
+# Plain tasks (creates, deletes) running at once across every member cluster, by default
+# (settings.dispatchInFlight). A burst of 2,000 jobs onto 1,000 members started
 # as many creates at once: as many threads contending for the GIL with the control loop, and as many
 # requests (each a TLS set-up on a cold connection) on the members. 64 creates in flight still make
 # thousands a second when the members answer in tens of milliseconds.

@@ -235,6 +235,17 @@ def test_the_slow_client_deadlines_are_settings_with_defaults_environment_and_na
         parse_fleet_config({**base, "settings": {"requestHeadersSeconds": 0}}, "c.yaml", REPO)
 
 
+def test_creates_in_flight_across_the_fleet_are_a_setting_with_a_default_and_a_named_error() -> None:
+    """settings.dispatchInFlight bounds the creates running at once over every member (64 by default: a
+    burst onto 1,000 members is not 2,000 requests at once); 0 is refused by name."""
+    base = {"clusters": [{"name": "east", "kubeconfig": "x"}]}
+    assert parse_fleet_config(base, "c.yaml", REPO).settings.dispatch_in_flight == 64
+    cfg = parse_fleet_config({**base, "settings": {"dispatchInFlight": 16}}, "c.yaml", REPO)
+    assert cfg.settings.dispatch_in_flight == 16
+    with pytest.raises(ConfigError, match="dispatchInFlight"):
+        parse_fleet_config({**base, "settings": {"dispatchInFlight": 0}}, "c.yaml", REPO)
+
+
 @pytest.mark.parametrize(
     ("settings", "probe_seconds", "window_seconds"),
     [
