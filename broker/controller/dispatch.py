@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["IN_FLIGHT", "ConcurrentDispatcher", "Dispatcher", "InlineDispatcher"]
 
-# Plain tasks (creates, deletes) running at once across every member cluster, by default
-# (settings.dispatchInFlight). A burst of 2,000 jobs onto 1,000 members started
+# Plain tasks (creates, deletes) running at once across every member cluster when no other bound is
+# given (`gpufed serve` passes settings.dispatchInFlight, whose default is the same). A burst of 2,000 jobs onto 1,000 members started
 # as many creates at once: as many threads contending for the GIL with the control loop, and as many
 # requests (each a TLS set-up on a cold connection) on the members. 64 creates in flight still make
 # thousands a second when the members answer in tens of milliseconds.
@@ -100,7 +100,7 @@ class ConcurrentDispatcher:
         if in_flight < 1:
             raise ValueError(f"in_flight: must be >= 1 (got {in_flight})")
         self._per_cluster = per_cluster
-        self._running = threading.BoundedSemaphore(in_flight)  # a slot per task running
+        self._running = threading.BoundedSemaphore(in_flight)  # a slot per plain task running
         self._idle_seconds = idle_seconds
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)

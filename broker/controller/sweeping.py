@@ -56,7 +56,7 @@ class Sweeping(ControllerBase):
             if cluster in down:
                 continue
             namespaces = self.traits[cluster].namespaces_for(tenants)
-            seen = self._unchanged_since(cluster, namespaces, caught_up=True)
+            seen = self._unchanged_since(cluster, namespaces)
             if seen is None:
                 continue  # neither its Jobs nor the records moved since its last clean sweep
             self.dispatcher.submit_once(
@@ -80,6 +80,8 @@ class Sweeping(ControllerBase):
 
     def _sweep_cluster(self, cluster: str, raise_errors: bool) -> list[str]:
         namespaces = self.traits[cluster].namespaces_for(self._tenants_known())
+        if not raise_errors and self.records.built:
+            self.records.catch_up()  # what others wrote since: their writes move the version
         seen = () if raise_errors else self._unchanged_since(cluster, namespaces)  # unfencing: always
         if seen is None:
             return []  # neither its Jobs nor the records moved since its last clean sweep
@@ -138,20 +140,16 @@ class Sweeping(ControllerBase):
             self._swept[cluster] = seen
         return deleted
 
-    def _unchanged_since(
-        self, cluster: str, namespaces: tuple[str, ...], caught_up: bool = False
-    ) -> _Seen | tuple[()] | None:
+    def _unchanged_since(self, cluster: str, namespaces: tuple[str, ...]) -> _Seen | tuple[()] | None:
         """None: the cluster's Jobs and the records are as its last clean sweep saw them (skip it). Else
         what this sweep sees before it lists, to keep if it ends clean; () when the gateway lists from
-        the member (no version: every sweep walks). `caught_up`: the records caught up just before."""
+        the member (no version: every sweep walks). The caller has caught the records up just before."""
         gateway = self.gateway
         if self._listing_of is None or self._listing_of[0] is not gateway:
             self._listing_of = (gateway, gateway if isinstance(gateway, ListingVersion) else None)
         listing = self._listing_of[1]
         if listing is None or not self.records.built:
             return ()
-        if not caught_up:
-            self.records.catch_up()  # what others wrote since: their writes move the version
         versions = [listing.listing_version(cluster, namespace) for namespace in namespaces]
         if any(v is None for v in versions):
             return ()
