@@ -45,18 +45,25 @@ def answers(port: int) -> bool:
         return False
 
 
-def spawn(directory: Path, port: int, appendonly: bool = False, timeout_s: float = 10.0) -> RedisProcess:
+def spawn(
+    directory: Path, port: int, appendonly: bool = False, timeout_s: float = 10.0, own_session: bool = False
+) -> RedisProcess:
     """Start a redis-server on `port` with its files in `directory` and wait until it answers.
 
     appendonly=True is the recommended production setting (docs/reliability.md): AOF with an fsync
-    every second, so a restart loses nothing written more than a second before it."""
+    every second, so a restart loses nothing written more than a second before it. own_session=True
+    starts it in a session of its own: with Linux's autogroup scheduling that is a CPU share of its own,
+    as a Redis pod has its own cgroup (benchmarks that share the machine with the broker)."""
     exe = shutil.which("redis-server")
     if exe is None:
         raise RedisServerUnavailable("redis-server is not on PATH (apt-get install redis-server)")
     args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     args += ["--appendonly", "yes", "--appendfsync", "everysec"] if appendonly else ["--appendonly", "no"]
     proc = subprocess.Popen(
-        [*args, "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*args, "--dir", str(directory)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=own_session,
     )
     deadline = time.monotonic() + timeout_s
     while not answers(port):
@@ -81,12 +88,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def private_redis(
-    workdir: Path | None = None, timeout_s: float = 10.0, appendonly: bool = False
+    workdir: Path | None = None, timeout_s: float = 10.0, appendonly: bool = False, own_session: bool = False
 ) -> Iterator[RedisProcess]:
-    """A redis-server from PATH on a free 127.0.0.1 port for the duration of the block."""
+    """A redis-server from PATH on a free 127.0.0.1 port for the duration of the block (spawn's options)."""
     with contextlib.ExitStack() as stack:
         directory = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        server = spawn(directory, free_port(), appendonly, timeout_s)
+        server = spawn(directory, free_port(), appendonly, timeout_s, own_session)
         try:
             yield server
         finally:

@@ -131,6 +131,22 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def cpu_wait_ns(pid: int) -> int:
+    """Nanoseconds the threads of one process have spent runnable but waiting for a CPU
+    (/proc/PID/task/*/schedstat, its second field; 0 when it is gone)."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -179,9 +195,10 @@ def redis_totals(r: redis.Redis) -> tuple[int, int]:
 
 
 async def submit_all(
-    url: str, jobs: int, clients: int
+    url: str, jobs: int, clients: int, starts: list[float] | None = None
 ) -> tuple[list[float], list[str], dict[str, str], float]:
-    """Closed loop of `clients` keep-alive clients. Returns (latencies, errors, key -> job id, last submit).
+    """Closed loop of `clients` keep-alive clients. Returns (latencies, errors, key -> job id, last submit);
+    `starts`, when given, gets each latency's start (time.perf_counter), in the same order.
     Raw asyncio streams, not httpx: on this 2-core machine httpx spends about as much CPU a request as the
     broker does (benchmarks/http_load.py), so the figure would be the client's."""
     latencies: list[float] = []
@@ -206,6 +223,8 @@ async def submit_all(
                     errors.append(f"{type(e).__name__}: {e}")
                     return
                 latencies.append(time.perf_counter() - started)
+                if starts is not None:
+                    starts.append(started)
                 last = time.monotonic()
                 if status != 201:
                     errors.append(f"{status} {answer[:200]!r}")
@@ -216,6 +235,21 @@ async def submit_all(
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return latencies, errors, ids, last
+
+
+def write_latencies(path: Path, starts: list[float], latencies: list[float]) -> None:
+    """--latencies: one line per submit, and the p99 of each second of the burst printed."""
+    first = min(starts)
+    path.write_text(
+        "".join(f"{s - first:.4f} {lat * 1000:.2f}\n" for s, lat in zip(starts, latencies, strict=True))
+    )
+    by_second: dict[int, list[float]] = {}
+    for s, lat in zip(starts, latencies, strict=True):
+        by_second.setdefault(int(s - first), []).append(lat)
+    print(
+        "seconds p99 of each second of the burst (ms): "
+        + " ".join(f"{pct(v, 0.99) * 1000:.0f}" for _, v in sorted(by_second.items()))
+    )
 
 
 def print_slowlog(r: redis.Redis, over_ms: float) -> None:
@@ -301,6 +335,15 @@ def main() -> None:
         help="settings.controllerNice (the chart's value, 10): the broker process's threads at this niceness",
     )
     parser.add_argument(
+        "--sessions",
+        choices=("pods", "shared"),
+        default="pods",
+        help="pods: redis-server, kubesim and gpufed serve each in a session of its own, so that Linux's "
+        "autogroup scheduler gives each a CPU share of its own, as Kubernetes gives each pod a cgroup "
+        "(the load generator keeps the benchmark's); shared: the layout before 2026-12-06, redis-server and "
+        "kubesim in the benchmark's session beside the load generator, gpufed serve in its own",
+    )
+    parser.add_argument(
         "--members-nice",
         type=int,
         default=0,
@@ -320,6 +363,12 @@ def main() -> None:
         help="print Redis's slow log (commands over this many ms inside Redis) of the submit burst, by command",
     )
     parser.add_argument(
+        "--latencies",
+        default="",
+        help="write each submit's start (seconds from the first) and latency (ms) to this file, a line each, "
+        "and print the p99 of each second of the burst (is the tail steady or a few stalls?)",
+    )
+    parser.add_argument(
         "--hold",
         type=float,
         default=0.0,
@@ -334,7 +383,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bindir = Path(sys.executable).parent
     procs: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryDirectory() as tmp_name, private_redis() as rs:
+    own = args.sessions == "pods"
+    with tempfile.TemporaryDirectory() as tmp_name, private_redis(own_session=own) as rs:
         tmp = Path(tmp_name)
         if args.redis_nice:
             os.setpriority(os.PRIO_PROCESS, rs.process.pid, args.redis_nice)
@@ -356,6 +406,7 @@ def main() -> None:
                     ],
                     stdout=kubesim_log,
                     stderr=subprocess.STDOUT,
+                    start_new_session=own,
                 )
             )
             wait((out / "kubesim.json").exists, 300, "kubesim to start")
@@ -411,7 +462,8 @@ def main() -> None:
                 f"set-up  {args.clusters} clusters x {args.nodes} nodes x 8 GPUs, {args.jobs} one-GPU jobs, "
                 f"{args.clients} keep-alive clients, auth on, an Idempotency-Key per request, "
                 f"{args.api_processes} API processes, controllerNice {args.controller_nice}, "
-                f"kubesim at nice {args.members_nice}, Redis at nice {args.redis_nice}"
+                f"kubesim at nice {args.members_nice}, Redis at nice {args.redis_nice}, "
+                f"sessions: {args.sessions}"
             )
             groups = {
                 "API": lambda: {p for p in descendants(broker.pid) if "broker.app.api_process" in cmdline(p)},
@@ -429,11 +481,15 @@ def main() -> None:
                 slow.config_set("slowlog-max-len", 10000)
                 slow.slowlog_reset()
             before = {g: {p: cpu_ticks(p) for p in pids()} for g, pids in groups.items()}
+            waited = {g: {p: cpu_wait_ns(p) for p in pids()} for g, pids in groups.items()}
             started = time.monotonic()
             sampler = StateSampler(redis.Redis.from_url(rs.url), started)
             sampler.start()
-            latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients))
+            starts: list[float] = []
+            latencies, errors, ids, last = asyncio.run(submit_all(url, args.jobs, args.clients, starts))
             took = last - started
+            if args.latencies:
+                write_latencies(Path(args.latencies), starts, latencies)
             used = {
                 g: sum(cpu_ticks(p) - before[g].get(p, 0) for p in pids()) / HZ / took * 100
                 for g, pids in groups.items()
@@ -443,16 +499,34 @@ def main() -> None:
                 f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
                 f"{len(errors)} errors" + (f" (first: {errors[0]})" if errors else "")
             )
+            queued = {
+                g: sum(cpu_wait_ns(p) - waited[g].get(p, 0) for p in pids()) / 1e9 / took * 100
+                for g, pids in groups.items()
+            }
             print(
                 "cpu     while submitting, % of one core: "
                 + ", ".join(f"{g} {v:.0f}%" for g, v in used.items())
+            )
+            print(
+                "waited  while submitting, runnable but without a CPU (thread-seconds a second, %): "
+                + ", ".join(f"{g} {v:.0f}%" for g, v in queued.items())
             )
             r = redis.Redis.from_url(rs.url)
             if args.slowlog_ms > 0:
                 print_slowlog(r, args.slowlog_ms)
             running_key = f"{PREFIX}:jobs:state:RUNNING"
+            after = {g: {p: cpu_ticks(p) for p in pids()} for g, pids in groups.items()}
+            after_at = time.monotonic()
             wait(lambda: r.scard(running_key) >= len(ids), 900, "every job RUNNING", 0.2)
             print(f"running every job RUNNING {time.monotonic() - last:.1f} s after the last submit")
+            took_after = time.monotonic() - after_at
+            print(
+                "cpu     from then until every job RUNNING, % of one core: "
+                + ", ".join(
+                    f"{g} {sum(cpu_ticks(p) - after[g].get(p, 0) for p in pids()) / HZ / took_after * 100:.0f}%"
+                    for g, pids in groups.items()
+                )
+            )
             sampler.stop()
             print(
                 f"states  every 5 s since the first submit (QUEUED/PLACED/ADMITTED/RUNNING): {sampler.line()}"
