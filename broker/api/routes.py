@@ -386,7 +386,7 @@ def create_app(
             prepared = service.prepare_submit(job_request, idempotency_key)
         except InvalidRequest as e:  # a plain Job's refusal names the Job's field (its annotation), not ours
             raise (k8s_job.as_job_error(e) if k8s_job.is_k8s_job(body) else e) from None
-        record, created = await batcher.submit(warnings.with_warnings(prepared))
+        record, created = await batcher.submit(await warnings.with_warnings(prepared))
         note(request, obj=f"job/{record.id}", trace_id=telemetry.trace_id_of(record.trace_parent))
         return Response(
             orjson.dumps(job_view(record)), status_code=201 if created else 200, media_type="application/json"

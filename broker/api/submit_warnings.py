@@ -1,8 +1,21 @@
-"""Warnings the submit answer carries (scheduler.never_fit): read over the fleet's summaries, kept for a
-second so a burst of submits costs one summary read, not one per job."""
+"""Warnings the submit answer carries (scheduler.never_fit), over the fleet's summaries as read at most
+`ttl_s` (a second) before, so a burst of submits costs one fleet read a second, not one per job.
+
+The read is made off the event loop, and only the very first submit waits for it: later, a submit
+that finds the summaries older than the TTL starts a read on a worker thread and is answered with the
+summaries it has. Why: the read is the published fleet snapshot (Redis round trips and the placeable
+arithmetic over every reservation), 6-12 ms during a burst of submits on the benchmark's two cores,
+and made on the event loop it stalled every request in flight once a second, which was in the
+submit p99 (docs/benchmarks.md, "The API's wait for a CPU"). A never-fit warning is about what no
+declared cluster could hold even empty, which a second's staleness does not change. A read that fails
+keeps the summaries from before and is tried again after the TTL (the first one's error is the
+submit's own, as before).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -10,28 +23,57 @@ from broker.core.model import ClusterSummary, JobEvent, JobRecord
 from broker.core.ports import Clock
 from broker.scheduler.never_fit import never_fit_warning
 
+log = logging.getLogger(__name__)
+
 __all__ = ["SubmitWarnings"]
 
 
 class SubmitWarnings:
-    """with_warnings(prepared) -> the prepared (record, event) with the record's warnings set."""
+    """await with_warnings(prepared) -> the prepared (record, event) with the record's warnings set."""
 
     def __init__(
         self, fleet: Callable[[], Sequence[ClusterSummary]], clock: Clock, ttl_s: float = 1.0
     ) -> None:
         self._fleet, self._clock, self._ttl = fleet, clock, ttl_s
         self._at = float("-inf")
-        self._summaries: Sequence[ClusterSummary] = ()
+        self._summaries: Sequence[ClusterSummary] | None = None
+        self._reading: asyncio.Task[None] | None = None
+        self.reads = 0  # fleet reads made (started on a worker thread)
 
-    def _current(self) -> Sequence[ClusterSummary]:
-        now = self._clock.now()
-        if now - self._at > self._ttl:
-            self._summaries, self._at = self._fleet(), now
+    @property
+    def refreshing(self) -> bool:
+        """Whether a read started by a submit after the TTL is under way."""
+        return self._reading is not None
+
+    async def _current(self) -> Sequence[ClusterSummary]:
+        if self._summaries is None:  # nothing read yet: this submit waits for the first read
+            started = self._clock.now()
+            summaries = await asyncio.to_thread(self._read)
+            self._summaries, self._at = summaries, started
+            return summaries
+        if self._clock.now() - self._at > self._ttl and self._reading is None:
+            self._reading = asyncio.get_running_loop().create_task(self._refresh())
         return self._summaries
 
-    def with_warnings(self, prepared: tuple[JobRecord, JobEvent]) -> tuple[JobRecord, JobEvent]:
+    def _read(self) -> Sequence[ClusterSummary]:
+        self.reads += 1
+        return self._fleet()
+
+    async def _refresh(self) -> None:
+        started = self._clock.now()
+        try:
+            summaries = await asyncio.to_thread(self._read)
+        except Exception as e:  # Redis away: the warnings keep the summaries from before
+            log.warning("submit warnings: the fleet could not be read (%s); using the last read", e)
+            self._at = started
+        else:
+            self._summaries, self._at = summaries, started
+        finally:
+            self._reading = None
+
+    async def with_warnings(self, prepared: tuple[JobRecord, JobEvent]) -> tuple[JobRecord, JobEvent]:
         record, event = prepared
-        warning = never_fit_warning(record.request, self._current())
+        warning = never_fit_warning(record.request, await self._current())
         if warning is None:
             return prepared
         return replace(record, warnings=(*record.warnings, warning)), event
