@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import math
 import pickle
 import uuid
 from collections import deque
@@ -78,8 +79,20 @@ class WatchEvent:
 Listener = Callable[[WatchEvent], None]
 
 
+_LAST_SECOND: tuple[int, str] = (-1, "")
+
+
 def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The second `epoch` falls in, as Kubernetes writes timestamps. The last second's text is kept: the
+    controllers stamp thousands of conditions and events a second with the same one."""
+    global _LAST_SECOND
+    second = math.floor(epoch)
+    last = _LAST_SECOND
+    if last[0] == second:
+        return last[1]
+    text = datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _LAST_SECOND = (second, text)
+    return text
 
 
 def released(obj: Obj, key: str = "") -> bool:
@@ -210,6 +223,17 @@ class ObjectStore:
         """Controllers' read-modify-write: fn edits a deep copy, which is then stored (never a Conflict)."""
         new = clone(self.get(key, namespace, name))
         fn(new)
+        return self._replace(key, new, check_rv=False)
+
+    def set_field(self, key: str, namespace: str, name: str, field: str, value: Any) -> Obj:
+        """A controller's write of one top-level field (a status), `value` handed over (a copy no one
+        else holds). The new version shares the object's other fields with the one before instead of
+        copying them: stored objects are never edited in place (every edit is of a copy, as mutate's),
+        so sharing is safe, and a Job's pod template is not copied for each status change."""
+        old = self.get(key, namespace, name)
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"])
+        new[field] = value
         return self._replace(key, new, check_rv=False)
 
     def request_delete(self, key: str, namespace: str, name: str, grace: int = 0) -> tuple[Obj, bool]:

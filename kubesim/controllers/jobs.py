@@ -50,7 +50,6 @@ from kubesim.controllers.pods import (
     node_name,
     phase,
     qos_class,
-    replace_field,
     set_condition,
 )
 from kubesim.store import AlreadyExistsError, NotFoundError, Obj, ObjectStore, WatchEvent, clone, rfc3339
@@ -186,8 +185,9 @@ class JobController:
             return
         ns, name = key_of(job)
         pods = self._job_pods(job["metadata"].get("uid", ""))
-        work = clone(job)
-        status = work.setdefault("status", {})
+        # the status is what a reconcile edits: the rest of the Job is read only, and shared
+        work = {**job, "status": clone(job.get("status") or {})}
+        status = work["status"]
         if job["metadata"].get("deletionTimestamp"):
             self._release_pods(pods)
             return
@@ -497,7 +497,7 @@ class JobController:
             return
         self._writing = True
         try:
-            self._store.mutate(JOBS, ns, name, replace_field("status", clone(work.get("status"))))
+            self._store.set_field(JOBS, ns, name, "status", clone(work.get("status")))
         except NotFoundError:
             pass
         finally:

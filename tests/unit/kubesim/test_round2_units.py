@@ -11,7 +11,7 @@ import pytest
 
 from kubesim import apply as ssa
 from kubesim import disruption, podlogs, protobuf, rbac
-from kubesim.store import GoneError, ObjectStore
+from kubesim.store import GoneError, ObjectStore, WatchEvent, rfc3339
 
 
 def pod(labels: dict[str, str] | None = None, image: str = "busybox") -> dict[str, Any]:
@@ -298,3 +298,39 @@ def test_list_at_undoes_later_writes_and_is_gone_after_compaction() -> None:
     store.compact("pods")
     with pytest.raises(GoneError):
         store.list_at("pods", pinned)
+
+
+def test_a_status_write_leaves_the_version_before_it_as_it_was() -> None:
+    """ObjectStore.set_field shares the unchanged fields with the version before: that version (as a
+    watcher or list_at holds it) keeps its own status, and a later edit of the new one reaches neither."""
+    store = ObjectStore(lambda: 0.0)
+    events: list[WatchEvent] = []
+    store.subscribe("jobs.batch", events.append)
+    spec = {"template": {"metadata": {"annotations": {"a": "1"}}}}
+    store.create("jobs.batch", {"metadata": {"name": "j", "namespace": "d"}, "spec": spec, "status": {}})
+    first = store.get("jobs.batch", "d", "j")
+    written = store.set_field("jobs.batch", "d", "j", "status", {"active": 1})
+    assert written["status"] == {"active": 1} and first["status"] == {}
+    assert first["metadata"]["resourceVersion"] != written["metadata"]["resourceVersion"]
+    assert written["metadata"]["generation"] == first["metadata"]["generation"]  # the spec did not change
+    assert events[-1].type == "MODIFIED" and events[-1].prev is first and events[-1].obj is written
+    store.mutate(
+        "jobs.batch", "d", "j", lambda o: o["spec"]["template"]["metadata"]["annotations"].update(a="2")
+    )
+    assert first["spec"]["template"]["metadata"]["annotations"] == {"a": "1"}
+    assert written["spec"]["template"]["metadata"]["annotations"] == {"a": "1"}
+    assert store.get("jobs.batch", "d", "j")["spec"]["template"]["metadata"]["annotations"] == {"a": "2"}
+
+
+@pytest.mark.parametrize(
+    ("epoch", "text"),
+    [
+        (0.0, "1970-01-01T00:00:00Z"),
+        (1_800_000_000.999, "2027-01-15T08:00:00Z"),
+        (1_800_000_001.0, "2027-01-15T08:00:01Z"),
+        (1_800_000_000.5, "2027-01-15T08:00:00Z"),  # back to a second seen before the last
+        (-0.5, "1969-12-31T23:59:59Z"),
+    ],
+)
+def test_timestamps_are_the_second_the_moment_falls_in(epoch: float, text: str) -> None:
+    assert rfc3339(epoch) == text
