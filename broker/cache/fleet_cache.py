@@ -5,7 +5,8 @@ summary version and reservation ledger they were read at, and the placeable view
 (broker.cache.reservations.deduct). `refresh` asks the store only for the (version, ledger) pairs and
 the latest heartbeats, and reads again just the clusters whose pair moved (a heartbeat alone moves no
 version); `assume` applies a reservation this placer just committed (compare-and-set at exactly the
-cached pair), so the next decision needs no read at all; `hold` and
+cached pair), so the next decision needs no read at all, and adds it to the cluster's placeable view in
+one step (reservations.deduct_held), not by deducting every reservation again; `hold` and
 `settle` do the same for a pass's decisions reserved together (decided one after another, each held in
 the cache, then one compare-and-set per cluster).
 `generation` bumps whenever anything placeable may have changed; `fingerprint` digests the fleet's
@@ -145,9 +146,8 @@ class FleetCache:
         entry = self._entries.get(reservation.cluster)
         if entry is None:
             return
-        kept = tuple(r for r in entry.state.reservations if r.job_id != reservation.job_id)
-        entry.state = replace(entry.state, reservations=(*kept, reservation), ledger=ledger)
-        entry.placeable = None
+        self._add(entry, reservation)
+        entry.state = replace(entry.state, ledger=ledger)
 
     def hold(self, reservation: Reservation) -> None:
         """A reservation decided but not yet stored (a pass reserves its decisions together, one
@@ -156,9 +156,22 @@ class FleetCache:
         entry = self._entries.get(reservation.cluster)
         if entry is None:
             return
-        kept = tuple(r for r in entry.state.reservations if r.job_id != reservation.job_id)
+        self._add(entry, reservation)
+
+    @staticmethod
+    def _add(entry: _Entry, reservation: Reservation) -> None:
+        """The reservation joins the entry's, replacing the job's other one there. The placeable view
+        takes it in one step when it only adds (reservations.deduct_held composes); when it replaces
+        one, the view is made again from all of them at the next look."""
+        held = entry.state.reservations
+        replaces = any(r.job_id == reservation.job_id for r in held)
+        kept = tuple(r for r in held if r.job_id != reservation.job_id) if replaces else held
         entry.state = replace(entry.state, reservations=(*kept, reservation))
-        entry.placeable = None
+        if replaces or entry.placeable is None:
+            entry.placeable = None
+            return
+        entry.placeable = reservations.deduct_held(entry.placeable, (reservation,))
+        entry.placeable_until = min(entry.placeable_until, reservation.expires_at)
 
     def settle(self, cluster: str, refused: Iterable[str], ledger: int) -> None:
         """The store held this cluster's batch of holds and is now at `ledger`: reflect it without
@@ -171,8 +184,7 @@ class FleetCache:
         if set(refused):
             self.refresh_cluster(cluster)
             return
-        entry.state = replace(entry.state, ledger=ledger)
-        entry.placeable = None
+        entry.state = replace(entry.state, ledger=ledger)  # the same reservations: the same view
 
     def fingerprint(self) -> str:
         """The fleet's structure (see batch_placement.fingerprint), cached until something changes."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from broker.cache.reservations import deduct, live, take_best_fit
+from broker.cache.reservations import deduct, deduct_held, live, take_best_fit
 from broker.core.model import ClusterSummary, MigCapacity, ProductCapacity, QueueHeadroom, Reservation
+from broker.core.topology import CliqueCapacity
 
 NOW = 1_000.0
 GPU = "nvidia.com/gpu"
@@ -93,3 +96,38 @@ def test_reserved_units_count_against_the_kueue_quota_covering_them() -> None:
 def test_nothing_live_returns_the_summary_itself() -> None:
     s = ClusterSummary("a", products=(product((0, 1)),))
     assert deduct(s, [], NOW) is s
+
+
+_HELD = st.lists(
+    st.builds(
+        lambda units_per_pod, pods, kind, clique: Reservation(
+            "j", 1, "a", "H100-80GB", MIG if kind else GPU, units_per_pod * pods, NOW, NOW + 60, pods=pods,
+            clique=clique if not kind else None,
+        ),
+        st.integers(0, 9),
+        st.integers(1, 4),
+        st.booleans(),
+        st.sampled_from([None, "uuid.1"]),
+    ),
+    max_size=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(held=_HELD, split=st.integers(0, 12))
+def test_deducting_in_steps_is_deducting_at_once(held: list[Reservation], split: int) -> None:
+    """What lets the fleet cache add a new reservation to a cluster's placeable view without going over
+    the others again: any prefix deducted, then the rest, equals all of them deducted together."""
+    s = ClusterSummary(
+        "a",
+        products=(product((1, 0, 2, 0, 1, 0, 0, 3, 2)),),
+        mig=(MigCapacity("H100-80GB", "1g.10gb", MIG, 14, 6, 4),),
+        queues=(QueueHeadroom("cq", "h100", GPU, nominal=24, used=6), QueueHeadroom("cq", "h100", MIG, 8, 1)),
+        cliques=(CliqueCapacity("uuid.1", "H100-80GB", nodes=4, free_nodes=2, free=20, nodes_by_free=(0, 0, 0, 0, 2, 0, 0, 0, 2)),),
+    )  # fmt: skip
+    at_once = deduct_held(s, held)
+    in_steps = deduct_held(s, held[:split])
+    for r in held[split:]:
+        in_steps = deduct_held(in_steps, [r])
+    assert in_steps == at_once
+    assert at_once == deduct(s, held, NOW)
