@@ -33,16 +33,13 @@ from adapters.kube_rest import (
     take_events,
     watch_query,
 )
+from adapters.kube_token import BEARER_RECHECK_SECONDS, token_rejected
 from adapters.tls_context import tls_context
 from broker.core.errors import ClusterUnreachable
 from broker.health import machine
 
 _RESET = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
 READ_CHUNK = 64 * 1024
-# The kubeconfig's bearer token is read again (the client's refresh hook: an exec plugin's expired token is
-# fetched anew) at most this often, and after any 401. Read on every request, the hook's rebuild of the
-# client's Configuration was a quarter of a poller shard's idle CPU at 1,000 members (a probe every 2 s each).
-BEARER_RECHECK_SECONDS = 10.0
 
 
 def describe_aio_failure(e: BaseException, timeout: tuple[float, float]) -> str:
@@ -138,6 +135,7 @@ class AsyncKubeRest:
             raise self._unreachable(f"GET {path}", e, timeout) from e
         if resp.status == 401:
             self._headers_read = None  # the token may have been replaced: read it again next time
+            token_rejected(self._cfg)
         return resp
 
     def _unreachable(self, what: str, e: BaseException, timeout: tuple[float, float]) -> ClusterUnreachable:

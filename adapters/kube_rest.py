@@ -35,6 +35,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from adapters.kube_token import recheck_token_hook, token_rejected
 from adapters.tls_context import share_tls_context
 from broker.core.errors import (
     ClusterForbidden,
@@ -77,6 +78,7 @@ def connect(kubeconfig: Path | str, context: str | None = None, pool_size: int =
         raise ConfigError(
             f"kubeconfig {kubeconfig}: context {context or '(current)'}: {type(e).__name__}"
         ) from e
+    recheck_token_hook(cfg)  # not the whole kubeconfig applied again before every request (kube_token)
     cfg.retries = 0  # retries are ours (tenacity, jittered); urllib3's would hide a dead cluster for seconds
     cfg.connection_pool_maxsize = pool_size
     api = client.ApiClient(cfg)
@@ -267,6 +269,8 @@ class KubeRest:
         try:
             resp = self.api.call_api(*req, _request_timeout=deadline)
         except ApiException as e:
+            if e.status == 401:
+                token_rejected(self.api.configuration)  # the next request reads the token again
             raise_for_status(
                 self.cluster, int(e.status or 0), e.body.encode() if isinstance(e.body, str) else None
             )
@@ -274,6 +278,8 @@ class KubeRest:
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
             raise unreachable(self.cluster, f"{method} {path}", e, deadline, write=method != "GET") from e
         raw: urllib3.BaseHTTPResponse = resp.response
+        if raw.status == 401:
+            token_rejected(self.api.configuration)  # the next request reads the token again
         return raw
 
     def request(
