@@ -147,6 +147,15 @@ def cpu_wait_ns(pid: int) -> int:
     return total
 
 
+def set_autogroup_nice(pid: int, niceness: int) -> None:
+    """The niceness of the autogroup (session) of `pid`: Linux's autogroup scheduler shares the CPU
+    between sessions first, by this, then between a session's processes by theirs (sched(7))."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(str(niceness))
+    except OSError as e:
+        print(f"note    /proc/{pid}/autogroup: {e}; the niceness holds inside its session only")
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -347,7 +356,9 @@ def main() -> None:
         "--members-nice",
         type=int,
         default=0,
-        help="run kubesim (the member clusters, remote machines in a deployment) at this niceness",
+        help="run kubesim (the member clusters, remote machines in a deployment) at this niceness; with "
+        "--sessions pods it is its session's (autogroup's) niceness, which orders it against the other "
+        "processes' groups, not only inside its own",
     )
     parser.add_argument(
         "--redis-nice",
@@ -409,6 +420,8 @@ def main() -> None:
                     start_new_session=own,
                 )
             )
+            if own and args.members_nice:
+                set_autogroup_nice(procs[-1].pid, args.members_nice)
             wait((out / "kubesim.json").exists, 300, "kubesim to start")
             described = json.loads((out / "kubesim.json").read_text())
             names = [c["name"] for c in described["clusters"]]
