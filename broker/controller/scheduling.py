@@ -257,15 +257,21 @@ class Scheduling(Preempting, Dispatching):
             # A cluster that moved under a batch is busy (a poller publishing while its pods start): it was
             # read again above, and its jobs are decided again at once, together, and reserved in one more
             # round trip. The window between that read and the reserve is these jobs' decisions (a few
-            # milliseconds), not the whole batch's, so it is rarely lost again; a job is decided at most
-            # _RESERVE_ATTEMPTS times in a pass. (Deciding them one at a time, each reserved alone, cost a
-            # round trip per job: at 8,000 jobs half of each pass's decisions came back stale, and a pass
-            # of 1,024 placements took 4-5 s, docs/benchmarks.md 2026-12-06.)
+            # milliseconds), not the whole batch's, so it is rarely lost again. Lost again (a poller
+            # publishing faster than that), they are decided one at a time, each reserved alone: the
+            # window is one decision, and a placer always gets on (batches alone once starved the
+            # four-placer race test). At most _RESERVE_ATTEMPTS decisions per job in a pass. (One at a time
+            # from the first loss cost a round trip per job: at 8,000 jobs half of each pass's decisions
+            # came back stale and a pass of 1,024 placements took 4-5 s, docs/benchmarks.md 2026-12-06.)
             decided = []
             for d in again:
-                step = self._decide_isolated(d.record, placer, now, d.products, decided, d.tries + 1)
+                alone: list[_Decided] = []
+                into = decided if d.tries == 1 else alone
+                step = self._decide_isolated(d.record, placer, now, d.products, into, d.tries + 1)
                 if step is not None:
                     changed.append(step)
+                if alone:
+                    changed.extend(self._reserve_decided(alone, placer, now))
         return changed
 
     def _commit_decided(self, won: list[_Decided], now: float) -> list[JobRecord]:
