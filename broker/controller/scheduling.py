@@ -212,8 +212,7 @@ class Scheduling(Preempting, Dispatching):
     def _reserve_decided(self, decided: list[_Decided], placer: BatchPlacer, now: float) -> list[JobRecord]:
         """Reserve a batch of decisions (one compare-and-set per cluster, one round trip), record the
         reserved ones PLACED (one round trip) and dispatch them; the jobs of a cluster that moved since it
-        was read are decided again together on what it is now and reserved in one more round trip (at
-        most _RESERVE_ATTEMPTS decisions per job)."""
+        was read are decided again on what it is now (at most _RESERVE_ATTEMPTS decisions per job)."""
         changed: list[JobRecord] = []
         while decided:
             by_cluster: dict[str, list[_Decided]] = {}
@@ -243,10 +242,7 @@ class Scheduling(Preempting, Dispatching):
                     self.cache.refresh_cluster(batch.cluster)  # it moved since it was read: decide again
                     self._assume_into(placer, batch.cluster, now)
                     if status == ReserveResult.STALE:
-                        retried = [d for d in items if d.tries < _RESERVE_ATTEMPTS]
-                        again.extend(retried)
-                        if len(retried) < len(items):
-                            self.work.wake()  # the ones out of attempts: in the next pass, not an interval on
+                        again.extend(d for d in items if d.tries < _RESERVE_ATTEMPTS)
                     continue
                 refused = [d.record.id for d, r in zip(items, results, strict=True) if not r.ok]
                 self.cache.settle(batch.cluster, refused, results[-1].ledger)
@@ -254,24 +250,16 @@ class Scheduling(Preempting, Dispatching):
                     self._assume_into(placer, batch.cluster, now)
                 won.extend(d for d, r in zip(items, results, strict=True) if r.ok)
             changed.extend(self._commit_decided(won, now))
-            # A cluster that moved under a batch is busy (a poller publishing while its pods start): it was
-            # read again above, and its jobs are decided again at once, together, and reserved in one more
-            # round trip. The window between that read and the reserve is these jobs' decisions (a few
-            # milliseconds), not the whole batch's, so it is rarely lost again. Lost again (a poller
-            # publishing faster than that), they are decided one at a time, each reserved alone: the
-            # window is one decision, and a placer always gets on (batches alone once starved the
-            # four-placer race test). At most _RESERVE_ATTEMPTS decisions per job in a pass. (One at a time
-            # from the first loss cost a round trip per job: at 8,000 jobs half of each pass's decisions
-            # came back stale and a pass of 1,024 placements took 4-5 s, docs/benchmarks.md 2026-12-06.)
             decided = []
+            # A cluster that moved under a batch is busy (a poller publishing while its pods start): its
+            # jobs are decided again one at a time, each reserved at once, so the window between the read
+            # and the reserve is one decision, not a batch's (a batch again would lose again and again).
             for d in again:
-                alone: list[_Decided] = []
-                into = decided if d.tries == 1 else alone
-                step = self._decide_isolated(d.record, placer, now, d.products, into, d.tries + 1)
+                one: list[_Decided] = []
+                step = self._decide_isolated(d.record, placer, now, d.products, one, d.tries + 1)
                 if step is not None:
                     changed.append(step)
-                if alone:
-                    changed.extend(self._reserve_decided(alone, placer, now))
+                changed.extend(self._reserve_decided(one, placer, now))
         return changed
 
     def _commit_decided(self, won: list[_Decided], now: float) -> list[JobRecord]:

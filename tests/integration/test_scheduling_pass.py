@@ -415,64 +415,6 @@ def test_jobs_decided_on_a_cluster_that_moved_before_the_reserve_are_decided_aga
         store.close()
 
 
-class CountingPublishingStore(PublishingStore):
-    """PublishingStore that counts the reserve round trips; with `always`, the cluster moves before every
-    reserve (a poller publishing faster than the pass can reserve)."""
-
-    reserves = 0
-    always: ClusterSummary | None = None
-
-    def reserve_many(self, batches: Sequence[ReserveBatch], now: float) -> list[list[ReserveResult]]:
-        self.reserves += 1
-        if self.always is not None:
-            self.publish = replace(self.always, version=0)
-        return super().reserve_many(batches, now)
-
-
-def test_the_jobs_of_a_cluster_that_moved_are_reserved_again_in_one_round_trip_not_one_each(
-    redis_url: str,
-) -> None:
-    store = CountingPublishingStore(redis_url, prefix="pass" + uuid.uuid4().hex[:8])
-    try:
-        store.put_summary(cluster("a", 8))
-        svc = service(store, ManualClock(), ["a"])
-        for i in range(6):
-            svc.submit(JobRequest(f"one-{i}", gpus_per_pod=1))
-        store.publish = cluster("a", 7)  # a poller publishes (a pod started) between decision and reserve
-
-        svc.schedule_once()
-
-        assert len(store.list_jobs([JobState.PLACED])) == 6
-        assert store.reserves == 2  # the batch that found the cluster moved, and its jobs again together
-    finally:
-        store.close()
-
-
-def test_jobs_out_of_reserve_attempts_wait_for_the_next_pass_which_is_asked_for_at_once(
-    redis_url: str,
-) -> None:
-    store = CountingPublishingStore(redis_url, prefix="pass" + uuid.uuid4().hex[:8])
-    try:
-        store.put_summary(cluster("a", 8))
-        svc = service(store, ManualClock(), ["a"])
-        for i in range(3):
-            svc.submit(JobRequest(f"one-{i}", gpus_per_pod=1))
-        svc.work.wait(0)  # the submits' wake-up, taken
-        store.always = cluster("a", 8)  # the cluster moves before every reserve of this pass
-
-        svc.schedule_once()
-
-        assert len(store.list_jobs([JobState.QUEUED])) == 3  # nothing reserved on a moving cluster
-        # the batch, the three again together, then (lost again) each alone: 1 + 1 + 3 round trips
-        assert store.reserves == 5
-        assert svc.work.wait(0)  # woken: tried again in the next pass, not an interval later
-        store.always = None
-        svc.schedule_once()
-        assert len(store.list_jobs([JobState.PLACED])) == 3
-    finally:
-        store.close()
-
-
 def test_a_pass_places_a_bounded_number_and_asks_for_the_next_pass_at_once(
     store: RedisStateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
