@@ -4,7 +4,8 @@ Run: .venv/bin/python -m benchmarks.fleet_scale [--clusters 20] [--nodes 50] [--
      [--hold SECONDS] (keeps the quiet fleet up after the idle measurement, to profile the broker)
      (starts its own redis-server, `kubesim serve` and `gpufed serve`; several minutes at full scale)
 
-What runs, each in its own process, as deployed:
+What runs, each in its own process and (--sessions pods, the default) its own session, so that Linux's
+autogroup scheduler gives each a CPU share as Kubernetes gives each pod a cgroup:
     redis-server   private, on a free port (its INFO stats are the broker's traffic and nothing else's)
     kubesim serve  --fleet <generated YAML>: `clusters` clusters of `nodes` nodes x 8 GPUs over HTTPS
     gpufed serve   --config <generated clusters.yaml> with auth ON (a tokens file), its Ray pollers
@@ -14,7 +15,9 @@ The load: `clients` keep-alive clients (raw asyncio streams) submit one-GPU jobs
 RUNNING), each request with a Bearer token and its own Idempotency-Key.
 
 Prints:
-    submit        throughput, p50 / p99 latency
+    submit        throughput, p50 / p99 latency (--latencies FILE: each submit, and the p99 of each second)
+    cpu, waited   while submitting, each process group's CPU and its time runnable but without a CPU
+                  (/proc/PID/task/*/schedstat); and each group's CPU from the last submit until every job runs
     running       seconds from the last submit until every job is RUNNING (counted in Redis's state index,
                   so the watching costs the broker nothing)
     idle          30 s with every job running and nothing changing: CPU % of one core of the broker
@@ -50,13 +53,13 @@ import yaml
 
 from adapters.kube_rest import KubeRest
 from adapters.redis_process import private_redis
+from benchmarks.proc_stats import HZ, cmdline, cpu_ticks, cpu_wait_ns, descendants, set_autogroup_nice
 from benchmarks.submit_load import read_answer, request_bytes
 from broker.workload.manifest import JOB_ID_LABEL
 from tests.conftest import free_port
 
 TOKEN = "fleet-scale-benchmark-token-" + uuid.uuid4().hex
 PREFIX = "fleetscale"
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -120,68 +123,6 @@ def fleet_yaml(clusters: int, nodes: int) -> dict[str, Any]:
             for c in range(clusters)
         ]
     }
-
-
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of one process, in clock ticks (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
-
-
-def cpu_wait_ns(pid: int) -> int:
-    """Nanoseconds the threads of one process have spent runnable but waiting for a CPU
-    (/proc/PID/task/*/schedstat, its second field; 0 when it is gone)."""
-    total = 0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return 0
-    for task in tasks:
-        try:
-            total += int((task / "schedstat").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-def set_autogroup_nice(pid: int, niceness: int) -> None:
-    """The niceness of the autogroup (session) of `pid`: Linux's autogroup scheduler shares the CPU
-    between sessions first, by this, then between a session's processes by theirs (sched(7))."""
-    try:
-        Path(f"/proc/{pid}/autogroup").write_text(str(niceness))
-    except OSError as e:
-        print(f"note    /proc/{pid}/autogroup: {e}; the niceness holds inside its session only")
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process under `pid` (Ray's raylet, GCS and worker processes run under the broker)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
 
 
 def keep_logs(tmp: Path, dest: str) -> None:

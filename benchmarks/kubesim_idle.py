@@ -20,7 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.fleet_scale import cpu_ticks, fleet_yaml
+from benchmarks.fleet_scale import fleet_yaml
+from benchmarks.proc_stats import cpu_ticks
 from benchmarks.thousand_clusters import wait_for
 
 HZ = os.sysconf("SC_CLK_TCK")

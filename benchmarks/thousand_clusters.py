@@ -53,17 +53,14 @@ from adapters.redis_process import private_redis
 from adapters.redis_store import RedisStateStore
 from benchmarks import capacity_freshness
 from benchmarks.fleet_scale import (
-    HZ,
     TOKEN,
-    cmdline,
-    cpu_ticks,
-    descendants,
     fleet_yaml,
     keep_logs,
     pct,
     redis_totals,
     submit_all,
 )
+from benchmarks.proc_stats import HZ, cmdline, cpu_ticks, descendants
 from broker.config.sizing import poller_shards_for
 from broker.core.model import JobState
 from tests.conftest import free_port
