@@ -4,8 +4,9 @@ BEARER_RECHECK_SECONDS and at once after a 401.
 The kubernetes client calls a Configuration's `refresh_api_key_hook` before every request. The kubeconfig
 loader's hook re-applies the whole kubeconfig to the Configuration each time (host, TLS files, the
 proxies read from the environment) and fetches a new token only when the one it has expires within five
-minutes (an exec plugin's, OIDC). Run per request it was 3-4% of the controller's CPU in a burst of Job
-creates (docs/benchmarks.md, 2026-12-06) and a quarter of a poller shard's idle CPU at 1,000 members.
+minutes (an exec plugin's, OIDC). Run per request it showed in the controller's profile in a burst of Job
+creates (docs/benchmarks.md, 2026-12-06), and on the async side it was a quarter of a poller shard's idle
+CPU at 1,000 members.
 A recheck every ten seconds keeps the five-minute margin; a 401 makes the next request run it at once
 (the token was rotated).
 """

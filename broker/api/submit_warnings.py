@@ -4,8 +4,8 @@
 The read is made off the event loop, and only the very first submit waits for it: later, a submit
 that finds the summaries older than the TTL starts a read on a worker thread and is answered with the
 summaries it has. Why: the read is the published fleet snapshot (Redis round trips and the placeable
-arithmetic over every reservation), 6-12 ms during a burst of submits on the benchmark's two cores,
-and made on the event loop it stalled every request in flight once a second (docs/benchmarks.md,
+arithmetic over every reservation), several milliseconds during a burst of submits on two cores, and
+made on the event loop it stalled every request in flight once a second (docs/benchmarks.md,
 2026-12-06, "where the two cores go"). A never-fit warning is about what no declared cluster could hold
 even empty, which a second's staleness does not change. A read that fails keeps the summaries from
 before and is tried again after the TTL (the first one's error is the submit's own, as before).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
@@ -55,6 +55,18 @@ async def warned(warnings: SubmitWarnings) -> bool:
     return bool(record.warnings)
 
 
+async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll `condition` on the event loop (the background read needs it) until true, for at most 10 s."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+async def unwarned(warnings: SubmitWarnings) -> bool:
+    return not await warned(warnings)
+
+
 async def test_the_first_submit_waits_for_the_first_read() -> None:
     fleet = GatedFleet([SMALL])
     warnings = SubmitWarnings(fleet, ManualClock())
@@ -87,10 +99,8 @@ async def test_a_submit_after_the_ttl_does_not_wait_for_the_next_read() -> None:
     assert await warned(warnings)  # the read is still under way: no second one is started
     assert warnings.reads == 2
     fleet.gate.set()
-    deadline = asyncio.get_running_loop().time() + 10
-    while await warned(warnings):  # the read lands: the job is no longer warned about
-        assert asyncio.get_running_loop().time() < deadline, "the new summaries were never used"
-        await asyncio.sleep(0.01)
+    # the read lands: the job is no longer warned about
+    await until(lambda: unwarned(warnings), "the new summaries were never used")
     assert warnings.reads == 2
 
 
@@ -102,20 +112,18 @@ async def test_a_read_that_fails_keeps_the_last_summaries_and_is_tried_after_the
     fleet.fail = True
     clock.t += 2.0
     assert await warned(warnings)  # starts the read that fails
-    deadline = asyncio.get_running_loop().time() + 10
-    while warnings.refreshing:
-        assert asyncio.get_running_loop().time() < deadline, "the failed read never ended"
-        await asyncio.sleep(0.01)
+
+    async def read_ended() -> bool:
+        return not warnings.refreshing
+
+    await until(read_ended, "the failed read never ended")
     assert await warned(warnings)  # still the last summaries, and no new read within the TTL
     assert warnings.reads == 2
     fleet.fail = False
     fleet.summaries = [LARGE]
     clock.t += 2.0
     assert await warned(warnings)  # the TTL since the failed read is over: read again
-    deadline = asyncio.get_running_loop().time() + 10
-    while await warned(warnings):
-        assert asyncio.get_running_loop().time() < deadline, "the read after the failure never landed"
-        await asyncio.sleep(0.01)
+    await until(lambda: unwarned(warnings), "the read after the failure never landed")
     assert warnings.reads == 3
 
 
