@@ -278,8 +278,9 @@ def create_app(
         app.add_middleware(AuditMiddleware, writer=audit)  # outside BodyLimit: a 413 is recorded too
     app.state.tokens = Credentials(static=tokens) if isinstance(tokens, TokenTable) else tokens
     batcher = SubmitBatcher(service.submit_many)
-    # never-fit at submit (scheduler.never_fit), over the published snapshot the views read
-    warnings = SubmitWarnings(lambda: fleet_views.snapshots.current().observed, clock)
+    # never-fit at submit (scheduler.never_fit), over the observed summaries alone: the placeable
+    # snapshot would re-read every live reservation during a burst (broker.cache.observed_fleet)
+    warnings = SubmitWarnings(fleet_views.observed.current, clock)
 
     def visible(principal: Principal, job_id: str) -> JobRecord:
         """The job, if this caller may see it; another tenant's job does not exist for a user."""

@@ -27,6 +27,7 @@ from broker.burst.gate import BurstGate
 from broker.burst.spend import TenantSpend
 from broker.burst.wait_prediction import Prediction
 from broker.cache.fleet_snapshot import FleetSnapshot, SnapshotPublisher
+from broker.cache.observed_fleet import ObservedFleet
 from broker.core.errors import StoreError
 from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState, NoFit, Placement
 from broker.core.ports import Clock, StateStore
@@ -76,6 +77,8 @@ class FleetViews:
         self.burst = burst
         grow = burst.grow if burst is not None else None
         self.snapshots = SnapshotPublisher(store, clock, lambda: traits().keys(), grow=grow)
+        # the observed summaries alone, for what does not need the reservations (never-fit at submit)
+        self.observed = ObservedFleet(store, lambda: traits().keys())
         self._queue: _QueueView | None = None
         self._queue_lock = threading.Lock()
         self._refreshing = False  # a queue view is being computed behind a list page
