@@ -108,6 +108,9 @@ def serve(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    from kubesim.heap import freeze_periodically
+
+    freeze_periodically(stop)  # the fleet's objects out of full collections (kubesim.heap)
     table = Table(title=f"kubesim: {len(sim.cluster_names())} clusters in {time.monotonic() - started:.1f}s")
     table.add_column("cluster")
     table.add_column("server")
