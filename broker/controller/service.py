@@ -190,17 +190,16 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
             idempotency_key = f"{request.tenant}/{idempotency_key}"
         now = self.clock.now()
         job_id = self._new_id()
-        with telemetry.job_span("gpufed.job.submit", None, **{"gpufed.job_id": job_id}) as span:
-            record = JobRecord(
-                id=job_id,
-                request=request,
-                state=JobState.QUEUED,
-                created_at=now,
-                updated_at=now,
-                reason="waiting for placement",
-                idempotency_key=idempotency_key,
-                trace_parent=telemetry.traceparent_of(span),
-            )
+        record = JobRecord(
+            id=job_id,
+            request=request,
+            state=JobState.QUEUED,
+            created_at=now,
+            updated_at=now,
+            reason="waiting for placement",
+            idempotency_key=idempotency_key,
+            trace_parent=telemetry.root_traceparent("gpufed.job.submit", **{"gpufed.job_id": job_id}),
+        )
         return record, self._event_of(record, "submitted")
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:

@@ -449,6 +449,20 @@ def job_span(name: str, traceparent: str | None, **attributes: Attr) -> Iterator
         yield s
 
 
+def root_traceparent(name: str, **attributes: Attr) -> str:
+    """The W3C traceparent of a new trace whose root span is `name` (a job's submit span), ended at once.
+    With no exporter attached no span is built: the ids are drawn by the SDK's id generator, as a span
+    would draw them, and the trace is marked sampled (the steps after it, in whatever process, join it).
+    Why: building and ending a span that nothing reads was a twentieth of the API's CPU per submit."""
+    if exporting():
+        with job_span(name, None, **attributes) as s:
+            parent = traceparent_of(s)
+        if parent is not None:
+            return parent
+    ids = _provider.id_generator
+    return f"00-{ids.generate_trace_id():032x}-{ids.generate_span_id():016x}-01"
+
+
 def job_span_done(name: str, traceparent: str | None, started_ns: int, **attributes: Attr) -> None:
     """A span of a job's trace written once its work is done (a batched write: each job's span covers
     the batch, from `started_ns` until now). Nothing is built when no exporter is configured."""
@@ -564,6 +578,7 @@ __all__ = [
     "preemptions",
     "preemptions_held",
     "queue_wait",
+    "root_traceparent",
     "span",
     "trace_id_of",
     "traceparent_of",
