@@ -444,7 +444,13 @@ def span(name: str, **attributes: Attr) -> Iterator[trace.Span]:
 @contextmanager
 def job_span(name: str, traceparent: str | None, **attributes: Attr) -> Iterator[trace.Span]:
     """A span of a job's trace: a child of the span `traceparent` names (the job's submit span), or the
-    root of a new trace when it is None. Current while the block runs, so log lines carry its trace id."""
+    root of a new trace when it is None. Current while the block runs, so log lines carry its trace id.
+    With no exporter attached no span is built: the job's trace is made current (job_context) and the
+    block gets a span that records nothing (the controller makes several of these per job)."""
+    if not exporting():
+        with job_context(traceparent):
+            yield trace.get_current_span()  # the job's submit span as a parent (records nothing)
+        return
     with tracer.start_as_current_span(name, context=_context_of(traceparent), attributes=attributes) as s:
         yield s
 

@@ -1,6 +1,7 @@
 """A job's trace without an exporter (broker.telemetry.root_traceparent): every submit still gets a W3C
 traceparent of its own (its trace id is in the job's answer, the audit trail and the log lines of every
-later step), drawn as the SDK would draw it, though no span is built. In a subprocess: a test before
+later step), drawn as the SDK would draw it, though no span is built; a later step's job_span builds none
+either and still puts the job's trace id on its log lines. In a subprocess: a test before
 this one in the same worker may have attached an in-memory exporter, which stays for the process."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import textwrap
 
 PROBE = textwrap.dedent(
     """
-    import re
+    import logging, re
     from broker import telemetry
 
     assert not telemetry.exporting()
@@ -19,8 +20,10 @@ PROBE = textwrap.dedent(
     assert all(re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", p) for p in parents), parents[:3]
     ids = {telemetry.trace_id_of(p) for p in parents}
     assert len(ids) == 100 and "0" * 32 not in ids
-    with telemetry.job_span("gpufed.job.place", parents[0]) as later:  # a later step joins the job's trace
-        assert f"{later.get_span_context().trace_id:032x}" == telemetry.trace_id_of(parents[0])
+    line = logging.LogRecord("gpufed", logging.INFO, "dispatching.py", 1, "dispatched", None, None)
+    with telemetry.job_span("gpufed.job.dispatch", parents[0]):  # a later step: its log lines carry the trace
+        telemetry.TraceIdLogFilter().filter(line)
+    assert line.trace_id == telemetry.trace_id_of(parents[0]), line.trace_id
     print("ok")
     """
 )
