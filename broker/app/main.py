@@ -230,6 +230,14 @@ def health_thresholds(cfg: FleetConfig) -> HealthThresholds:
     return HealthThresholds.for_lost(cfg.settings.cluster_lost_seconds, cfg.settings.probe_interval_seconds)
 
 
+# The collector's thresholds while serving (Python's: 700, 10, 10). A young collection every 10,000
+# allocations, not every 700: the work in flight (a pass's decisions, a batch of submits) is scanned
+# again at each one. A full collection at most every 100 of the middle generation's, not every 10: the
+# leader holds every active job's record, and each full collection scans all of them, holding Python's
+# lock for tens of milliseconds at 8,000 jobs. Cyclic garbage is still collected, only later.
+GC_THRESHOLDS = (10_000, 10, 100)
+
+
 def settle_startup_heap() -> None:
     """Leave what start-up built (modules, config, the app, clients) out of the garbage collections made
     while serving. Under load a full collection otherwise rescans all of it and stalls every request in
@@ -237,6 +245,7 @@ def settle_startup_heap() -> None:
     (benchmarks/placement.py submit, docs/benchmarks.md)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @contextlib.contextmanager
