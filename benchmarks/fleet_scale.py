@@ -24,6 +24,7 @@ Prints:
                   process and, separately, of the Ray processes (pollers, raylet, GCS); Redis commands/s
                   and KiB/s (INFO stats deltas of total_commands_processed and
                   total_net_input_bytes + total_net_output_bytes: everything, pollers + broker + lease)
+    memory        then: the broker process's and each API process's resident memory, now and at most
     list          `GET /v1/jobs?limit=500` p50 / p99, and a walk following metadata.continue (what the
                   endpoint answers when it does not page)
     correctness   jobs missing in the members, jobs created twice (Jobs listed in kubesim by the
@@ -53,7 +54,15 @@ import yaml
 
 from adapters.kube_rest import KubeRest
 from adapters.redis_process import private_redis
-from benchmarks.proc_stats import HZ, cmdline, cpu_ticks, cpu_wait_ns, descendants, set_autogroup_nice
+from benchmarks.proc_stats import (
+    HZ,
+    cmdline,
+    cpu_ticks,
+    cpu_wait_ns,
+    descendants,
+    memory_mib,
+    set_autogroup_nice,
+)
 from benchmarks.submit_load import read_answer, request_bytes
 from broker.workload.manifest import JOB_ID_LABEL
 from tests.conftest import free_port
@@ -507,6 +516,12 @@ def main() -> None:
                 f"{(a1 - a0) / HZ / elapsed * 100:.1f}%), Ray processes ({len(ray_pids)}) "
                 f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
                 f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
+            )
+            rss, peak = memory_mib(broker.pid)
+            api_rss = [memory_mib(p) for p in api_pids]
+            print(
+                f"memory  broker process {rss:.0f} MiB resident, {peak:.0f} MiB at most; API processes "
+                + (", ".join(f"{a:.0f} MiB ({b:.0f} at most)" for a, b in api_rss) or "none")
             )
 
             if args.hold > 0:

@@ -18,6 +18,19 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(resident now, the most resident so far) of one process in MiB (/proc/PID/status VmRSS and
+    VmHWM; 0 when it is gone)."""
+    try:
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
+    except OSError:
+        return 0.0, 0.0
+    kib = [int(fields.get(k, "0 kB").split()[0]) for k in ("VmRSS", "VmHWM")]
+    return kib[0] / 1024, kib[1] / 1024
+
+
 def cpu_wait_ns(pid: int) -> int:
     """Nanoseconds the threads of one process have spent runnable but waiting for a CPU
     (/proc/PID/task/*/schedstat, its second field; 0 when it is gone)."""
