@@ -57,8 +57,16 @@ def shard(tmp_path: Path, redis_url: str) -> Iterator[tuple[Any, PollerShard, Re
         poller.start()
 
         def healthy(name: str) -> bool:
+            """Healthy, and every informer and probe has answered (health may come first: a summary written
+            after it could still change, and a test counting versions would see that change as its own)."""
             s = store.get_summary(name)
-            return s is not None and s.health == Health.HEALTHY
+            return (
+                s is not None
+                and s.health == Health.HEALTHY
+                and s.namespaces_observed
+                and s.workload_apis_observed
+                and poller._watchers[name].capacity_known
+            )
 
         try:
             for n in names:
