@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ from adapters.kube_rest import (
     take_events,
     watch_query,
 )
-from adapters.kube_token import BEARER_RECHECK_SECONDS, token_rejected
+from adapters.kube_token import recheck_token_hook, token_rejected
 from adapters.tls_context import tls_context
 from broker.core.errors import ClusterUnreachable
 from broker.health import machine
@@ -85,19 +84,15 @@ class AsyncKubeRest:
         self._server_name = getattr(cfg, "tls_server_name", None) or None
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._headers_read: tuple[float, dict[str, str]] | None = None  # (when, the headers then)
+        recheck_token_hook(cfg)  # the kubeconfig's hook at most every BEARER_RECHECK_SECONDS (kube_token)
 
     def _headers(self) -> dict[str, str]:
-        """The request headers, with the bearer token as the synchronous client sends it (refreshed by the
-        client's hook where it can), read again after BEARER_RECHECK_SECONDS or a 401."""
-        now = time.monotonic()
-        if self._headers_read is not None and now - self._headers_read[0] < BEARER_RECHECK_SECONDS:
-            return self._headers_read[1]
+        """The request headers, with the bearer token as the synchronous client sends it (its refresh
+        hook run at most every BEARER_RECHECK_SECONDS, and again after a 401: adapters.kube_token)."""
         headers = {"Accept": "application/json"}
         bearer = self._cfg.auth_settings().get("BearerToken")
         if bearer and bearer.get("value"):
             headers["Authorization"] = str(bearer["value"])
-        self._headers_read = (now, headers)
         return headers
 
     def _client(self) -> aiohttp.ClientSession:
@@ -134,8 +129,7 @@ class AsyncKubeRest:
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise self._unreachable(f"GET {path}", e, timeout) from e
         if resp.status == 401:
-            self._headers_read = None  # the token may have been replaced: read it again next time
-            token_rejected(self._cfg)
+            token_rejected(self._cfg)  # the token may have been replaced: read it again next time
         return resp
 
     def _unreachable(self, what: str, e: BaseException, timeout: tuple[float, float]) -> ClusterUnreachable:
