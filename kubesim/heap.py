@@ -6,7 +6,7 @@ counts). Python's full collection scans all of them each time the heap has grown
 clusters x 50 nodes with 8,000 Jobs that is several full scans of 100,000-700,000 objects, each holding
 Python's lock for up to half a second, which stalls all the clusters' API servers at once and takes CPU
 from the broker under test on the same machine (benchmarks/fleet_scale.py). `freeze_periodically`
-moves what the heap holds into the permanent generation every few seconds, after collecting the young
+moves what the heap holds into the permanent generation every FREEZE_SECONDS, after collecting the young
 generations (where short-lived cycles such as exceptions and futures die), so full collections scan
 only what arrived since. Only `kubesim serve` does this: an in-process Simulation (the tests') leaves
 the interpreter's collector as it is.

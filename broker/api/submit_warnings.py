@@ -7,10 +7,10 @@ summaries it has. Why: the read once was the published fleet snapshot (Redis rou
 placeable arithmetic over every reservation), and made on the event loop it stalled every request in
 flight once a second (docs/benchmarks.md, 2026-12-06, "where the two cores go"). The API now reads the
 observed summaries alone (broker.cache.observed_fleet), a read again only when a summary moved; a worker
-thread still holds the GIL while it parses, so the read is kept small as well as off the loop.
-A never-fit warning is about what no declared cluster could hold
-even empty, which a second's staleness does not change. A read that fails keeps the summaries from
-before and is tried again after the TTL (the first one's error is the submit's own, as before).
+thread still holds the GIL while it parses, so the read is kept small as well as off the loop. A
+never-fit warning is about what no declared cluster could hold even empty, which a second's staleness
+does not change. A read that fails keeps the summaries from before and is tried again after the TTL (the
+first one's error is the submit's own, as before).
 """
 
 from __future__ import annotations

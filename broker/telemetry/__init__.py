@@ -459,7 +459,7 @@ def root_traceparent(name: str, **attributes: Attr) -> str:
     """The W3C traceparent of a new trace whose root span is `name` (a job's submit span), ended at once.
     With no exporter attached no span is built: the ids are drawn by the SDK's id generator, as a span
     would draw them, and the trace is marked sampled (the steps after it, in whatever process, join it).
-    Why: building and ending a span that nothing reads was a twentieth of the API's CPU per submit."""
+    Why: building and ending a span that nothing reads was 0.05 of the 0.41 ms of API CPU a submit took."""
     if exporting():
         with job_span(name, None, **attributes) as s:
             parent = traceparent_of(s)
