@@ -7,7 +7,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 export REDIS_URL
 export PATH := $(CURDIR)/tools/bin:$(PATH)
 
-.PHONY: help setup tools redis browser lint typecheck contracts bytecode unit test demo image bench clean
+.PHONY: help setup tools redis browser prometheus lint typecheck contracts bytecode unit test demo image bench clean
 
 help:
 	@echo "make demo   - set up, then run the demo (three simulated clusters, the broker, jobs placed)"
@@ -35,6 +35,16 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends chromium; }
+
+# A real Prometheus server and promtool (Debian's `prometheus` package, 2.42): tests that read or write
+# Prometheus data run against the real server, and alert rules are checked with `promtool check rules`.
+# Installed with apt when missing, as the browser is. The package's own service is not started: tests
+# start `prometheus` themselves on a free port.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; \
+	  { command -v systemctl >/dev/null 2>&1 && $$SUDO systemctl stop prometheus prometheus-node-exporter 2>/dev/null; } || true; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -68,7 +78,7 @@ PYTEST_WORKERS ?= 4
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j0 broker adapters kubesim tests
 
-test: setup redis browser lint typecheck contracts bytecode
+test: setup redis browser prometheus lint typecheck contracts bytecode
 	@$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose"; exit 1; fi; exit $$rc
 
