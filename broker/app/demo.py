@@ -26,8 +26,10 @@ from rich.table import Table
 from adapters import redis_connect
 from adapters.loopback_ports import free_port
 from adapters.redis_process import RedisServerUnavailable, private_redis
+from broker.app.example_config import example_config_text
 from broker.app.fleet_tables import fleet_table
 from broker.config.settings import load_fleet_config
+from broker.core.errors import ConfigError
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -132,8 +134,6 @@ DEMO_PRINCIPALS: dict[str, tuple[str, str]] = {
     "nlp": ("nlp", "user"),
     "serving": ("serving", "user"),
 }
-# The repository root (demo.py is broker/app/demo.py): clusters.example.yaml and kubesim/fleets live there.
-_REPO = Path(__file__).resolve().parents[2]
 TOKENS_FILE = "tokens.yaml"
 
 
@@ -168,10 +168,7 @@ def write_demo_config(
     """clusters.yaml for the demo: the example's clusters pointed at the simulation's kubeconfigs, with
     `settings` merged over the example's, and auth on (tokens.yaml in the same directory, see
     write_demo_tokens) unless `auth` is False (a broker run with insecure_no_auth)."""
-    example = _REPO / "clusters.example.yaml"
-    doc = yaml.safe_load(example.read_text()) if example.exists() else None
-    if not doc:
-        raise SystemExit(f"cannot read {example}")
+    doc = yaml.safe_load(example_config_text())
     for c in doc["clusters"]:
         c["kubeconfig"] = str(kubeconfigs[c["name"]].resolve())
     doc["settings"] = {
@@ -242,11 +239,13 @@ def run(
     """Run the demo; returns the process exit code (0 when every job ended where it should). With
     `keep`, the fleet and the broker stay up after it, until Ctrl-C or SIGTERM."""
     from broker.app import main as composition
-    from kubesim.fleet import load_fleet
+    from kubesim.fleet import builtin_fleet, load_fleet
     from kubesim.sim import Simulation
 
     workdir.mkdir(parents=True, exist_ok=True)
-    fleet_file = _REPO / "kubesim" / "fleets" / "demo.yaml"
+    fleet_file = builtin_fleet("demo")
+    if not fleet_file.is_file():
+        raise ConfigError(f"the demo fleet {fleet_file} is missing from the installed package")
     fleet = load_fleet(fleet_file)
     prefix = f"gpufed-demo-{os.getpid()}"
     with redis_for_demo() as redis_url:

@@ -80,6 +80,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except SystemExit as e:  # typer's completion options exit by themselves
+        if isinstance(e.code, str):  # sys.exit("message"): said, never an exit 1 without a word
+            _fail(e.code)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILED)
     return rv if isinstance(rv, int) else 0
 
