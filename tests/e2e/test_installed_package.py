@@ -2,8 +2,12 @@
 Containerfile installs it, runs the demo and serves the dashboard from a directory outside the checkout.
 
 How, and why this is honest and offline:
-- the wheel is built as `pip wheel . --no-deps` builds it (the project's own pip, build isolation on, the
-  build backend from the configured index), so what is missing from the package data is missing here;
+- the wheel is built from a copy of what the Containerfile copies into its build stage (its `COPY` lines:
+  pyproject.toml, README.md, broker, adapters, kubesim), not from the checkout: a checkout's
+  gpufed.egg-info (left by `pip install -e .`) lists every file and would ship data the package
+  declarations leave out, as a fresh clone or the image would not;
+- it is built as `pip wheel . --no-deps` builds it (the project's own pip, build isolation on, the build
+  backend from the configured index), so what is missing from the package data is missing here;
 - the virtualenv is a fresh `python -m venv` (the Containerfile: `python -m venv /opt/gpufed`), and the
   wheel is installed into it with `pip install --no-deps`: gpufed's modules, data files and console
   scripts come from the wheel alone;
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,14 +47,33 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
     return out.stdout
 
 
+def _containerfile_sources() -> list[str]:
+    """What the Containerfile's build stage copies from the build context (`COPY SRC... DEST`)."""
+    sources: list[str] = []
+    for line in (REPO / "Containerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            sources += [w.rstrip("/") for w in words[1:-1] if not w.startswith("--")]
+    assert {"pyproject.toml", "broker", "kubesim"} <= set(sources), sources
+    return sources
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """(the fresh venv's bin directory, the environment to run it with)."""
     root = tmp_path_factory.mktemp("installed")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    source = root / "src"
+    source.mkdir()
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in _containerfile_sources():
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=junk)
+        else:
+            shutil.copy2(REPO / name, source / name)
     wheels = root / "wheels"
-    _run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(wheels)], root, env)
+    _run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(wheels)], root, env)
     (wheel,) = wheels.glob("gpufed-*.whl")
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root, env)
