@@ -210,6 +210,15 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
 DEFAULT_WORKDIR = Path(".demo") / "demo"
 
 
+def cli_export_line(base: str, token: str) -> str:
+    """The line a user runs in another terminal to use the CLI on this demo: the broker's URL and token,
+    and the directory of this gpufed on PATH (`make demo` runs .venv/bin/gpufed, which no shell has on
+    its PATH until the venv is activated), absolute so it works from any directory."""
+    bin_dir = Path(sys.executable).parent
+    path = f"PATH={bin_dir.absolute()}:$PATH " if (bin_dir / "gpufed").exists() else ""
+    return f"export {path}GPUFED_URL={base} GPUFED_TOKEN={token}"
+
+
 def _keep_running(base: str, tokens: Mapping[str, str], workdir: Path) -> None:
     """--keep: say how to reach the running demo, then wait for Ctrl-C or SIGTERM."""
     import signal
@@ -219,9 +228,7 @@ def _keep_running(base: str, tokens: Mapping[str, str], workdir: Path) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     console.rule("the demo keeps running (Ctrl-C stops it)")
     console.print(f"dashboard  {base}/#token={tokens['admin']}", markup=False, soft_wrap=True)
-    console.print(
-        f"CLI        export GPUFED_URL={base} GPUFED_TOKEN={tokens['admin']}", markup=False, soft_wrap=True
-    )
+    console.print(f"CLI        {cli_export_line(base, tokens['admin'])}", markup=False, soft_wrap=True)
     console.print(
         f"           gpufed fleet --nodes; gpufed submit try --gpus 8 --product h100 --duration 60 --wait"
         f"\ntokens of each tenant's user: {workdir / TOKENS_FILE}",

@@ -138,6 +138,7 @@ def test_the_demo_and_the_dashboard_run_from_the_installed_package_outside_the_r
     installed: tuple[Path, dict[str, str]], tmp_path: Path, redis_url: str
 ) -> None:
     """`gpufed demo --keep` from the new venv, in a temporary directory: the run ends as expected, the
+    `export` line it prints makes `gpufed show-gpus` work in a shell without the venv on its PATH, the
     dashboard page and every script and stylesheet it names answer 200, then SIGTERM ends it with 0."""
     bin_dir, env = installed
     env = {**env, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
@@ -165,6 +166,20 @@ def test_the_demo_and_the_dashboard_run_from_the_installed_package_outside_the_r
                 url = line.split()[1]
                 break
         assert url, "".join(lines)[-6000:]
+        cli = demo.stdout.readline()
+        lines.append(cli)
+        assert cli.startswith("CLI "), cli
+        # the printed line, as printed, in a shell whose PATH has no gpufed (another terminal)
+        shell = subprocess.run(
+            ["bash", "-c", f"{cli.removeprefix('CLI').strip()} && gpufed show-gpus"],
+            cwd=tmp_path,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shell.returncode == 0 and "H100-80GB" in shell.stdout, shell.stdout + shell.stderr
         base = url.partition("/#token=")[0]
         page = httpx.get(base + "/", timeout=30)
         assert page.status_code == 200 and "<html" in page.text.lower()
