@@ -171,7 +171,7 @@ def test_the_demo_and_the_dashboard_run_from_the_installed_package_outside_the_r
         assert cli.startswith("CLI "), cli
         # the printed line, as printed, in a shell whose PATH has no gpufed (another terminal)
         shell = subprocess.run(
-            ["bash", "-c", f"{cli.removeprefix('CLI').strip()} && gpufed show-gpus"],
+            ["bash", "-c", f"{cli.removeprefix('CLI').strip()} && gpufed show-gpus && gpufed top -o json"],
             cwd=tmp_path,
             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
             capture_output=True,
@@ -180,6 +180,7 @@ def test_the_demo_and_the_dashboard_run_from_the_installed_package_outside_the_r
             check=False,
         )
         assert shell.returncode == 0 and "H100-80GB" in shell.stdout, shell.stdout + shell.stderr
+        assert '"cluster": "onprem-b"' in shell.stdout  # `gpufed top` over the real API
         base = url.partition("/#token=")[0]
         page = httpx.get(base + "/", timeout=30)
         assert page.status_code == 200 and "<html" in page.text.lower()
