@@ -68,3 +68,15 @@ def test_a_command_that_exits_with_a_message_says_it(capsys: pytest.CaptureFixtu
     finally:
         app.registered_commands[:] = [c for c in app.registered_commands if c.name != "zz-exit-with-message"]
     assert "gpufed: error: the demo fleet is missing" in capsys.readouterr().err
+
+
+def test_serve_without_a_config_outside_the_checkout_points_at_the_packaged_example(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed package in any directory: `gpufed serve` says where the example it ships is."""
+    monkeypatch.chdir(tmp_path)
+    assert run(["serve"]) == 1
+    err = capsys.readouterr().err
+    assert "clusters.yaml: cannot read" in err and len(err.strip().splitlines()) == 1
+    hint = err.split("(start from the example: cp ", 1)[1].split()[0]
+    assert Path(hint).read_text() == (REPO / "clusters.example.yaml").read_text()
