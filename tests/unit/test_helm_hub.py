@@ -125,3 +125,59 @@ def test_cluster_profiles_get_their_provider_file_and_the_rbac_docs_list(tmp_pat
     assert role["metadata"]["namespace"] == "fleet-system"
     assert role["rules"] == _documented_rbac("clusterprofile.md", "Role")
     assert not any(d["kind"] in ("ClusterRole", "ClusterRoleBinding") for d in docs)
+
+
+def _documented_config(page: str, key: str) -> dict[str, Any]:
+    """The `# clusters.yaml` block of docs/<page> that sets `key`, as the page prints it."""
+    for block in re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / page).read_text(), re.S):
+        doc = yaml.safe_load(block)
+        if block.startswith("# clusters.yaml") and isinstance(doc, dict) and key in doc:
+            return doc
+    raise AssertionError(f"no clusters.yaml block with {key} in docs/{page}")
+
+
+def test_every_option_the_hub_and_clusterprofile_pages_document_passes_the_chart(tmp_path: Path) -> None:
+    """The Configure blocks of docs/hub.md and docs/clusterprofile.md, given to the chart as values (the
+    files they name become the chart's own), render into the same hub: and clusterProfiles: settings the
+    broker reads from the blocks themselves."""
+    from tests.unit.test_helm_chart import CHART, _helm
+
+    hub_doc = _documented_config("hub.md", "hub")
+    profiles_doc = _documented_config("clusterprofile.md", "clusterProfiles")
+    kubeconfig = "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\n"
+    values = {
+        "clusters": [{k: v for k, v in c.items() if k != "kubeconfig"} for c in hub_doc["clusters"]],
+        "kubeconfigs": {"files": {c["name"]: kubeconfig for c in hub_doc["clusters"]} | {"hub": kubeconfig}},
+        "auth": {"existingSecret": "gpufed-tokens"},
+        "hub": {"enabled": True, "inCluster": False}
+        | {k: v for k, v in hub_doc["hub"].items() if k != "kubeconfig"},
+        "clusterProfiles": {
+            "enabled": True,
+            "inCluster": False,
+            "providers": [{"name": "p", "execConfig": {}}],
+        }
+        | {
+            k: v
+            for k, v in profiles_doc["clusterProfiles"].items()
+            if k not in ("hubKubeconfig", "providerFile")
+        },
+    }
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    out = _helm("template", "rel", str(CHART), "--namespace", "gpufed", "-f", str(tmp_path / "values.yaml"))
+    assert out.returncode == 0, out.stderr
+    cfg, _ = _config([d for d in yaml.safe_load_all(out.stdout) if d], tmp_path)
+    documented = parse_fleet_config(
+        {**hub_doc, **profiles_doc, "clusters": hub_doc["clusters"]}, "docs", tmp_path
+    )
+    assert documented.hub is not None and cfg.hub is not None
+    assert documented.hub.namespaces and documented.hub.tenant_mapping  # the page sets every option
+    assert cfg.hub.model_dump(exclude={"kubeconfig"}) == documented.hub.model_dump(exclude={"kubeconfig"})
+    assert documented.cluster_profiles is not None and cfg.cluster_profiles is not None
+    assert (
+        documented.cluster_profiles.cluster_manager and documented.cluster_profiles.gpu_allocation != "auto"
+    )
+    paths = {"hub_kubeconfig", "provider_file"}
+    assert cfg.cluster_profiles.model_dump(exclude=paths) == documented.cluster_profiles.model_dump(
+        exclude=paths
+    )
+    assert [c.name for c in cfg.clusters] == [c.name for c in documented.clusters]
