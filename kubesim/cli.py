@@ -1,6 +1,7 @@
 """`kubesim`: serve a fleet of simulated clusters, and steer a running one through its admin endpoint.
 
 kubesim serve --fleet kubesim/fleets/demo.yaml --out run/ [--speed 10] [--admin-port 8470]
+                                         (--fleet demo: the fleet shipped with kubesim, from any directory)
 kubesim fault onprem-a --down            (--up, --hang/--no-hang, --latency 0.5, --error-rate 0.2,
                                           --expired-token/--valid-token, --forbidden/--allowed,
                                           --cut-watches, --reset-connections, --clear, --spot-interrupt NODE|POOL)
@@ -39,7 +40,13 @@ AdminOption = Annotated[
 
 @app.command()
 def serve(
-    fleet: Annotated[Path, typer.Option("--fleet", help="Fleet file (YAML).", exists=True, dir_okay=False)],
+    fleet: Annotated[
+        Path,
+        typer.Option(
+            "--fleet",
+            help="Fleet file (YAML), or the name of a fleet shipped with kubesim (demo, small, dra, nvl72).",
+        ),
+    ],
     out: Annotated[
         Path, typer.Option("--out", help="Directory for kubeconfigs, certificates and kubesim.json.")
     ],
@@ -73,9 +80,11 @@ def serve(
     ] = 2,
 ) -> None:
     """Serve every cluster of FLEET until SIGINT/SIGTERM."""
-    from kubesim.fleet import FleetError, load_fleet
+    from kubesim.fleet import FleetError, builtin_fleet, load_fleet
     from kubesim.sim import Simulation
 
+    if not fleet.exists() and fleet.parent == Path() and builtin_fleet(fleet.stem).is_file():
+        fleet = builtin_fleet(fleet.stem)  # `--fleet demo` from any directory of an installed package
     try:
         spec = load_fleet(fleet)
     except FleetError as e:

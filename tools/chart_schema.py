@@ -1,4 +1,5 @@
-"""Write the chart's schema for `settings` and `clusters[]` from the broker's own config models.
+"""Write the chart's schema for `settings`, `clusters[]`, `auth.oidc`, `hub` and `clusterProfiles` from
+the broker's own config models.
 
 The chart passes `settings` and each cluster through to the clusters.yaml the broker reads, so the
 values the chart accepts there are exactly what broker.config accepts: this script derives that part of
@@ -44,12 +45,51 @@ def model_schema(model: Any, leave_out: str) -> dict[str, Any]:
     return schema
 
 
+def optional_block(schema: dict[str, Any]) -> dict[str, Any]:
+    """A block the chart may leave empty (`{}`, its default) but, once anything is set in it, must be
+    complete: the model's required keys become required as soon as the block has a key (JSON Schema's
+    if/then; helm names the missing key: "at '/auth/oidc': missing property 'issuerUrl'")."""
+    required = schema.pop("required", [])
+    if required:
+        schema["if"] = {"minProperties": 1}
+        schema["then"] = {"required": required}
+    return schema
+
+
+# Keys the chart reads itself and does not pass to the broker, beside a model's own.
+ENABLED = {"type": "boolean"}
+IN_CLUSTER = {"type": "boolean"}
+
+
+def with_chart_keys(schema: dict[str, Any], **keys: dict[str, Any]) -> dict[str, Any]:
+    schema["properties"] = {**keys, **schema["properties"]}
+    return schema
+
+
 def expected(current: dict[str, Any]) -> dict[str, Any]:
-    from broker.config.settings import ClusterConfig, Settings
+    from broker.config.hub import HubConfig
+    from broker.config.settings import ClusterConfig, ClusterProfilesConfig, Settings
+    from broker.tenancy.auth_config import OidcConfig
 
     new = json.loads(json.dumps(current))
-    new["properties"]["settings"] = model_schema(Settings, "redisUrl")
-    new["properties"]["clusters"]["items"] = model_schema(ClusterConfig, "kubeconfig")
+    props = new["properties"]
+    props["settings"] = model_schema(Settings, "redisUrl")
+    props["clusters"]["items"] = model_schema(ClusterConfig, "kubeconfig")
+    oidc = optional_block(model_schema(OidcConfig, ""))
+    oidc["properties"]["issuerUrl"]["pattern"] = "^https://"  # OidcConfig's validator: https only
+    props["auth"]["properties"]["oidc"] = oidc
+    # hub: and clusterProfiles: as clusters.yaml takes them; the chart fills in the files (the hub's
+    # kubeconfig, the provider file) and reads `enabled` and `inCluster` itself.
+    props["hub"] = with_chart_keys(model_schema(HubConfig, "kubeconfig"), enabled=ENABLED, inCluster=IN_CLUSTER)
+    profiles = model_schema(ClusterProfilesConfig, "hubKubeconfig")
+    profiles["properties"].pop("providerFile")
+    profiles.pop("required", None)
+    props["clusterProfiles"] = with_chart_keys(
+        profiles,
+        enabled=ENABLED,
+        inCluster=IN_CLUSTER,
+        providers={"type": "array", "items": {"type": "object", "required": ["name"]}},
+    )
     return new
 
 

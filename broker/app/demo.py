@@ -26,8 +26,10 @@ from rich.table import Table
 from adapters import redis_connect
 from adapters.loopback_ports import free_port
 from adapters.redis_process import RedisServerUnavailable, private_redis
+from broker.app.example_config import example_config_text
 from broker.app.fleet_tables import fleet_table
 from broker.config.settings import load_fleet_config
+from broker.core.errors import ConfigError
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -132,8 +134,6 @@ DEMO_PRINCIPALS: dict[str, tuple[str, str]] = {
     "nlp": ("nlp", "user"),
     "serving": ("serving", "user"),
 }
-# The repository root (demo.py is broker/app/demo.py): clusters.example.yaml and kubesim/fleets live there.
-_REPO = Path(__file__).resolve().parents[2]
 TOKENS_FILE = "tokens.yaml"
 
 
@@ -168,10 +168,7 @@ def write_demo_config(
     """clusters.yaml for the demo: the example's clusters pointed at the simulation's kubeconfigs, with
     `settings` merged over the example's, and auth on (tokens.yaml in the same directory, see
     write_demo_tokens) unless `auth` is False (a broker run with insecure_no_auth)."""
-    example = _REPO / "clusters.example.yaml"
-    doc = yaml.safe_load(example.read_text()) if example.exists() else None
-    if not doc:
-        raise SystemExit(f"cannot read {example}")
+    doc = yaml.safe_load(example_config_text())
     for c in doc["clusters"]:
         c["kubeconfig"] = str(kubeconfigs[c["name"]].resolve())
     doc["settings"] = {
@@ -213,6 +210,15 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> Table:
 DEFAULT_WORKDIR = Path(".demo") / "demo"
 
 
+def cli_export_line(base: str, token: str) -> str:
+    """The line a user runs in another terminal to use the CLI on this demo: the broker's URL and token,
+    and the directory of this gpufed on PATH (`make demo` runs .venv/bin/gpufed, which no shell has on
+    its PATH until the venv is activated), absolute so it works from any directory."""
+    bin_dir = Path(sys.executable).parent
+    path = f"PATH={bin_dir.absolute()}:$PATH " if (bin_dir / "gpufed").exists() else ""
+    return f"export {path}GPUFED_URL={base} GPUFED_TOKEN={token}"
+
+
 def _keep_running(base: str, tokens: Mapping[str, str], workdir: Path) -> None:
     """--keep: say how to reach the running demo, then wait for Ctrl-C or SIGTERM."""
     import signal
@@ -222,9 +228,7 @@ def _keep_running(base: str, tokens: Mapping[str, str], workdir: Path) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     console.rule("the demo keeps running (Ctrl-C stops it)")
     console.print(f"dashboard  {base}/#token={tokens['admin']}", markup=False, soft_wrap=True)
-    console.print(
-        f"CLI        export GPUFED_URL={base} GPUFED_TOKEN={tokens['admin']}", markup=False, soft_wrap=True
-    )
+    console.print(f"CLI        {cli_export_line(base, tokens['admin'])}", markup=False, soft_wrap=True)
     console.print(
         f"           gpufed fleet --nodes; gpufed submit try --gpus 8 --product h100 --duration 60 --wait"
         f"\ntokens of each tenant's user: {workdir / TOKENS_FILE}",
@@ -242,11 +246,13 @@ def run(
     """Run the demo; returns the process exit code (0 when every job ended where it should). With
     `keep`, the fleet and the broker stay up after it, until Ctrl-C or SIGTERM."""
     from broker.app import main as composition
-    from kubesim.fleet import load_fleet
+    from kubesim.fleet import builtin_fleet, load_fleet
     from kubesim.sim import Simulation
 
     workdir.mkdir(parents=True, exist_ok=True)
-    fleet_file = _REPO / "kubesim" / "fleets" / "demo.yaml"
+    fleet_file = builtin_fleet("demo")
+    if not fleet_file.is_file():
+        raise ConfigError(f"the demo fleet {fleet_file} is missing from the installed package")
     fleet = load_fleet(fleet_file)
     prefix = f"gpufed-demo-{os.getpid()}"
     with redis_for_demo() as redis_url:

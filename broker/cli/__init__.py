@@ -5,7 +5,7 @@
     gpufed submit NAME --gpus 8 --product H100-80GB --image IMG --command "python train.py" --env K=V
     gpufed submit -f job.yaml [--wait]           a native spec or a plain batch/v1 Job; `-f -` reads stdin
     gpufed jobs [-l team=nlp] | get JOB | describe JOB | events JOB | wait JOB | watch [JOB] | logs JOB [-f]
-    gpufed cancel JOB | explain ... | fleet [--nodes] | show-gpus [PRODUCT] | clusters | spend
+    gpufed cancel JOB | explain ... | fleet [--nodes] | show-gpus [PRODUCT] | clusters | spend | top
     gpufed migrate JOB [--to CLUSTER] | drain CLUSTER | undrain CLUSTER   moves (docs/migration.md)
     gpufed demo --keep                           ... and keep the fleet and broker running (dashboard URL)
     gpufed probe [--nvidia-smi-xml FILE]         this host's GPUs as the broker sees them
@@ -21,7 +21,7 @@ through broker.app.main, the composition root.
 The package, one module per concern: common (the app, shared options, the way to the broker), output
 (tables, JSON/YAML), server (serve, demo, probe), submit (submit, wait), jobs (jobs, get, events, watch,
 logs, cancel), moves (migrate, drain, undrain), selector (-l), describe, jsonpath (-o jsonpath=), fleet (fleet, spend, clusters,
-explain), gpus (show-gpus), rbac, audit (who did what). This module runs them: `run(argv)` and
+explain), gpus (show-gpus), top (clusters and tenants by GPUs in use), rbac, audit (who did what). This module runs them: `run(argv)` and
 `main()` (the console script `gpufed = broker.cli:main`).
 """
 
@@ -42,7 +42,7 @@ from broker.cli.common import app, connect
 __all__ = ["app", "main", "run"]
 
 # The command modules register their commands on `app` when imported, in the order `--help` lists them.
-COMMAND_MODULES = ("server", "submit", "jobs", "moves", "describe", "fleet", "gpus", "rbac")
+COMMAND_MODULES = ("server", "submit", "jobs", "moves", "describe", "fleet", "gpus", "top", "rbac")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"broker.cli.{_module}")
 audit.register(app, connect)  # `gpufed audit` (docs/tenancy.md)
@@ -80,6 +80,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except SystemExit as e:  # typer's completion options exit by themselves
+        if isinstance(e.code, str):  # sys.exit("message"): said, never an exit 1 without a word
+            _fail(e.code)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILED)
     return rv if isinstance(rv, int) else 0
 

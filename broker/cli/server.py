@@ -86,6 +86,10 @@ def serve(
         hint = ""
         if not config.exists() and Path("clusters.example.yaml").is_file():
             hint = f" (start from the example: --config clusters.example.yaml, or cp clusters.example.yaml {config})"
+        elif not config.exists():  # an installed package, another directory: the example it ships
+            from broker.app.example_config import example_config_location
+
+            hint = f" (start from the example: cp {example_config_location()} {config})"
         raise CliError(f"{e}{hint}") from None
 
 

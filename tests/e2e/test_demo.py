@@ -50,6 +50,20 @@ def test_demo_places_every_job_where_expected_and_leaves_no_process(tmp_path: Pa
             url = line.split()[1]
             break
     assert url, "".join(lines)[-6000:]
+    # docs/quickstart.md: the printed `export` line, run in another terminal (no .venv on its PATH), makes
+    # the CLI work as `make demo` users type it
+    cli = demo.stdout.readline()
+    lines.append(cli)
+    shell = subprocess.run(
+        ["bash", "-c", f"{cli.removeprefix('CLI').strip()} && gpufed show-gpus"],
+        cwd=tmp_path,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shell.returncode == 0 and "H100-80GB" in shell.stdout, shell.stdout + shell.stderr
     base, _, token = url.partition("/#token=")
     fleet = httpx.get(f"{base}/v1/fleet", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert fleet.status_code == 200 and len(fleet.json()["clusters"]) == 3  # still serving after the run

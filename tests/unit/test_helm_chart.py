@@ -28,6 +28,9 @@ GOOD = [
     "sso.yaml",
     "documented.yaml",
     "redis-sentinel.yaml",
+    "hub.yaml",
+    "clusterprofiles.yaml",
+    "operator-kit.yaml",
 ]
 
 
@@ -182,6 +185,9 @@ def test_network_policy_can_be_left_out() -> None:
         ("bad-settings-typo.yaml", "additional properties 'priorityClass' not allowed"),
         ("bad-ingress-no-hosts.yaml", "ingress.hosts: name at least one host"),
         ("bad-sentinel-password-plain-url.yaml", "redis.sentinelPasswordKey: only with a redis+sentinel://"),
+        # the broker refuses to start with neither tokens nor single sign-on (docs/tenancy.md)
+        ("bad-no-auth.yaml", "auth: set auth.existingSecret (a Secret with tokens.yaml) or auth.oidc"),
+        ("bad-oidc-no-issuer.yaml", "at '/auth/oidc': missing property 'issuerUrl'"),
     ],
 )
 def test_unsafe_values_are_refused_with_the_reason(values: str, message: str) -> None:
@@ -201,6 +207,10 @@ _MODELS = {
     "PodDisruptionBudget": "V1PodDisruptionBudget",
     "Ingress": "V1Ingress",
     "Pod": "V1Pod",
+    "Role": "V1Role",
+    "RoleBinding": "V1RoleBinding",
+    "ClusterRole": "V1ClusterRole",
+    "ClusterRoleBinding": "V1ClusterRoleBinding",
 }
 
 
@@ -210,8 +220,8 @@ def test_every_rendered_object_is_a_real_kubernetes_object(values: str) -> None:
     field (which the client drops) or a missing required one shows as a difference."""
     api = client.ApiClient()
     for (kind, name), obj in _render(values).items():
-        if kind == "ServiceMonitor":
-            continue  # a CRD (monitoring.coreos.com/v1): not in the client's models
+        if kind in ("ServiceMonitor", "PrometheusRule"):
+            continue  # CRDs (monitoring.coreos.com/v1): not in the client's models
         model = api.deserialize(json.dumps(obj), _MODELS[kind], "application/json")
         assert api.sanitize_for_serialization(model) == obj, (kind, name)  # type: ignore[no-untyped-call]
 

@@ -90,3 +90,18 @@ redis.internal.auth=false). */}}
 {{- printf "%s-redis-password" (include "gpufed.fullname" .) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The hub's kubeconfig as the broker reads it: the chart's in-cluster one, or hub.kubeconfig of the
+     kubeconfigs Secret. */}}
+{{- define "gpufed.hubKubeconfig" -}}
+{{- if .Values.hub.inCluster -}}/etc/gpufed/config/hub.kubeconfig{{- else -}}/etc/gpufed/kubeconfigs/hub.kubeconfig{{- end -}}
+{{- end -}}
+
+{{- define "gpufed.profilesHubKubeconfig" -}}
+{{- if .Values.clusterProfiles.inCluster -}}/etc/gpufed/config/hub.kubeconfig{{- else -}}/etc/gpufed/kubeconfigs/hub.kubeconfig{{- end -}}
+{{- end -}}
+
+{{/* Whether the broker calls the API server of the cluster it runs in (an in-cluster hub). */}}
+{{- define "gpufed.inClusterHub" -}}
+{{- if or (and .Values.hub.enabled .Values.hub.inCluster) (and .Values.clusterProfiles.enabled .Values.clusterProfiles.inCluster) -}}true{{- end -}}
+{{- end -}}
