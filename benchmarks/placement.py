@@ -1,6 +1,8 @@
 """Benchmark: the placement engine, from the pure core to jobs reaching member clusters.
 
-Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [--clusters 100]
+Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [--clusters 100] [--audited]
+     (an option a sub-command would ignore is refused, exit 2: `--audited` is taken by submit, which then
+     runs as submit-audited, and by serve-api; --clusters by core, reserve, the submits and all)
      (needs Redis at $REDIS_URL for reserve/submit/burst; burst starts kubesim itself)
 
     core     place() over N cluster summaries: decisions/s one at a time, and batched (BatchPlacer over
@@ -488,20 +490,63 @@ BENCHES: dict[str, Callable[[int], None]] = {
 }
 
 
+# The options each sub-command reads; one given to a sub-command that would ignore it is refused (issue
+# 49: `submit --audited` once ran without a token or the audit trail, and its figures were labelled as if
+# with them).
+TAKES: dict[str, frozenset[str]] = {
+    "core": frozenset({"clusters"}),
+    "reserve": frozenset({"clusters"}),
+    "submit": frozenset({"clusters", "audited"}),
+    "submit-httpx": frozenset({"clusters"}),
+    "submit-audited": frozenset({"clusters"}),
+    "burst": frozenset(),
+    "status": frozenset(),
+    "all": frozenset({"clusters"}),
+    "serve-api": frozenset({"clusters", "prefix", "port", "audited"}),
+}
+
+
+def refused(what: str, given: set[str]) -> str:
+    """Why `what` refuses the options `given` (those it would ignore), or "" when it takes them all."""
+    ignored = sorted(given - TAKES[what])
+    if not ignored:
+        return ""
+    flags = ", ".join(f"--{name}" for name in ignored)
+    hint = (
+        " (with a token and the audit trail: submit --audited, or submit-audited)"
+        if "audited" in ignored
+        else ""
+    )
+    return f"{what} ignores {flags}: refused rather than run under a label that is not true{hint}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", default="all", choices=[*BENCHES, "all", "serve-api"])
-    parser.add_argument("--clusters", type=int, default=100)
-    parser.add_argument("--prefix", default="bench")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--audited", action="store_true", help="serve-api: with a token and the audit trail")
+    parser.add_argument("--clusters", type=int, default=None, help="cluster summaries (default 100)")
+    parser.add_argument("--prefix", default=None, help="serve-api: the Redis key prefix")
+    parser.add_argument("--port", type=int, default=None, help="serve-api: the port")
+    parser.add_argument(
+        "--audited",
+        action="store_true",
+        help="submit, serve-api: a bearer token on every submit and each one in the audit trail",
+    )
     args = parser.parse_args()
+    given = {name for name in ("clusters", "prefix", "port") if getattr(args, name) is not None}
+    if args.audited:
+        given.add("audited")
+    if why := refused(args.what, given):
+        parser.error(why)
+    clusters = 100 if args.clusters is None else args.clusters
     if args.what == "serve-api":
-        serve_api(args.prefix, args.port, args.clusters, audited=args.audited)
+        serve_api(args.prefix or "bench", args.port or 0, clusters, audited=args.audited)
+        return
+    if args.what == "submit" and args.audited:
+        bench_submit(clusters, audited=True)
         return
     for name, fn in BENCHES.items():
         if args.what in (name, "all"):
-            fn(args.clusters)
+            fn(clusters)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.proc_stats import HZ, cmdline, cpu_ticks
@@ -133,11 +133,12 @@ def pss_rss_mib(pid: int) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class TreeSample:
-    """The tree of `root` at one moment: each pid's part and CPU ticks."""
+    """The tree of `root` at one moment: each pid's part, CPU ticks and command line."""
 
     root: int
     parts: dict[int, str]
     ticks: dict[int, int]
+    cmds: dict[int, str] = field(default_factory=dict)
 
 
 def sample(root: int) -> TreeSample:
@@ -147,6 +148,7 @@ def sample(root: int) -> TreeSample:
         root,
         {p: part(p, root, procs[p].cmd) for p in pids},
         {p: cpu_ticks(p) for p in pids},
+        {p: procs[p].cmd for p in pids},
     )
 
 
@@ -179,11 +181,16 @@ def memory(root: int) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def counts(s: TreeSample) -> dict[str, int]:
-    """How many processes each part holds."""
+    """How many processes each part holds, by part's name."""
     out: dict[str, int] = {}
     for name in s.parts.values():
         out[name] = out.get(name, 0) + 1
-    return out
+    return dict(sorted(out.items()))
+
+
+def others(s: TreeSample) -> list[str]:
+    """The command lines (their first 80 characters) of the processes in no known part."""
+    return sorted(s.cmds.get(p, "")[:80] for p, name in s.parts.items() if name == "other")
 
 
 def line(values: dict[str, float], unit: str, fmt: str = ".1f") -> str:
