@@ -99,7 +99,12 @@ def test_the_tree_holds_every_process_the_parent_started_and_nothing_beside_it(
 ) -> None:
     parent, started, _ = little_tree
     beside = subprocess.Popen(  # the same Ray-like words but another session name: not in the tree
-        [sys.executable, "-c", "import time\ntime.sleep(600)", "--session-dir=/tmp/ray/session_2026-01-01_0_1"]
+        [
+            sys.executable,
+            "-c",
+            "import time\ntime.sleep(600)",
+            "--session-dir=/tmp/ray/session_2026-01-01_0_1",
+        ]
     )
     try:
         _wait_for(lambda: len(tree(parent.pid)) >= 5, "the grandchild to start")
