@@ -53,6 +53,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -472,7 +473,7 @@ def main() -> None:
                 f"kubesim at nice {args.members_nice}, Redis at nice {args.redis_nice}, "
                 f"sessions: {args.sessions}"
             )
-            groups = {
+            groups: dict[str, Callable[[], set[int]]] = {
                 "API": lambda: {
                     p for p in proc_tree.tree(broker.pid) if "broker.app.api_process" in cmdline(p)
                 },

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from benchmarks.http_load import encode_request, run_httpx_load, run_load
 from broker.cache import reservations
@@ -50,6 +50,7 @@ from broker.core.model import (
     Reservation,
     Tier,
 )
+from broker.core.ports import ClusterGateway
 from broker.scheduler.batch_placement import BatchPlacer
 from broker.scheduler.placement import PlacementPolicy, place
 
@@ -249,7 +250,8 @@ def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> N
 
     store = _store(prefix)
     traits = {s.cluster: ClusterTraits(s.cluster) for s in fleet(clusters, nodes=10)}
-    service = BrokerService(store, _NoClusters(), SystemClock(), traits)
+    # never dispatches (_NoClusters raises if asked): a gateway in name only
+    service = BrokerService(store, cast(ClusterGateway, _NoClusters()), SystemClock(), traits)
     if audited:
         from adapters.audit_store import RedisAuditLog
         from broker.api.audit_writer import AuditWriter

@@ -47,14 +47,12 @@ def judge(goals: list[Goal], results: dict[str, Any]) -> list[dict[str, Any]]:
     measure it (a missing or non-numeric result, or NaN) - never counted as met."""
     out = []
     for g in goals:
-        value = results.get(g.result)
-        if isinstance(value, bool):
-            value = float(value)
-        measured = isinstance(value, int | float) and not math.isnan(value)
+        raw = results.get(g.result)
+        value = float(raw) if isinstance(raw, int | float) and not math.isnan(raw) else None
         passed: bool | None = None
-        if measured:
+        if value is not None:
             passed = {"<=": value <= g.limit, ">=": value >= g.limit, "==": value == g.limit}[g.op]
-        out.append({**asdict(g), "value": value if measured else None, "passed": passed})
+        out.append({**asdict(g), "value": value, "passed": passed})
     return out
 
 
