@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["burst", "--clusters", "3"], "--clusters"),
         (["status", "--port", "8000"], "--port"),
         (["submit", "--prefix", "x"], "--prefix"),
+        (["core", "--record", "r.json"], "--record"),
     ],
 )
 def test_an_option_the_sub_command_ignores_is_refused(argv: list[str], named: str) -> None:
@@ -58,5 +59,5 @@ def test_submit_audited_runs_with_the_token_and_the_audit_trail(
 
 def test_every_sub_command_says_which_options_it_takes() -> None:
     assert set(placement.TAKES) == {*placement.BENCHES, "all", "serve-api"}
-    assert placement.refused("submit", {"audited", "clusters"}) == ""
+    assert placement.refused("submit", {"audited", "clusters", "record"}) == ""
     assert placement.refused("serve-api", {"audited", "clusters", "prefix", "port"}) == ""
