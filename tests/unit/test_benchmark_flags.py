@@ -1,6 +1,7 @@
 """A benchmark's label matches what runs (issue 49): an option that a sub-command of
-benchmarks/placement.py would ignore is refused (exit 2, naming the option), and `submit --audited`
-runs the submit benchmark with a token and the audit trail, as submit-audited does."""
+benchmarks/placement.py (or a mode of benchmarks/burst.py or benchmarks/redis_failover.py) would ignore
+is refused (exit 2, naming the option), and `submit --audited` runs the submit benchmark with a token
+and the audit trail, as submit-audited does."""
 
 from __future__ import annotations
 
@@ -36,6 +37,31 @@ def test_an_option_the_sub_command_ignores_is_refused(argv: list[str], named: st
     assert done.returncode == 2, done.stderr
     assert f"{argv[0]} ignores {named}" in done.stderr
     assert done.stdout == ""  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "said"),
+    [
+        ("benchmarks.burst", ["--days", "11-12", "--seed", "3"], "--seed is ignored with --days"),
+        ("benchmarks.burst", ["--hard"], "--hard needs --budget"),
+        (
+            "benchmarks.redis_failover",
+            ["--cost", "--rate", "50", "--kill-after", "1"],
+            "--cost ignores --rate, --kill-after",
+        ),
+    ],
+)
+def test_an_option_a_mode_ignores_is_refused(module: str, argv: list[str], said: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and done.stdout == ""
 
 
 @pytest.mark.parametrize(("what", "audited"), [("submit", True), ("submit-audited", True), ("submit", False)])
