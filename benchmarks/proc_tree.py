@@ -12,7 +12,7 @@ A process belongs to the tree of `root` when any of these holds (read from /proc
   `--session-name=`, so one that Ray daemonised into a session of its own is still found;
 and, closed over: the descendants of every process found so.
 
-The parts: `broker` (root itself), `API` (broker.app.api_process), and Ray's by role (GCS, raylet,
+The parts: `broker` (root itself), `API` (broker.app.api_process), `reaper` (adapters.reaper), and Ray's by role (GCS, raylet,
 dashboard, agents, monitors, workers: a Ray worker's command line is `ray::<actor>`); anything else in
 the tree is `other`. CPU is utime + stime (/proc/PID/stat); memory is PSS (/proc/PID/smaps_rollup:
 each shared page split between the processes that map it, so the sum counts a shared library once)
@@ -33,6 +33,7 @@ _RAY_SESSION = re.compile(r"/tmp/ray/session_[0-9_-]+|session_\d{4}-\d\d-\d\d_[0
 # (part, a substring of the command line), first match wins; checked after `broker` and `API`.
 _ROLES: tuple[tuple[str, str], ...] = (
     ("API", "broker.app.api_process"),
+    ("reaper", "adapters.reaper"),
     ("Ray GCS", "gcs_server"),
     ("Ray raylet", "raylet/raylet"),
     ("Ray dashboard", "dashboard/dashboard.py"),
