@@ -59,7 +59,8 @@ def is_fatal(code: int) -> bool:
 
 @dataclass(slots=True)
 class GpuState:
-    """One GPU that has had an XID. Counters only grow; clear resets the gauges and the health."""
+    """One GPU that has had an XID. Clear (a GPU reset) resets the gauges, the volatile ECC counts and the
+    health; the exporter's XID totals and the remapped-row counts only grow."""
 
     last_xid: int = 0
     xid_totals: dict[int, int] = field(default_factory=dict)
@@ -293,10 +294,14 @@ class ClusterGpus:
         return state
 
     def clear(self, node_name: str, index: int) -> GpuState:
-        """The GPU is reset or replaced: healthy again, gauges back to 0 (counters keep their values)."""
+        """The GPU is reset or replaced: healthy again; the last-XID gauge, the row-remap flags and the
+        volatile ECC counters (since the last reset) back to 0. The exporter's XID counters and the
+        remapped-row counts keep their values."""
         _, info = self._node_info(node_name, index)
         state = self.states.setdefault((node_name, index), GpuState())
         state.last_xid = 0
+        state.dbe = 0
+        state.sbe = 0
         state.remap_pending = 0
         state.remap_failure = 0
         was = state.unhealthy_since is not None

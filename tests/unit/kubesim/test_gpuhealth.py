@@ -108,6 +108,18 @@ def test_a_fatal_xid_takes_the_gpu_out_of_allocatable_and_fails_the_pod_from_its
     assert series(w, "DCGM_EXP_XID_ERRORS_TOTAL")["3/79"][1] == "1", "counters keep their values"
 
 
+def test_clearing_a_gpu_resets_its_volatile_ecc_count_as_a_gpu_reset_does() -> None:
+    w = gpu_world()
+    w.settle()
+    w.ctl.gpus.xid(NODE, 2, 48, w.clock.now())
+    w.ctl.gpus.xid(NODE, 2, 64, w.clock.now())
+    assert series(w, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")["2"][1] == "1"
+    w.ctl.gpus.clear(NODE, 2)
+    assert series(w, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")["2"][1] == "0"
+    assert series(w, "DCGM_FI_DEV_ROW_REMAP_FAILURE")["2"][1] == "0"
+    assert series(w, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")["2"][1] == "1", "remapped rows stay remapped"
+
+
 @pytest.mark.parametrize("code", sorted(APPLICATION_XIDS))
 def test_an_application_xid_shows_in_the_exporter_but_leaves_gpu_and_pod_alone(code: int) -> None:
     w = gpu_world()
