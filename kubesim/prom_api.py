@@ -17,7 +17,7 @@ current ones; the sample time is the simulated clock (or the query's `time`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -36,7 +36,7 @@ from kubesim.dcgm import (
 )
 from kubesim.gpuhealth import ClusterGpus
 from kubesim.http import Request, Response
-from kubesim.promql import PromQLError, parse
+from kubesim.promql import PromQLError, Selector, parse
 from kubesim.store import Obj, ObjectStore
 
 PREFIX = "prometheus"
@@ -84,20 +84,22 @@ class PrometheusApi:
     def __init__(self, store: ObjectStore, clock: SimClock, gpus: ClusterGpus) -> None:
         self.store, self.clock, self.gpus = store, clock, gpus
 
-    def series(self, accepts: Callable[[str], bool]) -> Iterator[tuple[dict[str, str], str]]:
-        """Every exporter's series whose metric `accepts` takes: (labels with __name__, value)."""
-        names = [m[0] for m in METRICS if accepts(m[0])]
+    def series(self, selector: Selector) -> Iterator[tuple[dict[str, str], str]]:
+        """Every exporter's series of the metrics `selector` names: (labels with __name__, value); a node
+        whose Hostname, instance or job the selector refuses is not generated at all."""
+        names = [m[0] for m in METRICS if selector.accepts_name(m[0])]
         if not names:
             return
         now = self.clock.now()
         for pod in exporter_pods(self.store):
-            node = self.store.find("nodes", "", pod["spec"]["nodeName"])
+            node_name = pod["spec"]["nodeName"]
+            instance = f"{(pod.get('status') or {}).get('podIP', '')}:{EXPORTER_PORT}"
+            if not selector.could_match({"Hostname": node_name, "instance": instance, "job": EXPORTER_APP}):
+                continue
+            node = self.store.find("nodes", "", node_name)
             if node is None:
                 continue
-            target = [
-                ("instance", f"{(pod.get('status') or {}).get('podIP', '')}:{EXPORTER_PORT}"),
-                ("job", EXPORTER_APP),
-            ]
+            target = [("instance", instance), ("job", EXPORTER_APP)]
             for name, labels, value in node_series(self.gpus, node, now, names):
                 out = dict(labels + target)
                 out["__name__"] = name
@@ -129,7 +131,7 @@ class PrometheusApi:
             return _bad_data(str(e))
         result = []
         for lbls, value in query.evaluate(self.series):
-            result.append({"metric": dict(sorted(lbls.items())), "value": [round(ts, 3), value]})
+            result.append({"metric": lbls, "value": [round(ts, 3), value]})
         return _json({"status": "success", "data": {"resultType": "vector", "result": result}})
 
     def _federate(self, matches: Iterable[str]) -> Response:

@@ -71,6 +71,15 @@ class Selector:
     def matches(self, labels: Labels) -> bool:
         return all(m.matches(labels.get(m.label, "")) for m in self.matchers)
 
+    def matches_labels(self, labels: Labels) -> bool:
+        """`matches` for a series whose metric name `accepts_name` already took."""
+        return all(m.matches(labels.get(m.label, "")) for m in self.matchers if m.label != "__name__")
+
+    def could_match(self, known: Labels) -> bool:
+        """False when a matcher on one of the `known` labels (shared by a whole group of series, such as
+        one node's) already fails: the group need not be generated."""
+        return all(m.matches(known[m.label]) for m in self.matchers if m.label in known)
+
 
 @dataclass(frozen=True, slots=True)
 class Query:
@@ -81,13 +90,16 @@ class Query:
         return any(s.accepts_name(name) for s in self.selectors)
 
     def evaluate(
-        self, series: Callable[[Callable[[str], bool]], Iterable[tuple[Labels, str]]]
+        self, series: Callable[[Selector], Iterable[tuple[Labels, str]]]
     ) -> list[tuple[Labels, str]]:
-        """The instant vector: `series(name_filter)` yields candidate (labels with __name__, value)."""
+        """The instant vector: `series(selector)` yields candidate (labels with __name__, value) of the
+        metrics `selector.accepts_name` takes (it may skip groups `selector.could_match` refuses)."""
         result: list[tuple[Labels, str]] = []
         seen: set[tuple[tuple[str, str], ...]] = set()
         for i, sel in enumerate(self.selectors):
-            batch = [(lbls, v) for lbls, v in series(sel.accepts_name) if sel.matches(lbls)]
+            batch = [(lbls, v) for lbls, v in series(sel) if sel.matches_labels(lbls)]
+            if len(self.selectors) == 1:
+                return batch
             keys = [tuple(sorted((k, v) for k, v in lbls.items() if k != "__name__")) for lbls, _ in batch]
             if i == 0:
                 result.extend(batch)

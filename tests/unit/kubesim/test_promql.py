@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import pytest
 
-from kubesim.promql import PromQLError, parse
+from kubesim.promql import PromQLError, Selector, parse
 
 SERIES = [
     ({"__name__": "A", "gpu": "0", "Hostname": "n1"}, "1"),
@@ -18,8 +18,8 @@ SERIES = [
 ]
 
 
-def source(accepts: Callable[[str], bool]) -> Iterable[tuple[dict[str, str], str]]:
-    return [(dict(lbls), v) for lbls, v in SERIES if accepts(lbls["__name__"])]
+def source(selector: Selector) -> Iterable[tuple[dict[str, str], str]]:
+    return [(dict(lbls), v) for lbls, v in SERIES if selector.accepts_name(lbls["__name__"])]
 
 
 def values(query: str) -> list[str]:
@@ -53,12 +53,18 @@ def test_selectors_and_or_select_as_prometheus_does(query: str, expected: list[s
 def test_metrics_no_selector_can_match_are_not_even_generated() -> None:
     asked: list[str] = []
 
-    def counting(accepts: Callable[[str], bool]) -> Iterable[tuple[dict[str, str], str]]:
-        asked.extend(n for n in ("A", "B", "C") if accepts(n))
-        return source(accepts)
+    def counting(selector: Selector) -> Iterable[tuple[dict[str, str], str]]:
+        asked.extend(n for n in ("A", "B", "C") if selector.accepts_name(n))
+        return source(selector)
 
     parse('{__name__=~"B|C"} or A').evaluate(counting)
     assert asked == ["B", "C", "A"]
+
+
+def test_a_group_of_series_a_selector_refuses_by_its_shared_labels_can_be_skipped() -> None:
+    sel = parse('A{Hostname="n1", gpu="0"}').selectors[0]
+    assert sel.could_match({"Hostname": "n1"}) and not sel.could_match({"Hostname": "n2"})
+    assert sel.could_match({"job": "x"}), "a label the selector does not name never refuses"
 
 
 @pytest.mark.parametrize(
