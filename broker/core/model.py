@@ -24,6 +24,7 @@ from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Any
 
+from broker.core.gpu_health import ClusterGpuHealth
 from broker.core.k8s_names import OFFERED_DRA, mig_resource
 from broker.core.topology import CliqueCapacity, NvlinkClique
 
@@ -319,9 +320,8 @@ class ClusterSummary:
     region: str = ""
     health: Health = Health.UNKNOWN
     heartbeat: float = 0.0  # epoch seconds of the last successful observation
-    # epoch seconds the poller wrote this summary (0: not told): the poller's own liveness, where
-    # `heartbeat` is the cluster's. Every poller silent at once means the broker is blind, not that
-    # every cluster is lost (broker.health.failover.pollers_silent).
+    # epoch seconds the poller wrote this summary (0: not told): the poller's own liveness, where `heartbeat` is
+    # the cluster's. Every poller silent at once means the broker is blind (failover.pollers_silent).
     published_at: float = 0.0
     health_reason: str = ""  # why it is not healthy, as a person reads it ("connection refused", ...)
     health_since: float = 0.0  # epoch seconds since when `health` holds
@@ -335,16 +335,15 @@ class ClusterSummary:
     nodes_ready: int = 0
     bad_nodes: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
-    # The tenant namespaces that exist (with their ResourceQuotas and LimitRanges), when the pollers
-    # watch them (namespaces_observed); a namespace not listed then does not exist.
+    # tenant namespaces with their quotas and limits, when watched (observed); one not listed does not exist
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
     cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)
-    # the workload kinds' APIs it serves ("jobset.x-k8s.io/v1alpha2", ...) and its ClusterTrainingRuntimes,
-    # read by the poller from discovery (adapters/kind_objects.py); observed False: not read yet
+    # workload kinds' APIs served ("jobset.x-k8s.io/v1alpha2") and ClusterTrainingRuntimes (kind_objects.py)
     workload_apis: tuple[str, ...] = ()
     training_runtimes: tuple[str, ...] = ()
     workload_apis_observed: bool = False
+    gpu_health: ClusterGpuHealth = field(default_factory=ClusterGpuHealth)  # unhealthy GPUs (docs/health.md)
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)
@@ -452,11 +451,9 @@ class JobRequest:
     # checkpoint: {gracePeriodSeconds}: a stop is SIGTERM with this grace and a resume (docs/migration.md)
     checkpoint_grace_seconds: int | None = None
     on_image_pull_failure: ImagePullFailure = ImagePullFailure.FAIL
-    # Set by the broker for one placement, never by a user: the clusters this job's attempts were
-    # withdrawn from a short while ago (JobRecord.avoid; plugins/allowlist.py leaves them out).
+    # set by the broker for one placement, never by a user: clusters left out (JobRecord.avoid; allowlist.py)
     avoid_clusters: tuple[str, ...] = ()
-    # A workload kind (JobSet, TrainJob, PyTorchJob, RayJob): {apiVersion, kind, spec} as submitted, created
-    # as such in the member with level-2 hints (broker/workload/kinds); None: a batch/v1 Job
+    # a workload kind's {apiVersion, kind, spec} as submitted (broker/workload/kinds); None: a batch/v1 Job
     workload: Mapping[str, Any] | None = None
 
     @property
@@ -485,6 +482,7 @@ class Placement:
     gfd_products: tuple[str, ...] = ()  # parent gpu.product values of the product in that cluster
     clique: str | None = None  # the NVLink clique level 2 pins the pods to (docs/topology.md)
     dra: bool = False  # the pods ask through a ResourceClaimTemplate (the product's counted kind is DRA)
+    avoid_nodes: tuple[str, ...] = ()  # level 2 keeps the pods off these nodes (their GPUs failed this job)
 
     @property
     def total_units(self) -> int:
@@ -587,6 +585,7 @@ class JobRecord:
     # (cluster, until): clusters an attempt was withdrawn from for member trouble (workload/member_trouble.py),
     # not offered to this job again before `until` (epoch seconds)
     avoid: tuple[tuple[str, float], ...] = ()
+    avoid_nodes: tuple[tuple[str, str, float], ...] = ()  # (cluster, node, until): a GPU failed it there
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.core.gpu_health import GpuFault
 from broker.core.model import Health
 
 __all__ = ["NodeDetail", "NodeMig", "NodeNuma", "Run", "Saving"]
@@ -47,6 +48,8 @@ class NodeDetail:
     topology_policy: str
     taints: tuple[str, ...]  # "key=value:Effect"
     offers_nothing: str | None  # why the node offers the broker no GPU now; None when it offers some
+    gpu_faults: tuple[GpuFault, ...] = ()  # its GPUs that are not healthy: which, why, since when
+    quarantined: str | None = None  # why the whole node is out (repeated GPU faults), else None
 
     @property
     def offers(self) -> bool:
