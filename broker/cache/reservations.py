@@ -7,7 +7,8 @@ level 1 reads, with `now` handed in (no clock here):
 
 - whole GPUs: each reserved pod takes its GPUs from one placement domain, the best-fitting one (the
   smallest domain with enough free GPUs: where a bin-packing scheduler, kubesim's or a topology-aware
-  one, binds it). A pod that no domain can hold any more (capacity changed under the reservation)
+  one, binds it), of the kind it asks through (a product served both ways keeps each kind's
+  histograms, ProductCapacity.kinds: Reservation.dra picks one, and the sums are made again). A pod that no domain can hold any more (capacity changed under the reservation)
   drains the largest domain instead, so the assumption never shows more room than there is.
   `numa_blocks` (largest free block inside one NUMA zone per node) loses each pod the same way.
 - MIG slices: free drops by the reserved slices; the largest free on one node drops by them too
@@ -28,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+from broker.capacity.rollup import rejoin_kinds
 from broker.core.k8s_names import GPU
 from broker.core.model import ClusterSummary, MigCapacity, ProductCapacity, Reservation
 from broker.core.topology import CliqueCapacity
@@ -78,6 +80,17 @@ def take_best_fit(hist: tuple[int, ...], per_pod: int, pods: int) -> tuple[int, 
 
 
 def _deduct_product(p: ProductCapacity, reservations: list[Reservation]) -> ProductCapacity:
+    if p.kinds:  # served both ways: each reservation takes from the kind its pods ask through
+        kinds = tuple(
+            _deduct_kind(k, [r for r in reservations if r.dra == k.dra]) for k in p.kinds
+        )
+        return rejoin_kinds(p, kinds)
+    return _deduct_kind(p, reservations)
+
+
+def _deduct_kind(p: ProductCapacity, reservations: list[Reservation]) -> ProductCapacity:
+    if not reservations:
+        return p
     nodes_by_free, numa_blocks = p.nodes_by_free, p.numa_blocks
     units = 0
     for r in reservations:

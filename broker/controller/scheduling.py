@@ -320,7 +320,7 @@ class Scheduling(Preempting, Dispatching):
         if found is None or not found.quotas:
             return
         requests, limits = member_quota.effective_pod(
-            record.request, where.resource_name, where.units_per_pod, found, traits.dra
+            record.request, where.resource_name, where.units_per_pod, found, where.dra or traits.dra
         )
         usage = member_quota.quota_usage(requests, limits, where.pods)
         self._quota_charges[record.id] = (where.cluster, namespace, usage)
@@ -366,4 +366,5 @@ class Scheduling(Preempting, Dispatching):
             pods=max(1, where.pods),
             owner=self.placer_id,
             clique=where.clique,
+            dra=where.dra,
         )

@@ -249,6 +249,10 @@ class ProductCapacity:
     offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
     dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
     whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
+    # offered both ways (and no gpuAllocation override): the counts above are both kinds summed (for
+    # people), and these are each kind's own capacity, device plugin first (what level 1 fits a job to:
+    # one kind entirely, as one pod asks one way; capacity.rollup.combine_kinds)
+    kinds: tuple[ProductCapacity, ...] = ()
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -262,6 +266,10 @@ class ProductCapacity:
 
     def nodes_with_numa_block(self, gpus: int) -> int:
         return sum(n for k, n in enumerate(self.numa_blocks) if k >= gpus)
+
+    def by_kind(self) -> tuple[ProductCapacity, ...]:
+        """The capacities a job is fitted to, each one kind (this one when it is served one way)."""
+        return self.kinds or (self,)
 
 
 @dataclass(frozen=True)
@@ -555,6 +563,7 @@ class Reservation:
     owner: str = ""
     clique: str | None = None  # the NVLink clique its pods are held in (Placement.clique)
     commit: int = 0
+    dra: bool = False  # whole GPUs held in the product's DRA kind (Placement.dra), else the device plugin's
 
     @property
     def units_per_pod(self) -> int:
