@@ -81,9 +81,7 @@ def take_best_fit(hist: tuple[int, ...], per_pod: int, pods: int) -> tuple[int, 
 
 def _deduct_product(p: ProductCapacity, reservations: list[Reservation]) -> ProductCapacity:
     if p.kinds:  # served both ways: each reservation takes from the kind its pods ask through
-        kinds = tuple(
-            _deduct_kind(k, [r for r in reservations if r.dra == k.dra]) for k in p.kinds
-        )
+        kinds = tuple(_deduct_kind(k, [r for r in reservations if r.dra == k.dra]) for k in p.kinds)
         return rejoin_kinds(p, kinds)
     return _deduct_kind(p, reservations)
 

@@ -87,7 +87,15 @@ CASES = [
         8,
     ),
     # one product both ways: both kinds counted; each job asks the kind it fits most snugly (DRA on a tie)
-    ("both-dp-snugger", [dp("a", H200, 2), dra("b", H200, 8)], "auto", "H200-141GB", "both", "device-plugin", 10),
+    (
+        "both-dp-snugger",
+        [dp("a", H200, 2), dra("b", H200, 8)],
+        "auto",
+        "H200-141GB",
+        "both",
+        "device-plugin",
+        10,
+    ),
     ("both-dra-snugger", [dp("a", H200, 8), dra("b", H200, 4)], "auto", "H200-141GB", "both", "dra", 12),
     ("both-tie-is-dra", [dp("a", H200, 4), dra("b", H200, 4)], "auto", "H200-141GB", "both", "dra", 8),
     # the override decides for every product of the cluster
@@ -167,5 +175,11 @@ def test_fleet_table_marks_how_each_product_is_offered() -> None:
     assert offered_mark({"offered": "dra", "askedThrough": "dra"}) == " [dra]"
     assert offered_mark({"offered": "both", "askedThrough": "dra"}) == " [both: dra]"
     assert offered_mark({"offered": "both", "askedThrough": "device-plugin"}) == " [both: plugin]"
-    both = [{"kind": "device-plugin", "free": 8, "allocatable": 8}, {"kind": "dra", "free": 0, "allocatable": 4}]
-    assert offered_mark({"offered": "both", "askedThrough": "per-job", "kinds": both}) == " [both: plugin 8/8, dra 0/4]"
+    both = [
+        {"kind": "device-plugin", "free": 8, "allocatable": 8},
+        {"kind": "dra", "free": 0, "allocatable": 4},
+    ]
+    assert (
+        offered_mark({"offered": "both", "askedThrough": "per-job", "kinds": both})
+        == " [both: plugin 8/8, dra 0/4]"
+    )

@@ -68,7 +68,13 @@ def kind_of(job: JobRequest, s: ClusterSummary) -> str | None:
 def test_both_kinds_are_counted_and_each_kept() -> None:
     cap = summary([dp("plugin-8", 8), dra("dra-4", 4)]).product("H100-80GB")
     assert cap is not None
-    assert (cap.offered, cap.total, cap.allocatable, cap.free, cap.max_free_on_one_node) == ("both", 12, 12, 12, 8)
+    assert (cap.offered, cap.total, cap.allocatable, cap.free, cap.max_free_on_one_node) == (
+        "both",
+        12,
+        12,
+        12,
+        8,
+    )
     assert [(k.dra, k.allocatable, k.free, k.max_free_on_one_node) for k in cap.kinds] == [
         (False, 8, 8, 8),
         (True, 4, 4, 4),
@@ -89,9 +95,7 @@ FIT = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("nodes", "per_pod", "pods", "kind"), [c[1:] for c in FIT], ids=[c[0] for c in FIT]
-)
+@pytest.mark.parametrize(("nodes", "per_pod", "pods", "kind"), [c[1:] for c in FIT], ids=[c[0] for c in FIT])
 def test_a_job_fits_one_kind_entirely_and_asks_through_it(
     nodes: list[NodeFacts], per_pod: int, pods: int, kind: str | None
 ) -> None:
