@@ -4,7 +4,8 @@ template (not a translation into Jobs).
 `build_member(job_id, attempt, request, placement, traits, annotations)` builds the batch/v1 Job that
 manifest.build_workload would write for the same request and placement, and carries its hints over:
 - the object: the name and namespace of the attempt (manifest.workload_name), the Job's labels (job id,
-  attempt, the Kueue queue label) and annotations (recovery, cluster), no spec.managedBy;
+  attempt, the Kueue queue label) and annotations (recovery, cluster), no spec.managedBy; on a Kueue
+  member a kind Kueue admits (JobSet, RayJob: Kind.kueue_suspend_path) is created suspended, like the Job;
 - every role's pod template: the broker's pod labels (job id, attempt, coscheduling pod group) and
   annotations, tolerations added, the scheduler name and priority class; GPU roles also get the node
   selection (GPU product selector, preferred nodes, NVLink clique pin) and their GPU resource re-named to
@@ -62,6 +63,13 @@ def _gpu_resources(container: dict[str, Any], placement: Placement, dra_claim: l
     if found and dra_claim is not None:
         resources["claims"] = copy.deepcopy(dra_claim)
     return found
+
+
+def _set_path(obj: dict[str, Any], path: tuple[str, ...], value: object) -> None:
+    holder = obj
+    for key in path[:-1]:
+        holder = holder.setdefault(key, {})
+    holder[path[-1]] = value
 
 
 def _checkpoint(pod: dict[str, Any], base_pod: Mapping[str, Any]) -> None:
@@ -144,6 +152,10 @@ def build_member(
         holder = nxt if isinstance(nxt, dict) else {}
     holder.pop(path[-1], None)
     spec.pop("suspend", None)
+    if traits.kueue_local_queue and adapter.kueue_suspend_path is not None:
+        # a Kueue member admits it (MultiKueue's workers too): created suspended with the queue label the
+        # Job's labels carry, started by Kueue's admission (lifecycle reads the suspension as PLACED)
+        _set_path(obj, adapter.kueue_suspend_path, True)
     base_template = job["spec"]["template"]
     base_pod = base_template["spec"]
     for _role, template, gpu in adapter.templates(obj):
