@@ -21,9 +21,11 @@ from broker.core.quantity import QuantityError, parse_quantity
 from broker.workload import k8s_job
 
 __all__ = [
+    "CLAIM_GPUS",
     "Demand",
     "PodDemand",
     "Role",
+    "claim_of",
     "managed_by",
     "mapping",
     "native",
@@ -31,8 +33,6 @@ __all__ = [
     "positive_int",
     "read_meta",
     "read_pod",
-    "CLAIM_GPUS",
-    "claim_of",
 ]
 
 MAX_PODS = 1024
