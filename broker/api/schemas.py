@@ -375,7 +375,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "offered": p.offered,  # device-plugin | dra | both
                 # the kind jobs ask through: one (free counts it), or per-job when both are counted
                 "askedThrough": "per-job" if p.kinds else ("dra" if p.dra else "device-plugin"),
-                "kinds": [kind_view(k) for k in p.by_kind()],  # what each kind offers on its own
+                "kinds": [kind_view(k) for k in (p.kinds or (p,))],  # what each kind offers on its own
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),
             }
             for p in s.products

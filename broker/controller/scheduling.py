@@ -27,6 +27,7 @@ from broker.core.errors import (
     Fenced,
     StoreError,
 )
+from broker.core.k8s_names import DRA_GPU_CLASS, GPU
 from broker.core.model import (
     ClusterSummary,
     JobRecord,
@@ -356,7 +357,10 @@ class Scheduling(Preempting, Dispatching):
             attempt=record.attempt + 1,
             cluster=where.cluster,
             product=where.product,
-            resource_name=where.resource_name or "none",
+            # whole GPUs through a claim are held as the DeviceClass's (their kind: cache.reservations)
+            resource_name=DRA_GPU_CLASS
+            if where.dra and where.resource_name == GPU
+            else where.resource_name or "none",
             units=max(1, where.total_units),
             created_at=now,
             # a placement into a pool's scale-up headroom is held while its node is provisioned, too
@@ -366,5 +370,4 @@ class Scheduling(Preempting, Dispatching):
             pods=max(1, where.pods),
             owner=self.placer_id,
             clique=where.clique,
-            dra=where.dra,
         )

@@ -227,8 +227,7 @@ class ProductCapacity:
                        refuses a pod whose GPUs span zones there): "one pod of g GPUs fits" reads alike.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
     domains_by_size[k] = domains of k allocatable GPUs, busy or not (pods of g GPUs run at once, at most).
-    single_numa_node_free = most free GPUs on one single-numa-node node (zones summed): when it reaches a
-                       pod's GPUs and nodes_by_free does not, the policy is why, and the reason says so.
+    single_numa_node_free = most free GPUs on a single-numa-node node, zones summed (a reason names the policy).
     """
 
     product: str
@@ -249,10 +248,7 @@ class ProductCapacity:
     offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
     dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
     whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
-    # offered both ways (and no gpuAllocation override): the counts above are both kinds summed (for
-    # people), and these are each kind's own capacity, device plugin first (what level 1 fits a job to:
-    # one kind entirely, as one pod asks one way; capacity.rollup.combine_kinds)
-    kinds: tuple[ProductCapacity, ...] = ()
+    kinds: tuple[ProductCapacity, ...] = ()  # offered both ways: each kind's own (counts above: their sum)
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -266,10 +262,6 @@ class ProductCapacity:
 
     def nodes_with_numa_block(self, gpus: int) -> int:
         return sum(n for k, n in enumerate(self.numa_blocks) if k >= gpus)
-
-    def by_kind(self) -> tuple[ProductCapacity, ...]:
-        """The capacities a job is fitted to, each one kind (this one when it is served one way)."""
-        return self.kinds or (self,)
 
 
 @dataclass(frozen=True)
@@ -563,7 +555,6 @@ class Reservation:
     owner: str = ""
     clique: str | None = None  # the NVLink clique its pods are held in (Placement.clique)
     commit: int = 0
-    dra: bool = False  # whole GPUs held in the product's DRA kind (Placement.dra), else the device plugin's
 
     @property
     def units_per_pod(self) -> int:

@@ -283,7 +283,7 @@ def _build_options(job: JobRequest, summary: ClusterSummary) -> tuple[RunOption,
         )
         for p in summary.products
         if p.allocatable > 0 or p.nodes > 0
-        for k in p.by_kind()
+        for k in (p.kinds or (p,))
         if k is p or k.allocatable > 0 or k.nodes > 0
     )
 

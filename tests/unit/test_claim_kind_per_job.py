@@ -104,10 +104,10 @@ def test_a_job_fits_one_kind_entirely_and_asks_through_it(
 
 
 def _held(where: Placement) -> Reservation:
+    resource = "gpu.nvidia.com" if where.dra else where.resource_name  # as the placer holds it
     return Reservation(
-        "j1", 1, "mixed", where.product, where.resource_name, where.total_units, NOW, NOW + 60,
-        pods=where.pods, dra=where.dra,
-    )  # fmt: skip
+        "j1", 1, "mixed", where.product, resource, where.total_units, NOW, NOW + 60, pods=where.pods
+    )
 
 
 def test_a_reservation_takes_from_its_own_kind_so_the_next_job_goes_the_other_way() -> None:

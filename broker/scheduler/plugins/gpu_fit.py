@@ -21,7 +21,9 @@ NUMA_POLICY_NOTE = "topology policy single-numa-node"
 
 
 def _fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[tuple[str, bool], int]:
-    return {(k.product, k.dra): k.pods_that_fit(gpus_per_pod) for p in summary.products for k in p.by_kind()}
+    return {
+        (k.product, k.dra): k.pods_that_fit(gpus_per_pod) for p in summary.products for k in (p.kinds or (p,))
+    }
 
 
 def fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[tuple[str, bool], int]:
