@@ -135,3 +135,17 @@ def test_an_override_still_counts_one_kind_only() -> None:
     assert cap is not None and (cap.free, cap.dra, cap.kinds) == (4, True, ())
     eight = JobRequest("train", gpus_per_pod=8, gpu_products=("H100-80GB",))
     assert isinstance(place(eight, [s], {"mixed": traits}, PlacementPolicy(), NOW), NoFit)
+
+
+def test_a_cloud_pools_headroom_grows_the_device_plugin_kind_of_a_product_served_both_ways() -> None:
+    from dataclasses import replace
+
+    from broker.burst.scaleup import grow
+    from broker.core.model import Tier
+
+    s = replace(summary([dp("p", 8, used=8), dra("d", 4, used=4)]), tier=Tier.CLOUD)
+    grown = grow(s, "H100-80GB", gpus_per_node=8, max_nodes=3)  # one more node of 8 may be added
+    cap = grown.product("H100-80GB")
+    assert cap is not None and (cap.free, [k.free for k in cap.kinds]) == (8, [8, 0])
+    eight = JobRequest("train", gpus_per_pod=8, gpu_products=("H100-80GB",), allow_burst=True)
+    assert kind_of(eight, grown) == "device-plugin"  # onto the node the pool would add
