@@ -12,6 +12,7 @@ and the gpufed CLI.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ def _jobset(name: str, seconds: int, leader_gpus: int | None, **annotations: str
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {
-            "name": name,
+            "name": f"{name}-{uuid.uuid4().hex[:6]}",  # unique: a rerun submits again
             "annotations": {"gpufed.io/duration-seconds": str(seconds), **annotations},
         },
         "spec": {"replicatedJobs": [role("leader", 1, leader_gpus), role("workers", 2, 1)]},
@@ -176,10 +177,21 @@ def test_a_jobset_with_a_claim_in_its_worker_template_runs_on_the_dra_member(
 def test_a_jobset_on_a_kueue_member_runs_once_kueue_admits_it_and_is_charged_to_the_cluster_queue(
     url: str, kubectl: Callable[..., str]
 ) -> None:
+    jobsets = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+    since = json.loads(kubectl("kueue-west", "get", "--raw", jobsets))["metadata"]["resourceVersion"]
     job_id = _submit(url, _jobset("queued", 100000, 1, **{"gpufed.io/gpu-products": "A100-80GB"}))
     running = _wait_state(url, job_id, "RUNNING")
     assert running["cluster"] == "kueue-west"
     name = running["workload"]
+    # the JobSet as the broker created it, then as Kueue's admission changed it (a watch from before)
+    stream = kubectl(
+        "kueue-west", "get", "--raw", f"{jobsets}?watch=1&resourceVersion={since}&timeoutSeconds=2"
+    )
+    seen = [json.loads(line) for line in stream.splitlines() if line.strip()]
+    versions = [e["object"] for e in seen if e["object"].get("metadata", {}).get("name") == name]
+    assert versions and versions[0]["spec"].get("suspend") is True  # created suspended, with its queue
+    assert versions[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+    assert any(v["spec"].get("suspend") is False for v in versions[1:])  # unsuspended by the admission
     (jobset,) = [j for j in _get(kubectl, "kueue-west", "jobsets") if j["metadata"]["name"] == name]
     assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
     assert jobset["spec"]["suspend"] is False  # admitted
@@ -210,10 +222,22 @@ def test_a_jobset_that_may_burst_runs_on_the_cloud_member_when_onprem_is_full_an
 ) -> None:
     fillers = [
         _submit(
-            url, {"name": "fill-h100", "gpus": 4, "gpuProducts": ["H100-80GB"], "durationSeconds": 100000}
+            url,
+            {
+                "name": f"fill-h100-{uuid.uuid4().hex[:6]}",
+                "gpus": 4,
+                "gpuProducts": ["H100-80GB"],
+                "durationSeconds": 100000,
+            },
         ),
         _submit(
-            url, {"name": "fill-a100", "gpus": 8, "gpuProducts": ["A100-80GB"], "durationSeconds": 100000}
+            url,
+            {
+                "name": f"fill-a100-{uuid.uuid4().hex[:6]}",
+                "gpus": 8,
+                "gpuProducts": ["A100-80GB"],
+                "durationSeconds": 100000,
+            },
         ),
     ]
     for f in fillers:
