@@ -217,6 +217,35 @@ def test_a_jobset_on_a_kueue_member_runs_once_kueue_admits_it_and_is_charged_to_
     wait_for(released, timeout=60, what="the ClusterQueue's quota freed")
 
 
+def test_a_rayjob_on_a_kueue_member_gets_head_and_worker_pod_sets_and_runs_once_admitted(
+    url: str, kubectl: Callable[..., str]
+) -> None:
+    rj: dict[str, Any] = yaml.safe_load((REPO / "examples" / "rayjob.yaml").read_text())
+    rj["metadata"]["name"] = f"ray-{uuid.uuid4().hex[:6]}"
+    rj["metadata"]["annotations"].update(
+        {"gpufed.io/gpu-products": "A100-80GB", "gpufed.io/duration-seconds": "100000"}
+    )
+    job_id = _submit(url, rj)
+    running = _wait_state(url, job_id, "RUNNING")
+    assert running["cluster"] == "kueue-west"
+    name = running["workload"]
+    (workload,) = [
+        w
+        for w in _get(kubectl, "kueue-west", "workloads.kueue.x-k8s.io")
+        if w["metadata"]["ownerReferences"][0]["name"] == name
+    ]
+    assert workload["metadata"]["ownerReferences"][0]["kind"] == "RayJob"
+    assert [(p["name"], p["count"]) for p in workload["spec"]["podSets"]] == [("head", 1), ("gpu", 2)]
+    usage = {
+        a["name"]: a["resourceUsage"].get("nvidia.com/gpu")
+        for a in workload["status"]["admission"]["podSetAssignments"]
+    }
+    assert usage == {"head": None, "gpu": "2"}  # the workers' GPUs, charged per role
+    (rayjob,) = [r for r in _get(kubectl, "kueue-west", "rayjobs") if r["metadata"]["name"] == name]
+    assert rayjob["spec"]["suspend"] is False and rayjob["status"]["jobDeploymentStatus"] == "Running"
+    _cancel(url, job_id)
+
+
 def test_a_jobset_that_may_burst_runs_on_the_cloud_member_when_onprem_is_full_and_spend_counts_it(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
