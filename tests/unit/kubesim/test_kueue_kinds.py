@@ -109,3 +109,27 @@ def test_a_rayjob_over_quota_is_suspended_without_a_cluster() -> None:
     rj = w.store.get(RAYJOBS, "default", "tune")
     assert rj["spec"]["suspend"] is True and rj["status"]["jobDeploymentStatus"] == "Suspended"
     assert w.store.find("rayclusters.ray.io", "default", "tune-raycluster") is None and w.pods() == []
+
+
+def test_a_lower_priority_jobset_is_evicted_suspended_and_restored_for_a_higher_priority_job() -> None:
+    from tests.unit.kubesim.test_kueue_autoscaler import _prio_job, _priority_classes
+
+    spec = kueue(8)
+    spec["clusterQueues"][0]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    w = world({"name": "k", "operators": ["jobset"], "nodePools": [pool("h", 2, gpus=4)], "kueue": spec})
+    _priority_classes(w)
+    js = queued(jobset(leader_gpus=2, workers=3, worker_gpus=2), "cheap")  # 2 + 3 x 2 = 8 GPUs
+    for rj in js["spec"]["replicatedJobs"]:
+        rj["template"]["spec"]["template"]["spec"]["priorityClassName"] = "low"
+    w.store.create(JOBSETS, js)
+    w.advance(5)
+    assert w.store.get(JOBSETS, "default", "cheap")["spec"]["suspend"] is False and usage(w) == "8"
+    w.store.create("jobs.batch", _prio_job("urgent", 4, "high"))
+    w.settle()
+    evicted = w.store.get(JOBSETS, "default", "cheap")
+    assert evicted["spec"]["suspend"] is True
+    for rj in evicted["spec"]["replicatedJobs"]:  # the flavor's node labels undone in every role
+        assert "nodeSelector" not in rj["template"]["spec"]["template"]["spec"]
+    w.advance(30)  # its Jobs go, its quota is released, the Job is admitted
+    assert "admission" not in workload_of(w, "JobSet", "cheap")["status"]
+    assert w.job("urgent")["spec"]["suspend"] is False and usage(w) == "4"
