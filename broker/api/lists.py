@@ -74,6 +74,7 @@ def job_view(r: JobRecord) -> dict[str, Any]:
             "migProfile": p.mig_profile,
             "burst": p.burst,
             "clique": p.clique,
+            "dra": p.dra,  # the pods ask through a ResourceClaimTemplate (the kind chosen for this job)
         },
         "createdAt": r.created_at,
         "updatedAt": r.updated_at,

@@ -22,6 +22,7 @@ from broker.core.model import (
     MigNeed,
     NoFit,
     Placement,
+    ProductCapacity,
 )
 from broker.core.topology import NvlinkClique
 from broker.scheduler.placement import ClusterVerdict
@@ -333,6 +334,18 @@ class EventView(_Wire):
         )
 
 
+def kind_view(k: ProductCapacity) -> dict[str, Any]:
+    """One claim kind's capacity of a product (a job fits the cluster when it fits one kind)."""
+    return {
+        "kind": "dra" if k.dra else "device-plugin",
+        "allocatable": k.allocatable,
+        "allocated": k.allocated,
+        "free": k.free,
+        "maxFreeOnOneNode": k.max_free_on_one_node,
+        "nodesByFree": list(k.nodes_by_free),
+    }
+
+
 def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
     """A cluster's capacity as the fleet view shows it (JSON-ready)."""
     return {
@@ -360,7 +373,9 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
                 "sharedAllocatable": p.shared_allocatable,
                 "sharedFree": p.shared_free,
                 "offered": p.offered,  # device-plugin | dra | both
-                "askedThrough": "dra" if p.dra else "device-plugin",  # the kind free counts, jobs ask by
+                # the kind jobs ask through: one (free counts it), or per-job when both are counted
+                "askedThrough": "per-job" if p.kinds else ("dra" if p.dra else "device-plugin"),
+                "kinds": [kind_view(k) for k in (p.kinds or (p,))],  # what each kind offers on its own
                 "pricePerGpuHour": s.price_per_gpu_hour.get(p.product),
             }
             for p in s.products

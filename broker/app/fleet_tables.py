@@ -29,12 +29,20 @@ def numa_notes(clusters: list[dict[str, Any]]) -> list[str]:
 
 
 def offered_mark(p: dict[str, Any]) -> str:
-    """How the cluster serves a product, compactly: nothing for the device plugin, ` [dra]`, or
-    ` [both: dra]` / ` [both: plugin]` naming the kind jobs ask through (and free counts)."""
+    """How the cluster serves a product, compactly: nothing for the device plugin, ` [dra]`, or for
+    both ways ` [both: plugin 8/8, dra 4/4]` (each kind's free/allocatable; jobs ask the kind they fit),
+    ` [both: dra]` / ` [both: plugin]` when an override or an older broker names one kind."""
     offered = p.get("offered", "device-plugin")
     if offered == "dra":
         return " [dra]"
     if offered == "both":
+        kinds = p.get("kinds") or []
+        if p.get("askedThrough") == "per-job" and len(kinds) > 1:
+            parts = ", ".join(
+                f"{'dra' if k.get('kind') == 'dra' else 'plugin'} {k.get('free', 0)}/{k.get('allocatable', 0)}"
+                for k in kinds
+            )
+            return f" [both: {parts}]"
         return " [both: dra]" if p.get("askedThrough") == "dra" else " [both: plugin]"
     return ""
 

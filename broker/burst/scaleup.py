@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from broker.capacity.rollup import rejoin_kinds
 from broker.core.catalog import entry
 from broker.core.model import ClusterSummary, ProductCapacity, Tier
 
@@ -36,6 +37,18 @@ def _bump(hist: tuple[int, ...], k: int, n: int) -> tuple[int, ...]:
     out = list(hist) + [0] * max(0, k + 1 - len(hist))
     out[k] += n
     return tuple(out)
+
+
+def _grown(current: ProductCapacity, gpus: int, gpus_per_node: int, addable: int) -> ProductCapacity:
+    return dataclasses.replace(
+        current,
+        total=current.total + gpus,
+        allocatable=current.allocatable + gpus,
+        free=current.free + gpus,
+        nodes_by_free=_bump(current.nodes_by_free, gpus_per_node, addable),
+        numa_blocks=_bump(current.numa_blocks, gpus_per_node, addable),
+        nodes=current.nodes + addable,
+    )
 
 
 def grow(summary: ClusterSummary, product: str, gpus_per_node: int, max_nodes: int) -> ClusterSummary:
@@ -61,15 +74,11 @@ def grow(summary: ClusterSummary, product: str, gpus_per_node: int, max_nodes: i
         products = (*summary.products, current)
     else:
         products = summary.products
-    grown = dataclasses.replace(
-        current,
-        total=current.total + gpus,
-        allocatable=current.allocatable + gpus,
-        free=current.free + gpus,
-        nodes_by_free=_bump(current.nodes_by_free, gpus_per_node, addable),
-        numa_blocks=_bump(current.numa_blocks, gpus_per_node, addable),
-        nodes=current.nodes + addable,
-    )
+    if current.kinds:  # served both ways: the pool's new nodes come with the device plugin
+        plugin, dra = current.kinds
+        grown = rejoin_kinds(current, (_grown(plugin, gpus, gpus_per_node, addable), dra))
+    else:
+        grown = _grown(current, gpus, gpus_per_node, addable)
     return dataclasses.replace(
         summary,
         products=tuple(grown if p.product == product else p for p in products),

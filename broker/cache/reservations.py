@@ -7,7 +7,10 @@ level 1 reads, with `now` handed in (no clock here):
 
 - whole GPUs: each reserved pod takes its GPUs from one placement domain, the best-fitting one (the
   smallest domain with enough free GPUs: where a bin-packing scheduler, kubesim's or a topology-aware
-  one, binds it). A pod that no domain can hold any more (capacity changed under the reservation)
+  one, binds it), of the kind it asks through (a product served both ways keeps each kind's
+  histograms, ProductCapacity.kinds: a reservation of resource `gpu.nvidia.com`, the DeviceClass, holds
+  DRA GPUs, one of nvidia.com/gpu the device plugin's; the sums are made again). A Kueue quota entry is
+  charged only by the resource it covers, so GPUs held through claims are not charged to nvidia.com/gpu. A pod that no domain can hold any more (capacity changed under the reservation)
   drains the largest domain instead, so the assumption never shows more room than there is.
   `numa_blocks` (largest free block inside one NUMA zone per node) loses each pod the same way.
 - MIG slices: free drops by the reserved slices; the largest free on one node drops by them too
@@ -28,11 +31,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from broker.core.k8s_names import GPU
+from broker.capacity.rollup import rejoin_kinds
+from broker.core.k8s_names import DRA_GPU_CLASS, GPU
 from broker.core.model import ClusterSummary, MigCapacity, ProductCapacity, Reservation
 from broker.core.topology import CliqueCapacity
 
 __all__ = ["deduct", "deduct_held", "live", "take_best_fit", "units_held"]
+
+_WHOLE = (GPU, DRA_GPU_CLASS)  # whole GPUs asked as nvidia.com/gpu, or through a claim of the DeviceClass
 
 
 def live(reservations: Iterable[Reservation], cluster: str, now: float) -> list[Reservation]:
@@ -78,6 +84,18 @@ def take_best_fit(hist: tuple[int, ...], per_pod: int, pods: int) -> tuple[int, 
 
 
 def _deduct_product(p: ProductCapacity, reservations: list[Reservation]) -> ProductCapacity:
+    if p.kinds:  # served both ways: each reservation takes from the kind its pods ask through
+        kinds = tuple(
+            _deduct_kind(k, [r for r in reservations if (r.resource_name == DRA_GPU_CLASS) == k.dra])
+            for k in p.kinds
+        )
+        return rejoin_kinds(p, kinds)
+    return _deduct_kind(p, reservations)
+
+
+def _deduct_kind(p: ProductCapacity, reservations: list[Reservation]) -> ProductCapacity:
+    if not reservations:
+        return p
     nodes_by_free, numa_blocks = p.nodes_by_free, p.numa_blocks
     units = 0
     for r in reservations:
@@ -116,7 +134,7 @@ def deduct_held(summary: ClusterSummary, mine: Sequence[Reservation]) -> Cluster
         return summary
     whole: dict[str, list[Reservation]] = {}
     for r in mine:
-        if r.resource_name == GPU:
+        if r.resource_name in _WHOLE:
             whole.setdefault(r.product, []).append(r)
     held = units_held(mine)
     products = tuple(
@@ -136,7 +154,7 @@ def deduct_held(summary: ClusterSummary, mine: Sequence[Reservation]) -> Cluster
         for q in summary.queues
     )
     cliques = summary.cliques
-    in_clique = [r for r in mine if r.clique is not None and r.resource_name == GPU]
+    in_clique = [r for r in mine if r.clique is not None and r.resource_name in _WHOLE]
     if in_clique:
         cliques = tuple(_deduct_clique(c, in_clique) for c in cliques)
     return dataclasses.replace(summary, products=products, mig=migs, queues=queues, cliques=cliques)

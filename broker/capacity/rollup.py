@@ -194,11 +194,12 @@ def offered_kinds(dp: ProductCapacity | None, dra: ProductCapacity | None) -> st
 
 
 def counted_kind(dp: ProductCapacity | None, dra: ProductCapacity | None, override: str) -> bool:
-    """True when level 2 asks for this product through DRA claims (so level 1 counts only DRA GPUs).
+    """True when the product's free GPUs are DRA's alone (level 2 asks through claims for every job).
 
     The cluster's `gpuAllocation` (device-plugin | dra) decides when declared. Otherwise the kind that
-    offers the product; offered both ways, the kind with more whole GPUs, DRA on a tie (each node is
-    served by one kind only, so one kind's hint can't reach the other's GPUs).
+    offers the product; offered both ways neither alone: each job is fitted to one kind (combine_kinds
+    keeps both, the placement chooses per job), and this says DRA only when DRA has more whole GPUs or
+    as many (the kind a placement recorded before placements carried their kind is read as).
     """
     if override in (OFFERED_DRA, OFFERED_DEVICE_PLUGIN):
         return override == OFFERED_DRA
@@ -209,17 +210,69 @@ def counted_kind(dp: ProductCapacity | None, dra: ProductCapacity | None, overri
     return dra.whole_gpus >= dp.whole_gpus
 
 
+def add_histograms(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """Two histograms over disjoint nodes summed bucket by bucket."""
+    if len(a) < len(b):
+        a, b = b, a
+    return tuple(n + (b[k] if k < len(b) else 0) for k, n in enumerate(a))
+
+
+def _both(dp: ProductCapacity, dra: ProductCapacity, memory_mib: int) -> ProductCapacity:
+    """A product served both ways: both kinds summed (the nodes are disjoint: the device plugin and the
+    DRA driver never serve the same node's GPUs, so no GPU counts twice), each kind kept in `kinds`."""
+    return ProductCapacity(
+        product=dp.product,
+        memory_mib=memory_mib,
+        total=dp.total + dra.total,
+        allocatable=dp.allocatable + dra.allocatable,
+        allocated=dp.allocated + dra.allocated,
+        free=dp.free + dra.free,
+        nodes_by_free=add_histograms(dp.nodes_by_free, dra.nodes_by_free),
+        numa_blocks=add_histograms(dp.numa_blocks, dra.numa_blocks),
+        nodes=dp.nodes + dra.nodes,
+        gfd_products=tuple(sorted({*dp.gfd_products, *dra.gfd_products})),
+        shared_allocatable=dp.shared_allocatable + dra.shared_allocatable,
+        shared_free=dp.shared_free + dra.shared_free,
+        single_numa_node_free=max(dp.single_numa_node_free, dra.single_numa_node_free),
+        domains_by_size=add_histograms(dp.domains_by_size, dra.domains_by_size),
+        whole_nodes_by_free=add_histograms(dp.whole_nodes_by_free, dra.whole_nodes_by_free),
+        offered=OFFERED_BOTH,
+        dra=counted_kind(dp, dra, "auto"),
+        whole_gpus=dp.whole_gpus + dra.whole_gpus,
+        kinds=(replace(dp, memory_mib=memory_mib), replace(dra, memory_mib=memory_mib)),
+    )
+
+
+def rejoin_kinds(p: ProductCapacity, kinds: tuple[ProductCapacity, ...]) -> ProductCapacity:
+    """A product served both ways, its kinds replaced (e.g. after reservations took from one)."""
+    dp, dra = kinds
+    return _both(dp, dra, p.memory_mib)
+
+
 def combine_kinds(
     dp: ProductCapacity | None,
     dra: ProductCapacity | None,
     override: str = "auto",
     memory_mib: int | None = None,
 ) -> ProductCapacity:
-    """One product's capacity as level 1 reads it: free GPUs and histograms of the kind level 2 will
-    write (counted_kind), `total` and shared GPUs over both kinds, `offered` saying how it is served."""
+    """One product's capacity as level 1 reads it.
+
+    Served one way, or with a `gpuAllocation` override: the free GPUs and histograms of that kind,
+    `total` and shared GPUs over both kinds. Served both ways: both kinds summed, each kept (`kinds`):
+    a job fits the cluster when it fits one kind entirely (scheduler.placement builds one option per
+    kind). `offered` says how the product is served."""
     first = dp if dp is not None else dra
     assert first is not None
+    memory = first.memory_mib if memory_mib is None else memory_mib
     offered = offered_kinds(dp, dra)
+    if (
+        dp is not None
+        and dra is not None
+        and override not in (OFFERED_DRA, OFFERED_DEVICE_PLUGIN)
+        and dp.whole_gpus > 0
+        and dra.whole_gpus > 0
+    ):
+        return _both(dp, dra, memory)
     use_dra = counted_kind(dp, dra, override)
     counted = dra if use_dra else dp
     other = dp if use_dra else dra
@@ -231,7 +284,7 @@ def combine_kinds(
     shared_free = counted.shared_free + (other.shared_free if other is not None else 0)
     return replace(
         counted,
-        memory_mib=first.memory_mib if memory_mib is None else memory_mib,
+        memory_mib=memory,
         total=total,
         shared_allocatable=shared_alloc,
         shared_free=shared_free,

@@ -27,6 +27,7 @@ from broker.core.errors import (
     Fenced,
     StoreError,
 )
+from broker.core.k8s_names import DRA_GPU_CLASS, GPU
 from broker.core.model import (
     ClusterSummary,
     JobRecord,
@@ -320,7 +321,7 @@ class Scheduling(Preempting, Dispatching):
         if found is None or not found.quotas:
             return
         requests, limits = member_quota.effective_pod(
-            record.request, where.resource_name, where.units_per_pod, found, traits.dra
+            record.request, where.resource_name, where.units_per_pod, found, where.dra or traits.dra
         )
         usage = member_quota.quota_usage(requests, limits, where.pods)
         self._quota_charges[record.id] = (where.cluster, namespace, usage)
@@ -356,7 +357,10 @@ class Scheduling(Preempting, Dispatching):
             attempt=record.attempt + 1,
             cluster=where.cluster,
             product=where.product,
-            resource_name=where.resource_name or "none",
+            # whole GPUs through a claim are held as the DeviceClass's (their kind: cache.reservations)
+            resource_name=DRA_GPU_CLASS
+            if where.dra and where.resource_name == GPU
+            else where.resource_name or "none",
             units=max(1, where.total_units),
             created_at=now,
             # a placement into a pool's scale-up headroom is held while its node is provisioned, too

@@ -228,8 +228,7 @@ class ProductCapacity:
                        refuses a pod whose GPUs span zones there): "one pod of g GPUs fits" reads alike.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
     domains_by_size[k] = domains of k allocatable GPUs, busy or not (pods of g GPUs run at once, at most).
-    single_numa_node_free = most free GPUs on one single-numa-node node (zones summed): when it reaches a
-                       pod's GPUs and nodes_by_free does not, the policy is why, and the reason says so.
+    single_numa_node_free = most free GPUs on a single-numa-node node, zones summed (a reason names the policy).
     """
 
     product: str
@@ -250,6 +249,7 @@ class ProductCapacity:
     offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
     dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
     whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
+    kinds: tuple[ProductCapacity, ...] = ()  # offered both ways: each kind's own (counts above: their sum)
 
     @property
     def max_free_on_one_node(self) -> int:

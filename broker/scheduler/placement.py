@@ -269,18 +269,22 @@ def _build_options(job: JobRequest, summary: ClusterSummary) -> tuple[RunOption,
         return tuple(out)
     if job.gpus_per_pod <= 0:
         return _NO_GPU
+    # a product served both ways gives one option per kind: a job fits when it fits one kind entirely
+    # (its pods ask one way), and the option chosen carries the kind level 2 writes (Placement.dra)
     return tuple(
         RunOption(
-            product=p.product,
+            product=k.product,
             memory_mib=p.memory_mib,
             resource_name=GPU,
             units_per_pod=job.gpus_per_pod,
-            capacity=p,
-            gfd_products=p.gfd_products,
-            dra=p.dra,
+            capacity=k,
+            gfd_products=k.gfd_products,
+            dra=k.dra,
         )
         for p in summary.products
         if p.allocatable > 0 or p.nodes > 0
+        for k in (p.kinds or (p,))
+        if k is p or k.allocatable > 0 or k.nodes > 0
     )
 
 
@@ -301,9 +305,10 @@ def cluster_options(prepared: PreparedJob, summary: ClusterSummary) -> tuple[Run
 
 
 def _best_option(job: JobRequest, summary: ClusterSummary, options: Sequence[RunOption]) -> RunOption:
-    """Inside one cluster: the smallest MIG profile, then the cheapest, then the snuggest fit, by name."""
+    """Inside one cluster: the smallest MIG profile, then the cheapest, then the snuggest fit, by name,
+    then (one product served both ways) the DRA kind."""
 
-    def key(o: RunOption) -> tuple[int, int, float, int, str, str]:
+    def key(o: RunOption) -> tuple[int, int, float, int, str, str, bool]:
         price = summary.price_per_gpu_hour.get(o.product, 0.0)
         return (
             o.compute_slices,
@@ -312,6 +317,7 @@ def _best_option(job: JobRequest, summary: ClusterSummary, options: Sequence[Run
             -tightness(o, job),
             o.product,
             o.mig_profile or "",
+            not o.dra,  # one product both ways, fitting as snugly: the claim (DRA) kind
         )
 
     return min(options, key=key)

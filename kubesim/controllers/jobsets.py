@@ -8,7 +8,8 @@ done), succeeded, failed, active and suspended. successPolicy (operator All or A
 targetReplicatedJobs, default all) -> condition Completed (AllJobsCompleted, "jobset completed
 successfully"); a failed child Job restarts the whole set (its Jobs deleted, status.restarts + 1) while
 restarts < failurePolicy.maxRestarts, else condition Failed (FailedJobs, or ReachedMaxRestarts), and the
-remaining Jobs are deleted; terminalState says which. spec.suspend -> Suspended. A JobSet whose
+remaining Jobs are deleted; terminalState says which. spec.suspend -> Suspended, its Jobs deleted and
+counted active until gone. A JobSet whose
 spec.managedBy is not jobset.sigs.k8s.io/jobset-controller is left alone (the real controller's rule).
 
 TrainJob: a JobSet of the same name from its runtime (spec.runtimeRef: a ClusterTrainingRuntime, or a
@@ -119,6 +120,23 @@ class JobSetController:
             set_condition(work, "Suspended", "True", now, "SuspendedJobs", "jobset is suspended")
             for j in current:
                 delete_child(self._store, JOBS, j)
+            # the counts follow the Jobs still going away (Kueue releases the quota once none is active)
+            status["replicatedJobsStatus"] = [
+                {
+                    "name": rjob["name"],
+                    "ready": 0,
+                    "succeeded": 0,
+                    "failed": 0,
+                    "active": sum(
+                        1
+                        for j in current
+                        if (j["metadata"].get("labels") or {}).get(L + "replicatedjob-name") == rjob["name"]
+                        and int((j.get("status") or {}).get("active") or 0) > 0
+                    ),
+                    "suspended": int(rjob.get("replicas") or 1),
+                }
+                for rjob in rjobs
+            ]
             self._write(js, status)
             return
         if condition_true(work, "Suspended"):

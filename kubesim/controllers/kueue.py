@@ -1,8 +1,12 @@
-"""The simulated Kueue: queued Jobs become Workloads admitted against ClusterQueue quota.
+"""The simulated Kueue: queued Jobs, JobSets and RayJobs become Workloads admitted against ClusterQueue quota.
 
-Owns `KueueController`. A Job labelled `kueue.x-k8s.io/queue-name` is held suspended (the webhook's job)
-and gets a Workload (v1beta2 shape; owner = the Job; label kueue.x-k8s.io/job-uid; one pod set `main`
-with count = min(parallelism, completions)). Pending Workloads of a ClusterQueue are admitted in order (priority, then
+Owns `KueueController`. A Job, JobSet or RayJob labelled `kueue.x-k8s.io/queue-name` is held suspended
+(the webhook's job) and gets a Workload (v1beta2 shape; owner = the object; label kueue.x-k8s.io/job-uid;
+named `<kind>-<name>-<hash>`; its pod sets as Kueue's integrations build them, kueue_kinds.py: a Job's
+one `main` of min(parallelism, completions) pods, a JobSet's one per replicated Job, a RayJob's head and
+worker groups). A Workload's resources are summed over its pod sets and each resource gets one flavor;
+the admission has one podSetAssignment per pod set with its own usage, and every pod set's template gets
+the flavor's node labels and tolerations. Pending Workloads of a ClusterQueue are admitted in order (priority, then
 creation): the first flavor of the covering resource group whose nominal quota (plus borrowing from the
 cohort, up to borrowingLimit and the lenders' lendingLimit) fits the pod set gets it. StrictFIFO stops at a
 head that does not fit; BestEffortFIFO tries the next. On admission the Workload gets status.admission
@@ -30,7 +34,8 @@ from typing import Any
 
 from kubesim.clock import SimClock
 from kubesim.controllers.events import EventRecorder
-from kubesim.controllers.jobs import JOBS, is_finished
+from kubesim.controllers.jobs import JOBS
+from kubesim.controllers.kueue_kinds import QUEUED, Queued, owner_of
 from kubesim.controllers.kueue_preemption import (
     Target,
     cq_path,
@@ -41,7 +46,6 @@ from kubesim.controllers.pods import (
     Requests,
     condition,
     condition_true,
-    controller_owner,
     effective_requests,
     key_of,
     replace_field,
@@ -62,9 +66,9 @@ _EPS = 1e-9
 Usage = dict[str, dict[str, float]]  # flavor -> resource -> amount
 
 
-def workload_name(job_name: str, job_uid: str) -> str:
+def workload_name(job_name: str, job_uid: str, prefix: str = "job") -> str:
     digest = hashlib.sha256(f"{job_name}/{job_uid}".encode()).hexdigest()[:5]
-    return f"job-{job_name}"[:57] + f"-{digest}"
+    return f"{prefix}-{job_name}"[:57] + f"-{digest}"
 
 
 def _prio(wl: Obj) -> int:
@@ -75,13 +79,6 @@ def _queue(job: Obj) -> str | None:
     return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
 
 
-def _pods_count(job_spec: Obj) -> int:
-    """Pods a Job runs at once, as Kueue counts its pod set: parallelism, capped by completions."""
-    count = int(job_spec.get("parallelism", 1))
-    completions = job_spec.get("completions")
-    return count if completions is None else min(count, int(completions))
-
-
 class KueueController:
     def __init__(self, store: ObjectStore, clock: SimClock, events: EventRecorder) -> None:
         self._store = store
@@ -90,15 +87,32 @@ class KueueController:
         self._writing = False
         self._evicted_now = False
         self.dirty = True
-        for key in (JOBS, WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS):
+        for key in (*QUEUED, WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS):
             store.subscribe(key, self._on_write)
 
     def _on_write(self, event: WatchEvent) -> None:
         if self._writing:
             return
-        if event.key == JOBS and _queue(event.obj) is None:
+        if event.key in QUEUED and _queue(event.obj) is None:
             return
         self.dirty = True
+
+    def _queued_objects(self) -> list[tuple[Queued, Obj]]:
+        """Every object of an integrated kind that names a LocalQueue, Jobs first."""
+        return [
+            (q, obj)
+            for key, q in QUEUED.items()
+            for obj in self._store.list(key)[0]
+            if _queue(obj) is not None and not q.managed_elsewhere(obj)
+        ]
+
+    def _owner(self, wl: Obj) -> tuple[Queued, Obj | None]:
+        """The Workload's queued object (None when gone) and its kind's adapter."""
+        found = owner_of(wl)
+        if found is None:
+            return QUEUED[JOBS], None
+        q, ref = found
+        return q, self._store.find(q.key, wl["metadata"].get("namespace", ""), ref["name"])
 
     # ------------------------------------------------------------------ the pass
 
@@ -107,7 +121,7 @@ class KueueController:
             return
         self.dirty = False
         cqs = {cq["metadata"]["name"]: cq for cq in self._store.list(CLUSTER_QUEUES)[0]}
-        if not cqs and not any(_queue(j) for j in self._store.list(JOBS)[0]):
+        if not cqs and not self._queued_objects():
             return
         self._writing = True
         self._evicted_now = False
@@ -125,24 +139,19 @@ class KueueController:
         workloads = {
             w["metadata"].get("labels", {}).get(JOB_UID_LABEL, ""): w for w in self._store.list(WORKLOADS)[0]
         }
-        for job in self._store.list(JOBS)[0]:
-            if _queue(job) is None or is_finished(job):
+        for q, job in self._queued_objects():
+            if q.finished(job)[0]:
                 continue
             uid = job["metadata"].get("uid", "")
             if uid not in workloads:
-                if not (job.get("spec") or {}).get("suspend") and not (job.get("status") or {}).get(
-                    "startTime"
-                ):
-                    self._store.mutate(JOBS, *key_of(job), lambda o: o["spec"].__setitem__("suspend", True))
-                workloads[uid] = self._create_workload(job)
+                if not (job.get("spec") or {}).get("suspend") and not q.started(job):
+                    self._store.mutate(q.key, *key_of(job), lambda o: o["spec"].__setitem__("suspend", True))
+                workloads[uid] = self._create_workload(q, job)
         # finished jobs free their quota
         for uid, wl in list(workloads.items()):
-            owner = controller_owner(wl, "Job")
-            owner_job = (
-                self._store.find(JOBS, wl["metadata"].get("namespace", ""), owner["name"]) if owner else None
-            )
-            if owner_job is not None and is_finished(owner_job) and not condition_true(wl, "Finished"):
-                ok = condition_true(owner_job, "Complete")
+            q, owner_job = self._owner(wl)
+            done, ok = q.finished(owner_job) if owner_job is not None else (False, False)
+            if done and not condition_true(wl, "Finished"):
                 workloads[uid] = self._set_wl(
                     wl,
                     lambda o, ok=ok: set_condition(
@@ -303,23 +312,24 @@ class KueueController:
 
     def _stop_evicted(self, wl: Obj, now: float) -> Obj:
         """An evicted Workload's Job is suspended again; once it has no active pods the quota is released."""
-        owner = controller_owner(wl, "Job")
-        job = self._store.find(JOBS, wl["metadata"].get("namespace", ""), owner["name"]) if owner else None
+        q, job = self._owner(wl)
         if job is not None and not (job.get("spec") or {}).get("suspend"):
-            original = (((wl.get("spec") or {}).get("podSets") or [{}])[0].get("template") or {}).get(
-                "spec"
-            ) or {}
+            originals = [
+                (ps.get("template") or {}).get("spec") or {}
+                for ps in (wl.get("spec") or {}).get("podSets") or ()
+            ]
 
             def stop(o: Obj) -> None:
                 o["spec"]["suspend"] = True
-                pod_spec = o["spec"].setdefault("template", {}).setdefault("spec", {})
-                for field in ("nodeSelector", "tolerations"):
-                    if original.get(field):
-                        pod_spec[field] = copy.deepcopy(original[field])
-                    else:
-                        pod_spec.pop(field, None)
+                for (_n, _c, template), original in zip(q.templates(o), originals, strict=False):
+                    pod_spec = template.setdefault("spec", {})
+                    for field in ("nodeSelector", "tolerations"):
+                        if original.get(field):
+                            pod_spec[field] = copy.deepcopy(original[field])
+                        else:
+                            pod_spec.pop(field, None)
 
-            job = self._store.mutate(JOBS, *key_of(job), stop)
+            job = self._store.mutate(q.key, *key_of(job), stop)
             self._events.record(
                 job,
                 "Stopped",
@@ -328,7 +338,7 @@ class KueueController:
                 "kueue-controller",
             )
             return wl
-        if job is not None and (job.get("status") or {}).get("active"):
+        if job is not None and q.active(job):
             return wl
         message = str((condition(wl, "Evicted") or {}).get("message", ""))
 
@@ -341,16 +351,23 @@ class KueueController:
 
     # ------------------------------------------------------------------ workloads
 
-    def _create_workload(self, job: Obj) -> Obj:
+    def _create_workload(self, q: Queued, job: Obj) -> Obj:
         ns, name = key_of(job)
         uid = job["metadata"].get("uid", "")
-        spec = job.get("spec") or {}
-        template = copy.deepcopy(spec.get("template") or {})
+        pod_sets = copy.deepcopy(q.pod_sets(copy.deepcopy(job)))
         priority = 0
-        pc_name = (template.get("spec") or {}).get("priorityClassName")
+        # Kueue takes the priority class of the first pod set that names one
+        pc_name = next(
+            (
+                ps["template"].get("spec", {}).get("priorityClassName")
+                for ps in pod_sets
+                if (ps["template"].get("spec") or {}).get("priorityClassName")
+            ),
+            None,
+        )
         wl_spec: dict[str, Any] = {
             "queueName": _queue(job),
-            "podSets": [{"name": "main", "count": _pods_count(spec), "template": template}],
+            "podSets": pod_sets,
             "active": True,
         }
         if pc_name:
@@ -366,13 +383,13 @@ class KueueController:
             "apiVersion": API_VERSION,
             "kind": "Workload",
             "metadata": {
-                "name": workload_name(name, uid),
+                "name": workload_name(name, uid, q.prefix),
                 "namespace": ns,
                 "labels": {JOB_UID_LABEL: uid},
                 "ownerReferences": [
                     {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
+                        "apiVersion": q.api_version,
+                        "kind": q.kind,
                         "name": name,
                         "uid": uid,
                         "controller": True,
@@ -417,12 +434,15 @@ class KueueController:
         flavors: dict[str, Obj],
         borrow: bool = True,
     ) -> tuple[dict[str, str] | None, Requests, str]:
-        pod_set = ((wl.get("spec") or {}).get("podSets") or [{}])[0]
-        count = int(pod_set.get("count") or 1)
-        template = pod_set.get("template") or {}
-        per_pod = effective_requests({"spec": template.get("spec") or {}})
-        need: Requests = {r: v * count for r, v in per_pod.items()}
-        selector = (template.get("spec") or {}).get("nodeSelector") or {}
+        need: Requests = {}
+        selectors = []
+        pod_sets = (wl.get("spec") or {}).get("podSets") or [{}]
+        for pod_set in pod_sets:
+            template = pod_set.get("template") or {}
+            for r, v in self._pod_set_need(pod_set).items():
+                need[r] = need.get(r, 0.0) + v
+            selectors.append((template.get("spec") or {}).get("nodeSelector") or {})
+        set_name = str(pod_sets[0].get("name") or "main")
         groups = (cq.get("spec") or {}).get("resourceGroups") or []
         assignment: dict[str, str] = {}
         for res in sorted(need):
@@ -430,7 +450,7 @@ class KueueController:
                 return (
                     None,
                     need,
-                    f"couldn't assign flavors to pod set main: resource {res} unavailable in ClusterQueue",
+                    f"couldn't assign flavors to pod set {set_name}: resource {res} unavailable in ClusterQueue",
                 )
         for group in groups:
             covered = [r for r in group.get("coveredResources") or () if r in need]
@@ -443,7 +463,7 @@ class KueueController:
                     reasons.append(f"flavor {fq.get('name')} not found")
                     continue
                 labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
-                if any(k in selector and selector[k] != v for k, v in labels.items()):
+                if any(k in sel and sel[k] != v for sel in selectors for k, v in labels.items()):
                     reasons.append(f"flavor {fq['name']} doesn't match node affinity")
                     continue
                 short = [
@@ -463,8 +483,14 @@ class KueueController:
                     assignment[r] = fq["name"]
                 break
             else:
-                return None, need, "couldn't assign flavors to pod set main: " + "; ".join(reasons)
+                return None, need, f"couldn't assign flavors to pod set {set_name}: " + "; ".join(reasons)
         return assignment, need, ""
+
+    @staticmethod
+    def _pod_set_need(pod_set: Obj) -> Requests:
+        count = int(pod_set.get("count") or 1)
+        per_pod = effective_requests({"spec": (pod_set.get("template") or {}).get("spec") or {}})
+        return {r: v * count for r, v in per_pod.items()}
 
     def _quota(self, cq: Obj, flavor: str, res: str) -> tuple[float, float | None, float | None]:
         for group in (cq.get("spec") or {}).get("resourceGroups") or ():
@@ -526,22 +552,23 @@ class KueueController:
         now: float,
     ) -> None:
         cq_name = cq["metadata"]["name"]
-        count = int(((wl.get("spec") or {}).get("podSets") or [{}])[0].get("count") or 1)
         cq_usage = usage.setdefault(cq_name, {})
         for res, flavor in assignment.items():
             per = cq_usage.setdefault(flavor, {})
             per[res] = per.get(res, 0.0) + need[res]
-        admission = {
-            "clusterQueue": cq_name,
-            "podSetAssignments": [
+        assignments = []
+        for pod_set in (wl.get("spec") or {}).get("podSets") or [{}]:
+            set_need = self._pod_set_need(pod_set)
+            mine = {r: f for r, f in assignment.items() if r in set_need}
+            assignments.append(
                 {
-                    "name": "main",
-                    "count": count,
-                    "flavors": dict(sorted(assignment.items())),
-                    "resourceUsage": {r: format_quantity(need[r], r) for r in sorted(assignment)},
+                    "name": str(pod_set.get("name") or "main"),
+                    "count": int(pod_set.get("count") or 1),
+                    "flavors": dict(sorted(mine.items())),
+                    "resourceUsage": {r: format_quantity(set_need[r], r) for r in sorted(mine)},
                 }
-            ],
-        }
+            )
+        admission = {"clusterQueue": cq_name, "podSetAssignments": assignments}
 
         def admit(obj: Obj) -> None:
             obj.setdefault("status", {})["admission"] = admission
@@ -568,27 +595,32 @@ class KueueController:
             "Normal",
             "kueue-admission",
         )
-        owner = controller_owner(wl, "Job")
-        if owner is None:
+        found = owner_of(wl)
+        if found is None:
             return
+        q, owner = found
         ns = wl["metadata"].get("namespace", "")
         used_flavors = [flavors[f] for f in dict.fromkeys(assignment.values()) if f in flavors]
 
         def start(job: Obj) -> None:
             spec = job.setdefault("spec", {})
             spec["suspend"] = False
-            pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
-            for flavor in used_flavors:
-                fspec = flavor.get("spec") or {}
-                if fspec.get("nodeLabels"):
-                    pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **fspec["nodeLabels"]}
-                for tol in fspec.get("tolerations") or ():
-                    tolerations = pod_spec.setdefault("tolerations", [])
-                    if tol not in tolerations:
-                        tolerations.append(dict(tol))
+            for _name, _count, template in q.templates(job):  # every pod set: one flavor per resource
+                pod_spec = template.setdefault("spec", {})
+                for flavor in used_flavors:
+                    fspec = flavor.get("spec") or {}
+                    if fspec.get("nodeLabels"):
+                        pod_spec["nodeSelector"] = {
+                            **(pod_spec.get("nodeSelector") or {}),
+                            **fspec["nodeLabels"],
+                        }
+                    for tol in fspec.get("tolerations") or ():
+                        tolerations = pod_spec.setdefault("tolerations", [])
+                        if tol not in tolerations:
+                            tolerations.append(dict(tol))
 
         try:
-            job = self._store.mutate(JOBS, ns, owner["name"], start)
+            job = self._store.mutate(q.key, ns, owner["name"], start)
         except NotFoundError:
             return
         self._events.record(

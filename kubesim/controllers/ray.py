@@ -14,6 +14,8 @@ the RayJob (submitterPodTemplate, else one container "ray-job-submitter" on the 
 annotation says). jobStatus follows it: RUNNING, then SUCCEEDED (jobDeploymentStatus Complete) or FAILED
 (jobDeploymentStatus Failed, reason AppFailed). With shutdownAfterJobFinishes the RayCluster is deleted
 ttlSecondsAfterFinished after the end. spec.managedBy other than ray.io/kuberay-operator is left alone.
+spec.suspend (Kueue's): no RayCluster and no submitter (both deleted if there), jobDeploymentStatus
+Suspended; resumed, it starts over from Initializing.
 Not simulated: HTTPMode/SidecarMode submission (run as K8sJobMode), autoscaling, clusterSelector,
 activeDeadlineSeconds, retries (backoffLimit).
 """
@@ -179,6 +181,17 @@ class RayController:
                     delete_child(self._store, RAYCLUSTERS, rc)
                 else:
                     self._due = due if self._due is None else min(self._due, due)
+            return
+        if spec.get("suspend"):  # Kueue holds it: no cluster, no submitter (KubeRay's Suspended)
+            if rc is not None and not rc["metadata"].get("deletionTimestamp"):
+                delete_child(self._store, RAYCLUSTERS, rc)
+            submitter = self._store.find(JOBS, rj["metadata"].get("namespace") or "", name)
+            if submitter is not None and not submitter["metadata"].get("deletionTimestamp"):
+                delete_child(self._store, JOBS, submitter)
+            if deployment != "Suspended":
+                status.update({"jobDeploymentStatus": "Suspended"})
+                status.pop("jobStatus", None)
+                self._write(RAYJOBS, rj, status)
             return
         if rc is None:
             body = {

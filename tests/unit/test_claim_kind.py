@@ -86,18 +86,18 @@ CASES = [
         "device-plugin",
         8,
     ),
-    # one product both ways: the kind with more whole GPUs is written, and only its GPUs count
-    ("both-dra-larger", [dp("a", H200, 2), dra("b", H200, 8)], "auto", "H200-141GB", "both", "dra", 8),
+    # one product both ways: both kinds counted; each job asks the kind it fits most snugly (DRA on a tie)
     (
-        "both-dp-larger",
-        [dp("a", H200, 8), dra("b", H200, 4)],
+        "both-dp-snugger",
+        [dp("a", H200, 2), dra("b", H200, 8)],
         "auto",
         "H200-141GB",
         "both",
         "device-plugin",
-        8,
+        10,
     ),
-    ("both-tie-is-dra", [dp("a", H200, 4), dra("b", H200, 4)], "auto", "H200-141GB", "both", "dra", 4),
+    ("both-dra-snugger", [dp("a", H200, 8), dra("b", H200, 4)], "auto", "H200-141GB", "both", "dra", 12),
+    ("both-tie-is-dra", [dp("a", H200, 4), dra("b", H200, 4)], "auto", "H200-141GB", "both", "dra", 8),
     # the override decides for every product of the cluster
     ("override-dra", [dp("a", H200, 8), dra("b", H200, 4)], "dra", "H200-141GB", "both", "dra", 4),
     (
@@ -124,7 +124,9 @@ def test_claim_kind_follows_how_the_cluster_serves_the_product(
     summary = summaries(nodes, traits)
     cap = summary.product(product)
     assert cap is not None
-    assert (cap.offered, cap.dra, cap.free) == (offered, kind == "dra", free)
+    assert (cap.offered, cap.free) == (offered, free)
+    if offered != "both" or override != "auto":
+        assert cap.dra == (kind == "dra")  # one kind counted: the one every job asks through
     assert cap.total == sum(n.gpu_count for n in nodes if n.product is not None and n.product.name == product)
     job = JobRequest("train", gpus_per_pod=2, gpu_products=(product,))
     where = place(job, [summary], {"onprem-a": traits}, PlacementPolicy(), NOW)
@@ -132,9 +134,9 @@ def test_claim_kind_follows_how_the_cluster_serves_the_product(
     assert claims_gpus(job, where, traits) == kind
 
 
-def test_a_gang_larger_than_the_counted_kind_is_not_placed_though_both_kinds_together_have_room() -> None:
+def test_a_gang_larger_than_either_kind_is_not_placed_though_both_kinds_together_have_room() -> None:
     traits = ClusterTraits("onprem-a")
-    summary = summaries([dp("a", H200, 2), dra("b", H200, 8)], traits)  # DRA counted: 8 free
+    summary = summaries([dp("a", H200, 2), dra("b", H200, 8)], traits)  # 10 free, 8 of them DRA
     job = JobRequest("train", gpus_per_pod=2, pods=5, gpu_products=("H200-141GB",))
     # 5 pods x 2: four fit on the DRA node; the fifth would need the device-plugin GPUs, which a claim
     # can't reach (one Job asks one way)
@@ -162,7 +164,8 @@ def test_offered_kind_does_not_flip_when_nodes_are_cordoned() -> None:
     cordoned = NodeFacts("b", H200, gpu_count=8, gpus_allocatable=8, dra=True, unschedulable=True)
     summary = summaries([dp("a", H200, 2), cordoned], ClusterTraits("onprem-a"))
     cap = summary.product("H200-141GB")
-    assert cap is not None and (cap.offered, cap.dra, cap.free) == ("both", True, 0)
+    assert cap is not None and (cap.offered, cap.free) == ("both", 2)  # the device plugin's 2 still count
+    assert [(k.dra, k.whole_gpus, k.free) for k in cap.kinds] == [(False, 2, 2), (True, 8, 0)]
 
 
 def test_fleet_table_marks_how_each_product_is_offered() -> None:
@@ -172,3 +175,11 @@ def test_fleet_table_marks_how_each_product_is_offered() -> None:
     assert offered_mark({"offered": "dra", "askedThrough": "dra"}) == " [dra]"
     assert offered_mark({"offered": "both", "askedThrough": "dra"}) == " [both: dra]"
     assert offered_mark({"offered": "both", "askedThrough": "device-plugin"}) == " [both: plugin]"
+    both = [
+        {"kind": "device-plugin", "free": 8, "allocatable": 8},
+        {"kind": "dra", "free": 0, "allocatable": 4},
+    ]
+    assert (
+        offered_mark({"offered": "both", "askedThrough": "per-job", "kinds": both})
+        == " [both: plugin 8/8, dra 0/4]"
+    )

@@ -268,10 +268,14 @@ def test_summary_counts_dra_and_device_plugin_nodes_of_one_cluster_once() -> Non
     summary = index.summary(traits=_traits(), health=_healthy(), heartbeat=1.0)
     h100 = summary.product("H100-80GB")
     assert h100 is not None
-    # every GPU once in total; free only those of the kind level 2 will ask for (more whole GPUs: the
-    # device plugin's 8), as a Job asks one way (tests/unit/test_claim_kind.py)
-    assert (h100.total, h100.allocatable, h100.allocated, h100.free) == (12, 8, 0, 8)
-    assert (h100.offered, h100.dra, h100.nodes_by_free) == ("both", False, (0, 0, 0, 0, 0, 0, 0, 0, 1))
+    # every GPU once: both kinds summed, each kept on its own, as a Job asks one way and is fitted to
+    # one kind (tests/unit/test_claim_kind_per_job.py)
+    assert (h100.total, h100.allocatable, h100.allocated, h100.free) == (12, 12, 1, 11)
+    assert (h100.offered, h100.nodes_by_free) == ("both", (0, 0, 0, 1, 0, 0, 0, 0, 1))
+    assert [(k.dra, k.allocatable, k.free, k.nodes_by_free) for k in h100.kinds] == [
+        (False, 8, 8, (0, 0, 0, 0, 0, 0, 0, 0, 1)),
+        (True, 4, 3, (0, 0, 0, 1)),
+    ]
 
 
 def test_node_with_slices_and_device_plugin_resources_is_read_from_dra_only() -> None:

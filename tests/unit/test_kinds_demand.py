@@ -114,8 +114,8 @@ def test_spec_of_reads_a_kind_and_keeps_the_object_without_managed_by() -> None:
         ),
         (
             edited(jobset(), f"{RJ1}.resourceClaims", [{"name": "gpu"}]),
-            f"{RJ1.replace('.1.', '[1].')}.resourceClaims",
-            "DRA",
+            f"{RJ1.replace('.1.', '[1].')}.resourceClaims[0].resourceClaimTemplateName",
+            "required",
         ),
         (
             edited(jobset(), "spec.replicatedJobs.1.replicas", 0),

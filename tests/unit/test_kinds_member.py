@@ -48,7 +48,8 @@ def test_jobset_member_object_carries_the_hints_in_every_role() -> None:
     assert member["metadata"]["labels"]["gpufed.io/attempt"] == "2"
     assert member["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpufed"
     assert member["metadata"]["annotations"]["gpufed.io/cluster"] == "onprem-a"
-    assert "managedBy" not in member["spec"] and "suspend" not in member["spec"]
+    assert "managedBy" not in member["spec"]
+    assert member["spec"]["suspend"] is True  # a Kueue member: Kueue's admission starts it
     leader, workers = (r["template"] for r in member["spec"]["replicatedJobs"])
     # child Jobs carry no broker labels: never swept as attempts
     assert "labels" not in leader.get("metadata", {})
@@ -69,6 +70,34 @@ def test_jobset_member_object_carries_the_hints_in_every_role() -> None:
     assert "PodGroup" in kinds
     finished_ttl.apply(member, 600)
     assert member["spec"]["ttlSecondsAfterFinished"] == 600
+
+
+KUEUE_CASES = [
+    # id, object, where Kueue suspends it (None: created running, Kueue here does not admit the kind)
+    ("jobset", jobset(), ("spec", "suspend")),
+    ("rayjob", rayjob(), ("spec", "suspend")),
+    ("pytorchjob", pytorchjob(), None),
+    ("trainjob", trainjob(), None),
+]
+
+
+@pytest.mark.parametrize(("obj", "path"), [c[1:] for c in KUEUE_CASES], ids=[c[0] for c in KUEUE_CASES])
+def test_kinds_on_a_kueue_member_are_created_suspended_with_the_queue_label(
+    obj: dict[str, Any], path: tuple[str, ...] | None
+) -> None:
+    obj = edited(obj, "metadata.labels", {"kueue.x-k8s.io/priority-class": "high"})
+    req = request_of(obj)
+    for traits, queued in ((TRAITS, True), (ClusterTraits("onprem-a"), False)):
+        member = build_workload_any("K1", 1, req, placement(req.pods), traits).job
+        labels = member["metadata"]["labels"]
+        assert labels["kueue.x-k8s.io/priority-class"] == "high"  # the user's WorkloadPriorityClass kept
+        assert ("kueue.x-k8s.io/queue-name" in labels) == queued
+        if path is None:
+            continue
+        holder: Any = member
+        for key in path[:-1]:
+            holder = holder.get(key, {})
+        assert holder.get(path[-1], False) is queued
 
 
 def test_mig_placement_renames_the_gpu_resource_of_each_gpu_role() -> None:

@@ -20,14 +20,17 @@ __all__ = ["NUMA_POLICY_NOTE", "WholeGpuFit", "fit_table"]
 NUMA_POLICY_NOTE = "topology policy single-numa-node"
 
 
-def _fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
-    return {p.product: p.pods_that_fit(gpus_per_pod) for p in summary.products}
+def _fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[tuple[str, bool], int]:
+    return {
+        (k.product, k.dra): k.pods_that_fit(gpus_per_pod) for p in summary.products for k in (p.kinds or (p,))
+    }
 
 
-def fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[str, int]:
-    """Product -> how many pods of `gpus_per_pod` whole GPUs fit, each on one node; once per summary."""
+def fit_table(summary: ClusterSummary, gpus_per_pod: int) -> dict[tuple[str, bool], int]:
+    """(product, DRA kind) -> how many pods of `gpus_per_pod` whole GPUs fit, each on one node, in that
+    kind alone (a product served both ways has a row per kind); once per summary."""
     key = ("fit", gpus_per_pod)
-    table: dict[str, int] | None = summary.derived.get(key)  # memo(), inlined: once per cluster
+    table: dict[tuple[str, bool], int] | None = summary.derived.get(key)  # memo(), inlined: once per cluster
     if table is None:
         table = memo(summary, key, _fit_table, summary, gpus_per_pod)
     return table
@@ -61,7 +64,7 @@ class WholeGpuFit:
                 o.capacity is not None
                 and o.mig_profile is None
                 and o.resource_name == GPU
-                and fit.get(o.product, 0) >= pods
+                and fit.get((o.product, o.dra), 0) >= pods
             ):
                 return options
         fits = [
@@ -70,7 +73,7 @@ class WholeGpuFit:
             if o.capacity is not None
             and o.mig_profile is None
             and o.resource_name == GPU
-            and fit.get(o.product, 0) >= pods
+            and fit.get((o.product, o.dra), 0) >= pods
         ]
         if fits:
             return options if len(fits) == len(options) else fits

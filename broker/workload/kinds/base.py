@@ -6,6 +6,8 @@
                            level 2 to write its hints into; a kind without pod templates returns none and
                            writes its hints through `overrides`
     managed_by_path        where spec.managedBy lives (removed from the member copy)
+    kueue_suspend_path     where the kind is suspended for Kueue (None: Kueue does not admit it here; the
+                           member copy is then created running, as before)
     status(obj, pods)      the member object's status as a WorkloadStatus (the kind's own semantics)
     own_controllers        managedBy values that name the kind's own controller
 Pure.
@@ -34,6 +36,7 @@ class Kind:
     templates: Callable[[dict[str, Any]], list[Template]]
     status: Callable[[Mapping[str, Any], str, str, int], WorkloadStatus]
     managed_by_path: tuple[str, ...] = ("spec", "managedBy")
+    kueue_suspend_path: tuple[str, ...] | None = None  # spec.suspend for Kueue's JobSet / RayJob integrations
     overrides: Callable[[dict[str, Any], dict[str, Any]], None] | None = None  # (obj, hinted pod template)
 
     @property

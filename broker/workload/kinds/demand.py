@@ -21,9 +21,11 @@ from broker.core.quantity import QuantityError, parse_quantity
 from broker.workload import k8s_job
 
 __all__ = [
+    "CLAIM_GPUS",
     "Demand",
     "PodDemand",
     "Role",
+    "claim_of",
     "managed_by",
     "mapping",
     "native",
@@ -46,6 +48,7 @@ class PodDemand:
     memory_mib: int = 0
     image: str = ""
     gpu_field: str = ""  # where the GPU limit was read (for refusals naming it)
+    claim: str | None = None  # the pod's own DRA claim its GPUs come through (its name in resourceClaims)
 
     @property
     def wants_gpu(self) -> bool:
@@ -157,12 +160,7 @@ def read_pod(template: object, path: str) -> PodDemand:
     containers = pod.get("containers")
     if not isinstance(containers, list) or not containers:
         raise InvalidRequest(f"{path}.spec.containers", "at least one container is required")
-    if pod.get("resourceClaims"):
-        raise InvalidRequest(
-            f"{path}.spec.resourceClaims",
-            "DRA claims in a workload kind are not placed yet: ask for nvidia.com/gpu (the broker writes "
-            "the claim on DRA clusters)",
-        )
+    claim = claim_of(tmpl, path)
     gpus, mig, gpu_field, image = 0, None, "", ""
     cpu, memory = Decimal(0), Decimal(0)
     for i, raw in enumerate(containers):
@@ -184,6 +182,10 @@ def read_pod(template: object, path: str) -> PodDemand:
             gpus, mig, gpu_field = g, m, where
         cpu += quantity(resources, "cpu", Decimal(1), f"{cpath}.resources")
         memory += quantity(resources, "memory", Decimal(2**20), f"{cpath}.resources")
+    if claim is not None:
+        if gpus or mig:
+            raise InvalidRequest(gpu_field, "the GPUs come through the pod's claim: ask one way, not both")
+        gpus, gpu_field = claim
     if gpus > 64:
         raise InvalidRequest(gpu_field, f"{gpus} GPUs in one pod: at most 64")
     return PodDemand(
@@ -193,7 +195,70 @@ def read_pod(template: object, path: str) -> PodDemand:
         memory_mib=int(memory),
         image=image,
         gpu_field=gpu_field,
+        claim=claim_name(tmpl) if claim is not None else None,
     )
+
+
+CLAIM_GPUS = "gpufed.io/claim-gpus"  # on a pod template: whole GPUs each pod gets through its claim
+
+
+def claim_name(template: Mapping[str, Any]) -> str:
+    return str(template["spec"]["resourceClaims"][0]["name"])
+
+
+def claim_of(template: Mapping[str, Any], path: str) -> tuple[int, str] | None:
+    """A pod template's own DRA claim: (GPUs per pod, the field they were read from), None without one.
+
+    One entry in spec.resourceClaims, by resourceClaimTemplateName (a template makes a claim per pod; a
+    shared resourceClaimName can't follow the job to another cluster), used by a container's
+    resources.claims; how many whole GPUs it asks for is the pod template's annotation
+    gpufed.io/claim-gpus (the broker writes the ResourceClaimTemplate itself in the member, with the
+    product selector of the placement, or nvidia.com/gpu where the job is placed on the device plugin)."""
+    pod = mapping(template.get("spec"), f"{path}.spec")
+    claims = pod.get("resourceClaims")
+    if not claims:
+        return None
+    at = f"{path}.spec.resourceClaims"
+    if not isinstance(claims, list):
+        raise InvalidRequest(at, "must be a list")
+    if len(claims) > 1:
+        raise InvalidRequest(f"{at}[1]", "one claim per pod: the GPUs' (other devices are not placed)")
+    entry = mapping(claims[0], f"{at}[0]")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"{at}[0].name", "required")
+    if entry.get("resourceClaimName"):
+        raise InvalidRequest(
+            f"{at}[0].resourceClaimName",
+            "a shared ResourceClaim can't follow the job to a member cluster: use resourceClaimTemplateName",
+        )
+    if not entry.get("resourceClaimTemplateName"):
+        raise InvalidRequest(f"{at}[0].resourceClaimTemplateName", "required")
+    used = False
+    for i, raw in enumerate(pod.get("containers") or ()):
+        resources = mapping(mapping(raw, f"{path}.spec.containers[{i}]").get("resources"), "resources")
+        for j, ref in enumerate(resources.get("claims") or ()):
+            ref_name = mapping(ref, "claim").get("name")
+            if ref_name != name:
+                raise InvalidRequest(
+                    f"{path}.spec.containers[{i}].resources.claims[{j}].name",
+                    f"{ref_name!r} is not a claim of the pod (spec.resourceClaims names {name!r})",
+                )
+            used = True
+    if not used:
+        raise InvalidRequest(f"{at}[0]", f"no container uses claim {name!r} (resources.claims)")
+    annotations = mapping(mapping(template.get("metadata"), f"{path}.metadata").get("annotations"), "a")
+    where = f"{path}.metadata.annotations[{CLAIM_GPUS}]"
+    raw_count = annotations.get(CLAIM_GPUS)
+    if raw_count is None:
+        raise InvalidRequest(where, "required with a claim: the whole GPUs each pod's claim asks for")
+    try:
+        count = int(str(raw_count))
+    except ValueError:
+        raise InvalidRequest(where, f"{raw_count!r}: a whole number of GPUs from 1 to 64") from None
+    if not 1 <= count <= 64:
+        raise InvalidRequest(where, f"{raw_count!r}: a whole number of GPUs from 1 to 64")
+    return count, where
 
 
 def _uniform(roles: Sequence[Role]) -> Role:

@@ -4,7 +4,8 @@ template (not a translation into Jobs).
 `build_member(job_id, attempt, request, placement, traits, annotations)` builds the batch/v1 Job that
 manifest.build_workload would write for the same request and placement, and carries its hints over:
 - the object: the name and namespace of the attempt (manifest.workload_name), the Job's labels (job id,
-  attempt, the Kueue queue label) and annotations (recovery, cluster), no spec.managedBy;
+  attempt, the Kueue queue label) and annotations (recovery, cluster), no spec.managedBy; on a Kueue
+  member a kind Kueue admits (JobSet, RayJob: Kind.kueue_suspend_path) is created suspended, like the Job;
 - every role's pod template: the broker's pod labels (job id, attempt, coscheduling pod group) and
   annotations, tolerations added, the scheduler name and priority class; GPU roles also get the node
   selection (GPU product selector, preferred nodes, NVLink clique pin) and their GPU resource re-named to
@@ -24,7 +25,7 @@ from typing import Any
 
 from broker.core.k8s_names import GPU, MIG_PREFIX
 from broker.core.model import ClusterTraits, JobRequest, Placement
-from broker.workload import manifest
+from broker.workload import dra_claims, manifest
 from broker.workload.kinds.base import Kind
 from broker.workload.kinds.registry import by_api
 from broker.workload.manifest import WorkloadManifests
@@ -43,11 +44,23 @@ def _merge_tolerations(pod: dict[str, Any], extra: list[dict[str, Any]]) -> None
         pod["tolerations"] = have
 
 
-def _gpu_resources(container: dict[str, Any], placement: Placement, dra_claim: list[Any] | None) -> bool:
+def _gpu_resources(
+    container: dict[str, Any], placement: Placement, dra_claim: list[Any] | None, own_claim: str | None
+) -> bool:
     resources = container.get("resources")
     if not isinstance(resources, dict):
         return False
     found = False
+    if own_claim is not None:  # the user's claim: replaced by the kind the placement chose
+        mine = [c for c in resources.get("claims") or () if c.get("name") == own_claim]
+        if mine:
+            found = True
+            resources["claims"] = [c for c in resources.get("claims") or () if c.get("name") != own_claim]
+            if not resources["claims"]:
+                del resources["claims"]
+            if dra_claim is None and placement.resource_name:
+                limits = resources.setdefault("limits", {})
+                limits[placement.resource_name] = str(placement.units_per_pod)
     for part in ("limits", "requests"):
         values = resources.get(part)
         if not isinstance(values, dict):
@@ -62,6 +75,13 @@ def _gpu_resources(container: dict[str, Any], placement: Placement, dra_claim: l
     if found and dra_claim is not None:
         resources["claims"] = copy.deepcopy(dra_claim)
     return found
+
+
+def _set_path(obj: dict[str, Any], path: tuple[str, ...], value: object) -> None:
+    holder = obj
+    for key in path[:-1]:
+        holder = holder.setdefault(key, {})
+    holder[path[-1]] = value
 
 
 def _checkpoint(pod: dict[str, Any], base_pod: Mapping[str, Any]) -> None:
@@ -86,6 +106,7 @@ def _hint(
     base_meta: Mapping[str, Any],
     gpu: bool,
     placement: Placement,
+    role_template: str | None = None,
 ) -> None:
     meta = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **dict(base_meta.get("labels") or {})}
@@ -103,17 +124,25 @@ def _hint(
         pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **dict(base_pod["nodeSelector"])}
     if base_pod.get("affinity"):
         pod["affinity"] = copy.deepcopy(dict(base_pod["affinity"]))
+    own_claim = None
+    if pod.get("resourceClaims"):  # the user's own GPU claim (demand.claim_of read it): not copied over
+        own_claim = str(pod["resourceClaims"][0].get("name"))
+        pod["resourceClaims"] = [c for c in pod["resourceClaims"] if c.get("name") != own_claim]
+        if not pod["resourceClaims"]:
+            del pod["resourceClaims"]
     claims = None
     if base_pod.get("resourceClaims"):
         main = base_pod["containers"][0].get("resources", {})
         claims = list(main.get("claims") or [])
-        pod["resourceClaims"] = [
-            *(pod.get("resourceClaims") or []),
-            *copy.deepcopy(base_pod["resourceClaims"]),
-        ]
+        mine = copy.deepcopy(base_pod["resourceClaims"])
+        if role_template is not None:  # this role's own ResourceClaimTemplate
+            for c in mine:
+                if c.get("name") == dra_claims.CLAIM_NAME:
+                    c["resourceClaimTemplateName"] = role_template
+        pod["resourceClaims"] = [*(pod.get("resourceClaims") or []), *mine]
     for container in pod.get("containers") or ():
         if isinstance(container, dict):
-            _gpu_resources(container, placement, claims)
+            _gpu_resources(container, placement, claims, own_claim)
 
 
 def build_member(
@@ -144,18 +173,49 @@ def build_member(
         holder = nxt if isinstance(nxt, dict) else {}
     holder.pop(path[-1], None)
     spec.pop("suspend", None)
+    if traits.kueue_local_queue and adapter.kueue_suspend_path is not None:
+        # a Kueue member admits it (MultiKueue's workers too): created suspended with the queue label the
+        # Job's labels carry, started by Kueue's admission (lifecycle reads the suspension as PLACED)
+        _set_path(obj, adapter.kueue_suspend_path, True)
     base_template = job["spec"]["template"]
     base_pod = base_template["spec"]
-    for _role, template, gpu in adapter.templates(obj):
-        _hint(template, base_pod, base_template.get("metadata") or {}, gpu, placement)
+    claim_template = _claim_template(base.companions, job["metadata"]["name"])
+    per_role: list[dict[str, Any]] = []
+    for role, template, gpu in adapter.templates(obj):
+        role_template = None
+        if gpu and claim_template is not None:  # one ResourceClaimTemplate per GPU role, owned by the object
+            role_template = _role_name(job["metadata"]["name"], role)
+            copied = copy.deepcopy(claim_template)
+            copied["metadata"]["name"] = role_template
+            copied["metadata"]["labels"] = {**copied["metadata"].get("labels", {}), ROLE_LABEL: role}
+            per_role.append(copied)
+        _hint(template, base_pod, base_template.get("metadata") or {}, gpu, placement, role_template)
     if adapter.overrides is not None:
         adapter.overrides(obj, base_template)
     companions = tuple(
         c
         for c in base.companions
         if not (c.get("kind") == "Workload" and str(c.get("apiVersion", "")).startswith("scheduling.k8s.io"))
+        and not (per_role and c is claim_template)
     )
-    return WorkloadManifests(job=obj, companions=companions)
+    return WorkloadManifests(job=obj, companions=(*companions, *per_role))
+
+
+ROLE_LABEL = "gpufed.io/role"
+
+
+def _claim_template(companions: tuple[dict[str, Any], ...], name: str) -> dict[str, Any] | None:
+    """The attempt's GPU ResourceClaimTemplate (a DRA placement), named like the Job."""
+    for c in companions:
+        if c.get("kind") == "ResourceClaimTemplate" and c["metadata"].get("name") == name:
+            return c
+    return None
+
+
+def _role_name(name: str, role: str) -> str:
+    """<attempt>-<role> as a DNS subdomain (lower case, [a-z0-9-.], at most 253 characters)."""
+    clean = "".join(ch if ch.isalnum() or ch in "-." else "-" for ch in role.lower()).strip("-.")
+    return f"{name}-{clean or 'role'}"[:253].rstrip("-.")
 
 
 def build_workload_any(

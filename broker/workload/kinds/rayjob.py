@@ -139,4 +139,5 @@ KIND = Kind(
     demand=demand,
     templates=templates,
     status=status,
+    kueue_suspend_path=("spec", "suspend"),
 )

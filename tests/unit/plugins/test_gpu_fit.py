@@ -48,6 +48,6 @@ def test_applies_to_whole_gpu_jobs_only(job: JobRequest, applies: bool) -> None:
 def test_the_fit_table_is_worked_out_once_per_summary_and_size() -> None:
     s = summary("a", h100(8, 4), l4(4))
     table = fit_table(s, 4)
-    assert table == {"H100-80GB": 3, "L4": 1}
+    assert table == {("H100-80GB", False): 3, ("L4", False): 1}  # (product, DRA kind)
     assert fit_table(s, 4) is table
-    assert fit_table(s, 2) == {"H100-80GB": 6, "L4": 2}
+    assert fit_table(s, 2) == {("H100-80GB", False): 6, ("L4", False): 2}
