@@ -184,9 +184,9 @@ class FleetViews:
     def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
         """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
         fleet = self.snapshots.current()
-        return placement.explain_and_decide(
-            request, list(fleet.placeable), self.traits, self._policy, self._clock.now()
-        )
+        fenced = [s for s in fleet.observed if s.cluster in fleet.fenced]  # counted as the scheduler does
+        view = failover.placement_view(fleet.placeable, fenced, fleet.fenced)
+        return placement.explain_and_decide(request, view, self.traits, self._policy, self._clock.now())
 
     def _probe(self, request: JobRequest) -> tuple[JobRecord, list[queueing.Slot], FleetSnapshot]:
         now = self._clock.now()

@@ -201,6 +201,7 @@ class Migrating(ControllerBase):
             if current is not None and not failover.is_drain(current):
                 raise Conflict(f"cluster {cluster} is fenced ({current}); drain it once it answers again")
         self._fenced.add(cluster)
+        self._fence_reasons[cluster] = self.store.fenced().get(cluster, why)
         moved = []
         for record in self.store.list_jobs(list(PLACED_STATES)):
             if record.cluster != cluster:
@@ -228,6 +229,7 @@ class Migrating(ControllerBase):
             )
         self.store.unfence(cluster)
         self._fenced.discard(cluster)
+        self._fence_reasons.pop(cluster, None)
         return True
 
     # ------------------------------------------------------------------ members, reported checkpoints

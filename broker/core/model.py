@@ -345,6 +345,10 @@ class ClusterSummary:
     workload_apis: tuple[str, ...] = ()
     training_runtimes: tuple[str, ...] = ()
     workload_apis_observed: bool = False
+    # why a fenced cluster is not offered, as a job's reason says it ("drained by admin: maintenance", "back
+    # from a loss: ..."), set on the view level 1 reads (broker.health.failover.placement_view), never by a
+    # poller; empty: not fenced, or fenced as lost and still lost (its health says why)
+    fence_reason: str = ""
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)
