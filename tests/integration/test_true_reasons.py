@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -105,3 +104,18 @@ def test_a_queued_jobs_reason_is_recomputed_when_a_cluster_is_healthy_again(stor
     svc.schedule_once()
     reason = _call(app, "alice", "GET", f"/v1/jobs/{job_id}").json()["reason"]
     assert reason == "0/2 clusters are available: 2 no node with 8 free H100-80GB (best: 6 on c1).", reason
+
+
+def test_explain_behind_a_queued_job_says_it_would_place_once_the_jobs_ahead_are_placed(
+    store: RedisStateStore,
+) -> None:
+    svc, _, app = _service(store)
+    store.put_summary(h100("c1", 8))
+    store.put_summary(h100("c2", 0))
+    spec = {"name": "probe", "gpus": 8}
+    first = _call(app, "alice", "POST", "/v1/explain", json=spec).json()
+    assert first["placed"] and first["summary"] == "would place on c1 now"
+    svc.submit(JobRequest("ahead", tenant="ml", gpus_per_pod=8))  # queued, not yet placed
+    answer = _call(app, "alice", "POST", "/v1/explain", json=spec).json()
+    assert answer["queue"]["position"] == 2 and answer["queue"]["reason"].startswith("behind 1 job")
+    assert answer["summary"] == "would place on c1 once the 1 job ahead of it is placed"

@@ -1,6 +1,7 @@
-"""`gpufed submit` prints the API's warnings on stderr as `Warning: ...`, as kubectl prints an API
-server's (issue 45): a job no cluster could ever hold is accepted (exit 0) and the user is told so,
-whatever the output format. The CLI against the real API over HTTP, on a real Redis."""
+"""What the CLI tells the user is true (issue 45): `gpufed submit` prints the API's warnings on stderr
+as `Warning: ...`, as kubectl prints an API server's (a job no cluster could ever hold is accepted, exit
+0, and the user is told so, whatever the output format); `gpufed explain` behind a queued job does not
+say it would place now. The CLI against the real API over HTTP, on a real Redis."""
 
 from __future__ import annotations
 
@@ -74,3 +75,12 @@ def test_submit_prints_a_never_fit_warning_on_stderr_and_exits_0(gpufed: Gpufed,
 def test_a_job_that_fits_prints_no_warning(gpufed: Gpufed) -> None:
     code, _, err = gpufed("submit", "ok", "--gpus", "8")
     assert code == 0 and "Warning:" not in err, err
+
+
+def test_explain_behind_a_queued_job_does_not_say_it_would_place_now(gpufed: Gpufed) -> None:
+    assert gpufed("submit", "ahead", "--gpus", "8")[0] == 0
+    code, out, err = gpufed("explain", "--gpus", "8")
+    assert code == 0, err
+    head = out.splitlines()[0]
+    assert head.startswith("would place on c1 once the 1 job ahead of it is placed: 8x nvidia.com/gpu"), out
+    assert "queue: position 2" in out
