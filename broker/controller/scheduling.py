@@ -92,7 +92,9 @@ class Scheduling(Preempting, Dispatching):
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
         # fenced clusters are placed on by no one, but counted in every reason (as explain counts them)
         fences = {c: self._fence_reasons.get(c, "fenced") for c in self._fenced}
-        placer = BatchPlacer(failover.placement_view(offered, placeable, fences), self.traits, self.policy, now)
+        placer = BatchPlacer(
+            failover.placement_view(offered, placeable, fences), self.traits, self.policy, now
+        )
         changed: list[JobRecord] = []
         slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
         if self.burst is not None:

@@ -107,7 +107,8 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
         self._pending_lock = threading.Lock()
         self._parked: dict[str, str] = {}  # job id -> the offered fleet it can never fit (_offered_fleet)
-        self._no_fit: dict[str, tuple[int, str, float]] = {}  # job id -> (cache generation, fences, time) of its NoFit
+        # job id -> (cache generation, fences, time) of its NoFit
+        self._no_fit: dict[str, tuple[int, str, float]] = {}
         self._pass_fences = ""
         self._known_products: frozenset[str] = frozenset()
         self._known_products_at = float("-inf")

@@ -237,7 +237,9 @@ def lost_health(h: ClusterHealth) -> bool:
 SWEEP_PENDING = "back from a loss: offered once its stale attempts are deleted"
 
 
-def fenced_for_placement(summaries: Iterable[ClusterSummary], fenced: Mapping[str, str]) -> list[ClusterSummary]:
+def fenced_for_placement(
+    summaries: Iterable[ClusterSummary], fenced: Mapping[str, str]
+) -> list[ClusterSummary]:
     """The fenced clusters' summaries (cluster -> fence reason) as level 1 should see them, so a job's
     reason still counts them rather than leaving them out of the count, and says what is true of them: a
     drained one as drained, with the operator's reason ("1 drained by admin: maintenance"); a lost one
