@@ -110,7 +110,9 @@ class BurstGate:
 
     def model(self) -> RunTimeModel:
         if self._model is None:
-            self._model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+            self._model = RunTimeModel(
+                self.ledger.run_times(), self.settings.default_run_seconds, self.settings.simulation_speed
+            )
         return self._model
 
     def active(self) -> list[JobRecord]:
@@ -133,14 +135,18 @@ class BurstGate:
         summaries: Sequence[ClusterSummary],
     ) -> dict[str, Prediction]:
         """Predictions outside a pass (the job view, explain), from the run times the ledger holds now."""
-        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        model = RunTimeModel(
+            self.ledger.run_times(), self.settings.default_run_seconds, self.settings.simulation_speed
+        )
         return predict_queue(queue, active, summaries, model, now)
 
     def spend_now(
         self, now: float, active: list[JobRecord], traits: Mapping[str, ClusterTraits]
     ) -> dict[str, TenantSpend]:
         """Spend outside a pass (GET /v1/spend)."""
-        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        model = RunTimeModel(
+            self.ledger.run_times(), self.settings.default_run_seconds, self.settings.simulation_speed
+        )
         return self._spend(now, active, model, traits, with_savings=True)
 
     def spend(self, traits: Mapping[str, ClusterTraits]) -> dict[str, TenantSpend]:

@@ -5,8 +5,10 @@ Pure (no I/O, no clock: `now` and every observation are arguments). Owns two thi
 1. Run times. The broker keeps the last `SAMPLE_LIMIT` observed run times per *shape key*
    (tenant/product/gpus-per-pod x pods) in Redis; `RunTimeModel.expected` turns them into one expected
    run time with the median, which one runaway job cannot move (robust to outliers). Too few samples
-   of the exact key fall back to the same shape of any tenant, then to the job's own durationSeconds,
-   then to a default; the estimate says which (`Estimate.basis`).
+   of the exact key fall back to the same shape of any tenant, then to the job's own durationSeconds
+   (simulated time on kubesim's members: divided by the simulation's speed, so that every prediction
+   is wall-clock time, as the observed runs and the ages shown beside it are), then to a default; the
+   estimate says which (`Estimate.basis`).
 
 2. Predicted start. `predict_queue` replays the queue ahead over the on-prem pools, one pool per
    (cluster, GPU product), counting whole GPUs:
@@ -87,6 +89,9 @@ class RunTimeModel:
 
     samples: Mapping[str, Sequence[float]] = field(default_factory=dict)
     default_seconds: float = DEFAULT_RUN_SECONDS
+    # simulated seconds per wall-clock second where a job's durationSeconds is simulated time (kubesim):
+    # observed runs are wall-clock (the broker's clock), so the hint is scaled to match them
+    simulation_speed: float = 1.0
 
     def expected(self, request: JobRequest, product: str) -> Estimate:
         """The run time a queued job is predicted to take: the median of its shape's runs (one runaway
@@ -107,6 +112,11 @@ class RunTimeModel:
             if len(seen) >= MIN_SAMPLES:
                 return Estimate(statistic(seen), f"{name} of {len(seen)} runs of {key}")
         if request.duration_seconds is not None and request.duration_seconds > 0:
+            if self.simulation_speed != 1.0:
+                return Estimate(
+                    request.duration_seconds / self.simulation_speed,
+                    f"the job's durationSeconds, simulated at x{self.simulation_speed:g}",
+                )
             return Estimate(request.duration_seconds, "the job's durationSeconds")
         return Estimate(
             self.default_seconds, f"default {self.default_seconds:g} s (no runs of this shape yet)"
