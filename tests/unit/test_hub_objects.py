@@ -159,7 +159,33 @@ def test_the_member_status_is_mirrored_as_it_is_and_written_only_when_it_changed
     assert want == expected
     running = {"active": 2, "ready": 2, "startTime": "2026-12-02T10:00:05Z"}
     assert hub.hub_status(JOB, "RUNNING", "", running, running, "now") is None
-    assert hub.hub_status(JOB, "QUEUED", "waiting", None, {}, "now") is None  # nothing to say yet
+
+
+def test_a_held_hub_object_says_why_it_is_queued_and_then_that_it_was_placed() -> None:
+    """While gpufed holds the job queued, the hub object carries gpufed.io/Queued with the queue's reason
+    (issue 45: it showed nothing); a new reason is a new message, not a new transition; placed, it is False;
+    the member's status, once there is one, replaces it."""
+    reason = "0/1 clusters are available: 1 no node with 16 free H100-80GB (best: 8 on gpu-east)."
+    queued = hub.hub_status(JOB, "QUEUED", reason, None, {}, "T1")
+    assert queued is not None and hub.queued_message(queued) == reason
+    [c] = queued["conditions"]
+    assert (c["type"], c["status"], c["reason"], c["lastTransitionTime"]) == (
+        "gpufed.io/Queued",
+        "True",
+        "WaitingForPlacement",
+        "T1",
+    )
+    assert hub.hub_status(JOB, "QUEUED", reason, None, queued, "T2") is None  # said already
+    again = hub.hub_status(JOB, "QUEUED", "behind 1 job", None, queued, "T2")
+    assert again is not None and hub.queued_message(again) == "behind 1 job"
+    assert again["conditions"][0]["lastTransitionTime"] == "T1"
+    placed = hub.hub_status(JOB, "PLACED", "placed on gpu-east", None, again, "T3")
+    assert placed is not None and hub.queued_message(placed) is None
+    assert (placed["conditions"][0]["status"], placed["conditions"][0]["reason"]) == ("False", "Placed")
+    assert hub.hub_status(JOB, "PLACED", "placed on gpu-east", None, placed, "T4") is None
+    assert hub.hub_status(JOB, "RUNNING", "", None, {"active": 1}, "T4") is None  # never said queued
+    running = {"active": 1}
+    assert hub.hub_status(JOB, "RUNNING", "", running, placed, "T5") == running  # the member's status
 
 
 def test_a_job_that_ended_without_a_member_object_gets_the_terminal_conditions() -> None:
