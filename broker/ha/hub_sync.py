@@ -310,9 +310,10 @@ class HubSync:
         have = hub.annotations_of(obj)
         if status is None and all(have.get(k) == v for k, v in notes.items()):
             return
+        said = hub.queued_message(obj.get("status"))  # before the write (a port may update obj in place)
         written = self.port.write(ref.kind, ref.namespace, ref.name, notes, status)
         told = hub.queued_message(status)
-        if written and told is not None and told != hub.queued_message(obj.get("status")):
+        if written and told is not None and told != said:
             try:  # once per new reason, as `kubectl describe` lists a Kueue-held Job's events
                 self.port.event(ref.kind, obj, "Normal", "Queued", told)
             except ClusterError as exc:
