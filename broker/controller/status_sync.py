@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from broker import telemetry
-from broker.controller import faults
+from broker.controller import faults, log_keeping
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.member_troubles import MemberTroubles
 from broker.controller.state_writer import Transition
@@ -214,6 +214,8 @@ class StatusSync(MemberTroubles):
         faults.point("observed")
         if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
+        if step.state.terminal:  # kept before the end is written: whoever sees the end can read it
+            log_keeping.keep_attempt_log(self.store, self.gateway, record, namespace)
         if step.state is JobState.RUNNING:
             ready.append(record)
         elif step.state is JobState.QUEUED or step.state.terminal:
