@@ -436,7 +436,7 @@ def test_a_finished_jobs_log_is_kept_after_its_job_is_removed_and_other_attempts
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     for job in batch.list_namespaced_job("default", label_selector=selector).items:  # as its TTL would
         batch.delete_namespaced_job(
-            present(job.metadata, "metadata").name, "default", propagation_policy="Background"
+            str(present(job.metadata, "metadata").name), "default", propagation_policy="Background"
         )
     wait_for(
         lambda: not core.list_namespaced_pod("default", label_selector=selector).items,
