@@ -335,8 +335,7 @@ class ClusterSummary:
     nodes_ready: int = 0
     bad_nodes: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
-    # The tenant namespaces that exist (with their ResourceQuotas and LimitRanges), when the pollers
-    # watch them (namespaces_observed); a namespace not listed then does not exist.
+    # tenant namespaces (quotas, LimitRanges) when watched (namespaces_observed): one not listed does not exist
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
     cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)
@@ -345,10 +344,7 @@ class ClusterSummary:
     workload_apis: tuple[str, ...] = ()
     training_runtimes: tuple[str, ...] = ()
     workload_apis_observed: bool = False
-    # why a fenced cluster is not offered, as a job's reason says it ("drained by admin: maintenance", "back
-    # from a loss: ..."), set on the view level 1 reads (broker.health.failover.placement_view), never by a
-    # poller; empty: not fenced, or fenced as lost and still lost (its health says why)
-    fence_reason: str = ""
+    fence_reason: str = ""  # why it is fenced, as reasons say it (failover.placement_view sets it; no poller)
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)
