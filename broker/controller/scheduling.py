@@ -98,7 +98,8 @@ class Scheduling(Preempting, Dispatching):
         changed: list[JobRecord] = []
         slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
         if self.burst is not None:
-            self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered)
+            fenced = failover.fenced_for_placement(placeable, fences)
+            self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered, fenced)
         decided: list[_Decided] = []
         placed = 0
         for slot in slots:

@@ -12,8 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_store import RedisStateStore
 from broker.api.routes import create_app
+from broker.burst.gate import BurstGate
+from broker.burst.settings import BurstSettings
 from broker.controller.service import BrokerService
 from broker.core.model import ClusterSummary, ClusterTraits, Health, JobRequest, JobState, ProductCapacity
 from broker.tenancy.auth import Principal, Role, TokenTable, digest
@@ -57,7 +60,10 @@ def _call(app: Any, who: str, method: str, path: str, **kw: Any) -> httpx.Respon
 
 def _service(store: RedisStateStore) -> tuple[BrokerService, ManualClock, Any]:
     clock = ManualClock()
-    svc = BrokerService(store, RecordingGateway(reads=pods_ready(1, only_live=True)), clock, TRAITS)
+    gate = BurstGate(RedisBurstLedger(store.client, store.prefix), BurstSettings())  # predicted starts
+    svc = BrokerService(
+        store, RecordingGateway(reads=pods_ready(1, only_live=True)), clock, TRAITS, burst=gate
+    )
     tokens = TokenTable({digest(TOKENS[w]): p for w, p in PRINCIPALS.items()})
     return svc, clock, create_app(svc, clock, tokens=tokens)
 
@@ -76,6 +82,7 @@ def test_a_drained_cluster_is_named_drained_with_the_operators_reason_in_reasons
     assert job["state"] == "QUEUED"
     assert "1 drained by root: firmware" in job["reason"], job["reason"]
     assert "unreachable" not in job["reason"]
+    assert job["predictedWait"] == "predicted on-prem start: none while c1 is drained by root: firmware"
     spec = {"name": "probe", "gpus": 8}
     answer = _call(app, "alice", "POST", "/v1/explain", json=spec).json()
     assert answer["message"] == job["reason"]  # one code path: the same clusters, named the same way
