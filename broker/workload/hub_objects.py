@@ -63,6 +63,8 @@ REFUSED_REASON = "GpufedRefused"
 QUEUED_CONDITION = "gpufed.io/Queued"
 QUEUED_REASON = "WaitingForPlacement"
 PLACED_REASON = "Placed"
+SUSPENDED = "Suspended"  # a batch/v1 Job's own condition type (kubectl's STATUS column reads it)
+SUSPENDED_REASON = "GpufedQueued"
 # What the broker writes on a hub object: never part of what it submits.
 WRITTEN_BACK = (JOB_ANNOTATION, CLUSTER_ANNOTATION, STATE_ANNOTATION)
 
@@ -323,7 +325,7 @@ def hub_status(
         want = {k: copy.deepcopy(v) for k, v in member.items() if k != "uncountedTerminatedPods"}
         return want if want != have else None
     if state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-        return _held(have, state, reason, now)
+        return _held(kind, have, state, reason, now)
     want = dict(have)
     succeeded = state == "SUCCEEDED"
     cause = {"SUCCEEDED": "Completed", "FAILED": "GpufedFailed", "CANCELLED": "GpufedCancelled"}[state]
@@ -337,10 +339,14 @@ def hub_status(
     return want
 
 
-def _held(have: Mapping[str, Any], state: str, reason: str, now: str) -> dict[str, Any] | None:
+def _held(
+    kind: WatchedKind, have: Mapping[str, Any], state: str, reason: str, now: str
+) -> dict[str, Any] | None:
     """The status of a hub object whose job gpufed holds (no member object to mirror yet): the
     QUEUED_CONDITION, True with the queue's reason while QUEUED, False once placed; None when it already
-    says so. Its lastTransitionTime moves only when its status does (a new reason is a new message)."""
+    says so. Its lastTransitionTime moves only when its status does (a new reason is a new message). A
+    batch/v1 Job also gets the Job's own Suspended condition beside it (True while queued: no pods run
+    anywhere), the one `kubectl get jobs` reads, as it shows a Job Kueue holds: `Suspended`, not `Running`."""
     queued = state == "QUEUED"
     status = "True" if queued else "False"
     message = reason or ("waiting for placement" if queued else state.lower())
@@ -349,17 +355,30 @@ def _held(have: Mapping[str, Any], state: str, reason: str, now: str) -> dict[st
         return None  # never said queued, or said placed already: nothing to correct
     if old is not None and (old.get("status"), old.get("message")) == (status, message):
         return None
-    since = old.get("lastTransitionTime") if old is not None and old.get("status") == status else now
-    condition = {
-        "type": QUEUED_CONDITION,
-        "status": status,
-        "reason": QUEUED_REASON if queued else PLACED_REASON,
-        "message": message,
-        "lastProbeTime": now,
-        "lastTransitionTime": since or now,
-    }
+    kinds = {QUEUED_CONDITION: QUEUED_REASON if queued else PLACED_REASON}
+    if kind == BATCH_JOB:
+        kinds[SUSPENDED] = SUSPENDED_REASON if queued else PLACED_REASON
+    mine = {c.get("type"): c for c in _conditions(have) if c.get("type") in kinds}
+    conditions = []
+    for ctype, why in kinds.items():
+        before = mine.get(ctype)
+        since = (
+            before.get("lastTransitionTime")
+            if before is not None and before.get("status") == status
+            else None
+        )
+        conditions.append(
+            {
+                "type": ctype,
+                "status": status,
+                "reason": why,
+                "message": message,
+                "lastProbeTime": now,
+                "lastTransitionTime": since or now,
+            }
+        )
     want = dict(have)
-    want["conditions"] = [*(c for c in _conditions(have) if c.get("type") != QUEUED_CONDITION), condition]
+    want["conditions"] = [*(c for c in _conditions(have) if c.get("type") not in kinds), *conditions]
     return want
 
 

@@ -254,6 +254,8 @@ def test_a_hub_job_held_queued_says_why_in_a_condition_and_an_event(broker: Brok
         jsonpath(kubectl, "too-big", '{.status.conditions[?(@.type=="gpufed.io/Queued")].status}') == "True"
     )
     assert broker.job(job_id)["state"] == "QUEUED"
+    [row] = kubectl("get", "job", "too-big", "-n", NS, "--no-headers").splitlines()
+    assert row.split()[1] == "Suspended", row  # was "Running 0/1"
 
     def told() -> list[dict[str, Any]]:
         events = json.loads(kubectl("get", "events", "-n", NS, "-o", "json"))["items"]

@@ -168,20 +168,32 @@ def test_a_held_hub_object_says_why_it_is_queued_and_then_that_it_was_placed() -
     reason = "0/1 clusters are available: 1 no node with 16 free H100-80GB (best: 8 on gpu-east)."
     queued = hub.hub_status(JOB, "QUEUED", reason, None, {}, "T1")
     assert queued is not None and hub.queued_message(queued) == reason
-    [c] = queued["conditions"]
-    assert (c["type"], c["status"], c["reason"], c["lastTransitionTime"]) == (
-        "gpufed.io/Queued",
+    by_type = {c["type"]: c for c in queued["conditions"]}
+    c = by_type["gpufed.io/Queued"]
+    assert (c["status"], c["reason"], c["lastTransitionTime"]) == ("True", "WaitingForPlacement", "T1")
+    # a batch/v1 Job's own Suspended condition beside it: `kubectl get jobs` says Suspended, not Running
+    suspended = by_type["Suspended"]
+    assert (suspended["status"], suspended["reason"], suspended["message"]) == (
         "True",
-        "WaitingForPlacement",
-        "T1",
+        "GpufedQueued",
+        reason,
     )
     assert hub.hub_status(JOB, "QUEUED", reason, None, queued, "T2") is None  # said already
     again = hub.hub_status(JOB, "QUEUED", "behind 1 job", None, queued, "T2")
     assert again is not None and hub.queued_message(again) == "behind 1 job"
-    assert again["conditions"][0]["lastTransitionTime"] == "T1"
+    assert {c["lastTransitionTime"] for c in again["conditions"]} == {"T1"}
     placed = hub.hub_status(JOB, "PLACED", "placed on gpu-east", None, again, "T3")
     assert placed is not None and hub.queued_message(placed) is None
-    assert (placed["conditions"][0]["status"], placed["conditions"][0]["reason"]) == ("False", "Placed")
+    assert {(c["type"], c["status"], c["reason"]) for c in placed["conditions"]} == {
+        ("gpufed.io/Queued", "False", "Placed"),
+        ("Suspended", "False", "Placed"),
+    }
+    jobset = hub.kind_of("jobsets.jobset.x-k8s.io")
+    assert jobset is not None
+    held = hub.hub_status(jobset, "QUEUED", reason, None, {}, "T1")
+    assert held is not None and [c["type"] for c in held["conditions"]] == [
+        "gpufed.io/Queued"
+    ]  # no Suspended
     assert hub.hub_status(JOB, "PLACED", "placed on gpu-east", None, placed, "T4") is None
     assert hub.hub_status(JOB, "RUNNING", "", None, {"active": 1}, "T4") is None  # never said queued
     running = {"active": 1}
