@@ -25,6 +25,7 @@ Times come in as RFC 3339 strings from the caller (no clock here).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "is_managed",
     "kind_of",
     "queued_message",
+    "reason_shape",
     "ref_of",
     "refused_status",
     "submission_of",
@@ -380,6 +382,12 @@ def _held(
     want = dict(have)
     want["conditions"] = [*(c for c in _conditions(have) if c.get("type") not in kinds), *conditions]
     return want
+
+
+def reason_shape(message: str | None) -> str | None:
+    """A queue reason with its numbers left out: an Event is told when this changes, not when only a
+    count moves ("best: 6 on c1" -> "best: 7 on c1"), as an event recorder folds similar events."""
+    return None if message is None else re.sub(r"\d+(\.\d+)?", "#", message)
 
 
 def queued_message(status: Mapping[str, Any] | None) -> str | None:

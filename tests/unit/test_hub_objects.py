@@ -188,6 +188,11 @@ def test_a_held_hub_object_says_why_it_is_queued_and_then_that_it_was_placed() -
         ("gpufed.io/Queued", "False", "Placed"),
         ("Suspended", "False", "Placed"),
     }
+    # an Event is told when the reason changes more than its numbers (hub_sync)
+    assert hub.reason_shape("1 no node with 8 free (best: 6 on c1)") == hub.reason_shape(
+        "1 no node with 8 free (best: 7 on c1)"
+    )
+    assert hub.reason_shape("1 drained by root: firmware") != hub.reason_shape("1 unreachable")
     jobset = hub.kind_of("jobsets.jobset.x-k8s.io")
     assert jobset is not None
     held = hub.hub_status(jobset, "QUEUED", reason, None, {}, "T1")
