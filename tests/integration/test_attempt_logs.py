@@ -96,3 +96,15 @@ def test_a_kept_log_is_bounded_per_attempt_and_in_attempts(store: RedisStateStor
     assert store.attempt_log_numbers("j1") == list(range(3, attempt_log.KEEP_ATTEMPTS + 3))
     assert store.attempt_log("j1", 1) is None and store.attempt_log("j1", 3) == kept
     assert 0 < store.client.ttl(store._k("attempt-logs", "j1")) <= 7 * 86400
+
+
+def test_with_nothing_kept_the_answer_says_the_job_was_removed_after_its_ttl() -> None:
+    said = attempt_log.gone("j1", "SUCCEEDED", 1, "c1", 3600)
+    assert said == (
+        "job j1 ended (SUCCEEDED); its Job in c1 is removed 3600 s (finishedJobTtlSeconds) after it "
+        "finished, with its pods and their logs, and no log of attempt 1 was kept"
+    )
+    assert (
+        attempt_log.gone("j1", "RUNNING", 2, "c1", 3600)
+        == "attempt 2 of job j1 has no pods in c1 and no log of it was kept"
+    )
