@@ -164,6 +164,9 @@ class StatusSync(MemberTroubles):
                 continue  # cancelled or moved on meanwhile
             if result.state.terminal:
                 self._mark_closed(m.record, m.namespace, result)
+                # after the end is written (the end is not delayed by log reads); the member keeps the Job
+                # finishedJobTtlSeconds, long enough unless that is 0
+                log_keeping.keep_attempt_log(self.store, self.gateway, m.record, m.namespace)
             done.append(result)
         return done
 
@@ -214,8 +217,6 @@ class StatusSync(MemberTroubles):
         faults.point("observed")
         if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
-        if step.state.terminal:  # kept before the end is written: whoever sees the end can read it
-            log_keeping.keep_attempt_log(self.store, self.gateway, record, namespace)
         if step.state is JobState.RUNNING:
             ready.append(record)
         elif step.state is JobState.QUEUED or step.state.terminal:

@@ -7,7 +7,7 @@ each attempt's log when the attempt ends (broker.controller.log_keeping reads it
 broker.core.ports.AttemptLogStore), and `gpufed logs --attempt N` reads it back.
 
     collect(pods, read)     one attempt's log: each pod's last TAIL_LINES lines (prefixed "[pod] " for a
-                            gang), the whole cut to its last MAX_BYTES
+                            gang; its first MAX_PODS pods), the whole cut to its last MAX_BYTES
     gone(...)               what the API says when the pods are gone and no log was kept
 """
 
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-__all__ = ["KEEP_ATTEMPTS", "MAX_BYTES", "TAIL_LINES", "collect", "gone"]
+__all__ = ["KEEP_ATTEMPTS", "MAX_BYTES", "MAX_PODS", "TAIL_LINES", "collect", "gone"]
 
 MAX_BYTES = 64 * 1024  # kept per attempt (all its pods together)
 TAIL_LINES = 2000  # asked of the member per pod; MAX_BYTES cuts what comes back
 KEEP_ATTEMPTS = 8  # the newest attempts of one job whose logs are kept
+MAX_PODS = 16  # of a gang, the pods whose logs are read (the first, by name): one read per pod
 
 
 def _cut(data: bytes) -> bytes:
@@ -33,7 +34,7 @@ def _cut(data: bytes) -> bytes:
 
 def collect(pods: list[str], read: Callable[[str], Iterable[bytes]]) -> bytes:
     out = bytearray()
-    for pod in pods:
+    for pod in sorted(pods)[:MAX_PODS]:
         data = b"".join(read(pod))
         if len(pods) == 1:
             out += data

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import yaml
 from httpx_sse import connect_sse
 from kubernetes import client, config
@@ -418,6 +419,7 @@ def test_shell_completion_offers_the_brokers_job_names(broker_url: str) -> None:
 def test_a_finished_jobs_log_is_kept_after_its_job_is_removed_and_other_attempts_say_so(
     sim: Simulation,  # noqa: F811
     broker_url: str,  # noqa: F811
+    redis_url: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -429,6 +431,14 @@ def test_a_finished_jobs_log_is_kept_after_its_job_is_removed_and_other_attempts
     )  # fmt: skip
     assert code == 0, err
     done = json.loads(out)
+    kept = redis.Redis.from_url(redis_url)
+    wait_for(  # kept by the status sync once it wrote the end (the member keeps the Job an hour)
+        lambda: kept.hexists(f"gpufed-skeleton:attempt-logs:{done['id']}", str(done["attempt"])),
+        timeout=30,
+        interval=0.2,
+        what="the attempt's log kept",
+    )
+    kept.close()
     api = config.new_client_from_config(  # type: ignore[no-untyped-call]
         str(sim.kubeconfig_path(done["cluster"])), persist_config=False
     )
