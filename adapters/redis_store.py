@@ -21,6 +21,7 @@ All keys start with the prefix (default "gpufed"), written P:
     P:name:<tenant>:<name>   str   the job id holding a name (one live job per tenant and name)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
+    P:attempt-logs:<id>      hash    ended attempts' log tails (adapters.redis_attempt_logs)
     P:changes                stream  one entry per job write: j = job id, w = the writing store's id
                                    (capped; adapters.redis_changes: how the leader's job cache follows)
     P:fenced                 hash  cluster -> why it is fenced (lost; offered again once its stale attempts are swept)
@@ -65,6 +66,7 @@ from pydantic import TypeAdapter
 
 from adapters import redis_connect, redis_recovery_gate
 from adapters import redis_scripts as scripts
+from adapters.redis_attempt_logs import AttemptLogs
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
 from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites, commit_order, committed_at
@@ -128,7 +130,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-class RedisStateStore(JobWrites, JobChanges, SideTables):
+class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
     """broker.core.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
     def __init__(

@@ -5,7 +5,10 @@
     GET /v1/events?watch=1             every job's transitions as SSE, live from now (or from
                                        Last-Event-ID / ?after= to resume)
     GET /v1/jobs/{id}/logs             the container log of the job's current attempt, from its member
-                                       cluster (?follow=1&tailLines=N&timestamps=1&pod=NAME)
+                                       cluster (?follow=1&tailLines=N&timestamps=1&pod=NAME); an ended
+                                       attempt whose pods are gone (?attempt=N, or the current one after
+                                       its Job's finishedJobTtlSeconds): the last lines kept of it
+                                       (broker.workload.attempt_log), or 409 saying none was kept
 
 Each SSE message has `id:` (the Redis stream id, so a client resumes with Last-Event-ID), `event:
 transition` and `data:` (the EventView JSON plus jobId). Keep-alive comments are sent every 15 s by
@@ -28,8 +31,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from broker.api.schemas import EventView
 from broker.controller.service import BrokerService
 from broker.core.errors import Conflict, NotFound
-from broker.core.model import JobEvent
-from broker.core.ports import PodLogs
+from broker.core.model import JobEvent, JobRecord
+from broker.core.ports import AttemptLogStore, PodLogs
+from broker.workload import attempt_log
 
 __all__ = ["TenantFilter", "add_follow_routes", "everyone"]
 
@@ -135,18 +139,34 @@ def _log_chunks(
     tail: int | None,
     ts: bool,
     pod: str | None,
+    attempt: int | None = None,
 ) -> Iterator[bytes]:
     record = service.get(job_id)
+    if attempt is not None and attempt != record.attempt:  # an earlier attempt: only what was kept
+        return _kept_log(service, record, attempt, tail, missing=None)
     if record.cluster is None:
-        raise Conflict(f"job {job_id} is {record.state} and has no pods yet ({record.reason})")
-    namespace = service.traits[record.cluster].namespace_for(record.request.tenant)
+        return _kept_log(
+            service,
+            record,
+            record.attempt,
+            tail,
+            f"job {job_id} is {record.state} and has no pods yet ({record.reason})",
+        )
+    traits = service.traits.get(record.cluster)
+    namespace = traits.namespace_for(record.request.tenant) if traits is not None else "default"
     pods = source.job_pods(record.cluster, namespace, job_id, record.attempt)
     if pod is not None:
         if pod not in pods:
             raise Conflict(f"job {job_id} has no pod {pod!r}; its pods: {', '.join(pods) or 'none yet'}")
         pods = [pod]
     if not pods:
-        raise Conflict(f"job {job_id} has no pods in {record.cluster} yet ({record.state})")
+        ttl = service.settings.finished_job_ttl_seconds
+        missing = (
+            attempt_log.gone(job_id, str(record.state), record.attempt, record.cluster, ttl)
+            if record.state.terminal
+            else f"job {job_id} has no pods in {record.cluster} yet ({record.state})"
+        )
+        return _kept_log(service, record, record.attempt, tail, missing)
     if follow:
         pods = pods[:1]  # one live stream; the others with ?pod=NAME
 
@@ -166,6 +186,27 @@ def _log_chunks(
                 yield f"[{name}] ".encode() + buf + b"\n"
 
     return chunks()
+
+
+def _kept_log(
+    service: BrokerService, record: JobRecord, attempt: int, tail: int | None, missing: str | None
+) -> Iterator[bytes]:
+    """The log kept of an ended attempt (broker.workload.attempt_log), its last `tail` lines; none kept:
+    Conflict with `missing`, or naming the attempts whose logs are kept."""
+    store = service.store
+    data = store.attempt_log(record.id, attempt) if isinstance(store, AttemptLogStore) else None
+    if data is None:
+        if missing is None:
+            kept = store.attempt_log_numbers(record.id) if isinstance(store, AttemptLogStore) else []
+            missing = (
+                f"no log of attempt {attempt} of job {record.id} was kept (its attempts so far: "
+                f"1..{record.attempt}; logs kept: {', '.join(map(str, kept)) or 'none'})"
+            )
+        raise Conflict(missing)
+    if tail is not None:
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[-tail:]) if tail else b""
+    return iter([data])
 
 
 def everyone() -> TenantFilter:
@@ -267,12 +308,13 @@ def add_follow_routes(
         tail_lines: Annotated[int | None, Query(alias="tailLines", ge=0, le=100_000)] = None,
         timestamps: bool = False,
         pod: Annotated[str | None, Query(max_length=253)] = None,
+        attempt: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
     ) -> StreamingResponse:
         if logs is None:
             raise NotFound("this broker has no log source for member clusters")
         await anyio.to_thread.run_sync(readable, job_id, may_read)
         source = logs
         chunks = await anyio.to_thread.run_sync(
-            lambda: _log_chunks(service, source, job_id, follow, tail_lines, timestamps, pod)
+            lambda: _log_chunks(service, source, job_id, follow, tail_lines, timestamps, pod, attempt)
         )
         return StreamingResponse(_in_threads(chunks, log_reads), media_type="text/plain; charset=utf-8")

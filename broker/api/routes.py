@@ -92,6 +92,7 @@ from broker.core.errors import (
 )
 from broker.core.model import JobRecord
 from broker.core.ports import Clock, JobLister, PodLogs
+from broker.queue import explain_text
 from broker.tenancy.audit import AuditLog
 from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
 from broker.tenancy.oidc_claims import Refusal
@@ -428,6 +429,7 @@ def create_app(
         body = decision_view(decision)
         body["clusters"] = [verdict_view(v) for v in verdicts]
         slot = fleet_views.explain_queue(request)
+        body["summary"] = explain_text.summary(decision, slot)  # agrees with the queue (issue 45)
         body.update(prediction_view(fleet_views.explain_wait(request)))
         body["queue"] = {
             "tenant": request.tenant,

@@ -29,7 +29,7 @@ from broker.burst.wait_prediction import Prediction
 from broker.cache.fleet_snapshot import FleetSnapshot, SnapshotPublisher
 from broker.cache.observed_fleet import ObservedFleet
 from broker.core.errors import StoreError
-from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState, NoFit, Placement
+from broker.core.model import ClusterSummary, ClusterTraits, JobRecord, JobRequest, JobState, NoFit, Placement
 from broker.core.ports import Clock, StateStore
 from broker.health import failover
 from broker.health.failover import ClusterHealth
@@ -45,6 +45,13 @@ QUEUE_VIEW_TTL_SECONDS = 1.0  # the queue view is computed again at most this of
 # plan reads every placed job, and a dashboard walking pages must not make that a per-second cost.
 LIST_QUEUE_VIEW_MAX_AGE_SECONDS = 5.0
 _ACTIVE = [JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]
+
+
+def _fenced(fleet: FleetSnapshot) -> list[ClusterSummary]:
+    """The clusters not offered now, as placement and the predictions see them (failover)."""
+    return failover.fenced_for_placement(
+        [s for s in fleet.observed if s.cluster in fleet.fenced], fleet.fenced
+    )
 
 
 @dataclass(frozen=True)
@@ -173,7 +180,9 @@ class FleetViews:
         if q.predicted is not None:
             return q.predicted
         order = [s.record for s in sorted(q.slots.values(), key=lambda s: s.position)]
-        predicted = self.burst.predict(self._clock.now(), order, self._active(), list(q.fleet.placeable))
+        predicted = self.burst.predict(
+            self._clock.now(), order, self._active(), list(q.fleet.placeable), _fenced(q.fleet)
+        )
         with self._queue_lock:
             if self._queue is q:
                 self._queue = _QueueView(q.fleet, q.at, q.slots, predicted)
@@ -184,9 +193,9 @@ class FleetViews:
     def explain(self, request: JobRequest) -> tuple[Placement | NoFit, list[placement.ClusterVerdict]]:
         """Dry run: where the job would go now, and every cluster's verdict. Changes nothing."""
         fleet = self.snapshots.current()
-        return placement.explain_and_decide(
-            request, list(fleet.placeable), self.traits, self._policy, self._clock.now()
-        )
+        fenced = [s for s in fleet.observed if s.cluster in fleet.fenced]  # counted as the scheduler does
+        view = failover.placement_view(fleet.placeable, fenced, fleet.fenced)
+        return placement.explain_and_decide(request, view, self.traits, self._policy, self._clock.now())
 
     def _probe(self, request: JobRequest) -> tuple[JobRecord, list[queueing.Slot], FleetSnapshot]:
         now = self._clock.now()
@@ -207,7 +216,9 @@ class FleetViews:
             return None
         probe, plan, fleet = self._probe(request)
         order = [s.record for s in plan]
-        predicted = self.burst.predict(self._clock.now(), order, self._active(), list(fleet.placeable))
+        predicted = self.burst.predict(
+            self._clock.now(), order, self._active(), list(fleet.placeable), _fenced(fleet)
+        )
         return predicted.get(probe.id)
 
     def spend(self) -> dict[str, TenantSpend]:

@@ -185,6 +185,12 @@ def write_demo_config(
     return path
 
 
+def demo_settings(speed: float) -> dict[str, Any]:
+    """The settings the demo adds for a simulation at `speed`: a job's durationSeconds runs in simulated
+    time, so predictions divide it by the speed and stay wall-clock, as the ages beside them (issue 45)."""
+    return {"burst": {"simulationSpeed": speed if speed > 0 else 1.0}}
+
+
 def _wait(pred: Any, timeout: float, interval: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -266,7 +272,7 @@ def run(
                 console.print(
                     f"  {name:<12} {sim.server_url(name)}  kubeconfig {path}", markup=False, soft_wrap=True
                 )
-            config_path = write_demo_config(workdir, kubeconfigs, redis_url, prefix)
+            config_path = write_demo_config(workdir, kubeconfigs, redis_url, prefix, demo_settings(speed))
             cfg = load_fleet_config(config_path)
             port = free_port()
             tokens = read_demo_tokens(workdir)

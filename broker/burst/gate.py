@@ -63,6 +63,7 @@ class BurstGate:
         self._active_of: Callable[[], list[JobRecord]] = list
         self._active: list[JobRecord] | None = None
         self._summaries: Sequence[ClusterSummary] = ()
+        self._fenced: Sequence[ClusterSummary] = ()
         self._model: RunTimeModel | None = None
         self._predictions: dict[str, Prediction] | None = None
         self._pass_spend: dict[str, TenantSpend] | None = None  # this pass's, with its bursts committed
@@ -100,9 +101,12 @@ class BurstGate:
         queue: Sequence[JobRecord],
         active: Callable[[], list[JobRecord]],
         summaries: Sequence[ClusterSummary],
+        fenced: Sequence[ClusterSummary] = (),
     ) -> None:
-        """What this pass knows; nothing is read until a decision or a prediction needs it."""
+        """What this pass knows; nothing is read until a decision or a prediction needs it. `fenced`:
+        the clusters not offered now (predictions name them: wait_prediction.predict_queue)."""
         self._now, self._queue, self._active_of, self._summaries = now, queue, active, summaries
+        self._fenced = fenced
         self._active = None
         self._model = None
         self._predictions = None
@@ -110,7 +114,9 @@ class BurstGate:
 
     def model(self) -> RunTimeModel:
         if self._model is None:
-            self._model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+            self._model = RunTimeModel(
+                self.ledger.run_times(), self.settings.default_run_seconds, self.settings.simulation_speed
+            )
         return self._model
 
     def active(self) -> list[JobRecord]:
@@ -121,7 +127,7 @@ class BurstGate:
     def predictions(self) -> dict[str, Prediction]:
         if self._predictions is None:
             self._predictions = predict_queue(
-                self._queue, self.active(), self._summaries, self.model(), self._now
+                self._queue, self.active(), self._summaries, self.model(), self._now, fenced=self._fenced
             )
         return self._predictions
 
@@ -131,16 +137,21 @@ class BurstGate:
         queue: Sequence[JobRecord],
         active: list[JobRecord],
         summaries: Sequence[ClusterSummary],
+        fenced: Sequence[ClusterSummary] = (),
     ) -> dict[str, Prediction]:
         """Predictions outside a pass (the job view, explain), from the run times the ledger holds now."""
-        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
-        return predict_queue(queue, active, summaries, model, now)
+        model = RunTimeModel(
+            self.ledger.run_times(), self.settings.default_run_seconds, self.settings.simulation_speed
+        )
+        return predict_queue(queue, active, summaries, model, now, fenced=fenced)
 
     def spend_now(
         self, now: float, active: list[JobRecord], traits: Mapping[str, ClusterTraits]
     ) -> dict[str, TenantSpend]:
         """Spend outside a pass (GET /v1/spend)."""
-        model = RunTimeModel(self.ledger.run_times(), self.settings.default_run_seconds)
+        model = RunTimeModel(
+            self.ledger.run_times(), self.settings.default_run_seconds, self.settings.simulation_speed
+        )
         return self._spend(now, active, model, traits, with_savings=True)
 
     def spend(self, traits: Mapping[str, ClusterTraits]) -> dict[str, TenantSpend]:

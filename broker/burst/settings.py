@@ -114,6 +114,10 @@ class BurstConfig(_Strict):
     default_run_seconds: float = Field(
         default=3600.0, alias="defaultRunSeconds", gt=0, le=MAX_WAIT_LIMIT, allow_inf_nan=False
     )
+    # Simulated members (kubesim, gpufed demo): simulated seconds per wall-clock second. A job's
+    # durationSeconds is simulated time there, so its wall-clock run is durationSeconds / this; predicted
+    # starts stay wall-clock, as the ages shown beside them. 1 on real clusters.
+    simulation_speed: float = Field(default=1.0, alias="simulationSpeed", gt=0, le=1e6, allow_inf_nan=False)
     tenants: dict[str, TenantBurstConfig] = Field(default_factory=dict)
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     burst_back: BurstBackConfig = Field(default_factory=BurstBackConfig, alias="burstBack")
@@ -130,6 +134,7 @@ class BurstConfig(_Strict):
         return BurstSettings(
             max_wait_seconds=self.max_wait_seconds,
             default_run_seconds=self.default_run_seconds,
+            simulation_speed=self.simulation_speed,
             tenants={
                 n: TenantBurst(
                     t.max_wait_seconds,
@@ -187,6 +192,7 @@ class PoolSettings:
 class BurstSettings:
     max_wait_seconds: float = 0.0
     default_run_seconds: float = 3600.0
+    simulation_speed: float = 1.0  # simulated seconds per wall-clock second (BurstConfig.simulation_speed)
     tenants: Mapping[str, TenantBurst] = field(default_factory=dict)
     pools: Mapping[str, PoolSettings] = field(default_factory=dict)
     burst_back: BurstBackSettings = field(default_factory=BurstBackSettings)

@@ -5,8 +5,10 @@ Pure (no I/O, no clock: `now` and every observation are arguments). Owns two thi
 1. Run times. The broker keeps the last `SAMPLE_LIMIT` observed run times per *shape key*
    (tenant/product/gpus-per-pod x pods) in Redis; `RunTimeModel.expected` turns them into one expected
    run time with the median, which one runaway job cannot move (robust to outliers). Too few samples
-   of the exact key fall back to the same shape of any tenant, then to the job's own durationSeconds,
-   then to a default; the estimate says which (`Estimate.basis`).
+   of the exact key fall back to the same shape of any tenant, then to the job's own durationSeconds
+   (simulated time on kubesim's members: divided by the simulation's speed, so that every prediction
+   is wall-clock time, as the observed runs and the ages shown beside it are), then to a default; the
+   estimate says which (`Estimate.basis`).
 
 2. Predicted start. `predict_queue` replays the queue ahead over the on-prem pools, one pool per
    (cluster, GPU product), counting whole GPUs:
@@ -87,6 +89,9 @@ class RunTimeModel:
 
     samples: Mapping[str, Sequence[float]] = field(default_factory=dict)
     default_seconds: float = DEFAULT_RUN_SECONDS
+    # simulated seconds per wall-clock second where a job's durationSeconds is simulated time (kubesim):
+    # observed runs are wall-clock (the broker's clock), so the hint is scaled to match them
+    simulation_speed: float = 1.0
 
     def expected(self, request: JobRequest, product: str) -> Estimate:
         """The run time a queued job is predicted to take: the median of its shape's runs (one runaway
@@ -107,6 +112,11 @@ class RunTimeModel:
             if len(seen) >= MIN_SAMPLES:
                 return Estimate(statistic(seen), f"{name} of {len(seen)} runs of {key}")
         if request.duration_seconds is not None and request.duration_seconds > 0:
+            if self.simulation_speed != 1.0:
+                return Estimate(
+                    request.duration_seconds / self.simulation_speed,
+                    f"the job's durationSeconds, simulated at x{self.simulation_speed:g}",
+                )
             return Estimate(request.duration_seconds, "the job's durationSeconds")
         return Estimate(
             self.default_seconds, f"default {self.default_seconds:g} s (no runs of this shape yet)"
@@ -147,9 +157,14 @@ class Prediction:
     ahead: int  # queued jobs ahead of it that the replay placed on-prem
     run: Estimate | None  # its own expected run time on the best pool
     per_pool: Mapping[str, float] = field(default_factory=dict)  # "cluster/product" -> start_at
+    withheld: str = (
+        ""  # no start: the fenced on-prem cluster that could hold it, and why ("c is drained by ...")
+    )
 
     @property
     def explain(self) -> str:
+        if (self.start_at is None or self.wait_seconds is None) and self.withheld:
+            return f"predicted on-prem start: none while {self.withheld}"
         if self.start_at is None or self.wait_seconds is None:
             return "predicted on-prem start: never (no on-prem cluster can hold it)"
         head = f"predicted on-prem start in {_human(self.wait_seconds)} on {self.cluster} ({self.product})"
@@ -323,14 +338,24 @@ def predict_queue(
     model: RunTimeModel,
     now: float,
     started_at: Mapping[str, float] | None = None,
+    fenced: Iterable[ClusterSummary] = (),
 ) -> dict[str, Prediction]:
     """Predicted on-prem start of every job in `queue` (in queue order), by job id.
 
+    `fenced`: the clusters placement does not offer now (drained, lost: their fence_reason or health
+    says why); a job only they could hold gets no start, and its prediction names them (`withheld`)
+    rather than "never".
     `active` are the placed jobs (PLACED/ADMITTED/RUNNING); those on on-prem pools release their GPUs
     at their expected end. `started_at` gives when a running job started (job id -> epoch seconds;
     missing: its updated_at when RUNNING, else now). `summaries` give each pool's free GPUs now."""
     pools = _pools(summaries, now)
     by_key = {p.key: p for p in pools}
+    fenced = list(fenced)
+    reasons = {s.cluster: s.fence_reason or str(s.health) for s in fenced}
+    # as if empty: whether the cluster could hold the job at all, once it is offered again
+    withheld = [p for p in _pools(fenced, now) if p.capacity > 0]
+    for p in withheld:
+        p.free, p.fit_now = p.capacity, None
     starts = started_at or {}
     for r in active:
         where = r.placement
@@ -360,7 +385,12 @@ def predict_queue(
             if best is None or (at, pool.key) < (best[0], best[1]):
                 best = (at, pool.key, pool)
         if best is None:
-            out[r.id] = Prediction(r.id, None, None, None, None, placed_ahead, None, per_pool)
+            held = next(
+                (p for p in withheld if _wants(req, p) and p.start_of(units, req.gpus_per_pod) is not None),
+                None,
+            )
+            why = "" if held is None else f"{held.cluster} is {reasons[held.cluster]}"
+            out[r.id] = Prediction(r.id, None, None, None, None, placed_ahead, None, per_pool, why)
             continue
         at, _, pool = best
         run = model.expected(req, pool.product)

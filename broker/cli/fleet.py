@@ -165,10 +165,8 @@ def explain(
     def table(wide: bool) -> str:
         if body["placed"]:
             p = body["placement"]
-            head = (
-                f"would place on {p['cluster']}: {p['unitsPerPod']}x {p['resourceName']} per pod "
-                f"({p['product']}), score {p['score']}"
-            )
+            where = body.get("summary") or f"would place on {p['cluster']}"  # agrees with its queue place
+            head = f"{where}: {p['unitsPerPod']}x {p['resourceName']} per pod ({p['product']}), score {p['score']}"
             if p.get("clique"):  # the NVLink clique the gang is pinned to (docs/topology.md)
                 head += f", in NVLink clique {p['clique']}"
         else:

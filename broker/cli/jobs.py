@@ -174,11 +174,16 @@ def logs(
     pod: Annotated[
         str | None, typer.Option(help="one pod of a gang (default: all; with -f the first)")
     ] = None,
+    attempt: Annotated[
+        int | None,
+        typer.Option(help="an ended attempt (after a move or a retry): the last lines kept of it", min=0),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """The container log of a job's pods, from its member cluster."""
+    """The container log of a job's pods, from its member cluster; of an ended attempt whose pods are
+    gone, the last lines the broker kept of it."""
     api = connect(server, token, context)
     params: dict[str, Any] = {}
     if follow:
@@ -189,6 +194,8 @@ def logs(
         params["timestamps"] = "1"
     if pod:
         params["pod"] = pod
+    if attempt is not None:
+        params["attempt"] = attempt
     try:
         ident = api.resolve_job(job)["id"]
         with api.stream(f"/v1/jobs/{ident}/logs", params=params) as resp:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +49,14 @@ class OutputType:
         raise typer.BadParameter(
             f"{text!r} is not one of 'table', 'json', 'yaml', 'wide', 'jsonpath=TEMPLATE'."
         )
+
+
+def api_warnings(body: Mapping[str, Any]) -> None:
+    """The API's warnings on an answer, each on stderr as `Warning: ...` whatever the output format
+    (kubectl prints an API server's warnings so): a job accepted that can never fit says so."""
+    for w in body.get("warnings") or ():
+        sys.stderr.write(f"Warning: {w}\n")
+    sys.stderr.flush()
 
 
 def out(text: str) -> None:

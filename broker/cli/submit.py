@@ -24,7 +24,7 @@ from broker.cli.common import (
     complete_jobs,
     connect,
 )
-from broker.cli.output import Output, emit, job_rows
+from broker.cli.output import Output, api_warnings, emit, job_rows
 from broker.core import safe_yaml
 
 
@@ -248,6 +248,7 @@ def submit(
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     with connect(server, token, context) as api:
         job = api.call("POST", "/v1/jobs", json=spec, headers=headers)
+        api_warnings(job)
         if wait:  # the job is printed once, when it has ended
             follow_to_end(api, job, timeout, output)
         else:

@@ -89,13 +89,15 @@ class ControllerBase:
     _pending_traits: dict[str, ClusterTraits] | None
     _pending_lock: threading.Lock
     _parked: dict[str, str]
-    _no_fit: dict[str, tuple[int, float]]
+    _no_fit: dict[str, tuple[int, str, float]]
+    _pass_fences: str  # this pass's fenced clusters and why (Scheduling._fences_key)
     _health_seen: dict[str, Health]
     shard_of: Callable[[str], str]
     _blind: dict[str, list[str]]
     _blind_everywhere: bool
     _mass_lost: bool
     _fenced: set[str]
+    _fence_reasons: dict[str, str]  # fenced cluster -> why (a drain's reason names the operator's)
     _sweep_failures: Throttle
     _next_loss_at: float | None
     _settling: dict[tuple[str, int], tuple[str, int, float]]  # (cluster, summary writes seen, when)

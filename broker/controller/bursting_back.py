@@ -100,7 +100,11 @@ class BurstingBack(ControllerBase):
         pools = self._stable_pools(now, window)
         if not pools:
             return []
-        model = RunTimeModel(self.burst.ledger.run_times(), self.burst.settings.default_run_seconds)
+        model = RunTimeModel(
+            self.burst.ledger.run_times(),
+            self.burst.settings.default_run_seconds,
+            self.burst.settings.simulation_speed,
+        )
         by_id = {r.id: r for r in running}
         candidates = [self._candidate(r, model, now) for r in running if not r.request.wants_mig]
         moved: list[JobRecord] = []

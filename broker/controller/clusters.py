@@ -100,6 +100,7 @@ class ClusterWatch(Sweeping):
             if c in self.traits and back is not None and failover.may_unfence(back):
                 self.dispatcher.submit_once(c, "unfence", functools.partial(self._sweep_and_unfence, c))
         self._fenced = set(fenced)
+        self._fence_reasons = dict(fenced)
         return moved
 
     def _note_blindness(self, blind: dict[str, list[str]], shards: int) -> None:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
-from broker.controller import faults
+from broker.controller import faults, log_keeping
 from broker.controller.base import ControllerBase
 from broker.controller.job_records import PLACED_STATES
 from broker.core.errors import ClusterError, Conflict, NotFound
@@ -126,13 +127,19 @@ class Migrating(ControllerBase):
             return None
         cluster, name = record.cluster, record.workload_name
         if cluster and name and plan.path is not StopPath.REPORTED:
-            task = (
+            stop = (
                 functools.partial(self._checkpoint_stop, moved, cluster, name, plan, namespace)
                 if plan.asks_the_job and isinstance(self.gateway, CheckpointGateway)
                 else functools.partial(self._delete_workload, cluster, name, record)
             )
-            self.dispatcher.submit(cluster, task)
+            where = namespace or self._namespace(cluster, record.request.tenant)
+            self.dispatcher.submit(cluster, functools.partial(self._keep_log_then, record, where, stop))
         return moved
+
+    def _keep_log_then(self, record: JobRecord, namespace: str, stop: Callable[[], None]) -> None:
+        """On the source cluster's worker: keep the attempt's log (its pods are about to go), then stop it."""
+        log_keeping.keep_attempt_log(self.store, self.gateway, record, namespace)
+        stop()
 
     def _checkpoint_stop(
         self, moved: JobRecord, cluster: str, name: str, plan: StopPlan, namespace: str | None = None
@@ -201,6 +208,7 @@ class Migrating(ControllerBase):
             if current is not None and not failover.is_drain(current):
                 raise Conflict(f"cluster {cluster} is fenced ({current}); drain it once it answers again")
         self._fenced.add(cluster)
+        self._fence_reasons[cluster] = self.store.fenced().get(cluster, why)
         moved = []
         for record in self.store.list_jobs(list(PLACED_STATES)):
             if record.cluster != cluster:
@@ -228,6 +236,7 @@ class Migrating(ControllerBase):
             )
         self.store.unfence(cluster)
         self._fenced.discard(cluster)
+        self._fence_reasons.pop(cluster, None)
         return True
 
     # ------------------------------------------------------------------ members, reported checkpoints

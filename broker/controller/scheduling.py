@@ -84,6 +84,7 @@ class Scheduling(Preempting, Dispatching):
             return []
         now = self.clock.now()
         self._fresh_cache()
+        self._pass_fences = self._fences_key()
         fleet = self._offered_fleet()
         placeable = self.cache.placeable_all(now)
         offered = [self._charged(s) for s in placeable if s.cluster not in self._fenced]
@@ -91,13 +92,15 @@ class Scheduling(Preempting, Dispatching):
             if s.heartbeat:
                 telemetry.capacity_freshness.labels(s.cluster).observe(max(0.0, now - s.heartbeat))
         # fenced clusters are placed on by no one, but counted in every reason (as explain counts them)
+        fences = {c: self._fence_reasons.get(c, "fenced") for c in self._fenced}
         placer = BatchPlacer(
-            [*offered, *failover.fenced_for_placement(placeable, self._fenced)], self.traits, self.policy, now
+            failover.placement_view(offered, placeable, fences), self.traits, self.policy, now
         )
         changed: list[JobRecord] = []
         slots = self._queue_plan(queued, offered)  # priority, fair share, age; quotas (queueing)
         if self.burst is not None:
-            self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered)
+            fenced = failover.fenced_for_placement(placeable, fences)
+            self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered, fenced)
         decided: list[_Decided] = []
         placed = 0
         for slot in slots:
@@ -115,10 +118,10 @@ class Scheduling(Preempting, Dispatching):
             seen = self._no_fit.get(record.id)
             if (
                 seen is not None
-                and seen[0] == self.cache.generation
-                and now - seen[1] < _NOFIT_RECHECK_SECONDS
+                and seen[:2] == (self.cache.generation, self._pass_fences)
+                and now - seen[2] < _NOFIT_RECHECK_SECONDS
             ):
-                continue  # nothing changed since it did not fit
+                continue  # nothing changed since it did not fit (a fence set or lifted is a change)
             step = self._decide_isolated(record, placer, now, slot.products, decided, 1)
             if step is not None:
                 changed.append(step)
@@ -295,7 +298,7 @@ class Scheduling(Preempting, Dispatching):
                 return decision
             there = placer.place(replace(request, clusters=(d.cluster,)))
             return there if isinstance(there, Placement) else decision
-        self._no_fit[record.id] = (self.cache.generation, now)
+        self._no_fit[record.id] = (self.cache.generation, self._pass_fences, now)
         if record.reason == d.reason:
             return None
         try:
@@ -329,7 +332,11 @@ class Scheduling(Preempting, Dispatching):
     def _offered_fleet(self) -> str:
         """What a parked job waits to change: the fleet's structure and which clusters are fenced (a
         job that fits only a fenced cluster must be decided again once its fence is lifted)."""
-        return f"{self.cache.fingerprint()} fenced:{','.join(sorted(self._fenced))}"
+        return f"{self.cache.fingerprint()} fenced:{self._fences_key()}"
+
+    def _fences_key(self) -> str:
+        """The fenced clusters and why, as a key: a job's reason names them, so a change decides it again."""
+        return ",".join(f"{c}={self._fence_reasons.get(c, '')}" for c in sorted(self._fenced))
 
     def _not_placed(
         self, record: JobRecord, decision: NoFit, now: float, recorder: telemetry.PhaseRecorder
@@ -337,7 +344,7 @@ class Scheduling(Preempting, Dispatching):
         if decision.never_fits:
             self._parked[record.id] = self._offered_fleet()
         else:
-            self._no_fit[record.id] = (self.cache.generation, now)
+            self._no_fit[record.id] = (self.cache.generation, self._pass_fences, now)
         held = self._maybe_preempt(record, decision, now)  # a storm limit's words join the diagnosis
         decision_message = decision.message if held is None else f"{decision.message} {held}"
         if record.reason != decision_message:

@@ -107,7 +107,9 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._pending_traits: dict[str, ClusterTraits] | None = None  # set_traits(), applied by a pass
         self._pending_lock = threading.Lock()
         self._parked: dict[str, str] = {}  # job id -> the offered fleet it can never fit (_offered_fleet)
-        self._no_fit: dict[str, tuple[int, float]] = {}  # job id -> (cache generation, time) of its NoFit
+        # job id -> (cache generation, fences, time) of its NoFit
+        self._no_fit: dict[str, tuple[int, str, float]] = {}
+        self._pass_fences = ""
         self._known_products: frozenset[str] = frozenset()
         self._known_products_at = float("-inf")
         self.evaluations = 0  # jobs decided by the scheduling passes (what parking saves)
@@ -119,6 +121,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
         self._blind_everywhere = False  # ... and they were every shard (said once per spell)
         self._mass_lost = False  # most of the fleet lost at the last observe_clusters (failover paused)
         self._fenced: set[str] = set()  # clusters not offered to placement until swept (observe_clusters)
+        self._fence_reasons: dict[str, str] = {}  # the fenced clusters' reasons, as the store has them
         # a fenced cluster whose sweep fails stays fenced: one line per cluster a minute, not a traceback
         self._sweep_failures = Throttle(logging.getLogger("broker.controller.clusters"))
         self._next_loss_at: float | None = None  # the earliest loss deadline of a failing cluster

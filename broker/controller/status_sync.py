@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from broker import telemetry
-from broker.controller import faults
+from broker.controller import faults, log_keeping
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.member_troubles import MemberTroubles
 from broker.controller.state_writer import Transition
@@ -164,6 +164,9 @@ class StatusSync(MemberTroubles):
                 continue  # cancelled or moved on meanwhile
             if result.state.terminal:
                 self._mark_closed(m.record, m.namespace, result)
+                # after the end is written (the end is not delayed by log reads); the member keeps the Job
+                # finishedJobTtlSeconds, long enough unless that is 0
+                log_keeping.keep_attempt_log(self.store, self.gateway, m.record, m.namespace)
             done.append(result)
         return done
 

@@ -335,7 +335,7 @@ class ClusterSummary:
     nodes_ready: int = 0
     bad_nodes: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
-    # tenant namespaces with their quotas and limits, when watched (observed); one not listed does not exist
+    # tenant namespaces (quotas, LimitRanges) when watched (namespaces_observed): one not listed does not exist
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
     cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)
@@ -344,6 +344,7 @@ class ClusterSummary:
     training_runtimes: tuple[str, ...] = ()
     workload_apis_observed: bool = False
     gpu_health: ClusterGpuHealth = field(default_factory=ClusterGpuHealth)  # unhealthy GPUs (docs/health.md)
+    fence_reason: str = ""  # why it is fenced, as reasons say it (failover.placement_view sets it; no poller)
 
     def namespace(self, name: str) -> MemberNamespace | None:
         return next((n for n in self.namespaces if n.name == name), None)

@@ -184,6 +184,7 @@ class MemberWatch(Protocol):
         ...
 
 
+@runtime_checkable
 class PodLogs(Protocol):
     """The container logs of a job's pods in its member cluster (the gateway implements it)."""
 
@@ -201,6 +202,22 @@ class PodLogs(Protocol):
         timestamps: bool = False,
     ) -> Iterator[bytes]:
         """A pod's container log in chunks; with follow, until the container exits."""
+        ...
+
+
+@runtime_checkable
+class AttemptLogStore(Protocol):
+    """The last bytes of each ended attempt's container log, kept with the job (bounded: a size cap per
+    attempt, the newest few attempts, dropped some days after the job's last attempt; the store's)."""
+
+    def put_attempt_log(self, job_id: str, attempt: int, data: bytes) -> None: ...
+
+    def attempt_log(self, job_id: str, attempt: int) -> bytes | None:
+        """The kept log of one attempt, or None when none was kept."""
+        ...
+
+    def attempt_log_numbers(self, job_id: str) -> list[int]:
+        """The attempts whose logs are kept, oldest first."""
         ...
 
 

@@ -13,7 +13,9 @@ Owns `HubSync`, which acts only while this replica holds the leader lease (broke
     write back    on every change of the job (the broker's change stream P:changes, read here as the
                   change feed reads it, and the member's status changes the gateway reports): the annotations
                   gpufed.io/job-id, gpufed.io/state and gpufed.io/cluster, and the status subresource
-                  mirrored from the member object's .status (broker.workload.hub_objects.hub_status)
+                  mirrored from the member object's .status (broker.workload.hub_objects.hub_status);
+                  while the job is held queued, a gpufed.io/Queued condition with the queue's reason, and
+                  a Normal Event (reason Queued) each time that reason changes more than its numbers
     cancel        a hub object deleted (a watch DELETED, or a relist without it) cancels its job; every
                   reconcileSeconds, and on taking the lease, non-terminal jobs whose hub object is no
                   longer on the hub are cancelled (deletes missed while no broker watched), but only for
@@ -308,7 +310,14 @@ class HubSync:
         have = hub.annotations_of(obj)
         if status is None and all(have.get(k) == v for k, v in notes.items()):
             return
-        self.port.write(ref.kind, ref.namespace, ref.name, notes, status)
+        said = hub.queued_message(obj.get("status"))  # before the write (a port may update obj in place)
+        written = self.port.write(ref.kind, ref.namespace, ref.name, notes, status)
+        told = hub.queued_message(status)
+        if written and told is not None and hub.reason_shape(told) != hub.reason_shape(said):
+            try:  # once per new kind of reason (not per count moved), as `kubectl describe` lists them
+                self.port.event(ref.kind, obj, "Normal", "Queued", told)
+            except ClusterError as exc:
+                log.warning("hub: cannot record why %s is queued as an event: %s", ref.source, exc)
 
     def _cancel_deleted(self, kind: hub.WatchedKind, obj: Obj) -> None:
         ref = hub.ref_of(obj, kind)

@@ -53,7 +53,7 @@ cannot reach. No I/O, no clock: `now` is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from broker.core.model import ClusterSummary, Health
@@ -69,6 +69,7 @@ __all__ = [
     "loss_deadline",
     "may_unfence",
     "one_shard",
+    "placement_view",
     "poller_silent_after",
     "pollers_silent",
 ]
@@ -231,13 +232,39 @@ def lost_health(h: ClusterHealth) -> bool:
     return h.health in _LOST
 
 
-def fenced_for_placement(summaries: Iterable[ClusterSummary], fenced: Iterable[str]) -> list[ClusterSummary]:
-    """The fenced clusters' summaries as level 1 should see them: lost (their own unreachable or
-    forbidden verdict, else unreachable), so a job's reason still counts them ("0/3 clusters are
-    available: ..., 1 credentials rejected") rather than leaving them out of the count."""
-    gone = set(fenced)
-    return [
-        s if s.health in _LOST else replace(s, health=Health.UNREACHABLE)
-        for s in summaries
-        if s.cluster in gone
-    ]
+# What a job's reason says of a cluster fenced after a loss that answers again: it is offered once the
+# attempts left there are deleted (fencing), not "unreachable".
+SWEEP_PENDING = "back from a loss: offered once its stale attempts are deleted"
+
+
+def fenced_for_placement(
+    summaries: Iterable[ClusterSummary], fenced: Mapping[str, str]
+) -> list[ClusterSummary]:
+    """The fenced clusters' summaries (cluster -> fence reason) as level 1 should see them, so a job's
+    reason still counts them rather than leaving them out of the count, and says what is true of them: a
+    drained one as drained, with the operator's reason ("1 drained by admin: maintenance"); a lost one
+    as lost while it is (its own unreachable or forbidden verdict: "1 credentials rejected"), and as
+    awaiting its sweep once it answers again (SWEEP_PENDING)."""
+    out = []
+    for s in summaries:
+        why = fenced.get(s.cluster)
+        if why is None:
+            continue
+        if is_drain(why):
+            out.append(replace(s, fence_reason=why))
+        elif s.health in _LOST:
+            out.append(s)
+        elif s.health in (Health.HEALTHY, Health.DEGRADED):
+            out.append(replace(s, fence_reason=SWEEP_PENDING))
+        else:
+            out.append(replace(s, health=Health.UNREACHABLE))
+    return out
+
+
+def placement_view(
+    offered: Iterable[ClusterSummary], fenced_summaries: Iterable[ClusterSummary], fenced: Mapping[str, str]
+) -> list[ClusterSummary]:
+    """The one fleet level 1 decides over, for the scheduler's pass and for explain alike: the offered
+    clusters, and the fenced ones counted as rejected (fenced_for_placement), so a job's reason and
+    explain's answer name the same clusters the same way."""
+    return [*(s for s in offered if s.cluster not in fenced), *fenced_for_placement(fenced_summaries, fenced)]

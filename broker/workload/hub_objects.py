@@ -16,6 +16,8 @@ Owns, purely:
                         (conditions, counters, startTime/completionTime; generic over kinds), or, with no
                         member object to read, terminal conditions for a job that ended
     refused_status      a hub object the broker refuses: a Failed condition whose message names the field
+    queued_message      the reason a held hub object's QUEUED_CONDITION gives (hub_status writes it while
+                        the job is queued, False once placed, replaced by the member's status)
 
 Times come in as RFC 3339 strings from the caller (no clock here).
 """
@@ -23,6 +25,7 @@ Times come in as RFC 3339 strings from the caller (no clock here).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +45,8 @@ __all__ = [
     "is_finished",
     "is_managed",
     "kind_of",
+    "queued_message",
+    "reason_shape",
     "ref_of",
     "refused_status",
     "submission_of",
@@ -54,6 +59,14 @@ STATE_ANNOTATION = "gpufed.io/state"  # QUEUED, PLACED, ... as GET /v1/jobs/{id}
 TENANT_ANNOTATION = "gpufed.io/tenant"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 REFUSED_REASON = "GpufedRefused"
+# The condition a hub object carries while gpufed holds its job (MultiKueue's users see their Workload's
+# QuotaReserved/Admitted; the hub object has no Workload beside it): True with the queue's reason as its
+# message while QUEUED, False once placed; the member's status replaces it when there is one to mirror.
+QUEUED_CONDITION = "gpufed.io/Queued"
+QUEUED_REASON = "WaitingForPlacement"
+PLACED_REASON = "Placed"
+SUSPENDED = "Suspended"  # a batch/v1 Job's own condition type (kubectl's STATUS column reads it)
+SUSPENDED_REASON = "GpufedQueued"
 # What the broker writes on a hub object: never part of what it submits.
 WRITTEN_BACK = (JOB_ANNOTATION, CLUSTER_ANNOTATION, STATE_ANNOTATION)
 
@@ -314,7 +327,7 @@ def hub_status(
         want = {k: copy.deepcopy(v) for k, v in member.items() if k != "uncountedTerminatedPods"}
         return want if want != have else None
     if state not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-        return None
+        return _held(kind, have, state, reason, now)
     want = dict(have)
     succeeded = state == "SUCCEEDED"
     cause = {"SUCCEEDED": "Completed", "FAILED": "GpufedFailed", "CANCELLED": "GpufedCancelled"}[state]
@@ -326,6 +339,65 @@ def hub_status(
         want.setdefault("startTime", now)
         want["completionTime"] = now
     return want
+
+
+def _held(
+    kind: WatchedKind, have: Mapping[str, Any], state: str, reason: str, now: str
+) -> dict[str, Any] | None:
+    """The status of a hub object whose job gpufed holds (no member object to mirror yet): the
+    QUEUED_CONDITION, True with the queue's reason while QUEUED, False once placed; None when it already
+    says so. Its lastTransitionTime moves only when its status does (a new reason is a new message). A
+    batch/v1 Job also gets the Job's own Suspended condition beside it (True while queued: no pods run
+    anywhere), the one `kubectl get jobs` reads, as it shows a Job Kueue holds: `Suspended`, not `Running`."""
+    queued = state == "QUEUED"
+    status = "True" if queued else "False"
+    message = reason or ("waiting for placement" if queued else state.lower())
+    old = next((c for c in _conditions(have) if c.get("type") == QUEUED_CONDITION), None)
+    if not queued and (old is None or old.get("status") != "True"):
+        return None  # never said queued, or said placed already: nothing to correct
+    if old is not None and (old.get("status"), old.get("message")) == (status, message):
+        return None
+    kinds = {QUEUED_CONDITION: QUEUED_REASON if queued else PLACED_REASON}
+    if kind == BATCH_JOB:
+        kinds[SUSPENDED] = SUSPENDED_REASON if queued else PLACED_REASON
+    mine = {c.get("type"): c for c in _conditions(have) if c.get("type") in kinds}
+    conditions = []
+    for ctype, why in kinds.items():
+        before = mine.get(ctype)
+        since = (
+            before.get("lastTransitionTime")
+            if before is not None and before.get("status") == status
+            else None
+        )
+        conditions.append(
+            {
+                "type": ctype,
+                "status": status,
+                "reason": why,
+                "message": message,
+                "lastProbeTime": now,
+                "lastTransitionTime": since or now,
+            }
+        )
+    want = dict(have)
+    want["conditions"] = [*(c for c in _conditions(have) if c.get("type") not in kinds), *conditions]
+    return want
+
+
+def reason_shape(message: str | None) -> str | None:
+    """A queue reason with its numbers left out: an Event is told when this changes, not when only a
+    count moves ("best: 6 on c1" -> "best: 7 on c1"), as an event recorder folds similar events."""
+    return None if message is None else re.sub(r"\d+(\.\d+)?", "#", message)
+
+
+def queued_message(status: Mapping[str, Any] | None) -> str | None:
+    """The message of a status's QUEUED_CONDITION when it is True (the job is held queued), else None."""
+    if not isinstance(status, Mapping):
+        return None
+    for c in _conditions(status):
+        if c.get("type") == QUEUED_CONDITION and c.get("status") == "True":
+            return str(c.get("message") or "")
+    return None
 
 
 def refused_status(

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import yaml
 from httpx_sse import connect_sse
 from kubernetes import client, config
@@ -413,3 +414,49 @@ def test_shell_completion_offers_the_brokers_job_names(broker_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "complete-me" in done.stdout.split()
+
+
+def test_a_finished_jobs_log_is_kept_after_its_job_is_removed_and_other_attempts_say_so(
+    sim: Simulation,  # noqa: F811
+    broker_url: str,  # noqa: F811
+    redis_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 45: once the member removed a finished Job (finishedJobTtlSeconds), `gpufed logs` said "has no
+    pods ... yet (SUCCEEDED)". The attempt's log is kept when it ends, and read back after."""
+    code, out, err = gpufed(
+        capsys, monkeypatch, "submit", "-f", "-", "--wait", "--timeout", "120", "-o", "json",
+        "--server", broker_url, stdin=_plain_job("ttl-gone", seconds=20),
+    )  # fmt: skip
+    assert code == 0, err
+    done = json.loads(out)
+    kept = redis.Redis.from_url(redis_url)
+    wait_for(  # kept by the status sync once it wrote the end (the member keeps the Job an hour)
+        lambda: kept.hexists(f"gpufed-skeleton:attempt-logs:{done['id']}", str(done["attempt"])),
+        timeout=30,
+        interval=0.2,
+        what="the attempt's log kept",
+    )
+    kept.close()
+    api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        str(sim.kubeconfig_path(done["cluster"])), persist_config=False
+    )
+    selector = f"gpufed.io/job-id={done['id']}"
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    for job in batch.list_namespaced_job("default", label_selector=selector).items:  # as its TTL would
+        batch.delete_namespaced_job(
+            str(present(job.metadata, "metadata").name), "default", propagation_policy="Background"
+        )
+    wait_for(
+        lambda: not core.list_namespaced_pod("default", label_selector=selector).items,
+        timeout=60,
+        interval=0.5,
+        what="its pods gone with the Job",
+    )
+    code, out, err = gpufed(capsys, monkeypatch, "logs", done["id"], "--server", broker_url)
+    assert code == 0, err
+    assert 'container "main" started (image ghcr.io/example/train:1.2)' in out
+    assert "exited with code 0" in out
+    code, _, err = gpufed(capsys, monkeypatch, "logs", done["id"], "--attempt", "7", "--server", broker_url)
+    assert code == 1 and f"no log of attempt 7 of job {done['id']} was kept" in err, err

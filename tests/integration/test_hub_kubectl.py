@@ -51,8 +51,8 @@ FLEET = {
 Kubectl = Callable[..., str]
 
 
-def hub_job(name: str, seconds: int, containers: int = 1) -> str:
-    """A batch/v1 Job as a user writes it for the hub: managedBy gpufed.io/broker, 1 GPU per pod."""
+def hub_job(name: str, seconds: int, containers: int = 1, gpus: int = 1) -> str:
+    """A batch/v1 Job as a user writes it for the hub: managedBy gpufed.io/broker, `gpus` GPUs per pod."""
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -68,7 +68,7 @@ def hub_job(name: str, seconds: int, containers: int = 1) -> str:
                         {
                             "name": f"c{i}",
                             "image": "ghcr.io/example/train:1.2",
-                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                            "resources": {"limits": {"nvidia.com/gpu": gpus}},
                         }
                         for i in range(containers)
                     ],
@@ -233,6 +233,45 @@ def test_a_refused_hub_job_says_why_on_the_hub(broker: Broker, kubectl: Kubectl)
     assert [e["reason"] for e in refused] == ["Refused"]
     assert "spec.template.spec.containers[1]" in refused[0]["message"]
     assert broker.jobs_named("two-containers") == []
+
+
+def test_a_hub_job_held_queued_says_why_in_a_condition_and_an_event(broker: Broker, kubectl: Kubectl) -> None:
+    """Issue 45: a hub Job gpufed holds queued showed `Running 0/1`, no condition and no event. Now it
+    carries gpufed.io/Queued (True, the queue's reason, as the REST view gives it) and a Normal Event
+    Queued with that reason, which `kubectl describe` lists."""
+    kubectl("apply", "-f", "-", stdin=hub_job("too-big", 5, gpus=16))  # one 8-GPU node: never fits
+    job_id = job_id_of(kubectl, "too-big")
+    expr = '{.status.conditions[?(@.type=="gpufed.io/Queued")].message}'
+    fits_nowhere = "0/1 clusters are available: 1 no node with 16 free H100-80GB"
+    wait_for(  # first "waiting for placement" (submitted), then the scheduling pass's diagnosis
+        lambda: jsonpath(kubectl, "too-big", expr).startswith(fits_nowhere),
+        timeout=60,
+        interval=0.5,
+        what="the Queued condition with the job's reason",
+    )
+    assert jsonpath(kubectl, "too-big", expr) == broker.job(job_id)["reason"]  # what the REST view says
+    assert (
+        jsonpath(kubectl, "too-big", '{.status.conditions[?(@.type=="gpufed.io/Queued")].status}') == "True"
+    )
+    assert broker.job(job_id)["state"] == "QUEUED"
+    [row] = kubectl("get", "job", "too-big", "-n", NS, "--no-headers").splitlines()
+    assert row.split()[1] == "Suspended", row  # was "Running 0/1"
+
+    def told() -> list[dict[str, Any]]:
+        events = json.loads(kubectl("get", "events", "-n", NS, "-o", "json"))["items"]
+        return [
+            e
+            for e in events
+            if e["involvedObject"]["name"] == "too-big"
+            and e["reason"] == "Queued"
+            and e["message"].startswith(fits_nowhere)
+        ]
+
+    wait_for(told, timeout=30, interval=0.5, what="the Queued event with the job's reason")
+    assert {e["type"] for e in told()} == {"Normal"}
+    assert "Queued" in kubectl("describe", "job", "too-big", "-n", NS)
+    kubectl("delete", "job", "too-big", "-n", NS)
+    wait_for(lambda: broker.job(job_id)["state"] == "CANCELLED", timeout=30, interval=0.5, what="its cancel")
 
 
 def test_deleting_a_hub_job_cancels_it_in_the_member(

@@ -164,7 +164,9 @@ def test_a_managed_hub_job_is_submitted_once_as_its_namespaces_tenant(store: Red
     assert record.idempotency_key == f"vision/{obj['metadata']['uid']}"
     notes = obj["metadata"]["annotations"]
     assert notes == {"gpufed.io/job-id": record.id, "gpufed.io/state": "QUEUED"}
-    assert obj["status"] == {}  # queued: nothing to mirror yet
+    # queued: nothing to mirror yet, but the hub object says why it waits (issue 45)
+    assert hub.queued_message(obj["status"]) == "waiting for placement"
+    assert port.events == [("train", "Normal", "Queued", "waiting for placement")]
     # a restart that lost the write-back (no job id on the hub object): the same job, not a second
     del obj["metadata"]["annotations"]
     again = hub_sync(service_over(store)[0], port)

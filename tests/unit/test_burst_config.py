@@ -39,6 +39,7 @@ from broker.core.errors import ConfigError
         ({"maxWaitSeconds": -5}, "settings.burst.maxWaitSeconds: Input should be greater than or equal to 0"),
         ({"maxWaitSeconds": "inf"}, "settings.burst.maxWaitSeconds: Input should be a finite number"),
         ({"bogus": 1}, "settings.burst.bogus: Extra inputs are not permitted"),
+        ({"simulationSpeed": 0}, "settings.burst.simulationSpeed: Input should be greater than 0"),
     ],
     ids=[
         "negative-budget",
@@ -49,6 +50,7 @@ from broker.core.errors import ConfigError
         "negative-wait",
         "infinite-wait",
         "unknown-field",
+        "simulation-speed",
     ],
 )
 def test_bad_burst_settings_name_the_field(burst: dict[str, Any], message: str) -> None:
@@ -92,3 +94,17 @@ def test_a_budget_is_soft_unless_it_says_hard() -> None:
             "fleet.yaml",
             Path("."),
         )
+
+
+def test_the_demo_tells_the_broker_its_simulations_speed(tmp_path: Path) -> None:
+    """gpufed demo runs kubesim at x20: its config says so, and predictions divide simulated
+    durationSeconds by it (broker.burst.wait_prediction), so they are wall-clock time (issue 45)."""
+    import yaml
+
+    from broker.app.demo import demo_settings, write_demo_config
+
+    kubeconfigs = {n: tmp_path / f"{n}.kubeconfig" for n in ("onprem-a", "onprem-b", "cloud-burst")}
+    path = write_demo_config(tmp_path, kubeconfigs, "redis://127.0.0.1:1/0", "p", demo_settings(20.0))
+    burst = yaml.safe_load(path.read_text())["settings"]["burst"]
+    assert BurstConfig.model_validate(burst).settings().simulation_speed == 20.0
+    assert BurstConfig().settings().simulation_speed == 1.0  # real clusters: durationSeconds is wall-clock

@@ -159,7 +159,50 @@ def test_the_member_status_is_mirrored_as_it_is_and_written_only_when_it_changed
     assert want == expected
     running = {"active": 2, "ready": 2, "startTime": "2026-12-02T10:00:05Z"}
     assert hub.hub_status(JOB, "RUNNING", "", running, running, "now") is None
-    assert hub.hub_status(JOB, "QUEUED", "waiting", None, {}, "now") is None  # nothing to say yet
+
+
+def test_a_held_hub_object_says_why_it_is_queued_and_then_that_it_was_placed() -> None:
+    """While gpufed holds the job queued, the hub object carries gpufed.io/Queued with the queue's reason
+    (issue 45: it showed nothing); a new reason is a new message, not a new transition; placed, it is False;
+    the member's status, once there is one, replaces it."""
+    reason = "0/1 clusters are available: 1 no node with 16 free H100-80GB (best: 8 on gpu-east)."
+    queued = hub.hub_status(JOB, "QUEUED", reason, None, {}, "T1")
+    assert queued is not None and hub.queued_message(queued) == reason
+    by_type = {c["type"]: c for c in queued["conditions"]}
+    c = by_type["gpufed.io/Queued"]
+    assert (c["status"], c["reason"], c["lastTransitionTime"]) == ("True", "WaitingForPlacement", "T1")
+    # a batch/v1 Job's own Suspended condition beside it: `kubectl get jobs` says Suspended, not Running
+    suspended = by_type["Suspended"]
+    assert (suspended["status"], suspended["reason"], suspended["message"]) == (
+        "True",
+        "GpufedQueued",
+        reason,
+    )
+    assert hub.hub_status(JOB, "QUEUED", reason, None, queued, "T2") is None  # said already
+    again = hub.hub_status(JOB, "QUEUED", "behind 1 job", None, queued, "T2")
+    assert again is not None and hub.queued_message(again) == "behind 1 job"
+    assert {c["lastTransitionTime"] for c in again["conditions"]} == {"T1"}
+    placed = hub.hub_status(JOB, "PLACED", "placed on gpu-east", None, again, "T3")
+    assert placed is not None and hub.queued_message(placed) is None
+    assert {(c["type"], c["status"], c["reason"]) for c in placed["conditions"]} == {
+        ("gpufed.io/Queued", "False", "Placed"),
+        ("Suspended", "False", "Placed"),
+    }
+    # an Event is told when the reason changes more than its numbers (hub_sync)
+    assert hub.reason_shape("1 no node with 8 free (best: 6 on c1)") == hub.reason_shape(
+        "1 no node with 8 free (best: 7 on c1)"
+    )
+    assert hub.reason_shape("1 drained by root: firmware") != hub.reason_shape("1 unreachable")
+    jobset = hub.kind_of("jobsets.jobset.x-k8s.io")
+    assert jobset is not None
+    held = hub.hub_status(jobset, "QUEUED", reason, None, {}, "T1")
+    assert held is not None and [c["type"] for c in held["conditions"]] == [
+        "gpufed.io/Queued"
+    ]  # no Suspended
+    assert hub.hub_status(JOB, "PLACED", "placed on gpu-east", None, placed, "T4") is None
+    assert hub.hub_status(JOB, "RUNNING", "", None, {"active": 1}, "T4") is None  # never said queued
+    running = {"active": 1}
+    assert hub.hub_status(JOB, "RUNNING", "", running, placed, "T5") == running  # the member's status
 
 
 def test_a_job_that_ended_without_a_member_object_gets_the_terminal_conditions() -> None:

@@ -192,3 +192,17 @@ def test_a_workload_kind_is_predicted_only_where_its_api_is_served() -> None:
     got = predict_queue([job], [], [with_ray, without], RunTimeModel(), NOW)["ray"]
     assert "b/H100-80GB" not in got.per_pool  # b has free GPUs but no KubeRay: no start there
     assert predict_queue([job], [], [without], RunTimeModel(), NOW)["ray"].start_at is None
+
+
+def test_simulated_durations_are_predicted_in_wall_clock_time() -> None:
+    """kubesim at x20 (gpufed demo): a job's durationSeconds is simulated time, 240 s of it pass in 12 s
+    of wall-clock time; the prediction beside wall-clock ages says 6 s, not the simulated 234 s."""
+    busy = running("r", "op", 8, started=NOW - 6, duration=240)
+    model = RunTimeModel(simulation_speed=20.0)
+    p = predict_queue([queued("a", 8, duration=60)], [busy], [pool("op", 8, 0)], model, NOW)["a"]
+    assert p.wait_seconds == 6
+    assert p.run is not None and p.run.seconds == 3
+    assert p.explain == (
+        "predicted on-prem start in 6 s on op (H100-80GB); expected run 3 s "
+        "(the job's durationSeconds, simulated at x20)"
+    )

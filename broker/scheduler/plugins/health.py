@@ -1,4 +1,5 @@
-"""Filter: the cluster is reachable and its summary is fresh (heartbeat within the staleness limit)."""
+"""Filter: the cluster is not fenced (drained, or not yet swept after a loss), is reachable, and its summary is fresh (heartbeat within the
+staleness limit)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class HealthFreshness:
         now: float,
         options: Sequence[RunOption],
     ) -> FilterResult:
+        if summary.fence_reason:  # drained (docs/migration.md), or back from a loss and not yet swept
+            return Status.unschedulable(summary.fence_reason)
         unhealthy = _UNHEALTHY.get(summary.health)
         if unhealthy is not None:
             return Status.unschedulable(unhealthy)
