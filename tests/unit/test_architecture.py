@@ -1,5 +1,8 @@
 """The architecture as the code has it: every broker module in a package of the layers contract, and no
-module in broker/ or adapters/ over 600 lines (docs/architecture.md draws both)."""
+module in broker/ or adapters/ over 800 lines (docs/architecture.md draws both).
+
+800 is a ceiling that warns of a module holding several concerns, not a size to aim under: a module is
+split by concern or not at all, never moved piecewise to stay under a count (issue 43)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_LINES = 600
+MAX_LINES = 800
 
 
 def _layers() -> list[str]:
@@ -32,7 +35,7 @@ def test_every_broker_module_belongs_to_a_package_of_the_layers_contract() -> No
 
 
 @pytest.mark.parametrize("folder", ["broker", "adapters"])
-def test_no_module_is_over_600_lines(folder: str) -> None:
+def test_no_module_is_over_800_lines(folder: str) -> None:
     long = {
         str(p.relative_to(ROOT)): n
         for p in sorted((ROOT / folder).rglob("*.py"))
