@@ -293,7 +293,9 @@ def running_broker(
         lambda: leader_service.traits,
         settings.redis_prefix,
         tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
-        queued=lambda: records.in_states((JobState.QUEUED,), ordered=False) if records.built else None,
+        queued=lambda: (
+            records.in_states((JobState.QUEUED, JobState.PENDING), ordered=False) if records.built else None
+        ),
         rebuilt=records.invalidate,
         pending=RecoveryGate(leader_store.client, settings.redis_prefix).set,
         lost=leader_store.fenced,  # a cluster declared lost no longer holds keys back ...

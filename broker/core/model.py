@@ -24,6 +24,7 @@ from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Any
 
+from broker.core.batch_fields import BatchFields
 from broker.core.k8s_names import OFFERED_DRA, mig_resource
 from broker.core.topology import CliqueCapacity, NvlinkClique
 
@@ -81,6 +82,7 @@ class JobState(StrEnum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     LOST = "LOST"  # QUEUED when the state store lost its data: no Job anywhere (broker.ha.recovery)
+    PENDING = "PENDING"  # not yet placeable: held, or waiting for its dependencies (docs/batch.md)
 
     @property
     def terminal(self) -> bool:
@@ -455,9 +457,9 @@ class JobRequest:
     # Set by the broker for one placement, never by a user: the clusters this job's attempts were
     # withdrawn from a short while ago (JobRecord.avoid; plugins/allowlist.py leaves them out).
     avoid_clusters: tuple[str, ...] = ()
-    # A workload kind (JobSet, TrainJob, PyTorchJob, RayJob): {apiVersion, kind, spec} as submitted, created
-    # as such in the member with level-2 hints (broker/workload/kinds); None: a batch/v1 Job
+    # A workload kind (JobSet, TrainJob, PyTorchJob, RayJob) {apiVersion, kind, spec} as submitted (kinds/)
     workload: Mapping[str, Any] | None = None
+    batch: BatchFields = field(default_factory=BatchFields)  # group, array, dependsOn (broker.core.batch)
 
     @property
     def wants_mig(self) -> bool:
@@ -580,13 +582,11 @@ class JobRecord:
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
     warnings: tuple[str, ...] = ()  # said at submit: never fits any cluster (scheduler.never_fit)
-    # docs/migration.md: the checkpoint reference the next attempt resumes from (GPUFED_RESUME_FROM), and
-    # the clusters a moved job's next attempt may go to (empty: the request's own `clusters`)
-    resume_from: str | None = None
-    move_to: tuple[str, ...] = ()
-    # (cluster, until): clusters an attempt was withdrawn from for member trouble (workload/member_trouble.py),
-    # not offered to this job again before `until` (epoch seconds)
+    resume_from: str | None = None  # the checkpoint the next attempt resumes from (docs/migration.md)
+    move_to: tuple[str, ...] = ()  # where a moved job's next attempt may go (empty: request's `clusters`)
+    # (cluster, until): clusters an attempt was withdrawn from for member trouble, not offered before `until`
     avoid: tuple[tuple[str, float], ...] = ()
+    held_by: str | None = None  # PENDING on hold: who holds it (`gpufed hold`), until released
 
 
 @dataclass(frozen=True)
