@@ -246,7 +246,9 @@ class StoreRecovery:
         assert self._queued_seen is not None
         jobs = [r for i, r in self._queued_seen.items() if r.state is JobState.PENDING and i not in recovered]
         if jobs:
-            self._store.restore_jobs([(r, None) for r in jobs])
+            now = self._clock.now()
+            why = "kept through a rebuild of the state store (it waits: no Job anywhere yet)"
+            self._store.restore_jobs([(r, JobEvent(r.id, now, r.state, r.attempt, why, None)) for r in jobs])
         return {r.id for r in jobs}
 
     def _keep_lost(self, jobs: list[JobRecord], report: RecoveryReport) -> None:
