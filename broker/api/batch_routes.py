@@ -8,6 +8,9 @@
     POST /v1/groups/{name}/priority   {priorityClass}: the members not placed yet reprioritised
     POST /v1/jobs/{id}/hold|release   a job not placed yet held (PENDING "held by X") or released
     POST /v1/groups/{name}/hold|release   the same for every member that can be
+    GET  /v1/tenants                  {items: [{tenant, weight, share, position, quota, used, borrowed, lent,
+                                      queued, running, pending}]} (broker.queue.tenant_view); a user sees
+                                      its own tenant only, viewers and admins every tenant
 
 A group belongs to a tenant: `?tenant=` names it for admins and viewers (default: the caller's own).
 Who may: reading as for jobs, writing as cancel (the job's tenant's users, admins). Owns the wire shapes
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
@@ -131,6 +134,12 @@ def add_batch_routes(
     def may_write(principal: Principal, tenant: str, what: str) -> None:
         if not principal.may_cancel(tenant):
             raise refuse(403, f"{principal.name} is a {principal.role}: it may not {what}")
+
+    @app.get("/v1/tenants")
+    def tenants(principal: Principal = who) -> dict[str, Any]:
+        """Each visible tenant's quota, use, borrowing, fair-share place and jobs (a user: its own)."""
+        rows = [asdict(f) for f in views.tenant_figures() if principal.may_read(f.tenant)]
+        return {"kind": "TenantList", "items": rows}
 
     @app.get("/v1/groups")
     def groups(principal: Principal = who, tenant: str | None = None) -> dict[str, Any]:

@@ -192,3 +192,33 @@ def groups(
 
 def live(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [j for j in jobs if j.get("state") not in TERMINAL]
+
+
+def _keys(d: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.items() if k != "*") or "-"
+
+
+@app.command()
+def tenants(
+    output: OutputOpt = Output.TABLE,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Tenants in fair-share order: quota, used, borrowed, lent, and their jobs (a user: its own tenant)."""
+    with connect(server, token, context) as api:
+        body = api.call("GET", "/v1/tenants")
+
+    def table(wide: bool) -> str:
+        rows = []
+        for t in body["items"]:
+            used = {k: f"{v}/{t['quota'][k]}" if k in t["quota"] else str(v) for k, v in t["used"].items()}
+            row = [t["tenant"], str(t["position"]), f"{t['share']:.2f}", _keys(used), _keys(t["borrowed"])]
+            row += [_keys(t["lent"]), _keys(t["running"]), _keys(t["queued"]), str(t["pending"])]
+            if wide:
+                row += [_keys(t["quota"]), f"{t['weight']:g}"]
+            rows.append(row)
+        headers = ["TENANT", "#", "SHARE", "USED/QUOTA", "BORROWED", "LENT", "RUNNING", "QUEUED", "PENDING"]
+        return columns([*headers, *(["QUOTA", "WEIGHT"] if wide else [])], rows) if rows else "No tenants."
+
+    emit(body, output, table)

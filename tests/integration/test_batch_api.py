@@ -45,6 +45,10 @@ def service(store: RedisStateStore) -> BrokerService:
 
 @pytest.fixture
 def api(service: BrokerService, tmp_path: Path) -> Api:
+    return _api(service, tmp_path)
+
+
+def _api(service: BrokerService, tmp_path: Path) -> Api:
     """alice (ml-research) and bob (vision) are users, root an admin, watcher a viewer."""
     people = [("alice", "ml-research", "user"), ("bob", "vision", "user"), ("root", "ops", "admin")]
     people.append(("watcher", "ops", "viewer"))
@@ -196,3 +200,44 @@ def test_dry_run_answers_what_submit_would_and_stores_nothing(api: Api, service:
     r = api.call("alice", "POST", "/v1/jobs?dryRun=Some", json={"name": "p", "gpus": 1})
     assert r.status_code == 422 and "dryRun" in r.text
     assert service.store.list_jobs() == []
+
+
+def test_tenants_show_the_quota_ledger_with_borrowing_and_a_user_sees_only_itself(
+    store: RedisStateStore, tmp_path: Path
+) -> None:
+    policy = queueing.QueuePolicy(
+        tenants={
+            "ml-research": queueing.TenantPolicy(quotas={"H100-80GB": 8}),
+            "vision": queueing.TenantPolicy(quotas={"H100-80GB": 16}, weight=2),
+        }
+    )
+    service = BrokerService(
+        store,
+        RecordingGateway(),
+        ManualClock(),
+        {"c1": ClusterTraits("c1")},
+        settings=ServiceSettings(queue=policy),
+    )
+    store.put_summary(h100_cluster("c1", 3))  # 24 idle H100s
+    api = _api(service, tmp_path)
+    for name in ("r1", "r2"):  # the second is over ml-research's quota: it borrows vision's idle share
+        api.submit("alice", name, gpus=8, gpuProducts=["H100-80GB"])
+    service.schedule_once()
+    queued = api.submit("alice", "r3", gpus=8, gpuProducts=["H100-80GB"])
+    held = api.submit("alice", "r4", gpus=1)
+    api.call("alice", "POST", f"/v1/jobs/{held['id']}/hold")
+
+    ledger = queueing.usage_of(store.list_jobs([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING]))
+    mine = api.call("alice", "GET", "/v1/tenants").json()["items"]
+    assert [t["tenant"] for t in mine] == ["ml-research"]  # a user sees only its own tenant
+    (ml,) = mine
+    assert ml["used"] == dict(ledger["ml-research"]) == {"H100-80GB": 16, "*": 16}
+    assert ml["quota"] == {"H100-80GB": 8} and ml["borrowed"] == {"H100-80GB": 8}
+    assert ml["running"] == {"H100-80GB": 2} and ml["queued"] == {"H100-80GB": 1} and ml["pending"] == 1
+    assert queued["state"] == "QUEUED"
+
+    every = {t["tenant"]: t for t in api.call("watcher", "GET", "/v1/tenants").json()["items"]}
+    assert set(every) == {"ml-research", "vision"}
+    assert every["vision"]["lent"] == {"H100-80GB": 8} and every["vision"]["used"] == {}
+    assert every["vision"]["position"] == 1 and every["ml-research"]["position"] == 2  # fair-share order
+    assert every["ml-research"]["share"] == round(16 / 24, 6)
