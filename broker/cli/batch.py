@@ -79,16 +79,13 @@ def dry_run_text(body: dict[str, Any], wide: bool) -> str:
     explained = body.get("explain")
     if explained is None:
         return text
-    where = explained.get("cluster")
-    if where:
+    if explained.get("placed"):
+        where = explained["placement"]
         price = explained.get("pricePerHour")
         cost = f", {price:.2f}/h" if isinstance(price, int | float) else ""
-        text += (
-            f"\ndry run: would be placed on {where} ({explained.get('product')}){cost}; nothing was created"
-        )
+        text += f"\ndry run: would be placed on {where['cluster']} ({where['product']}){cost}; nothing was created"
     else:
-        text += f"\ndry run: {explained.get('reason') or explained.get('message') or 'fits nowhere now'}"
-        text += "; nothing was created"
+        text += f"\ndry run: {explained.get('message') or 'fits nowhere now'}; nothing was created"
     return text
 
 
@@ -99,7 +96,8 @@ def select_jobs(
     ways = sum(bool(x) for x in (refs, selector, group, every))
     if ways != 1:
         raise CliError(
-            "name jobs by ids or names, or -l SELECTOR, --group NAME or --all (one of them)", EXIT_USAGE
+            "Missing argument: JOB ids or names, or -l SELECTOR, --group NAME or --all (one of them)",
+            EXIT_USAGE,
         )
     if refs:
         return [api.resolve_job(r) for r in refs]
@@ -194,7 +192,7 @@ def live(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [j for j in jobs if j.get("state") not in TERMINAL]
 
 
-def _keys(d: dict[str, int]) -> str:
+def _keys(d: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items() if k != "*") or "-"
 
 

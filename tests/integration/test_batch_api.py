@@ -137,7 +137,9 @@ def test_a_dependent_waits_pending_runs_after_success_and_fails_when_never_met(
     assert service.get(b["id"]).state is JobState.QUEUED
     failed = service.get(c["id"])
     assert failed.state is JobState.FAILED and "dependency failed" in failed.reason, failed.reason
-    assert not [x for x in service.gateway.created if c["id"] in x.name]  # C never ran
+    gateway = service.gateway
+    assert isinstance(gateway, RecordingGateway)
+    assert not [x for x in gateway.created if c["id"] in x.name]  # C never ran
 
 
 def test_a_cycle_and_an_unknown_dependency_are_refused_naming_the_field(api: Api) -> None:

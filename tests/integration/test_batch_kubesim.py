@@ -4,6 +4,9 @@ over kubesim's demo fleet on real HTTPS, real Redis and Ray; member Jobs read ba
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,7 +79,7 @@ def test_an_array_of_8_with_parallelism_2_never_runs_more_than_2_and_each_sees_i
         nonlocal most
         counts = _call(broker, "GET", "/v1/groups/hp")["counts"]
         most = max(most, sum(counts.get(s, 0) for s in LIVE))
-        return counts.get("SUCCEEDED", 0) == 8
+        return bool(counts.get("SUCCEEDED", 0) == 8)
 
     wait_for(all_done, timeout=180, interval=0.05, what="the array's 8 members to succeed")
     assert 1 <= most <= 2, most
@@ -157,3 +160,26 @@ def test_b_runs_only_after_a_succeeds_and_c_after_a_failed_job_fails_without_run
     failed = _call(broker, "GET", f"/v1/jobs/{c['id']}")
     assert failed["reason"].startswith("dependency failed: job") and "ended FAILED" in failed["reason"]
     assert failed["cluster"] is None and _member_envs(sim, c["id"]) == []  # never ran
+
+
+def test_the_client_example_submits_waits_and_reads_logs(broker: DemoBroker, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFED_")}
+    env["GPUFED_URL"] = broker.url
+    env["GPUFED_TOKEN"] = broker.auth["Authorization"].removeprefix("Bearer ")
+    env["GPUFED_CONFIG"] = os.devnull
+    run = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "client_quickstart.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("dry run: onprem-") or lines[0].startswith("dry run: cloud"), lines
+    assert any(line.startswith("ended SUCCEEDED on ") for line in lines), lines
+    assert any(line.startswith("log: ") and "exited with code 0" in line for line in lines), lines
+    assert lines[-1] == "sweep {'SUCCEEDED': 3}", lines
+    assert len([j for j in _call(broker, "GET", "/v1/jobs")["items"] if j["name"] == "quickstart-train"]) == 1
