@@ -25,6 +25,8 @@ from tests.service_doubles import ManualClock, RecordingGateway
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def store(redis_url: str) -> Iterator[RedisStateStore]:
@@ -243,3 +245,17 @@ def test_tenants_show_the_quota_ledger_with_borrowing_and_a_user_sees_only_itsel
     assert every["vision"]["lent"] == {"H100-80GB": 8} and every["vision"]["used"] == {}
     assert every["vision"]["position"] == 1 and every["ml-research"]["position"] == 2  # fair-share order
     assert every["ml-research"]["share"] == round(16 / 24, 6)
+
+
+def test_a_kubernetes_job_and_a_jobset_join_a_group_by_their_label(api: Api) -> None:
+    for example in ("job.yaml", "jobset.yaml"):
+        doc = yaml.safe_load((REPO / "examples" / example).read_text())
+        doc["metadata"].setdefault("labels", {})["gpufed.io/group"] = "kinds"
+        r = api.call("alice", "POST", "/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        assert r.json()["group"] == "kinds"
+    assert api.call("alice", "GET", "/v1/groups/kinds").json()["total"] == 2
+    doc["metadata"]["labels"]["gpufed.io/group"] = "Not_A_Label"
+    doc["metadata"]["name"] = "other"
+    r = api.call("alice", "POST", "/v1/jobs", json=doc)
+    assert r.status_code == 422 and "gpufed.io/group" in r.text
