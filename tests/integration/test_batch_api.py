@@ -194,6 +194,10 @@ def test_dry_run_answers_what_submit_would_and_stores_nothing(api: Api, service:
     assert body["explain"]["clusters"][0]["cluster"] == "c1"
     assert api.call("alice", "GET", "/v1/jobs").json()["items"] == []
     assert service.store.list_jobs() == []
+    service.release_dependents()
+    service.schedule_once()
+    gateway = service.gateway
+    assert isinstance(gateway, RecordingGateway) and gateway.created == []  # no member object either
     r = api.call(
         "alice",
         "POST",
@@ -259,3 +263,15 @@ def test_a_kubernetes_job_and_a_jobset_join_a_group_by_their_label(api: Api) -> 
     doc["metadata"]["name"] = "other"
     r = api.call("alice", "POST", "/v1/jobs", json=doc)
     assert r.status_code == 422 and "gpufed.io/group" in r.text
+
+
+def test_a_group_is_reprioritised_where_not_placed_yet(api: Api, service: BrokerService) -> None:
+    placed = api.submit("alice", "p0", group="ranked", gpus=8)
+    service.schedule_once()
+    waiting = api.submit("alice", "p1", group="ranked", gpus=8)
+    r = api.call("alice", "POST", "/v1/groups/ranked/priority", json={"priorityClass": "high"})
+    assert r.status_code == 200 and r.json()["changed"] == [waiting["id"]]
+    assert service.get(waiting["id"]).request.priority_class == "high"
+    assert service.get(placed["id"]).request.priority_class is None  # placed: it keeps its own
+    r = api.call("alice", "POST", "/v1/groups/ranked/priority", json={"priorityClass": "nope"})
+    assert r.status_code == 422 and "priorityClass" in r.text
