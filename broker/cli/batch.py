@@ -11,6 +11,8 @@ Owns
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -186,6 +188,23 @@ def groups(
         return columns(["GROUP", "TENANT", "JOBS", "STATES"], rows) if rows else "No groups."
 
     emit(body, output, table)
+
+
+def watch_group(api: Api, group: str, show: Callable[[dict[str, Any]], None], interval: float = 2.0) -> None:
+    """Each member of the group when its state changes (polled), until all have ended; exit 1 if one
+    did not succeed."""
+    seen: dict[str, str] = {}
+    while True:
+        items = api.call("GET", f"/v1/groups/{group}")["items"]
+        for j in items:
+            if seen.get(j["id"]) != j["state"]:
+                seen[j["id"]] = j["state"]
+                show(j)
+        if all(j["state"] in TERMINAL for j in items):
+            if any(j["state"] != "SUCCEEDED" for j in items):
+                raise typer.Exit(1)
+            return
+        time.sleep(interval)
 
 
 def live(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import httpx
 import typer
 from httpx_sse import EventSource, SSEError
 
-from broker.cli.batch import AllOpt, GroupOpt, Selector, YesOpt, confirm, live, select_jobs
+from broker.cli.batch import AllOpt, GroupOpt, Selector, YesOpt, confirm, live, select_jobs, watch_group
 from broker.cli.client import DEFAULT_CHUNK_SIZE, EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
 from broker.cli.common import (
     TERMINAL,
@@ -136,6 +136,7 @@ def watch(
     job: Annotated[
         str | None, typer.Argument(help="job id or name; none: every job", autocompletion=complete_jobs)
     ] = None,
+    group: GroupOpt = None,
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -143,7 +144,12 @@ def watch(
 ) -> None:
     """Stream job transitions as they happen (server-sent events). With JOB: its history first, and the
     stream ends with the job (exit 1 if it did not succeed). A broken stream (a broker restarting, a
-    failover) is resumed from the last event seen (Last-Event-ID), up to RESUME_ATTEMPTS times in a row."""
+    failover) is resumed from the last event seen (Last-Event-ID), up to RESUME_ATTEMPTS times in a row.
+    With --group: each member's changes of state, until every member has ended (exit 1 if one failed)."""
+    if group is not None:
+        with connect(server, token, context) as api:
+            watch_group(api, group, lambda j: out("  ".join(job_rows([j], True).splitlines()[1].split())))
+        return
     api = connect(server, token, context)
     last_state: str | None = None
     last_id: str | None = None

@@ -105,6 +105,8 @@ def test_an_array_a_dependency_and_several_jobs_at_once(cli: Any, service: Broke
     code, out, _ = cli("cancel", "--all", "--yes")
     assert code == 0 and out.count("CANCELLED") == 3  # the live ones only
     assert {str(r.state) for r in service.store.list_jobs()} == {"CANCELLED"}
+    code, out, _ = cli("watch", "--group", "sweep")  # every member has ended: each said once, exit 1
+    assert code == 1 and out.count("CANCELLED") == 4 and out.count("sweep-") == 4
 
 
 def test_dry_run_hold_release_and_tenants(cli: Any, service: BrokerService) -> None:
