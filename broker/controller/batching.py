@@ -29,6 +29,7 @@ from broker.core import batch
 from broker.core.errors import Conflict, InvalidRequest, NotFound
 from broker.core.job_list import MAX_LIMIT, JobQuery
 from broker.core.model import JobRecord, JobState
+from broker.core.ports import StateStore
 
 __all__ = ["Batching", "tenant_jobs"]
 
@@ -38,12 +39,12 @@ _LIVE = (JobState.PENDING, JobState.QUEUED, JobState.PLACED, JobState.ADMITTED, 
 _HOLDABLE = (JobState.QUEUED, JobState.PENDING)
 
 
-def tenant_jobs(store: object, tenant: str) -> list[JobRecord]:
+def tenant_jobs(store: StateStore, tenant: str) -> list[JobRecord]:
     """Every job of a tenant, oldest first (the store's tenant index, page by page)."""
     out: list[JobRecord] = []
     after: str | None = None
     while True:
-        page = store.page_jobs(JobQuery(tenant=tenant, limit=MAX_LIMIT), after)  # type: ignore[attr-defined]
+        page = store.page_jobs(JobQuery(tenant=tenant, limit=MAX_LIMIT), after)
         out.extend(page.items)
         after = page.next_after
         if after is None:
