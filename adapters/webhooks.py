@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 import httpx
 import redis
+from prometheus_client import Counter
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from broker.core import notify
@@ -35,6 +36,12 @@ from broker.core.ports import StateStore
 __all__ = ["WebhookNotifier"]
 
 log = logging.getLogger(__name__)
+
+deliveries = Counter(
+    "gpufed_webhook_deliveries",
+    "Webhook deliveries of job transitions that ended, by outcome (delivered, failed, refused)",
+    ["outcome"],
+)
 
 _SEEN_TTL_SECONDS = 7 * 86400
 
@@ -196,15 +203,19 @@ class WebhookNotifier:
                     status = self._post(item["url"], body, secret, delivery_id)
             outcome = f"delivered to {item['url']} (HTTP {status}, {tries} tr{'y' if tries == 1 else 'ies'})"
             self.delivered += 1
+            deliveries.labels("delivered").inc()
         except RetryError as e:
             outcome = f"failed to {item['url']} after {tries} tries: {e.last_attempt.exception()}"
             self.failed += 1
+            deliveries.labels("failed").inc()
         except httpx.HTTPError as e:
             outcome = f"failed to {item['url']}: {e}"
             self.failed += 1
+            deliveries.labels("failed").inc()
         except _Refused as e:
             outcome = f"refused by {item['url']}: {e}"
             self.failed += 1
+            deliveries.labels("refused").inc()
         b = item["body"]
         why = f"{notify.DELIVERY_PREFIX}{b['state']} {outcome}"
         self._store.append_event(
