@@ -128,14 +128,9 @@ class Batching(ControllerBase):
             verdict = batch.dependency_verdict(record.request.batch.depends_on, states, members)
             try:
                 if verdict is None:
-                    changed.append(
-                        self._transition(
-                            record,
-                            JobState.QUEUED,
-                            "dependencies met: waiting for placement",
-                            JobState.PENDING,
-                        )
-                    )
+                    why = "dependencies met: " if record.request.batch.depends_on else ""
+                    queued = f"{why}waiting for placement"
+                    changed.append(self._transition(record, JobState.QUEUED, queued, JobState.PENDING))
                     self.work.wake()
                 elif isinstance(verdict, batch.Never):
                     changed.append(
