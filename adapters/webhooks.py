@@ -90,39 +90,42 @@ class WebhookNotifier:
     def start(self) -> None:
         if self._threads:
             return
-        self._stop.clear()
+        self._stop = stop = threading.Event()  # its own: threads of an earlier start never wake again
         self._queue = queue.Queue(maxsize=self._queue.maxsize)
         names = [("gpufed-notify-follow", self._follow)]
         names += [(f"gpufed-notify-{i}", self._work) for i in range(self._workers)]
         for name, target in names:
-            t = threading.Thread(target=target, name=name, daemon=True)
+            t = threading.Thread(target=target, args=(stop, self._queue), name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 1.0) -> None:
+        """Stop following and sending; waits at most `wait` seconds in all (a worker in the middle of a
+        slow POST finishes it on its own: at least once allows it, and a deposed leader must not wait)."""
         self._stop.set()
+        deadline = time.monotonic() + wait
         for t in self._threads:
-            t.join(timeout=self._timeout + 2)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads = []
 
     # ------------------------------------------------------------------ the follower
 
-    def _follow(self) -> None:
+    def _follow(self, stop: threading.Event, work: queue.Queue[str]) -> None:
         requeue_at = 0.0
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 if time.monotonic() >= requeue_at:  # what waits in Redis (a restart, a full queue)
-                    self._offer_pending()
+                    self._offer_pending(work)
                     requeue_at = time.monotonic() + 5.0
-                self._follow_once()
+                self._follow_once(work)
             except (StoreError, redis.RedisError) as e:
                 log.warning("notifications: the store does not answer (%s); trying again", e)
-                self._stop.wait(1.0)
+                stop.wait(1.0)
             except Exception:
                 log.exception("notifications: following the event stream failed; trying again")
-                self._stop.wait(1.0)
+                stop.wait(1.0)
 
-    def _follow_once(self) -> None:
+    def _follow_once(self, work: queue.Queue[str]) -> None:
         cursor_raw = self._r.get(self._k("cursor"))
         if cursor_raw is None:  # first start: from now on, not the whole history
             cursor = self._store.last_event_id()
@@ -134,11 +137,13 @@ class WebhookNotifier:
             return
         tenants = self._tenants()
         for event_id, event in events:
-            self._accept(event, tenants)
+            self._accept(event, tenants, work)
             cursor = event_id
         self._r.set(self._k("cursor"), cursor)
 
-    def _accept(self, event: JobEvent, tenants: Mapping[str, notify.TenantNotify]) -> None:
+    def _accept(
+        self, event: JobEvent, tenants: Mapping[str, notify.TenantNotify], work: queue.Queue[str]
+    ) -> None:
         if event.reason.startswith(notify.DELIVERY_PREFIX):
             return
         record = self._store.get_job(event.job_id)
@@ -151,27 +156,27 @@ class WebhookNotifier:
             item = {"url": url, "body": notify.payload(record, event), "tenant": record.request.tenant}
             self._r.hset(self._k("pending"), delivery_id, json.dumps(item))
             try:
-                self._queue.put_nowait(delivery_id)
+                work.put_nowait(delivery_id)
             except queue.Full:
                 log.warning("notifications: queue full; %s waits in the store", delivery_id)
 
-    def _offer_pending(self) -> None:
-        queued = set(self._queue.queue)
+    def _offer_pending(self, work: queue.Queue[str]) -> None:
+        queued = set(work.queue)
         for raw in self._r.hkeys(self._k("pending")):
             delivery_id = raw.decode() if isinstance(raw, bytes) else str(raw)
             if delivery_id in queued:
                 continue
             try:
-                self._queue.put_nowait(delivery_id)
+                work.put_nowait(delivery_id)
             except queue.Full:
                 return
 
     # ------------------------------------------------------------------ the workers
 
-    def _work(self) -> None:
-        while not self._stop.is_set():
+    def _work(self, stop: threading.Event, work: queue.Queue[str]) -> None:
+        while not stop.is_set():
             try:
-                delivery_id = self._queue.get(timeout=0.5)
+                delivery_id = work.get(timeout=0.5)
             except queue.Empty:
                 continue
             try:
