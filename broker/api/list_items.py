@@ -74,6 +74,7 @@ def view_of_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
         p = {**_PLACEMENT, **p}
     need = req["mig_need"]
     tp = d["trace_parent"]
+    batch = req["batch"] if isinstance(req["batch"], dict) else {}  # docs/batch.md (absent: older brokers)
     trace: list[str] = tp.split("-") if tp else []
     return {
         "id": d["id"],
@@ -124,6 +125,11 @@ def view_of_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
         "warnings": d["warnings"],
         "source": req["source"] or None,
         "resumeFrom": d["resume_from"],
+        "group": batch.get("group") or None,
+        "dependsOn": [
+            {x["kind"]: x["ref"], "when": x.get("when", "succeeded")} for x in batch.get("depends_on", ())
+        ],
+        "heldBy": d["held_by"],
     }
 
 

@@ -102,6 +102,9 @@ def job_view(r: JobRecord) -> dict[str, Any]:
         "warnings": list(r.warnings),
         "source": req.source or None,
         "resumeFrom": r.resume_from,
+        "group": req.batch.group or None,  # docs/batch.md
+        "dependsOn": [{d.kind: d.ref, "when": str(d.when)} for d in req.batch.depends_on],
+        "heldBy": r.held_by,
     }
 
 

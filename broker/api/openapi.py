@@ -161,6 +161,10 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
                 responses.setdefault("404", _json(_ref("Error"), "no such job (or another tenant's)"))
             if path.startswith("/v1/clusters/{name}"):
                 responses.setdefault("404", _json(_ref("Error"), "no such member cluster"))
+            if path.startswith("/v1/groups/{name}"):  # broker.api.batch_routes
+                responses.setdefault("404", _json(_ref("Error"), "no such group (or another tenant's)"))
+            if path.endswith("/hold") or path.endswith("/release"):
+                responses.setdefault("409", _json(_ref("Error"), "placed already, or not held"))
             if path.endswith("/migrate") or path.endswith("/drain"):  # broker.api.moves
                 responses.setdefault("409", _json(_ref("Error"), "it cannot move now: the reason"))
             if method in ("post", "put", "patch"):
@@ -173,7 +177,9 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
             "application/json": {"schema": _SUBMISSION},
             "application/yaml": {"schema": _SUBMISSION},
         }
-        submit["responses"]["201"] = _json(_ref("JobView"), "the job was accepted")
+        submit["responses"]["201"] = _json(
+            _ref("JobView"), "the job was accepted (an array: {kind: JobList, group, items}, docs/batch.md)"
+        )
         submit["responses"]["200"] = _json(_ref("JobView"), "the Idempotency-Key names a job already")
         submit["responses"]["409"] = _json(_ref("Error"), "a live job of this tenant has this name")
     explain = paths.get("/v1/explain", {}).get("post")

@@ -64,6 +64,8 @@ from broker.api import openapi as api_openapi
 from broker.api import validation_text
 from broker.api.audit import AuditMiddleware, add_audit_routes, note
 from broker.api.audit_writer import AuditWriter
+from broker.api.batch_routes import add_batch_routes, submit_batch
+from broker.api.batch_schemas import with_object_group
 from broker.api.burst import prediction_view, spend_view
 from broker.api.credentials import Credentials
 from broker.api.follow import add_follow_routes
@@ -90,7 +92,7 @@ from broker.core.errors import (
     StoreError,
     TooLarge,
 )
-from broker.core.model import JobRecord
+from broker.core.model import JobEvent, JobRecord
 from broker.core.ports import Clock, JobLister, PodLogs
 from broker.queue import explain_text
 from broker.tenancy.audit import AuditLog
@@ -283,6 +285,9 @@ def create_app(
     # snapshot would re-read every live reservation during a burst (broker.cache.observed_fleet)
     warnings = SubmitWarnings(fleet_views.observed.current, clock)
 
+    async def store_one(prepared: tuple[JobRecord, JobEvent]) -> tuple[JobRecord, bool]:
+        return await batcher.submit(await warnings.with_warnings(prepared))
+
     def visible(principal: Principal, job_id: str) -> JobRecord:
         """The job, if this caller may see it; another tenant's job does not exist for a user."""
         record = service.get(job_id)
@@ -375,7 +380,7 @@ def create_app(
         # Checked on the event loop; stored by the group commit with the submits that come meanwhile.
         if not principal.can_submit:
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
-        job_request = kinds.with_workload(body, spec.to_request())
+        job_request = with_object_group(body, kinds.with_workload(body, spec.to_request()))
         if "tenant" not in spec.model_fields_set or principal.role is not Role.ADMIN:
             # The tenant is the token's; a user naming another tenant is refused, not silently moved.
             if "tenant" in spec.model_fields_set and spec.tenant != principal.tenant:
@@ -384,6 +389,8 @@ def create_app(
                 )
             job_request = replace(job_request, tenant=principal.tenant)
         note(request, tenant=job_request.tenant)
+        if job_request.batch.array_count is not None or "dryRun" in request.query_params:  # docs/batch.md
+            return await submit_batch(request, service, fleet_views, store_one, job_request, idempotency_key)
         try:
             prepared = service.prepare_submit(job_request, idempotency_key)
         except InvalidRequest as e:  # a plain Job's refusal names the Job's field (its annotation), not ours
@@ -418,6 +425,7 @@ def create_app(
     add_follow_routes(app, service, logs, reader=tenant_filter)
     add_audit_routes(app, audit_log, _caller, AuthError)
     add_move_routes(app, service, _caller, AuthError)  # migrate, drain, undrain (docs/migration.md)
+    add_batch_routes(app, service, fleet_views, _caller, AuthError)  # groups, hold, release (docs/batch.md)
 
     @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
     def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from broker.api.batch_schemas import GROUP_PATTERN, ArraySpec, DependencySpec, NotifySpec, batch_fields
 from broker.capacity.node_detail import NodeDetail
 from broker.core.model import (
     ClusterSummary,
@@ -144,6 +145,11 @@ class JobSpec(_Wire):
     pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, alias="podAnnotations", max_length=64
     )
+    # docs/batch.md: its group, an array of it, what it waits for, whom to tell (broker.api.batch_schemas)
+    group: str | None = Field(default=None, pattern=GROUP_PATTERN)
+    array: ArraySpec | None = None
+    depends_on: list[DependencySpec] = Field(default_factory=list, alias="dependsOn", max_length=64)
+    notify: NotifySpec | None = None
 
     @field_validator("pod_annotations")
     @classmethod
@@ -219,6 +225,7 @@ class JobSpec(_Wire):
             nvlink_clique=NvlinkClique(
                 self.topology.nvlink_clique if self.topology and self.topology.nvlink_clique else "none"
             ),
+            batch=batch_fields(self.group, self.array, self.depends_on, self.notify, self.name),
         )
 
 
@@ -268,6 +275,9 @@ class JobView(_Wire):
     source: str | None = None  # a hub object's "hub:jobs.batch/<ns>/<name>" (docs/hub.md)
     # the checkpoint the next attempt resumes from (GPUFED_RESUME_FROM, docs/migration.md)
     resume_from: str | None = Field(default=None, alias="resumeFrom")
+    group: str | None = None  # docs/batch.md
+    depends_on: list[dict[str, str]] = Field(default_factory=list, alias="dependsOn")
+    held_by: str | None = Field(default=None, alias="heldBy")
 
     @classmethod
     def of(cls, r: JobRecord) -> JobView:
@@ -276,6 +286,9 @@ class JobView(_Wire):
             id=r.id,
             name=req.name,
             tenant=req.tenant,
+            group=req.batch.group or None,
+            depends_on=[{d.kind: d.ref, "when": str(d.when)} for d in req.batch.depends_on],
+            held_by=r.held_by,
             state=str(r.state),
             reason=r.reason,
             warnings=list(r.warnings),

@@ -34,6 +34,7 @@ from broker.core.ports import Clock, StateStore
 from broker.health import failover
 from broker.health.failover import ClusterHealth
 from broker.queue import queueing
+from broker.queue.tenant_view import TenantFigures, tenant_figures
 from broker.scheduler import placement
 
 __all__ = ["FleetViews"]
@@ -119,6 +120,12 @@ class FleetViews:
 
     def _active(self) -> list[JobRecord]:
         return self._store.list_jobs(_ACTIVE)
+
+    def tenant_figures(self) -> list[TenantFigures]:
+        """Each tenant's quota, use, borrowing and jobs, from the ledger the scheduling pass charges."""
+        capacity, _ = queueing.fleet_capacity(self.snapshots.current().placeable)
+        pending = self._store.list_jobs([JobState.PENDING])
+        return tenant_figures(self._active(), self._queued(), pending, self._queue_policy(), capacity)
 
     def _plan(self, queued: list[JobRecord], fleet: FleetSnapshot) -> list[queueing.Slot]:
         """queueing.plan over the snapshot; the placed jobs are read only when shares or quotas need

@@ -58,6 +58,7 @@ from broker.app.api_workers import ApiProcessArgs, ApiWorkers, listening_socket
 from broker.app.auth import AuthRuntime, token_table, with_tokens_file
 from broker.app.hub_wiring import HubRuntime, start_hub
 from broker.app.members import FleetMembers, followed_namespace, start_cluster_profiles, start_config_reload
+from broker.app.notifications import build_notifier
 from broker.burst.gate import BurstGate
 from broker.config.reload import ConfigWatcher
 from broker.config.settings import FleetConfig, load_fleet_config
@@ -293,7 +294,9 @@ def running_broker(
         lambda: leader_service.traits,
         settings.redis_prefix,
         tenants=settings.tenants,  # their namespaces are listed too (docs/tenancy.md)
-        queued=lambda: records.in_states((JobState.QUEUED,), ordered=False) if records.built else None,
+        queued=lambda: (
+            records.in_states((JobState.QUEUED, JobState.PENDING), ordered=False) if records.built else None
+        ),
         rebuilt=records.invalidate,
         pending=RecoveryGate(leader_store.client, settings.redis_prefix).set,
         lost=leader_store.fenced,  # a cluster declared lost no longer holds keys back ...
@@ -305,6 +308,7 @@ def running_broker(
         ).reconcile,
     )
     feed = ChangeFeed(leader_store, records, leader_service.work)  # wakes the loop on others' writes
+    notifier = build_notifier(cfg, leader_store)  # webhooks of job transitions, the leader's (docs/batch.md)
     telemetry.configure_tracing()  # exporters per OTEL_TRACES_EXPORTER (none when unset)
     pollers = poller_fleet(cfg, holder)
     ring = HashRing(pollers.shard_names)
@@ -329,6 +333,7 @@ def running_broker(
         finally:
             loop.start()
             feed.start()
+            notifier.start()
             if isinstance(pollers, SharedPollerFleet):
                 pollers.lead()  # only the lease holder reconciles the deployment's shards
 
@@ -337,6 +342,7 @@ def running_broker(
             pollers.unlead()
         loop.stop()
         feed.stop()
+        notifier.stop()
         gateway.suspend()  # a follower's reads of a Job are requests, on demand
         records.invalidate()  # another leader writes now: read everything again when elected again
 
@@ -395,6 +401,7 @@ def running_broker(
         drain.begin()
         leadership.stop(release=True)  # the pass in progress finishes; a follower takes over at once
         loop.stop()
+        notifier.stop()
         server.should_exit = True
         if thread.ident is not None:  # started
             thread.join(timeout=10)

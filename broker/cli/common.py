@@ -39,7 +39,7 @@ OutputOpt = Annotated[
 ]
 TERMINAL_OK = "SUCCEEDED"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "LOST")
-STATES = ("QUEUED", "PLACED", "ADMITTED", "RUNNING", *TERMINAL)
+STATES = ("PENDING", "QUEUED", "PLACED", "ADMITTED", "RUNNING", *TERMINAL)
 
 
 def job_states(given: list[str]) -> list[tuple[str, str]]:

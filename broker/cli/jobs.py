@@ -11,6 +11,7 @@ import httpx
 import typer
 from httpx_sse import EventSource, SSEError
 
+from broker.cli.batch import AllOpt, GroupOpt, Selector, YesOpt, confirm, live, select_jobs, watch_group
 from broker.cli.client import DEFAULT_CHUNK_SIZE, EXIT_FAILED, EXIT_UNREACHABLE, CliError, ago, render
 from broker.cli.common import (
     TERMINAL,
@@ -57,23 +58,36 @@ def jobs(
 
 @app.command()
 def get(
-    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=complete_jobs)],
+    job: Annotated[
+        list[str] | None, typer.Argument(help="job ids or names", autocompletion=complete_jobs)
+    ] = None,
+    selector: Selector = None,
+    group: GroupOpt = None,
+    every: AllOpt = False,
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """One job: state, cluster, placement and the reason for its state."""
+    """Jobs by ids or names, -l, --group or --all: state, cluster, placement and why (docs/batch.md)."""
     with connect(server, token, context) as api:
-        body = api.resolve_job(job)
+        found = select_jobs(api, job or [], selector, group, every)
+    if job and len(job) == 1:
+        body = found[0]
 
-    def table(wide: bool) -> str:
-        rows = job_rows([body], wide)
-        if body.get("predictedWait"):  # a queued job's predicted on-prem start (docs/burst.md)
-            rows += f"\n{body['predictedWait']}"
-        return rows
+        def table(wide: bool) -> str:
+            rows = job_rows([body], wide)
+            if body.get("predictedWait"):  # a queued job's predicted on-prem start (docs/burst.md)
+                rows += f"\n{body['predictedWait']}"
+            return rows
 
-    emit(body, output, table)
+        emit(body, output, table)
+        return
+    listed: dict[str, Any] = {"items": found}
+    if not found and output in (Output.TABLE, Output.WIDE):
+        out("No jobs.")
+        return
+    emit(listed, output, lambda wide: job_rows(found, wide, cut=True))
 
 
 def _event_line(e: dict[str, Any], with_job: bool, wide: bool = False) -> list[str]:
@@ -122,6 +136,7 @@ def watch(
     job: Annotated[
         str | None, typer.Argument(help="job id or name; none: every job", autocompletion=complete_jobs)
     ] = None,
+    group: GroupOpt = None,
     output: OutputOpt = Output.TABLE,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -129,7 +144,12 @@ def watch(
 ) -> None:
     """Stream job transitions as they happen (server-sent events). With JOB: its history first, and the
     stream ends with the job (exit 1 if it did not succeed). A broken stream (a broker restarting, a
-    failover) is resumed from the last event seen (Last-Event-ID), up to RESUME_ATTEMPTS times in a row."""
+    failover) is resumed from the last event seen (Last-Event-ID), up to RESUME_ATTEMPTS times in a row.
+    With --group: each member's changes of state, until every member has ended (exit 1 if one failed)."""
+    if group is not None:
+        with connect(server, token, context) as api:
+            watch_group(api, group, lambda j: out("  ".join(job_rows([j], True).splitlines()[1].split())))
+        return
     api = connect(server, token, context)
     last_state: str | None = None
     last_id: str | None = None
@@ -213,12 +233,33 @@ def logs(
 
 @app.command()
 def cancel(
-    job: Annotated[str, typer.Argument(help="job id or name", autocompletion=complete_jobs)],
+    job: Annotated[
+        list[str] | None, typer.Argument(help="job ids or names", autocompletion=complete_jobs)
+    ] = None,
+    selector: Selector = None,
+    group: GroupOpt = None,
+    every: AllOpt = False,
+    yes: YesOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Cancel a job (its workload is deleted from its cluster)."""
+    """Cancel jobs by ids or names, -l, --group or --all (their workloads are deleted from their clusters)."""
     with connect(server, token, context) as api:
-        body = api.call("DELETE", f"/v1/jobs/{api.resolve_job(job)['id']}")
-    out(job_rows([body], False).splitlines()[1])
+        if group and not (job or selector or every):  # one call: the broker cancels every live member
+            body = api.call("POST", f"/v1/groups/{group}/cancel")
+            counts = " ".join(f"{s}={n}" for s, n in body["counts"].items())
+            out(f"group {group}: {len(body['cancelled'])} job(s) cancelled ({counts})")
+            return
+        targets = select_jobs(api, job or [], selector, group, every)
+        if not job:
+            targets = live(targets)
+        if every:
+            confirm("cancel", len(targets), yes)
+        rows = [api.call("DELETE", f"/v1/jobs/{j['id']}") for j in targets]
+    if not rows:
+        out("No jobs to cancel.")
+    elif len(rows) == 1 and job:
+        out(job_rows(rows, False).splitlines()[1])
+    else:
+        out(job_rows(rows, False))

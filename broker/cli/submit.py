@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from broker.cli.batch import batch_flags, dry_run_text
 from broker.cli.client import EXIT_FAILED, EXIT_USAGE, Api, CliError, duration
 from broker.cli.common import (
     TERMINAL,
@@ -192,6 +193,19 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="resubmitting with the same key is harmless")
     ] = None,
+    group: Annotated[str | None, typer.Option(help="the job's group (docs/batch.md)")] = None,
+    array: Annotated[
+        str | None, typer.Option(help="an array: 0-49 (50 members), 0-49%8 (at most 8 at once)")
+    ] = None,
+    depends_on: Annotated[
+        list[str],
+        typer.Option(
+            "--depends-on", help="WHEN:JOB or WHEN:group/NAME, WHEN succeeded|finished|failed (repeat)"
+        ),
+    ] = [],  # noqa: B006
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate, price and explain; create nothing")
+    ] = False,
     wait: Annotated[
         bool, typer.Option("--wait", help="follow the job to its end; exit with its result")
     ] = False,
@@ -245,10 +259,18 @@ def submit(
                 EXIT_USAGE,
             )
         spec.update({k: (spec.get(k) or []) + v if k == "env" else v for k, v in extra.items()})
+    spec = batch_flags(spec, group, array, depends_on)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     with connect(server, token, context) as api:
-        job = api.call("POST", "/v1/jobs", json=spec, headers=headers)
+        job = api.call(
+            "POST", "/v1/jobs", json=spec, headers=headers, params={"dryRun": "All"} if dry_run else None
+        )
         api_warnings(job)
+        for member in job.get("items") or ():  # an array's members, each with its own warnings
+            api_warnings(member)
+        if dry_run or "items" in job:  # what submit would do, or an array's members
+            emit(job, output, lambda wide: dry_run_text(job, wide))
+            return
         if wait:  # the job is printed once, when it has ended
             follow_to_end(api, job, timeout, output)
         else:

@@ -28,6 +28,7 @@ from pydantic import (
 from broker.burst.settings import BurstConfig
 from broker.config import redis_settings
 from broker.config.hub import HubConfig
+from broker.config.notify import TenantNotifyConfig
 from broker.core import safe_yaml
 from broker.core.errors import ConfigError
 from broker.core.model import TENANT_PLACEHOLDER, ClusterTraits, Tier
@@ -223,6 +224,7 @@ class TenantConfig(_Strict):
     weight: float = Field(default=1.0, gt=0, le=1000)
     # key -> units: a GPU product ("H100-80GB") or a MIG profile ("mig-1g.10gb")
     quotas: dict[str, int] = Field(default_factory=dict)
+    notify: TenantNotifyConfig | None = None  # webhook and signing secret (broker.config.notify)
 
     @field_validator("quotas")
     @classmethod

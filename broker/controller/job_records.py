@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from broker.core.model import JobRecord, JobState
 from broker.core.ports import StateStore
 
-ACTIVE = (JobState.QUEUED, JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
+ACTIVE = (JobState.PENDING, JobState.QUEUED, JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
 PLACED_STATES = (JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
 # Terminal records kept for the sweep's verdicts (a finished job's Job may linger in its cluster).
 _DONE_KEPT = 50_000

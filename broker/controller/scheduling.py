@@ -40,6 +40,7 @@ from broker.core.model import (
 from broker.core.ports import ReserveBatch, ReserveResult
 from broker.health import failover
 from broker.queue import queueing
+from broker.queue.array_cap import ArrayCap
 from broker.scheduler.batch_placement import BatchPlacer
 from broker.tenancy import member_quota
 from broker.workload import member_trouble
@@ -103,6 +104,7 @@ class Scheduling(Preempting, Dispatching):
             self.burst.begin_pass(now, [s.record for s in slots], self._placed_jobs, offered, fenced)
         decided: list[_Decided] = []
         placed = 0
+        arrays = ArrayCap(self._array_members()) if any(r.request.batch.parallelism for r in queued) else None
         for slot in slots:
             record = slot.record
             if placed + len(decided) >= PLACED_PER_PASS:
@@ -113,6 +115,10 @@ class Scheduling(Preempting, Dispatching):
                 continue
             if now < record.not_before:
                 continue  # backing off after a failed dispatch
+            capped = arrays.blocked(record) if arrays is not None else None
+            if capped is not None:  # its array's parallelism is reached (docs/batch.md)
+                changed.extend(self._hold(record, capped, now))
+                continue
             if self._parked.get(record.id) == fleet:
                 continue  # can never fit this fleet: wait for the fleet to change
             seen = self._no_fit.get(record.id)
@@ -122,9 +128,12 @@ class Scheduling(Preempting, Dispatching):
                 and now - seen[2] < _NOFIT_RECHECK_SECONDS
             ):
                 continue  # nothing changed since it did not fit (a fence set or lifted is a change)
+            before = len(decided)
             step = self._decide_isolated(record, placer, now, slot.products, decided, 1)
             if step is not None:
                 changed.append(step)
+            if arrays is not None and len(decided) > before:
+                arrays.take(record)
             if len(decided) >= RESERVE_BATCH:
                 done = self._reserve_decided(decided, placer, now)
                 placed += sum(1 for r in done if r.state is JobState.PLACED)
@@ -163,6 +172,11 @@ class Scheduling(Preempting, Dispatching):
         active = self._placed_jobs() if needs_usage else []
         capacity, free = queueing.fleet_capacity(offered)
         return queueing.plan(queued, active, policy, capacity, free)
+
+    def _array_members(self) -> list[JobRecord]:
+        """The array members placed, admitted or running now (the leader's records)."""
+        active = self.records.in_states([JobState.PLACED, JobState.ADMITTED, JobState.RUNNING], ordered=False)
+        return [r for r in active if r.request.batch.parallelism is not None]
 
     def _hold(self, record: JobRecord, why: str, now: float) -> list[JobRecord]:
         """A job the queue holds back (a quota): its reason says which rule, saved when it changed."""

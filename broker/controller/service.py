@@ -25,6 +25,7 @@ from broker.burst.gate import BurstGate
 from broker.cache.fleet_cache import FleetCache
 from broker.controller import faults
 from broker.controller.base import ServiceSettings
+from broker.controller.batching import Batching
 from broker.controller.budgets import Budgets
 from broker.controller.bursting_back import BurstBackState, BurstingBack
 from broker.controller.clusters import ClusterWatch
@@ -78,7 +79,7 @@ def new_job_id() -> str:
     return f"j{_ids.getrandbits(48):012x}"
 
 
-class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack):
+class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack, Batching):
     def __init__(
         self,
         store: StateStore,
@@ -203,6 +204,7 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack)
             idempotency_key=idempotency_key,
             trace_parent=telemetry.root_traceparent("gpufed.job.submit", **{"gpufed.job_id": job_id}),
         )
+        record = self.prepare_batch(record)  # dependsOn resolved; PENDING while it waits (docs/batch.md)
         return record, self._event_of(record, "submitted")
 
     def _canonical_products(self, request: JobRequest) -> JobRequest:

@@ -24,6 +24,7 @@ from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Any
 
+from broker.core.batch_fields import BatchFields
 from broker.core.gpu_health import ClusterGpuHealth
 from broker.core.k8s_names import OFFERED_DRA, mig_resource
 from broker.core.topology import CliqueCapacity, NvlinkClique
@@ -82,6 +83,7 @@ class JobState(StrEnum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     LOST = "LOST"  # QUEUED when the state store lost its data: no Job anywhere (broker.ha.recovery)
+    PENDING = "PENDING"  # not yet placeable: held, or waiting for its dependencies (docs/batch.md)
 
     @property
     def terminal(self) -> bool:
@@ -456,6 +458,7 @@ class JobRequest:
     avoid_clusters: tuple[str, ...] = ()
     # a workload kind's {apiVersion, kind, spec} as submitted (broker/workload/kinds); None: a batch/v1 Job
     workload: Mapping[str, Any] | None = None
+    batch: BatchFields = field(default_factory=BatchFields)  # group, array, dependsOn (broker.core.batch)
 
     @property
     def wants_mig(self) -> bool:
@@ -579,14 +582,12 @@ class JobRecord:
     not_before: float = 0.0  # no placement attempt before this time (backoff after a failed dispatch)
     trace_parent: str | None = None  # W3C traceparent of the job's submit span: every step joins its trace
     warnings: tuple[str, ...] = ()  # said at submit: never fits any cluster (scheduler.never_fit)
-    # docs/migration.md: the checkpoint reference the next attempt resumes from (GPUFED_RESUME_FROM), and
-    # the clusters a moved job's next attempt may go to (empty: the request's own `clusters`)
-    resume_from: str | None = None
-    move_to: tuple[str, ...] = ()
-    # (cluster, until): clusters an attempt was withdrawn from for member trouble (workload/member_trouble.py),
-    # not offered to this job again before `until` (epoch seconds)
+    resume_from: str | None = None  # the checkpoint the next attempt resumes from (docs/migration.md)
+    move_to: tuple[str, ...] = ()  # where a moved job's next attempt may go (empty: request's `clusters`)
+    # (cluster, until): clusters an attempt was withdrawn from for member trouble, not offered before `until`
     avoid: tuple[tuple[str, float], ...] = ()
     avoid_nodes: tuple[tuple[str, str, float], ...] = ()  # (cluster, node, until): a GPU failed it there
+    held_by: str | None = None  # PENDING on hold: who holds it (`gpufed hold`), until released
 
 
 @dataclass(frozen=True)

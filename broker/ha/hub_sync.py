@@ -40,6 +40,7 @@ from fastapi.exceptions import RequestValidationError
 
 from broker import telemetry
 from broker.api import validation_text
+from broker.api.batch_schemas import with_object_group
 from broker.api.routes import spec_of
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterError, Conflict, GpufedError, InvalidRequest, NotFound, StoreError
@@ -88,7 +89,7 @@ def submission_request(body: Mapping[str, Any]) -> JobRequest:
     """The JobRequest `POST /v1/jobs` makes of a manifest body (InvalidRequest or RequestValidationError
     naming the manifest's field); a workload kind (JobSet, RayJob, ...) keeps its object on the request
     (broker.workload.kinds), as the API's submit does."""
-    return kinds_registry.with_workload(body, spec_of(body).to_request())
+    return with_object_group(body, kinds_registry.with_workload(body, spec_of(body).to_request()))
 
 
 def first_problem(exc: RequestValidationError) -> tuple[str, str]:

@@ -20,8 +20,9 @@ restored, the two live jobs of that key are reconciled (`duplicates`: broker.ha.
 older and cancels the newer, saying so in both jobs' events).
 
 What cannot be rebuilt is said plainly: jobs that were only QUEUED (no Job anywhere) are lost; this
-process remembers the QUEUED jobs it saw in the last pass (the leader's records in memory: id, tenant,
-request) and writes each one back as a LOST record, without its key, so it shows in its owner's job
+process remembers the QUEUED and PENDING jobs it saw in the last pass (the leader's records in memory: id,
+tenant, request); a PENDING one (held, or waiting for its dependencies: docs/batch.md) is written back as
+it was, and each QUEUED one as a LOST record, without its key, so it shows in its owner's job
 list and answers 410 with the report (broker.api.lost). Clusters that do not answer
 during the rebuild are listed again each pass until they do. Each rebuild is logged, kept as the
 store's recovery report (/v1/status' `recovery`) and counted in metrics.
@@ -197,8 +198,8 @@ class StoreRecovery:
                 self._publish_pending()
             held = self._queued() if self._queued is not None else None
             if held is None:
-                held = self._store.list_jobs([JobState.QUEUED])
-            self._queued_seen = {r.id: r for r in held if r.state is JobState.QUEUED}
+                held = self._store.list_jobs([JobState.QUEUED, JobState.PENDING])
+            self._queued_seen = {r.id: r for r in held if r.state in (JobState.QUEUED, JobState.PENDING)}
             return None
         return self.rebuild()
 
@@ -210,7 +211,8 @@ class StoreRecovery:
         report.recovered = len(recovered)
         report.recovered_ids = sorted(recovered)[:_REPORT_IDS]
         if self._queued_seen is not None:
-            lost = sorted(set(self._queued_seen) - recovered)
+            kept = self._keep_pending(recovered)
+            lost = sorted(set(self._queued_seen) - recovered - kept)
             report.lost_queued = len(lost)
             report.lost_queued_ids = lost[:_REPORT_IDS]
             self._keep_lost([self._queued_seen[i] for i in lost], report)
@@ -237,6 +239,17 @@ class StoreRecovery:
         if self._rebuilt is not None:
             self._rebuilt()
         return report
+
+    def _keep_pending(self, recovered: set[str]) -> set[str]:
+        """The PENDING jobs this process saw (held, or waiting for their dependencies: no Job anywhere yet)
+        written back as they were, their dependencies with them (docs/batch.md); their ids."""
+        assert self._queued_seen is not None
+        jobs = [r for i, r in self._queued_seen.items() if r.state is JobState.PENDING and i not in recovered]
+        if jobs:
+            now = self._clock.now()
+            why = "kept through a rebuild of the state store (it waits: no Job anywhere yet)"
+            self._store.restore_jobs([(r, JobEvent(r.id, now, r.state, r.attempt, why, None)) for r in jobs])
+        return {r.id for r in jobs}
 
     def _keep_lost(self, jobs: list[JobRecord], report: RecoveryReport) -> None:
         """The jobs lost while QUEUED stay as LOST records, in their owners' lists (broker.api.lost says

@@ -126,6 +126,9 @@ def test_the_dashboard_shows_fleet_queue_reason_and_a_jobs_timeline(
     for cluster in ("onprem-a", "onprem-b", "cloud-burst"):
         expect(page.locator("#clusters h3", has_text=cluster)).to_be_visible()
     expect(page.locator("#products tbody th", has_text="H100-80GB")).to_be_visible()
+    # tenants (issue 46): the burst job's tenant, with what it runs, from GET /v1/tenants
+    research = page.locator("#tenants-table tbody tr", has=page.locator("th", has_text="research"))
+    expect(research).to_contain_text("H200-141GB=1")
     expect(page.locator("#clusters").get_by_text("A100-80GB MIG 1g.10gb")).to_be_visible()
     expect(page.get_by_role("img", name="H100-80GB on onprem-b: 16 of 24 GPUs free")).to_be_visible(
         timeout=30_000

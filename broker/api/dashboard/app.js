@@ -288,6 +288,22 @@ function renderSpend(items) {
   if (!items.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No cloud spend this period.")));
 }
 
+const keys = (d) => Object.entries(d).filter(([k]) => k !== "*").map(([k, v]) => k + "=" + v).join(" ") || "-";
+
+function renderTenants(items) {
+  const body = $("#tenants-table tbody");
+  body.replaceChildren();
+  for (const t of items) {
+    const used = Object.fromEntries(Object.entries(t.used).map(([k, v]) => [k, k in t.quota ? v + "/" + t.quota[k] : v]));
+    body.append(el("tr", { class: Object.keys(t.borrowed).length ? "warn" : "" },
+      el("td", { class: "num" }, String(t.position)), el("th", { scope: "row" }, t.tenant),
+      el("td", { class: "num" }, t.share.toFixed(2)), el("td", {}, keys(used)), el("td", {}, keys(t.borrowed)),
+      el("td", {}, keys(t.lent)), el("td", {}, keys(t.running)), el("td", {}, keys(t.queued)),
+      el("td", { class: "num" }, String(t.pending))));
+  }
+  if (!items.length) body.append(el("tr", {}, el("td", { colspan: 9 }, "No tenants.")));
+}
+
 function renderJobs(jobs) {
   const st = $("#f-state").value, cl = $("#f-cluster").value, text = $("#f-text").value.trim().toLowerCase();
   const clusters = new Set(jobs.map((j) => j.cluster).filter(Boolean));
@@ -393,9 +409,9 @@ function showError(err) {
 
 async function refresh() {
   try {
-    const [fleet, clusters, jobs, spend] = await Promise.all([
+    const [fleet, clusters, jobs, spend, tenants] = await Promise.all([
       api("/v1/fleet" + (state.showNodes ? "?nodes=true" : "")), api("/v1/clusters"), listAll("/v1/jobs"),
-      api("/v1/spend")]);
+      api("/v1/spend"), api("/v1/tenants")]);
     state.fleet = fleet; state.clusters = clusters.items; state.jobs = jobs.items;
     renderProducts(fleet.products || []);
     $("#clusters").replaceChildren(...fleet.clusters.map(clusterCard));
@@ -403,6 +419,7 @@ async function refresh() {
     renderHealth(clusters.items, fleet);
     renderQueue(jobs.items);
     renderSpend(spend.items);
+    renderTenants(tenants.items);
     renderJobs(jobs.items);
     if (state.selected) await renderTimeline();
     const s = $("#status");
