@@ -98,6 +98,7 @@ def view_of_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
             "migProfile": p["mig_profile"],
             "burst": p["burst"],
             "clique": p["clique"],
+            "dra": p.get("dra", False),  # a document written before the claim kind was per job has none
         },
         "createdAt": float(d["created_at"]),
         "updatedAt": float(d["updated_at"]),
