@@ -240,6 +240,7 @@ class PlacementView(_Wire):
     mig_profile: str | None = Field(alias="migProfile")
     burst: bool
     clique: str | None = None  # the NVLink clique the gang is pinned to (docs/topology.md)
+    dra: bool = False  # the pods ask through a ResourceClaimTemplate (the claim kind chosen for this job)
 
     @classmethod
     def of(cls, p: Placement) -> PlacementView:
@@ -254,6 +255,7 @@ class PlacementView(_Wire):
             mig_profile=p.mig_profile,
             burst=p.burst,
             clique=p.clique,
+            dra=p.dra,
         )
 
 
