@@ -7,7 +7,7 @@ leader's change feed wakes its control loop; reads come from Redis and the fleet
 there; /readyz and /v1/status read the lease from Redis (broker.ha.lease_view). It has an interpreter of
 its own, so a submit or a page of jobs never waits for the control loop's thread to give up Python's
 lock. It reads clusters.yaml (and the environment) as the broker process does; the broker process
-restarts it when the member clusters change. It exits on SIGTERM (in-flight requests finish, new writes
+restarts it when the member clusters or the `auth` section change. It exits on SIGTERM (in-flight requests finish, new writes
 get 503) or when the broker process is gone.
 
     python -m broker.app.api_process --config F --fd N --replica HOLDER [--ready-fd R] [--shard NAME ...]

@@ -4,7 +4,9 @@ ApiWorkers   `start(sock, members)` starts `count` processes of broker.app.api_p
              listening socket (inherited; connections made while one restarts wait in its backlog) and
              waits until each serves; a process that exits while the broker runs (a crash, a kill) is
              started again, at most once a second; `restart()` replaces them one at a time (the member
-             clusters changed: `members` is written to a file they read at start); `stop()` sends SIGTERM (in-flight requests
+             clusters changed: `members` is written to a file they read at start); `auth_changed()` does
+             the same at once for a changed `auth` section (broker.app.auth) and says which processes
+             now serve it; `stop()` sends SIGTERM (in-flight requests
              finish, writes get 503), then SIGKILL after `grace_seconds`.
 api_argv     the command line of one.
 listening_socket(host, port)  the socket they share, opened by the broker process.
@@ -146,6 +148,27 @@ class ApiWorkers:
                 self.procs[i] = self._spawn()
                 _end(old, self.grace_seconds)
                 _mark_dead(old.pid)
+
+    def auth_changed(self) -> str:
+        """clusters.yaml's `auth` changed and the broker process applied it: every process is replaced
+        now by one that read it (the old one serves until its successor does). One that cannot be
+        started: the old one is stopped anyway, so that no process serves the old credentials (the
+        supervisor starts another). Returns which processes serve the new section."""
+        applied: list[int] = []
+        failed: list[str] = []
+        with self._lock:
+            if self._stop.is_set():
+                return "no API process (stopping)"
+            for i, old in enumerate(self.procs):
+                try:
+                    self.procs[i] = self._spawn()
+                    applied.append(self.procs[i].pid)
+                except (OSError, RuntimeError) as exc:
+                    failed.append(f"{old.pid} stopped, not replaced: {exc}")
+                _end(old, self.grace_seconds)
+                _mark_dead(old.pid)
+        text = f"{len(applied)} API process(es) ({', '.join(map(str, applied)) or 'none'})"
+        return text + (f"; {'; '.join(failed)}" if failed else "")
 
     def stop(self) -> None:
         self._stop.set()

@@ -549,6 +549,8 @@ def start_api_processes(count: int, args: ApiProcessArgs, host: str, port: int, 
     workers.start(listening_socket(host, port), members)
     if broker.members is not None:
         broker.members.on_change = workers.members_changed
+    if broker.auth is not None:
+        broker.auth.followers = workers.auth_changed  # a changed auth section reaches them too
     log.info("the HTTP API runs in %d process(es) of its own", count)
     return workers
 
