@@ -397,7 +397,11 @@ def create_app(
 
     @app.get("/v1/jobs/{job_id}", responses=api_lost.RESPONSES)
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
-        record = visible(principal, job_id)
+        try:
+            record = visible(principal, job_id)
+        except NotFound:
+            api_lost.answer_removed(service, principal, job_id)  # past retention: 410 with when
+            raise
         api_lost.answer(service, principal, record)  # LOST: 410 to its owner until seen (broker.api.lost)
         return queue_bodies(fleet_views, [record])[0]
 

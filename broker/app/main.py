@@ -48,6 +48,7 @@ from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
 from adapters.redis_recovery_gate import IdempotencyKeys, RecoveryGate
+from adapters.redis_retention import RetentionLoop
 from adapters.redis_store import RedisStateStore
 from adapters.shard_ring import HashRing, PollerSpec
 from adapters.system_clock import SystemClock
@@ -123,7 +124,11 @@ def build_service(
     A given store or gateway is used instead of a new one (the leader's service shares the gateway);
     a given clock instead of the wall clock (benchmarks/burst_replay.py: kubesim's simulated clock)."""
     settings = cfg.settings
-    store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
+    store = store or RedisStateStore(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        idempotency_ttl_seconds=settings.idempotency_key_ttl_seconds,
+    )
     gateway = gateway or MemberWatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
         {c.name: followed_namespace(c) for c in cfg.clusters},
@@ -166,6 +171,7 @@ def api_state_store(cfg: FleetConfig) -> RedisStateStore:
         prefix=settings.redis_prefix,
         require_marker=True,
         unique_names=True,
+        idempotency_ttl_seconds=settings.idempotency_key_ttl_seconds,
     )
 
 
@@ -282,6 +288,7 @@ def running_broker(
         settings.redis_url,
         prefix=settings.redis_prefix,
         fencing_token=lambda: electors[0].current_token() if electors else None,
+        idempotency_ttl_seconds=settings.idempotency_key_ttl_seconds,  # keys restored by a rebuild
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway, clock=clock)
     leader_service.watch_changes()  # Job statuses by informer event, not by a read per job per pass
@@ -356,8 +363,10 @@ def running_broker(
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
     hub: HubRuntime | None = None
+    retention = RetentionLoop(store, settings.finished_job_retention_seconds)  # any replica may purge
     try:
         auth.start()
+        retention.start()
         profiles = start_cluster_profiles(cfg, members, store, workdir)
         if reload_from is not None:
             reloader = start_config_reload(cfg, members, *reload_from, auth=auth)
@@ -402,6 +411,7 @@ def running_broker(
             hub.stop()
         if reloader is not None:
             reloader.stop()
+        retention.stop()
         auth.stop()
         if profiles is not None:
             profiles.stop()
