@@ -41,7 +41,6 @@ static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) ev
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -80,7 +79,7 @@ from broker.api.submit_warnings import SubmitWarnings
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
-from broker.core import safe_yaml
+from broker.core import safe_yaml, strict_json
 from broker.core.errors import (
     AlreadyExists,
     ClusterError,
@@ -211,11 +210,9 @@ async def submission_body(request: Request) -> Any:
     try:
         if kind in YAML_TYPES:
             return safe_yaml.load(raw, "body")
-        return json.loads(raw)
-    except safe_yaml.YamlError as e:
+        return strict_json.load(raw, "body")  # a key named twice is refused, as in YAML
+    except (safe_yaml.YamlError, strict_json.JsonError) as e:
         raise InvalidRequest("(body)", str(e).removeprefix("body: ")) from None
-    except (ValueError, RecursionError) as e:
-        raise InvalidRequest("(body)", f"not valid JSON: {e}") from None
 
 
 def spec_of(body: object) -> JobSpec:
