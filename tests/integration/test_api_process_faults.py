@@ -1,15 +1,18 @@
 """`gpufed serve` with `apiProcesses: 1` (the chart's default), auth on, on real Redis, the demo fleet in
-kubesim, this worker's Ray and a local OIDC issuer: a changed `auth` section of clusters.yaml reaches the
-API process that answers the port, not only the broker process (issue 48 finding 1). One case per
-credential source: the tokens file's path, and the OIDC group mappings.
+kubesim, this worker's Ray and a local OIDC issuer:
+- a changed `auth` section of clusters.yaml reaches the API process that answers the port, not only the
+  broker process (issue 48 finding 1); one case per credential source: the tokens file's path, and the
+  OIDC group mappings;
+- a frozen API process (SIGSTOP) is killed and replaced, and /healthz answers again (finding 2).
 
-The time from the config change to the first refused request is printed (`-s`) and recorded in
-docs/reliability.md; it is not asserted (the host is shared).
+The times (config change to the first refused request, freeze to /healthz) are printed (`-s`) and
+recorded in docs/reliability.md; they are not asserted (the host is shared).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ import httpx
 import pytest
 import yaml
 
+from adapters.reaper import descendants
 from broker.app.demo import read_demo_tokens, write_demo_config
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation
@@ -159,3 +163,38 @@ def test_a_removed_oidc_admin_mapping_ends_admin_rights_in_the_api_process(
     wait_for(lambda: served.get("/v1/audit", token) == 403, timeout=60, interval=0.2, what="ada's 403")
     print(f"\nada no longer admin {time.monotonic() - changed:.1f} s after the rolesFromGroups change")
     assert served.get("/v1/jobs", token) == 200  # still a user of her tenant
+
+
+def _api_processes(pid: int) -> set[int]:
+    found = set()
+    for p, _ in descendants({pid}):
+        try:
+            if b"broker.app.api_process" in Path(f"/proc/{p}/cmdline").read_bytes():
+                found.add(p)
+        except OSError:
+            pass
+    return found
+
+
+def test_a_frozen_api_process_is_replaced_and_healthz_answers_again(served: Served) -> None:
+    (frozen,) = _api_processes(served.proc.pid)
+    assert served.get("/healthz", "") == 200
+    os.kill(frozen, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+
+        def answers() -> bool:
+            try:
+                return httpx.get(served.url + "/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answers, timeout=60, interval=0.5, what="/healthz to answer after the API process froze")
+        print(f"\n/healthz answered {time.monotonic() - stopped:.1f} s after the API process froze")
+        assert frozen not in _api_processes(served.proc.pid)
+        assert len(_api_processes(served.proc.pid)) == 1
+        assert f"API process {frozen} answered no health check" in served.log.read_text()
+        assert served.get("/v1/jobs", served.tokens["admin"]) == 200
+    finally:
+        if Path(f"/proc/{frozen}").exists():
+            os.kill(frozen, signal.SIGCONT)
