@@ -60,7 +60,8 @@ def test_no_audit_record_is_dropped_when_the_primary_is_killed(deployment: Senti
             time.sleep(0.05)  # the pace of the stream, not a wait for anything
         wait_for(lambda: deployment.primary_port() != old_primary, timeout=30, what="a replica promoted")
         assert writer.flush(timeout=60), "the held records were never written"
-        stored = {json.loads(fields[b"r"])["object"] for _, fields in client.xrange(trail.key)}
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(trail.key)  # type: ignore[assignment]
+        stored = {json.loads(fields[b"r"])["object"] for _, fields in entries}
         missing = {f"job/j-{i}" for i in range(sent)} - stored
         assert not missing, f"{len(missing)} of {sent} records dropped"
     finally:
