@@ -249,6 +249,10 @@ class ProductCapacity:
     offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
     dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
     whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
+    # the most CPU and memory one usable node of the product has allocatable, all free (0: not known):
+    # what the never-fit warning compares a pod's request with (broker.scheduler.never_fit)
+    max_node_cpu_millis: int = 0
+    max_node_memory_mib: int = 0
 
     @property
     def max_free_on_one_node(self) -> int:
