@@ -124,11 +124,7 @@ def build_service(
     A given store or gateway is used instead of a new one (the leader's service shares the gateway);
     a given clock instead of the wall clock (benchmarks/burst_replay.py: kubesim's simulated clock)."""
     settings = cfg.settings
-    store = store or RedisStateStore(
-        settings.redis_url,
-        prefix=settings.redis_prefix,
-        idempotency_ttl_seconds=settings.idempotency_key_ttl_seconds,
-    )
+    store = store or RedisStateStore(settings.redis_url, prefix=settings.redis_prefix)
     gateway = gateway or MemberWatchingGateway.watching(
         {c.name: (c.kubeconfig, c.context) for c in cfg.clusters},
         {c.name: followed_namespace(c) for c in cfg.clusters},

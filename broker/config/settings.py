@@ -257,9 +257,7 @@ class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="redisUrl")
-    redis_prefix: str = Field(
-        default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$"
-    )  # no ":": the key separator
+    redis_prefix: str = Field(default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$")  # no ":"
     # Redis Sentinel (docs/operations.md): `redisUrl: redis+sentinel://...`, or the block `redis:` (turned
     # into that URL at load). `redisDurability: replica`: a submit is acknowledged only once one replica
     # holds it (WAIT 1 redisWaitTimeoutMs, one per group-committed batch).

@@ -227,8 +227,7 @@ class ProductCapacity:
                        refuses a pod whose GPUs span zones there): "one pod of g GPUs fits" reads alike.
     numa_blocks[k]   = number of nodes whose largest free GPU block inside one NUMA zone is k.
     domains_by_size[k] = domains of k allocatable GPUs, busy or not (pods of g GPUs run at once, at most).
-    single_numa_node_free = most free GPUs on one single-numa-node node (zones summed): when it reaches a
-                       pod's GPUs and nodes_by_free does not, the policy is why, and the reason says so.
+    single_numa_node_free = most free GPUs on a single-numa-node node, zones summed (a reason names the policy).
     """
 
     product: str
@@ -244,15 +243,13 @@ class ProductCapacity:
     shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
     shared_free: int = 0  # of those, not requested by pods
     single_numa_node_free: int = 0
+    max_node_cpu_millis: int = 0  # the most one usable node has allocatable, all free (0: unknown; never_fit)
+    max_node_memory_mib: int = 0  # likewise memory (a pod larger than every node never fits)
     domains_by_size: tuple[int, ...] = ()  # [k] = placement domains (as nodes_by_free counts) of k GPUs
     whole_nodes_by_free: tuple[int, ...] = ()  # [k] = nodes with k free GPUs, zones summed (for people)
     offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)
     dra: bool = False  # the counts above are those of the DRA nodes (the kind level 2 writes)
     whole_gpus: int = 0  # whole GPUs of the counted kind on every node, usable or not
-    # the most CPU and memory one usable node of the product has allocatable, all free (0: not known):
-    # what the never-fit warning compares a pod's request with (broker.scheduler.never_fit)
-    max_node_cpu_millis: int = 0
-    max_node_memory_mib: int = 0
 
     @property
     def max_free_on_one_node(self) -> int:
@@ -323,9 +320,8 @@ class ClusterSummary:
     region: str = ""
     health: Health = Health.UNKNOWN
     heartbeat: float = 0.0  # epoch seconds of the last successful observation
-    # epoch seconds the poller wrote this summary (0: not told): the poller's own liveness, where
-    # `heartbeat` is the cluster's. Every poller silent at once means the broker is blind, not that
-    # every cluster is lost (broker.health.failover.pollers_silent).
+    # epoch seconds the poller wrote this summary (0: not told): the poller's own liveness, where `heartbeat` is
+    # the cluster's. Every poller silent at once means the broker is blind (failover.pollers_silent).
     published_at: float = 0.0
     health_reason: str = ""  # why it is not healthy, as a person reads it ("connection refused", ...)
     health_since: float = 0.0  # epoch seconds since when `health` holds
@@ -339,8 +335,7 @@ class ClusterSummary:
     nodes_ready: int = 0
     bad_nodes: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
-    # The tenant namespaces that exist (with their ResourceQuotas and LimitRanges), when the pollers
-    # watch them (namespaces_observed); a namespace not listed then does not exist.
+    # tenant namespaces (quotas, LimitRanges) when watched (namespaces_observed): one not listed does not exist
     namespaces: tuple[MemberNamespace, ...] = ()
     namespaces_observed: bool = False
     cliques: tuple[CliqueCapacity, ...] = ()  # NVLink cliques, by (product, clique) (docs/topology.md)

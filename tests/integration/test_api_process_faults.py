@@ -146,7 +146,11 @@ def test_a_user_removed_by_pointing_tokens_file_elsewhere_is_refused_by_the_api_
     wait_for(lambda: served.get("/v1/jobs", research) == 401, timeout=60, interval=0.2, what="research's 401")
     print(f"\nresearch refused {time.monotonic() - changed:.1f} s after the tokensFile change")
     assert served.get("/v1/jobs", served.tokens["admin"]) == 200  # the others are still in
-    line = next(ln for ln in served.log.read_text().splitlines() if "auth reloaded" in ln)
+
+    def reloaded() -> str | None:  # logged once the old API process has finished its requests and gone
+        return next((ln for ln in served.log.read_text().splitlines() if "auth reloaded" in ln), None)
+
+    line = str(wait_for(reloaded, timeout=60, interval=0.2, what="the auth reload's log line"))
     assert "the broker process" in line and "1 API process(es)" in line, line
 
 
@@ -177,6 +181,10 @@ def _api_processes(pid: int) -> set[int]:
 
 
 def test_a_frozen_api_process_is_replaced_and_healthz_answers_again(served: Served) -> None:
+    # one API process (a replaced one from an earlier auth change may still be finishing its requests)
+    wait_for(
+        lambda: len(_api_processes(served.proc.pid)) == 1, timeout=60, interval=0.2, what="one API process"
+    )
     (frozen,) = _api_processes(served.proc.pid)
     assert served.get("/healthz", "") == 200
     os.kill(frozen, signal.SIGSTOP)
