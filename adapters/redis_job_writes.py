@@ -92,6 +92,7 @@ class JobWrites:
             self._k("events"),
             self._k("leader-token"),
             self._k("changes"),
+            self._k("finished"),  # a job that ended is indexed for the retention purge
         ]
         args = [
             record.id,

@@ -203,11 +203,22 @@ local function append_event(stream, fleet, payload, maxlen)
 end
 """
 
+# A job that reached an end is indexed by when (Redis's clock) in P:finished, for the retention purge
+# (adapters.redis_retention). KEYS[n] given by the caller.
+NOTE_FINISHED = """
+local function note_finished(key, id, state)
+  if key ~= '' and (state == 'SUCCEEDED' or state == 'FAILED' or state == 'CANCELLED' or state == 'LOST') then
+    local t = redis.call('TIME')
+    redis.call('ZADD', key, 'NX', t[1], id)
+  end
+end
+"""
+
 # KEYS: job, jobs, state-set prefix (as key 3 only for cluster-slot hygiene), idem (or ''), events:<id>,
 # events, run-id marker, changes, name:<tenant>:<name> (or ''), order index, tenant order index, recovery
 # pending (adapters.redis_recovery_gate). ARGV: id,
 # json, state, idem key present ('1'/'0'), job-key prefix, event json, stream maxlen, marker required
-# ('1'/'0'), writer, changes maxlen, order position.
+# ('1'/'0'), writer, changes maxlen, order position, idempotency key TTL seconds ('0': none).
 # Returns {'created', json} or {'existing', json} or {'exists', ''} or {'recovering', ''} or
 # {'name-taken', '<id> <state>'} (a live job of the tenant holds the name; a finished one's is taken over)
 # or {'unvouched', pending clusters} (a key a rebuild cannot vouch for yet).
@@ -239,7 +250,10 @@ if KEYS[9] ~= '' then redis.call('SET', KEYS[9], ARGV[1]) end
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1]) end
+if ARGV[4] == '1' then
+  if tonumber(ARGV[12] or '0') > 0 then redis.call('SET', KEYS[4], ARGV[1], 'EX', ARGV[12])
+  else redis.call('SET', KEYS[4], ARGV[1]) end
+end
 index_job(KEYS[10], KEYS[11], ARGV[11])
 append_event(KEYS[5], KEYS[6], ARGV[6], ARGV[7])
 note_change(KEYS[8], ARGV[1], ARGV[9], ARGV[10])
@@ -247,13 +261,14 @@ return {'created', ARGV[2]}
 """
 )
 
-# KEYS: job, jobs, state-set prefix, events:<id>, events, leader-token, changes. ARGV: id, json, new state,
+# KEYS: job, jobs, state-set prefix, events:<id>, events, leader-token, changes, finished. ARGV: id, json, new state,
 # expected state ('' = unconditional), event json ('' = none), stream maxlen, token ('' = unfenced),
 # expected attempt ('' = any), attempt, writer, changes maxlen.
 # Returns {'ok', ''} or {'conflict', current state or ''} or {'fenced', current token or ''}.
 SAVE_JOB = (
     APPEND_EVENT
     + NOTE_CHANGE
+    + NOTE_FINISHED
     + STALE_TOKEN
     + """
 if stale_token(KEYS[6], ARGV[7]) then return {'fenced', redis.call('GET', KEYS[6]) or ''} end
@@ -273,6 +288,7 @@ redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
 append_event(KEYS[4], KEYS[5], ARGV[5], ARGV[6])
 note_change(KEYS[7], ARGV[1], ARGV[10], ARGV[11])
+note_finished(KEYS[8] or '', ARGV[1], ARGV[3])
 return {'ok', ''}
 """
 )
@@ -289,22 +305,27 @@ return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 )
 
 # KEYS: job, jobs, state-set prefix, idem (or ''), events:<id>, events, changes, order index, tenant order
-# index. ARGV: id, json, state, idem key present, event json, stream maxlen, writer, changes maxlen, order
-# position. A record rebuilt from a member cluster: written only if the job is
+# index, finished. ARGV: id, json, state, idem key present, event json, stream maxlen, writer, changes
+# maxlen, order position, idempotency key TTL seconds ('0': none). A record rebuilt from a member cluster: written only if the job is
 # unknown; its idempotency key is set only if unset. Returns 1 when written.
 RESTORE_JOB = (
     APPEND_EVENT
     + NOTE_CHANGE
+    + NOTE_FINISHED
     + ORDER_INDEX_LUA
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'json', ARGV[2], 'state', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3] .. ARGV[3], ARGV[1])
-if ARGV[4] == '1' then redis.call('SET', KEYS[4], ARGV[1], 'NX') end
+if ARGV[4] == '1' then
+  if tonumber(ARGV[10] or '0') > 0 then redis.call('SET', KEYS[4], ARGV[1], 'NX', 'EX', ARGV[10])
+  else redis.call('SET', KEYS[4], ARGV[1], 'NX') end
+end
 index_job(KEYS[8], KEYS[9], ARGV[9])
 append_event(KEYS[5], KEYS[6], ARGV[5], ARGV[6])
 note_change(KEYS[7], ARGV[1], ARGV[7], ARGV[8])
+note_finished(KEYS[10] or '', ARGV[1], ARGV[3])
 return 1
 """
 )

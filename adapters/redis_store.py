@@ -17,7 +17,10 @@ All keys start with the prefix (default "gpufed"), written P:
     P:jobs                   set   every job id
     P:jobs:state:<STATE>     set   job ids by state (the index list_jobs reads)
     P:jobs:order[:tenant:<t>] zset  jobs in submission order, for paged lists (adapters/redis_job_list.py)
-    P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script)
+    P:idem:<key>             str   idempotency key -> job id (SET NX semantics, inside the create script),
+                                   expiring idempotencyKeyTtlSeconds after the submit
+    P:finished               zset  job ids by when they ended (Redis's clock), for the retention purge;
+    P:gone:<id>              str   "<tenant> <epoch>" of a finished job purged (adapters.redis_retention)
     P:name:<tenant>:<name>   str   the job id holding a name (one live job per tenant and name)
     P:events:<job_id>        stream  one entry per JobEvent, field "e" = JobEvent (JSON)
     P:events                 stream  the fleet-wide stream of all JobEvents (capped, approximate MAXLEN)
@@ -70,6 +73,7 @@ from adapters.redis_attempt_logs import AttemptLogs
 from adapters.redis_changes import CHANGES_MAXLEN, JobChanges
 from adapters.redis_job_list import RedisJobList, order_keys
 from adapters.redis_job_writes import FENCED_CODE, RESERVE_STATUS, JobWrites, commit_order, committed_at
+from adapters.redis_retention import Retention
 from adapters.redis_script_batch import ScriptBatch, call_in_chunks
 from adapters.redis_tables import FLEET_STREAM_MAXLEN, SideTables
 from broker.cache import reservations
@@ -130,7 +134,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
+class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs, Retention):
     """broker.core.ports.StateStore on Redis (see the module docstring for the key schema)."""
 
     def __init__(
@@ -140,11 +144,13 @@ class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
         fencing_token: Callable[[], int | None] | None = None,
         require_marker: bool = False,
         unique_names: bool = False,
+        idempotency_ttl_seconds: float = 0.0,
     ) -> None:
         """`fencing_token`: the leader lease's current token (None while not held), sent with every
         control-loop write; `require_marker`: refuse submits while the store is being rebuilt;
         `unique_names`: refuse a job whose name a live job of its tenant holds (AlreadyExists), as the
-        API's store does (broker.app.main)."""
+        API's store does (broker.app.main); `idempotency_ttl_seconds`: an Idempotency-Key expires this
+        long after its submit (settings.idempotencyKeyTtlSeconds; 0: never)."""
         if not prefix or ":" in prefix:
             raise ValueError(f"prefix: must be non-empty and contain no ':' (got {prefix!r})")
         # Bounded: no call may hang a caller (the API's event loop, the control loop) on a dead Redis.
@@ -159,6 +165,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
         self._token = fencing_token
         self._require_marker = require_marker
         self._unique_names = unique_names
+        self._idem_ttl = str(int(idempotency_ttl_seconds)) if idempotency_ttl_seconds > 0 else "0"
         self._fence = self._r.register_script(scripts.FENCE)
         self._restore_job = self._r.register_script(scripts.RESTORE_JOB)
         self._put_summary = self._r.register_script(scripts.PUT_SUMMARY)
@@ -462,6 +469,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
             self.writer_id,
             CHANGES_MAXLEN,
             position_of(record.created_at, record.id),
+            self._idem_ttl,
         ]
         return keys, args
 
@@ -540,6 +548,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
                         self._k("events"),
                         self._k("changes"),
                         *order_keys(self._p, record.request.tenant),
+                        self._k("finished"),
                     ],
                     [
                         record.id,
@@ -551,6 +560,7 @@ class RedisStateStore(JobWrites, JobChanges, SideTables, AttemptLogs):
                         self.writer_id,
                         CHANGES_MAXLEN,
                         position_of(record.created_at, record.id),
+                        self._idem_ttl,
                     ],
                 )
             written = pipe.execute()

@@ -2,8 +2,12 @@
 
 AuditWriter     `record(r)` queues a record (never blocks a request); one daemon thread hands what is
                 queued, in batches, to each sink (the Redis stream, the JSON-lines file). A sink that fails
-                is logged and the batch tried on it again at the next round (up to `retries` rounds);
-                the other sinks are not held up. `flush()` waits until every queued record is written.
+                holds its records (at most `max_held`, the oldest dropped and counted beyond) and is tried
+                again with a growing pause (0.2 s doubling to 2 s) for up to `hold_seconds` (default 60:
+                a Redis Sentinel failover takes 2-3 s; issue 48 finding 6, the writer used to give up
+                after three rounds, under a second), then they are counted lost; the other sinks are not
+                held up. One warning when a sink fails, one line when it works again with how many held
+                records it took. `flush()` waits until every queued record is written (or given up on).
 EventAuditor    follows the fleet-wide job event stream and turns the broker's own acts in it (preemption,
                 failover, budget stop; broker.tenancy.audit.from_job_event) into records. Every replica
                 may run one: the records of a span of events are written only by the replica that moves
@@ -16,7 +20,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from broker import telemetry
@@ -28,14 +34,29 @@ __all__ = ["AuditWriter", "DerivedAuditLog", "EventAuditor"]
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Held:
+    """What a failing sink holds: its records, since when it fails, when to try it next."""
+
+    records: list[AuditRecord]
+    since: float
+    next_try: float
+    pause: float = 0.2
+
+
 class AuditWriter:
     def __init__(
-        self, sinks: Sequence[AuditSink], max_queue: int = 100_000, batch: int = 500, retries: int = 3
+        self,
+        sinks: Sequence[AuditSink],
+        max_queue: int = 100_000,
+        batch: int = 500,
+        hold_seconds: float = 60.0,
+        max_held: int = 100_000,
     ) -> None:
         self._sinks = list(sinks)
         self._queue: queue.Queue[AuditRecord] = queue.Queue(maxsize=max_queue)
-        self._batch, self._retries = batch, retries
-        self._pending: dict[int, tuple[list[AuditRecord], int]] = {}  # sink index -> (failed batch, tries)
+        self._batch, self._hold_seconds, self._max_held = batch, hold_seconds, max_held
+        self._pending: dict[int, _Held] = {}  # sink index -> what it holds while it fails
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._busy = 0
@@ -60,8 +81,8 @@ class AuditWriter:
             telemetry.audit_records.labels(r.outcome).inc()
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """True once every record queued before the call is handed to its sinks (or given up on): a batch a
-        sink refused is tried again on the writer's next round, up to `retries` times, before that."""
+        """True once every record queued before the call is handed to its sinks (or given up on): what a
+        sink refused is held and tried again, for up to `hold_seconds`, before that."""
         with self._idle:
             return self._idle.wait_for(lambda: self._busy == 0 and not self._pending, timeout=timeout)
 
@@ -83,29 +104,56 @@ class AuditWriter:
                 break
         return batch
 
-    def _write(self, index: int, sink: AuditSink, records: list[AuditRecord]) -> None:
+    def _lose(self, sink: AuditSink, records: list[AuditRecord], why: str) -> None:
+        log.error("audit: %d record(s) could not be written to %s: %s", len(records), sink, why)
+        telemetry.audit_lost.labels(type(sink).__name__).inc(len(records))
+
+    def _write(self, index: int, sink: AuditSink, records: list[AuditRecord], held: _Held | None) -> None:
         try:
             sink.append(records)
         except Exception as exc:  # a sink down (Redis, a full disk) must not stop the others
-            _, tries = self._pending.get(index, ([], 0))
-            if tries + 1 >= self._retries:
-                log.error("audit: %d record(s) could not be written to %s: %s", len(records), sink, exc)
-                telemetry.audit_lost.labels(type(sink).__name__).inc(len(records))
+            now = time.monotonic()
+            if held is None:
+                log.warning(
+                    "audit: writing to %s failed (%s); holding the records, trying again for up to %.0f s",
+                    sink,
+                    exc,
+                    self._hold_seconds,
+                )
+                self._pending[index] = _Held(list(records), now, now + 0.2)
+            elif now - held.since >= self._hold_seconds:
+                self._lose(sink, held.records, f"{exc} (failing for {now - held.since:.0f} s)")
                 self._pending.pop(index, None)
             else:
-                log.warning("audit: writing to %s failed (%s); trying again", sink, exc)
-                self._pending[index] = (records, tries + 1)
+                held.pause = min(2.0, held.pause * 2)
+                held.next_try = now + held.pause
             return
+        if held is not None:
+            log.info(
+                "audit: %s works again: %d held record(s) written after %.1f s",
+                sink,
+                len(records),
+                time.monotonic() - held.since,
+            )
         self._pending.pop(index, None)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             batch = self._take()
             for index, sink in enumerate(self._sinks):
-                held, _ = self._pending.get(index, ([], 0))
-                if held or batch:
-                    self._write(index, sink, held + batch)
-            with self._idle:  # flush() waits for the queue and for held batches (written or given up)
+                held = self._pending.get(index)
+                if held is None:
+                    if batch:
+                        self._write(index, sink, batch, None)
+                    continue
+                held.records.extend(batch)
+                over = len(held.records) - self._max_held
+                if over > 0:  # bounded: the oldest go, counted
+                    self._lose(sink, held.records[:over], f"more than {self._max_held} held")
+                    del held.records[:over]
+                if time.monotonic() >= held.next_try:
+                    self._write(index, sink, held.records, held)
+            with self._idle:  # flush() waits for the queue and for held records (written or given up)
                 self._busy -= len(batch)
                 self._idle.notify_all()
 

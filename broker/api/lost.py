@@ -10,6 +10,9 @@ of another tenant, a viewer) gets 404, as for a job that does not exist.
 
     Gone                          the exception whose handler answers 410 (install)
     answer(service, who, record)  raises Gone, NotFound, or returns when the record is to be shown
+    answer_removed(service, who, id)  a finished job the retention removed (finishedJobRetentionSeconds,
+                                  adapters.redis_retention): 410 with when, to those who may read its
+                                  tenant; returns otherwise (the caller answers 404)
     gone(report_json, record)     the 410 body
 """
 
@@ -32,8 +35,9 @@ SEEN = "seen by its owner"
 # The 410's documented shape (the route's `responses`, so /openapi.json says it).
 RESPONSES: dict[int | str, dict[str, Any]] = {
     410: {
-        "description": "the job was lost with the state store (QUEUED when Redis lost its data); "
-        "answered to its owner and admins until its owner has seen it"
+        "description": "the job was lost with the state store (QUEUED when Redis lost its data), "
+        "answered to its owner and admins until its owner has seen it; or it had finished and was removed "
+        "after finishedJobRetentionSeconds"
     }
 }
 
@@ -70,6 +74,27 @@ def gone(report_json: str | None, record: JobRecord) -> dict[str, Any]:
         ),
         "lost": {"at": at, "when": when, "reason": "state store lost while QUEUED", "report": report},
     }
+
+
+def answer_removed(service: BrokerService, who: Principal, job_id: str) -> None:
+    """A job that is not found: 410 (Gone) with when it was removed, if the retention removed it
+    (finishedJobRetentionSeconds, adapters.redis_retention) and the caller may read its tenant; else
+    returns (the caller answers 404)."""
+    try:
+        removed = service.store.removed_job(job_id)
+    except StoreError:
+        return
+    if removed is None or not who.may_read(removed[0]):
+        return
+    at = removed[1]
+    when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise Gone(
+        {
+            "error": "gone",
+            "message": f"job {job_id} had finished and was removed at {when} (finishedJobRetentionSeconds)",
+            "removed": {"at": at, "when": when},
+        }
+    )
 
 
 def answer(service: BrokerService, who: Principal, record: JobRecord) -> None:

@@ -41,7 +41,6 @@ static files are open. With `tokens=None` (`gpufed serve --insecure-no-auth`) ev
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -82,7 +81,7 @@ from broker.api.submit_warnings import SubmitWarnings
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
 from broker.controller.submit_batcher import SubmitBatcher
-from broker.core import safe_yaml
+from broker.core import safe_yaml, strict_json
 from broker.core.errors import (
     AlreadyExists,
     ClusterError,
@@ -214,11 +213,9 @@ async def submission_body(request: Request) -> Any:
     try:
         if kind in YAML_TYPES:
             return safe_yaml.load(raw, "body")
-        return json.loads(raw)
-    except safe_yaml.YamlError as e:
+        return strict_json.load(raw, "body")  # a key named twice is refused, as in YAML
+    except (safe_yaml.YamlError, strict_json.JsonError) as e:
         raise InvalidRequest("(body)", str(e).removeprefix("body: ")) from None
-    except (ValueError, RecursionError) as e:
-        raise InvalidRequest("(body)", f"not valid JSON: {e}") from None
 
 
 def spec_of(body: object) -> JobSpec:
@@ -405,7 +402,11 @@ def create_app(
 
     @app.get("/v1/jobs/{job_id}", responses=api_lost.RESPONSES)
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
-        record = visible(principal, job_id)
+        try:
+            record = visible(principal, job_id)
+        except NotFound:
+            api_lost.answer_removed(service, principal, job_id)  # past retention: 410 with when
+            raise
         api_lost.answer(service, principal, record)  # LOST: 410 to its owner until seen (broker.api.lost)
         return queue_bodies(fleet_views, [record])[0]
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from broker.api import strict_wire
 from broker.api.batch_schemas import GROUP_PATTERN, ArraySpec, DependencySpec, NotifySpec, batch_fields
 from broker.capacity.node_detail import NodeDetail
 from broker.core.model import (
@@ -56,6 +57,16 @@ def _label_problem(key: str, value: str) -> str | None:
 class _Wire(BaseModel):
     # Infinity and NaN are refused by name (JSON parsers accept them; a job waiting forever is no answer).
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_guessing(cls, value: Any, info: ValidationInfo) -> Any:
+        """A string for a number or a boolean ("10", "true", "yes"): refused naming the field."""
+        field = cls.model_fields.get(info.field_name or "")
+        problem = strict_wire.guessed(field.annotation, value) if field is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class MigSpec(_Wire):

@@ -7,7 +7,7 @@ leader's change feed wakes its control loop; reads come from Redis and the fleet
 there; /readyz and /v1/status read the lease from Redis (broker.ha.lease_view). It has an interpreter of
 its own, so a submit or a page of jobs never waits for the control loop's thread to give up Python's
 lock. It reads clusters.yaml (and the environment) as the broker process does; the broker process
-restarts it when the member clusters change. It exits on SIGTERM (in-flight requests finish, new writes
+restarts it when the member clusters or the `auth` section change. It exits on SIGTERM (in-flight requests finish, new writes
 get 503) or when the broker process is gone.
 
     python -m broker.app.api_process --config F --fd N --replica HOLDER [--ready-fd R] [--shard NAME ...]
@@ -42,9 +42,22 @@ log = logging.getLogger(__name__)
 
 
 class _DrainingServer(uvicorn.Server):
-    """uvicorn's server whose SIGTERM also refuses new writes while the requests in flight finish."""
+    """uvicorn's server whose SIGTERM also refuses new writes while the requests in flight finish, and
+    whose event loop beats on the ready pipe every half second once serving (the broker process kills
+    and replaces a process whose beats stop: frozen, or its loop blocked; broker.app.api_workers)."""
 
     drain: ha.Drain | None = None
+    beat_fd: int | None = None
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.beat_fd is not None and counter % 5 == 0:
+            try:
+                os.write(self.beat_fd, b"h")
+            except BlockingIOError:  # the broker process has not read for a while: nothing lost
+                pass
+            except OSError:  # the broker process is gone (the parent watch ends this one)
+                self.beat_fd = None
+        return await super().on_tick(counter)
 
     def handle_exit(self, sig: int, frame: object) -> None:
         if self.drain is not None:
@@ -118,18 +131,20 @@ def run(args: argparse.Namespace) -> None:
         telemetry.shutdown_tracing()
 
 
-def _say_ready(server: uvicorn.Server, fd: int) -> None:
-    """Write one byte to `fd` once the server accepts connections (the broker process waits for it)."""
+def _say_ready(server: _DrainingServer, fd: int) -> None:
+    """Write "1" to `fd` once the server accepts connections (the broker process waits for it); then the
+    event loop's beats follow on it (_DrainingServer.on_tick)."""
 
     def wait() -> None:
         stop = threading.Event()
         while not server.started and not server.should_exit:
             stop.wait(0.02)
-        try:
-            if server.started:
-                os.write(fd, b"1")
-        finally:
+        if not server.started:
             os.close(fd)
+            return
+        os.write(fd, b"1")
+        os.set_blocking(fd, False)  # a beat never waits for the broker process to read
+        server.beat_fd = fd
 
     threading.Thread(target=wait, name="gpufed-api-ready", daemon=True).start()
 

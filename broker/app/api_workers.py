@@ -4,7 +4,9 @@ ApiWorkers   `start(sock, members)` starts `count` processes of broker.app.api_p
              listening socket (inherited; connections made while one restarts wait in its backlog) and
              waits until each serves; a process that exits while the broker runs (a crash, a kill) is
              started again, at most once a second; `restart()` replaces them one at a time (the member
-             clusters changed: `members` is written to a file they read at start); `stop()` sends SIGTERM (in-flight requests
+             clusters changed: `members` is written to a file they read at start); `auth_changed()` does
+             the same at once for a changed `auth` section (broker.app.auth) and says which processes
+             now serve it; `stop()` sends SIGTERM (in-flight requests
              finish, writes get 503), then SIGKILL after `grace_seconds`.
 api_argv     the command line of one.
 listening_socket(host, port)  the socket they share, opened by the broker process.
@@ -14,6 +16,12 @@ serve` started with even after the broker process's other threads were lowered (
 broker.app.cpu_priority).
 
 A process that has exited is marked dead for prometheus_client's multiprocess gauges.
+
+Liveness: once serving, each process's event loop beats on its ready pipe every half second
+(broker.app.api_process). A process whose beats stop for `stall_seconds` (frozen by SIGSTOP, its loop
+blocked) answers nobody, `/healthz` included: the supervisor SIGKILLs it and starts another (issue 48
+finding 2). Meanwhile the listening socket, the broker process's, keeps accepting: connections wait in
+its backlog for the new process.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from broker.core.model import ClusterTraits
 log = logging.getLogger(__name__)
 
 READY_SECONDS = 60.0  # a process that does not serve within this long is a failed start
+STALL_SECONDS = 6.0  # a serving process whose event loop has not beaten for this long is replaced
 
 
 @dataclass(frozen=True)
@@ -72,8 +81,11 @@ class ApiWorkers:
     count: int
     args: ApiProcessArgs
     grace_seconds: float = 10.0
+    stall_seconds: float = STALL_SECONDS
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     restarts: int = 0
+    stalls: int = 0  # processes killed because their beats stopped
+    _beats: dict[int, tuple[int, float]] = field(default_factory=dict)  # pid -> (beat pipe, last beat)
     _sock: socket.socket | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -106,24 +118,63 @@ class ApiWorkers:
             proc = subprocess.Popen(api_argv(self.args, fd, write_end), pass_fds=(fd, write_end))
         finally:
             os.close(write_end)
-        try:
-            ready = _read_ready(read_end, READY_SECONDS)
-        finally:
+        ready = _read_ready(read_end, READY_SECONDS)
+        if ready:
+            os.set_blocking(read_end, False)
+            self._beats[proc.pid] = (read_end, time.monotonic())  # its beats follow on the pipe
+        else:
             os.close(read_end)
-        if not ready:
             _end(proc, 2.0)
             raise RuntimeError(
                 f"an API process did not start serving within {READY_SECONDS:.0f} s (exit {proc.returncode})"
             )
         return proc
 
+    def _stalled(self, proc: subprocess.Popen[bytes]) -> float | None:
+        """Seconds since the process's last beat when over stall_seconds (its beats read here)."""
+        fd, last = self._beats.get(proc.pid, (-1, time.monotonic()))
+        if fd < 0:
+            return None
+        now = time.monotonic()
+        try:
+            if os.read(fd, 4096):
+                self._beats[proc.pid] = (fd, now)
+                return None
+        except BlockingIOError:
+            pass
+        except OSError:
+            return None
+        return now - last if now - last > self.stall_seconds else None
+
+    def _forget(self, pid: int) -> None:
+        fd, _ = self._beats.pop(pid, (-1, 0.0))
+        if fd >= 0:
+            os.close(fd)
+
     def _supervise(self) -> None:
         while not self._stop.wait(0.5):
             with self._lock:
                 for i, proc in enumerate(self.procs):
-                    if proc.poll() is None or self._stop.is_set():
+                    if self._stop.is_set():
                         continue
-                    log.warning("API process %d exited with %s: starting another", proc.pid, proc.returncode)
+                    silent = self._stalled(proc) if proc.poll() is None else None
+                    if silent is not None:
+                        log.warning(
+                            "API process %d answered no health check for %.1f s (frozen or blocked): "
+                            "killing it and starting another; the port keeps accepting meanwhile",
+                            proc.pid,
+                            silent,
+                        )
+                        proc.kill()  # SIGKILL ends a stopped process too
+                        proc.wait(timeout=10)
+                        self.stalls += 1
+                    if proc.poll() is None:
+                        continue
+                    if silent is None:
+                        log.warning(
+                            "API process %d exited with %s: starting another", proc.pid, proc.returncode
+                        )
+                    self._forget(proc.pid)
                     _mark_dead(proc.pid)
                     try:
                         self.procs[i] = self._spawn()
@@ -145,7 +196,30 @@ class ApiWorkers:
             for i, old in enumerate(self.procs):
                 self.procs[i] = self._spawn()
                 _end(old, self.grace_seconds)
+                self._forget(old.pid)
                 _mark_dead(old.pid)
+
+    def auth_changed(self) -> str:
+        """clusters.yaml's `auth` changed and the broker process applied it: every process is replaced
+        now by one that read it (the old one serves until its successor does). One that cannot be
+        started: the old one is stopped anyway, so that no process serves the old credentials (the
+        supervisor starts another). Returns which processes serve the new section."""
+        applied: list[int] = []
+        failed: list[str] = []
+        with self._lock:
+            if self._stop.is_set():
+                return "no API process (stopping)"
+            for i, old in enumerate(self.procs):
+                try:
+                    self.procs[i] = self._spawn()
+                    applied.append(self.procs[i].pid)
+                except (OSError, RuntimeError) as exc:
+                    failed.append(f"{old.pid} stopped, not replaced: {exc}")
+                _end(old, self.grace_seconds)
+                self._forget(old.pid)
+                _mark_dead(old.pid)
+        text = f"{len(applied)} API process(es) ({', '.join(map(str, applied)) or 'none'})"
+        return text + (f"; {'; '.join(failed)}" if failed else "")
 
     def stop(self) -> None:
         self._stop.set()
@@ -157,6 +231,7 @@ class ApiWorkers:
                     proc.send_signal(signal.SIGTERM)
             for proc in self.procs:
                 _end(proc, self.grace_seconds)
+                self._forget(proc.pid)
                 _mark_dead(proc.pid)
         self._spawner.shutdown(wait=False)
 

@@ -9,7 +9,11 @@ AuthRuntime(cfg, tokens, store, reload_seconds)
     auditor       the broker's own acts (preemption, failover, budget stop) from the job event stream
     start()/stop()  the tokens-file watcher and the auditor threads (the writer is flushed on stop)
     apply_config(old, new)  a changed clusters.yaml (broker.config.reload): a changed `auth` section
-                  takes effect at once (new tokens file, new OIDC settings), and the reload is audited
+                  takes effect at once (new tokens file, new OIDC settings), and the reload is audited.
+                  It is checked here first (the tokens file loads): refused, no process changes; applied,
+                  `followers` (the API processes of settings.apiProcesses, broker.app.api_workers) are
+                  replaced by processes that read the new section, and the log line names every process
+                  that applied it
     config_refused(message) a clusters.yaml that did not load, audited as a failed reload
 
 The tokens file is watched on its own (every `reload_seconds`, by modification time, size and inode, so
@@ -24,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from adapters.audit_store import JsonLinesFile, RedisAuditLog
@@ -137,6 +141,8 @@ class AuthRuntime:
                 also=[self.file] if self.file is not None else [],
             )
         self.last_error: str | None = None
+        # the other processes that serve requests, given the new auth section: returns which applied it
+        self.followers: Callable[[], str] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -212,12 +218,16 @@ class AuthRuntime:
             self._tokens_file = new.auth.tokens_file
             self._seen = _stamp(self._tokens_file)
             self._auth = new.auth
+            where = f"the broker process ({os.getpid()})"
+            if self.followers is not None:
+                where += " and " + self.followers()
             log.info(
-                "clusters.yaml: auth reloaded (%d token(s), oidc %s)",
+                "clusters.yaml: auth reloaded (%d token(s), oidc %s) in %s",
                 len(table),
                 "on" if new.auth.oidc else "off",
+                where,
             )
-            what += "; auth reloaded"
+            what += f"; auth reloaded in {where}"
         elif auth_changed:
             log.warning("clusters.yaml: auth changed: turning authentication on or off takes a restart")
         self._audit_reload("clusters.yaml", True, what)

@@ -48,6 +48,7 @@ from adapters.reaper import Reaper
 from adapters.redis_burst import RedisBurstLedger
 from adapters.redis_lease import RedisLease
 from adapters.redis_recovery_gate import IdempotencyKeys, RecoveryGate
+from adapters.redis_retention import RetentionLoop
 from adapters.redis_store import RedisStateStore
 from adapters.shard_ring import HashRing, PollerSpec
 from adapters.system_clock import SystemClock
@@ -167,6 +168,7 @@ def api_state_store(cfg: FleetConfig) -> RedisStateStore:
         prefix=settings.redis_prefix,
         require_marker=True,
         unique_names=True,
+        idempotency_ttl_seconds=settings.idempotency_key_ttl_seconds,
     )
 
 
@@ -283,6 +285,7 @@ def running_broker(
         settings.redis_url,
         prefix=settings.redis_prefix,
         fencing_token=lambda: electors[0].current_token() if electors else None,
+        idempotency_ttl_seconds=settings.idempotency_key_ttl_seconds,  # keys restored by a rebuild
     )
     leader_service, _, _ = build_service(cfg, store=leader_store, gateway=gateway, clock=clock)
     leader_service.watch_changes()  # Job statuses by informer event, not by a read per job per pass
@@ -362,8 +365,10 @@ def running_broker(
     workdir = Path(tempfile.mkdtemp(prefix="gpufed-clusterprofiles-"))
     members = FleetMembers(cfg, [leader_service, service], store, gateway, pollers)
     hub: HubRuntime | None = None
+    retention = RetentionLoop(store, settings.finished_job_retention_seconds)  # any replica may purge
     try:
         auth.start()
+        retention.start()
         profiles = start_cluster_profiles(cfg, members, store, workdir)
         if reload_from is not None:
             reloader = start_config_reload(cfg, members, *reload_from, auth=auth)
@@ -409,6 +414,7 @@ def running_broker(
             hub.stop()
         if reloader is not None:
             reloader.stop()
+        retention.stop()
         auth.stop()
         if profiles is not None:
             profiles.stop()
@@ -556,6 +562,8 @@ def start_api_processes(count: int, args: ApiProcessArgs, host: str, port: int, 
     workers.start(listening_socket(host, port), members)
     if broker.members is not None:
         broker.members.on_change = workers.members_changed
+    if broker.auth is not None:
+        broker.auth.followers = workers.auth_changed  # a changed auth section reaches them too
     log.info("the HTTP API runs in %d process(es) of its own", count)
     return workers
 

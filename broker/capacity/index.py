@@ -81,6 +81,8 @@ class _Contribution:
     clique: CliquePart | None = None  # its NVLink clique's part (broker.capacity.cliques)
     dra: bool = False  # the node's GPUs come from DRA ResourceSlices
     whole: int = 0  # whole GPUs allocatable, usable or not (how the product is offered)
+    node_cpu_millis: int = 0  # allocatable on the node (counted for usable ones only)
+    node_memory_mib: int = 0
 
 
 def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
@@ -141,6 +143,8 @@ def _contribution(node: NodeFacts, tolerated: frozenset[str]) -> _Contribution:
         clique=clique_part(node, usable=True),
         dra=node.dra,
         whole=node.gpus_allocatable,
+        node_cpu_millis=node.cpu_allocatable_millis,
+        node_memory_mib=node.memory_allocatable_bytes >> 20,
     )
 
 
@@ -162,6 +166,8 @@ class _ProductAgg:
     sizes: dict[int, int] = field(default_factory=dict)  # allocatable GPUs of a domain -> domains
     node_free: dict[int, int] = field(default_factory=dict)  # free GPUs of a node -> nodes
     whole: int = 0
+    cpus: dict[int, int] = field(default_factory=dict)  # allocatable CPU millis of a usable node -> nodes
+    mems: dict[int, int] = field(default_factory=dict)  # allocatable memory MiB of a usable node -> nodes
 
     def add(self, c: _Contribution, sign: int) -> None:
         self.nodes += sign
@@ -184,6 +190,8 @@ class _ProductAgg:
         for k in c.sizes:
             _bump(self.sizes, k, sign)
         _bump(self.node_free, c.free, sign)
+        _bump(self.cpus, c.node_cpu_millis, sign)
+        _bump(self.mems, c.node_memory_mib, sign)
         if c.gfd:
             _bump(self.gfd, c.gfd, sign)
 
@@ -369,6 +377,8 @@ class CapacityIndex:
             offered=OFFERED_DRA if dra else OFFERED_DEVICE_PLUGIN,
             dra=dra,
             whole_gpus=agg.whole,
+            max_node_cpu_millis=max((k for k, n in agg.cpus.items() if n), default=0),
+            max_node_memory_mib=max((k for k, n in agg.mems.items() if n), default=0),
         )
 
     def _memory_of(self, product: str) -> int:

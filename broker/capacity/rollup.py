@@ -132,6 +132,7 @@ def _kind_capacity(
     split = 0  # most free GPUs on one single-numa-node node
     sizes: list[int] = []
     node_frees: list[int] = []
+    cpu = mem = 0  # the most one usable node has allocatable
     gfd: set[str] = set()
     memory = nodes[0].product.memory_mib if nodes[0].product else 0
     for node in nodes:
@@ -151,6 +152,8 @@ def _kind_capacity(
         split = max(split, single_numa_node_free(node))
         sizes.extend(gpu_domain_sizes(node))
         node_frees.append(node.gpus_free)
+        cpu = max(cpu, node.cpu_allocatable_millis)
+        mem = max(mem, node.memory_allocatable_bytes >> 20)
         parent = gfd_parent(node)
         if parent:
             gfd.add(parent)
@@ -173,6 +176,8 @@ def _kind_capacity(
         offered=OFFERED_DRA if dra else OFFERED_DEVICE_PLUGIN,
         dra=dra,
         whole_gpus=whole,
+        max_node_cpu_millis=cpu,
+        max_node_memory_mib=mem,
     )
 
 

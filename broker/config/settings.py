@@ -259,9 +259,7 @@ class Settings(_Strict):
     """Broker-wide settings, all with defaults that suit a small fleet."""
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", alias="redisUrl")
-    redis_prefix: str = Field(
-        default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$"
-    )  # no ":": the key separator
+    redis_prefix: str = Field(default="gpufed", alias="redisPrefix", pattern=r"^[A-Za-z0-9_.-]+$")  # no ":"
     # Redis Sentinel (docs/operations.md): `redisUrl: redis+sentinel://...`, or the block `redis:` (turned
     # into that URL at load). `redisDurability: replica`: a submit is acknowledged only once one replica
     # holds it (WAIT 1 redisWaitTimeoutMs, one per group-committed batch).
@@ -271,6 +269,8 @@ class Settings(_Strict):
     reservation_ttl_seconds: float = Field(default=120.0, alias="reservationTtlSeconds", gt=0)
     # A finished Job is deleted from its member this long after it ended (ttlSecondsAfterFinished).
     finished_job_ttl_seconds: int = Field(default=3600, alias="finishedJobTtlSeconds", ge=0, strict=True)
+    finished_job_retention_seconds: float = Field(default=604800, alias="finishedJobRetentionSeconds", gt=0)
+    idempotency_key_ttl_seconds: float = Field(default=86400, alias="idempotencyKeyTtlSeconds", gt=0)
     # A cluster with no successful call for this long is lost (the pollers' broker.health.machine calls it
     # unreachable): its jobs fail over (docs/reliability.md).
     cluster_lost_seconds: float = Field(default=10.0, alias="clusterLostSeconds", gt=0)

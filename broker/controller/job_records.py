@@ -32,8 +32,9 @@ from broker.core.ports import StateStore
 
 ACTIVE = (JobState.PENDING, JobState.QUEUED, JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
 PLACED_STATES = (JobState.PLACED, JobState.ADMITTED, JobState.RUNNING)
-# Terminal records kept for the sweep's verdicts (a finished job's Job may linger in its cluster).
-_DONE_KEPT = 50_000
+# Terminal records kept for the sweep's verdicts (a finished job's Job may linger in its cluster); one
+# not kept is judged on the store's record. About 4 KiB each: 50,000 held 200 MiB (issue 48 finding 3).
+_DONE_KEPT = 5_000
 
 
 class JobRecords:

@@ -12,6 +12,10 @@ longer). Decisions are broker.workload.member_trouble's; this applies them:
               its Job is gone, no new attempt exists while the old one may (a stale leader's write is
               refused: Fenced; a failed delete leaves the job where it is, tried again next pass)
     FAIL      the same, ending FAILED (image pull), or lifecycle's FAILED with the last termination
+    PARK      a WITHDRAW that leaves the job avoiding every cluster it may use (withdrawn from each
+              within memberAvoidSeconds): it stops bouncing. QUEUED with the reason, its avoid list
+              cleared, and parked as a never-fit job is (scheduling: until the fleet's structure, node
+              sizes included, changes); then offered to every cluster again (issue 48 finding 9)
 
 A job whose trouble has a deadline is looked at again once it passes (due()), not every pass: only the
 jobs in trouble are, so an idle fleet of running jobs costs nothing more.
@@ -181,7 +185,18 @@ class MemberTroubles(ControllerBase):
         target = replace(record, placement=None, workload_name=None)
         if step.state is JobState.QUEUED:
             policy = self.settings.trouble_policy
-            target = replace(target, cluster=None, avoid=member_trouble.avoid(record, cluster, now, policy))
+            avoid = member_trouble.avoid(record, cluster, now, policy)
+            allowed = set(record.request.clusters or self.traits)
+            if allowed and allowed <= {c for c, until in avoid if until > now}:
+                step = lifecycle.Transition(
+                    JobState.QUEUED,
+                    f"parked: withdrawn from every cluster it may use ({', '.join(sorted(allowed))}), last "
+                    f"{verdict.reason}; offered again when a member's nodes or the fleet change",
+                )
+                target = replace(target, cluster=None, avoid=())
+                self._parked[record.id] = self._offered_fleet()
+            else:
+                target = replace(target, cluster=None, avoid=avoid)
         log.info("job %s: %s", record.id, step.reason)
         try:
             return self._transition(
@@ -189,6 +204,10 @@ class MemberTroubles(ControllerBase):
             )
         except Conflict:
             return None  # cancelled or moved on meanwhile (its Job is gone either way)
+
+    def _offered_fleet(self) -> str:
+        """What a parked job waits to change (Scheduling's, first in the service's bases, is the one)."""
+        raise NotImplementedError
 
     def _troubled_due(self) -> set[str]:
         """The jobs whose member trouble reaches its deadline now: read them in this pass."""

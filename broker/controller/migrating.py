@@ -9,7 +9,9 @@ Owns:
                         budget stops by the job's failover policy) with the next attempt held back while
                         the old one saves (at most grace + a margin), then the stop runs on the source
                         cluster's dispatcher thread; the reference it reads becomes the record's
-                        `resume_from` (and an event), and the hold is lifted once the pods are gone
+                        `resume_from` (and an event), and the hold is lifted once the pods are gone; a
+                        stop the member does not take (down, not yet declared lost) lifts it at once, and
+                        the next attempt resumes from the last reported checkpoint (_unreachable_stop)
     drain_cluster / undrain_cluster   planned maintenance: the cluster is fenced with a drain reason (no
                         new placements, not unfenced by health), its jobs moved with their checkpoints
     note_reported_checkpoints   the checkpoints running pods report through the annotation
@@ -156,7 +158,7 @@ class Migrating(ControllerBase):
             )
         except ClusterError as exc:
             log.warning("checkpoint stop of %s on %s failed: %s", moved.id, cluster, exc)
-            self._event(moved, f"checkpoint stop of attempt {attempt} on {cluster} failed: {exc}")
+            self._unreachable_stop(moved, cluster, exc)
             return
         current = self.store.get_job(moved.id)
         if current is None or current.attempt != attempt:
@@ -177,6 +179,34 @@ class Migrating(ControllerBase):
             )
         except Conflict:
             log.info("%s moved on before its checkpoint (%s) was recorded", moved.id, reference)
+
+    def _unreachable_stop(self, moved: JobRecord, cluster: str, exc: ClusterError) -> None:
+        """The member did not take the stop (down, not yet declared lost): the failover path at once. The
+        hold is lifted, so the next attempt starts now (not when grace + margin + start ran out, 80-90 s)
+        from the last checkpoint the job reported (resume_from, note_reported_checkpoints); the old
+        attempt's Job is deleted by the sweep once the member answers (its attempt is not current)."""
+        attempt = moved.attempt
+        current = self.store.get_job(moved.id)
+        if current is None or current.attempt != attempt or current.state is not JobState.QUEUED:
+            self._event(moved, f"checkpoint stop of attempt {attempt} on {cluster} failed: {exc}")
+            return
+        resume = current.resume_from
+        tail = (
+            f"the next attempt starts now from its last reported checkpoint {resume}"
+            if resume
+            else "the next attempt starts now, afresh (no checkpoint reported)"
+        )
+        changed = replace(current, not_before=min(current.not_before, self.clock.now()))
+        try:
+            self._transition(
+                changed,
+                current.state,
+                f"cannot reach {cluster} to stop attempt {attempt} ({exc}); {tail}",
+                expected=current.state,
+                expected_attempt=attempt,
+            )
+        except Conflict:
+            return  # it moved on meanwhile
 
     def _hold_from_now(self, job_id: str, attempt: int, plan: StopPlan) -> None:
         """The stop starts (it may have waited for a dispatcher thread): the next attempt is held back

@@ -246,6 +246,8 @@ class ProductCapacity:
     shared_allocatable: int = 0  # time-sliced / MPS replicas on nodes that take the broker's pods
     shared_free: int = 0  # of those, not requested by pods
     single_numa_node_free: int = 0
+    max_node_cpu_millis: int = 0  # the most one usable node has allocatable, all free (0: unknown; never_fit)
+    max_node_memory_mib: int = 0  # likewise memory (a pod larger than every node never fits)
     domains_by_size: tuple[int, ...] = ()  # [k] = placement domains (as nodes_by_free counts) of k GPUs
     whole_nodes_by_free: tuple[int, ...] = ()  # [k] = nodes with k free GPUs, zones summed (for people)
     offered: str = "device-plugin"  # served as device-plugin | dra | both (capacity.rollup.combine_kinds)

@@ -275,6 +275,11 @@ class StateStore(Protocol):
     def live_reservations(self, now: float) -> list[Reservation]: ...
 
     # --- jobs
+    def removed_job(self, job_id: str) -> tuple[str, float] | None:
+        """(tenant, epoch) of a finished job removed by the retention (finishedJobRetentionSeconds),
+        while that is remembered; None otherwise."""
+        ...
+
     def create_job(self, record: JobRecord, event: JobEvent | None = None) -> JobRecord:
         """Store a new job and its first event; with an idempotency key already seen, returns the
         existing job instead."""

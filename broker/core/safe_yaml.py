@@ -5,12 +5,14 @@ larger than MAX_BYTES or when the document, with every alias expanded, has more 
 "billion laughs" bomb is a few hundred bytes that expand to 10^9 nodes; PyYAML would build it as shared
 references and the first json.dumps of it would run out of memory). The node graph is counted once per
 distinct node, so the check is as cheap as parsing. A mapping that names one key twice is refused
-naming the key and its line (PyYAML would keep the last silently). Errors are YamlError with a one-line
-message.
+naming the key and its line (PyYAML would keep the last silently). Booleans are YAML 1.2's: only
+true/false (any case of those), so `yes`, `no`, `on`, `off` stay strings (a boolean field refuses them by
+name, a string field keeps them as written). Errors are YamlError with a one-line message.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -20,6 +22,19 @@ __all__ = ["MAX_BYTES", "MAX_NODES", "YamlError", "load"]
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 100_000
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2's booleans: `yes`, `no`, `on`, `off` are strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 class YamlError(ValueError):
@@ -82,7 +97,7 @@ def load(
     size = len(text.encode() if isinstance(text, str) else text)
     if size > max_bytes:
         raise YamlError(f"{what}: {size} bytes, more than the limit of {max_bytes}")
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:

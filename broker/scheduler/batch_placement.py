@@ -35,7 +35,19 @@ def _structure(s: ClusterSummary) -> tuple[object, ...]:
     return (
         s.cluster,
         str(s.tier),
-        tuple(sorted((p.product, p.memory_mib, p.allocatable > 0 or p.nodes > 0) for p in s.products)),
+        tuple(
+            sorted(
+                # the largest node's CPU and memory: a pod larger than any node fits once a larger joins
+                (
+                    p.product,
+                    p.memory_mib,
+                    p.allocatable > 0 or p.nodes > 0,
+                    p.max_node_cpu_millis,
+                    p.max_node_memory_mib,
+                )
+                for p in s.products
+            )
+        ),
         tuple(sorted((m.product, m.profile, m.resource_name) for m in s.mig)),
         tuple(sorted((q.cluster_queue, q.flavor, q.resource, q.nominal) for q in s.queues)),
         # tenant namespaces: created, their quotas' hard limits and LimitRanges changed (namespace-quota)

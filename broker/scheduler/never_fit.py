@@ -1,7 +1,9 @@
 """Never-fit at submit: a job no declared cluster could hold even with every GPU free.
 
 Owns the check and its warning. Such a job is still accepted (clusters may join or grow); the answer and
-the job carry the warning, which names the largest cluster's fit. The check reads only the summaries
+the job carry the warning, which names the largest cluster's fit. A whole-GPU pod must also fit one node's
+CPU and memory (ProductCapacity.max_node_cpu_millis / max_node_memory_mib, when known; issue 48 finding 9):
+a pod asking more than any node of a product that has the GPUs is warned about, naming the most there is. The check reads only the summaries
 (no per-node data): a node's allocatable GPUs are bounded above by what the histograms allow (the most
 free on one node plus every allocated GPU, or the GPUs of nodes that take no pods now), the cluster's by
 its whole GPUs plus its autoscaling headroom, so a warning is never given to a job that could fit.
@@ -50,17 +52,38 @@ def _profiles(job: JobRequest, summary: ClusterSummary) -> list[MigCapacity]:
     return out
 
 
+def _node_short(job: JobRequest, cap: ProductCapacity) -> str | None:
+    """What one pod asks beyond the most CPU or memory one node of the product has (None: it fits, or
+    the node sizes are not known)."""
+    cpu, mem = cap.max_node_cpu_millis, cap.max_node_memory_mib
+    short = []
+    if cpu and job.cpu_millis_per_pod > cpu:
+        short.append(f"{job.cpu_millis_per_pod / 1000:g} CPUs (the most on one node: {cpu / 1000:g})")
+    if mem and job.memory_mib_per_pod > mem:
+        short.append(
+            f"{job.memory_mib_per_pod / 1024:g} GiB memory (the most on one node: {mem / 1024:g} GiB)"
+        )
+    return " and ".join(short) or None
+
+
 def _whole(job: JobRequest, summaries: Sequence[ClusterSummary]) -> str | None:
     g, pods = job.gpus_per_pod, job.pods
     best: tuple[int, int, str, str] | None = None  # (total, most free on one node now, cluster, product)
+    too_small: str | None = None  # the GPUs would fit; one node's CPU or memory would not
     for s in summaries:
         for cap in _products(job, s):
             one_node, total = _gpus_bound(s, cap)
             if g <= one_node and g * pods <= total:
-                return None
+                short = _node_short(job, cap)
+                if short is None:
+                    return None
+                too_small = too_small or f"a pod asks {short} on {s.cluster} ({cap.product})"
+                continue
             if best is None or (total, cap.max_free_on_one_node) > best[:2]:
                 best = (total, cap.max_free_on_one_node, s.cluster, cap.product)
     what = f"{pods} pod{'s' if pods > 1 else ''} x {g} GPUs"
+    if too_small is not None:
+        return f"no node of a declared cluster could hold one pod even empty: {too_small}"
     if best is None:
         wanted = ", ".join(job.gpu_products) or "GPUs"
         return f"no declared cluster offers {wanted} for {what}"

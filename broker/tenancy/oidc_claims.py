@@ -2,9 +2,14 @@
 
 Owns `OidcPolicy` (the `auth.oidc` settings the mapping needs) and `principal_from_claims`:
 
-    subject   the claim `usernameClaim` (default `sub`); missing or empty: refused (401)
-    groups    the claim `groupsClaim` (default `groups`): a list of strings, or one string; Keycloak's full
-              group paths ("/ml-team") match "ml-team" too
+    subject   the claim `usernameClaim` (default `sub`); missing, empty, longer than MAX_SUBJECT, holding
+              control characters or starting with a reserved prefix (`system:`, the broker's own subjects
+              in the audit trail): refused (401)
+    groups    the claim `groupsClaim` (default `groups`): a list of strings, or one string, compared exactly
+              with the configured names. A full group path is the group it names: "/ml-team" (a top-level
+              group, as Keycloak sends it) is "ml-team", but "/org/ml-team" only matches "/org/ml-team"
+              (anyone who can make a subgroup must not become a configured group). Longer than MAX_GROUP,
+              or more than MAX_GROUPS of them: refused (401)
     tenant    the first group of `tenantsFromGroups`, in the order the operator listed them, that the token
               carries; none: refused (403, naming the token's groups)
     role      likewise the first group of `rolesFromGroups` the token carries; none: `defaultRole` (user)
@@ -21,7 +26,21 @@ from typing import Any
 
 from broker.tenancy.auth import Principal, Role
 
-__all__ = ["OidcPolicy", "Refusal", "principal_from_claims"]
+__all__ = [
+    "MAX_GROUP",
+    "MAX_GROUPS",
+    "MAX_SUBJECT",
+    "RESERVED_PREFIXES",
+    "OidcPolicy",
+    "Refusal",
+    "principal_from_claims",
+]
+
+# the broker's own subjects in the audit trail ("system:gpufed", "system:hub", "system:config-reload")
+RESERVED_PREFIXES = ("system:",)
+MAX_SUBJECT = 256
+MAX_GROUP = 256
+MAX_GROUPS = 256
 
 
 @dataclass(frozen=True)
@@ -44,17 +63,24 @@ class OidcPolicy:
     default_role: Role = Role.USER
 
 
-def _groups(value: Any) -> list[str]:
+def _groups(value: Any) -> list[str] | Refusal:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, Sequence) or isinstance(value, bytes):
         return []
+    if len(value) > MAX_GROUPS:
+        return Refusal(401, f"the token carries {len(value)} groups (at most {MAX_GROUPS})")
     names: list[str] = []
     for g in value:
-        if isinstance(g, str) and g:
-            names.append(g)
-            if g.startswith("/"):  # a Keycloak full group path: "/ml-team" or "/org/ml-team"
-                names.append(g.rsplit("/", 1)[-1])
+        if not isinstance(g, str) or not g:
+            continue
+        if len(g) > MAX_GROUP:
+            return Refusal(
+                401, f"the token carries a group name of {len(g)} characters (at most {MAX_GROUP})"
+            )
+        names.append(g)
+        if g.startswith("/") and g.count("/") == 1:  # a top-level group as a full path: "/ml-team"
+            names.append(g[1:])
     return names
 
 
@@ -63,12 +89,33 @@ def _first(mapping: Mapping[str, Any], groups: Sequence[str]) -> Any:
     return next((value for group, value in mapping.items() if group in carried), None)
 
 
+def _subject_refusal(subject: Any, claim: str) -> Refusal | None:
+    if not isinstance(subject, str) or not subject:
+        return Refusal(401, f"the token has no {claim!r} claim (auth.oidc.usernameClaim)")
+    if len(subject) > MAX_SUBJECT:
+        return Refusal(
+            401, f"the token's {claim!r} claim is {len(subject)} characters long (at most {MAX_SUBJECT})"
+        )
+    if not subject.isprintable():
+        return Refusal(401, f"the token's {claim!r} claim holds control characters")
+    reserved = next((p for p in RESERVED_PREFIXES if subject.lower().startswith(p)), None)
+    if reserved is not None:
+        return Refusal(
+            401, f"the token's {claim!r} claim starts with {reserved!r}, reserved for the broker itself"
+        )
+    return None
+
+
 def principal_from_claims(claims: Mapping[str, Any], policy: OidcPolicy) -> Principal | Refusal:
     """The caller a verified token stands for, or why it may not call."""
     subject = claims.get(policy.username_claim)
-    if not isinstance(subject, str) or not subject:
-        return Refusal(401, f"the token has no {policy.username_claim!r} claim (auth.oidc.usernameClaim)")
+    refused = _subject_refusal(subject, policy.username_claim)
+    if refused is not None:
+        return refused
+    assert isinstance(subject, str)
     groups = _groups(claims.get(policy.groups_claim))
+    if isinstance(groups, Refusal):
+        return groups
     tenant = _first(policy.tenants_from_groups, groups)
     if tenant is None:
         shown = ", ".join(sorted(set(groups))[:10]) or "none"

@@ -6,6 +6,7 @@ avoided), an image that cannot be pulled, and a race: no attempt is ever alive t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -273,3 +274,46 @@ def test_no_attempt_is_ever_alive_twice_when_withdraws_race(store: RedisStateSto
     finally:
         current.close()
         stale_store.close()
+
+
+def test_a_job_withdrawn_from_every_cluster_is_parked_until_the_fleet_changes(store: RedisStateStore) -> None:
+    """Issue 48 finding 9: a pod no node can take (more memory than any has) was withdrawn from each
+    member in turn and offered again once its avoid time ran out, bouncing forever. Withdrawn from every
+    cluster it may use, it is parked with the reason and offered again once the fleet changes (a larger
+    node joins)."""
+    clock, gateway = ManualClock(), TroubledGateway()
+    service = leader(store, gateway, clock)
+    gateway.trouble = {c: PodTrouble("Unschedulable", SCHED) for c in ("a", "b")}
+    job, _ = service.submit(JobRequest("fat", gpus_per_pod=1, clusters=("a", "b")))
+    for turn in range(2):  # withdrawn from the one it was placed on, then from the other
+        service.schedule_once()
+        placed = service.get(job.id)
+        assert placed.cluster is not None, (turn, placed)
+        for _ in range(4):  # pending past memberPendingSeconds (120 s), a look every 61 s
+            service.workload_changed(placed.cluster, job.id)
+            service.sync_status()
+            clock.t += 61
+            for c in ("a", "b"):
+                store.put_summary(idle_h100_node(c, clock.t))
+        assert service.get(job.id).cluster is None, (turn, service.get(job.id))
+    parked = service.get(job.id)
+    assert parked.state is JobState.QUEUED and parked.reason.startswith(
+        "parked: withdrawn from every cluster"
+    ), parked
+    assert "Insufficient memory" in parked.reason and parked.avoid == ()
+    attempts = parked.attempt
+    clock.t += POLICY.avoid_seconds + 60  # long after it would have been offered again
+    for c in ("a", "b"):
+        store.put_summary(idle_h100_node(c, clock.t))
+    service.schedule_once()
+    assert service.get(job.id).cluster is None and service.get(job.id).attempt == attempts  # no bounce
+    # a larger node joins cluster b: the fleet changed, the job is offered to every cluster again
+    larger = idle_h100_node("b", clock.t)
+    larger = dataclasses.replace(
+        larger, products=tuple(dataclasses.replace(p, max_node_memory_mib=4 << 20) for p in larger.products)
+    )
+    store.put_summary(larger)
+    service.schedule_once()
+    again = service.get(job.id)
+    assert again.cluster in ("a", "b") and again.attempt == attempts + 1, again
+    assert gateway.doubles == []

@@ -93,7 +93,7 @@ class Broker:
                     "issuerUrl": issuer.url,
                     "audience": AUDIENCE,
                     "tenantsFromGroups": {"ml-team": "ml", "vision-team": "vision"},
-                    "rolesFromGroups": {"auditors": "viewer"},
+                    "rolesFromGroups": {"auditors": "viewer", "gpufed-admins": "admin"},
                     "keysRefetchSeconds": 0.2,
                 },
             },
@@ -209,6 +209,29 @@ def test_a_token_whose_groups_map_to_no_tenant_is_403_with_the_reason(
     )
     (denied,) = broker.audit(outcome="denied")["items"]
     assert denied["verb"] == "read" and "interns" in denied["reason"]
+
+
+def test_a_subgroup_named_like_the_admin_group_is_not_admin(broker: Broker, issuer: LocalIssuer) -> None:
+    """Finding 4 of issue 48: `/evil/gpufed-admins` was taken as `gpufed-admins` (its last segment)."""
+    evil = issuer.token(sub="eve", groups=["ml-team", "/evil/gpufed-admins"])
+    assert broker.call(evil, "GET", "/v1/jobs").status_code == 200  # a user of ml, nothing more
+    assert broker.call(evil, "GET", "/v1/audit").status_code == 403
+    admin = issuer.token(sub="ada", groups=["ml-team", "/gpufed-admins"])  # the top-level group, as a path
+    assert broker.call(admin, "GET", "/v1/audit").status_code == 200
+
+
+def test_a_reserved_or_oversized_username_is_401(broker: Broker, issuer: LocalIssuer) -> None:
+    """Finding 5 of issue 48: `system:gpufed` would be audited as the broker itself."""
+    for sub in ("system:gpufed", "system:hub", "x" * 10_000):
+        r = broker.call(issuer.token(sub=sub, groups=["ml-team"]), "GET", "/v1/jobs")
+        assert r.status_code == 401, (sub[:20], r.text)
+    assert (
+        "reserved for the broker"
+        in broker.call(issuer.token(sub="system:gpufed", groups=["ml-team"]), "GET", "/v1/jobs").json()[
+            "message"
+        ]
+    )
+    assert not broker.audit(subject="system:gpufed")["items"]
 
 
 def test_signing_keys_rotate_by_themselves(broker: Broker, issuer: LocalIssuer) -> None:

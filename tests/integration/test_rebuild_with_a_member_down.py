@@ -118,12 +118,14 @@ def _live_jobs_where_up(sim: Simulation, job_id: str, down: set[str]) -> list[st
     return found
 
 
-def test_a_cluster_declared_lost_lets_resent_keys_through_and_its_original_job_wins_when_it_returns(
+def test_a_cluster_declared_lost_lets_resent_keys_through_and_one_job_is_kept_when_it_returns(
     sim: Simulation, tmp_path: Path, worker_ray: WorkerRay
 ) -> None:
     """Case 2, the other half: the down cluster is declared lost (clusterLostSeconds 4), so a re-sent key
     makes a new job elsewhere; when the cluster returns with the original Job, the rebuild restores it and
-    the newer job is cancelled, both jobs' events say so, and never are both RUNNING."""
+    one of the two is cancelled, both jobs' events say so, and never are both RUNNING. The one kept is the
+    one that can stay where it runs (issue 48 finding 7): the newer while the returning cluster is still
+    fenced, else the older; either way it keeps the attempt it ran, the work does not start again."""
     port = redis_process.free_port()
     server = redis_process.spawn(tmp_path, port)
     b = BrokerProcess(
@@ -136,6 +138,7 @@ def test_a_cluster_declared_lost_lets_resent_keys_through_and_its_original_job_w
         for job_id in originals.values():
             wait_for(_state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{job_id} RUNNING")
         down = {b.get(f"/v1/jobs/{job_id}")["cluster"] for job_id in originals.values()}
+        attempts = {job_id: b.get(f"/v1/jobs/{job_id}")["attempt"] for job_id in originals.values()}
         _down_and_seen(b, sim, down)
         redis_process.stop(server.process)
         server = redis_process.spawn(tmp_path, port)
@@ -153,39 +156,46 @@ def test_a_cluster_declared_lost_lets_resent_keys_through_and_its_original_job_w
             wait_for(
                 _state_is(b, job_id, "RUNNING"), timeout=60, interval=0.5, what=f"{key}: {job_id} RUNNING"
             )
+            attempts[job_id] = b.get(f"/v1/jobs/{job_id}")["attempt"]
             assert _live_jobs_where_up(sim, job_id, down) != []
             assert _live_jobs_where_up(sim, originals[key], down) == []  # before it returns: one runs here
         for cluster in down:
             sim.faults(cluster).up()
 
+        winners: dict[str, tuple[str, str]] = {}  # key -> (kept, cancelled)
+
         def reconciled(key: str) -> bool:
             old = b.get(f"/v1/jobs/{originals[key]}")
             new = b.get(f"/v1/jobs/{newer[key]}")
             assert not old.get("state") == new.get("state") == "RUNNING", (old, new)  # never both
-            return bool(
-                new.get("state") == "CANCELLED"
-                and old.get("state") == "RUNNING"
-                and _resend(b.url, key).json().get("id") == originals[key]
+            if {old.get("state"), new.get("state")} != {"CANCELLED", "RUNNING"}:
+                return False
+            pair = (
+                (originals[key], newer[key])
+                if old.get("state") == "RUNNING"
+                else (newer[key], originals[key])
             )
+            if _resend(b.url, key).json().get("id") != pair[0]:
+                return False
+            winners[key] = pair
+            return True
 
         for key in keys:
-            wait_for(
-                functools.partial(reconciled, key), timeout=120, interval=0.5, what=f"{key}: the older kept"
-            )
+            wait_for(functools.partial(reconciled, key), timeout=120, interval=0.5, what=f"{key}: one kept")
         for key in keys:
-            cancelled = b.get(f"/v1/jobs/{newer[key]}/events")
-            kept = b.get(f"/v1/jobs/{originals[key]}/events")
-            assert any(
-                "duplicate" in e["reason"] and originals[key] in e["reason"] for e in _items(cancelled)
-            )
-            assert any(e["reason"].startswith("kept:") and newer[key] in e["reason"] for e in _items(kept))
+            kept_id, cancelled_id = winners[key]
+            cancelled = b.get(f"/v1/jobs/{cancelled_id}/events")
+            kept = b.get(f"/v1/jobs/{kept_id}/events")
+            assert any("duplicate" in e["reason"] and kept_id in e["reason"] for e in _items(cancelled))
+            assert any(e["reason"].startswith("kept:") and cancelled_id in e["reason"] for e in _items(kept))
+            assert b.get(f"/v1/jobs/{kept_id}")["attempt"] == attempts[kept_id]  # it did not start again
             wait_for(
-                lambda key=key: _jobs_in_clusters(sim, newer[key]) == [],  # type: ignore[misc]
+                lambda c=cancelled_id: _jobs_in_clusters(sim, c) == [],  # type: ignore[misc]
                 timeout=60,
                 interval=0.5,
-                what=f"{newer[key]}'s Job deleted",
+                what=f"{cancelled_id}'s Job deleted",
             )
-            assert len(_jobs_in_clusters(sim, originals[key])) == 1
+            assert len(_jobs_in_clusters(sim, kept_id)) == 1
     finally:
         b.stop()
         redis_process.stop(server.process)

@@ -48,3 +48,43 @@ def test_a_number_given_as_a_string_or_a_boolean_is_refused_naming_the_field(
     assert [f["field"] for f in r.json()["fields"]] == [field], r.text
     ok = api.call("root", "POST", "/v1/jobs", json={"name": "strict", "gpus": 2, "pods": 2})
     assert ok.status_code == 201, ok.text
+
+
+def test_a_json_key_given_twice_is_refused_naming_it(api: Api) -> None:
+    """Issue 48 finding 10: JSON kept the last of two `gpus` silently, YAML refused."""
+    body = b'{"name": "twice", "gpus": 1, "gpus": 8}'
+    r = api.call("root", "POST", "/v1/jobs", headers={"Content-Type": "application/json"}, content=body)
+    assert r.status_code == 422, r.text
+    assert "duplicate key 'gpus'" in r.json()["message"], r.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("durationSeconds", "10"),
+        ("cpu", "2"),
+        ("memoryGiB", True),
+        ("maxWaitSeconds", "60"),
+        ("allowBurst", "true"),
+        ("numaAligned", 1),
+    ],
+)
+def test_json_strings_for_numbers_and_booleans_are_refused_naming_the_field(
+    api: Api, field: str, value: object
+) -> None:
+    """Issue 48 finding 10: `"durationSeconds": "10"` and `"allowBurst": "true"` used to be converted."""
+    r = api.call("root", "POST", "/v1/jobs", json={"name": "strict", "gpus": 1, field: value})
+    assert r.status_code == 422, r.text
+    assert [f["field"] for f in r.json()["fields"]] == [field], r.text
+
+
+@pytest.mark.parametrize("word", ["yes", "no", "on", "off", '"true"'])
+def test_yaml_1_1_booleans_and_quoted_true_are_refused_naming_the_field(api: Api, word: str) -> None:
+    body = f"name: strict\ngpus: 1\nallowBurst: {word}\n"
+    r = api.call("root", "POST", "/v1/jobs", headers={"Content-Type": "application/yaml"}, content=body)
+    assert r.status_code == 422, r.text
+    assert [f["field"] for f in r.json()["fields"]] == ["allowBurst"], r.text
+    ok = "name: strict\ngpus: 1\nallowBurst: true\ndurationSeconds: 10\nlabels: {enabled: yes}\n"
+    r = api.call("root", "POST", "/v1/jobs", headers={"Content-Type": "application/yaml"}, content=ok)
+    assert r.status_code == 201, r.text  # a label value `yes` is the string it reads as
+    assert r.json()["request"]["labels"] == {"enabled": "yes"}

@@ -43,7 +43,7 @@ def _lost(where: str) -> float:
 def test_every_sink_gets_every_record_and_a_failing_one_is_tried_again() -> None:
     lost_before = _lost("Kept")
     good, flaky, broken = Kept(), Kept(failures=1), Kept(failures=10**6)
-    writer = AuditWriter([good, flaky, broken], retries=3)
+    writer = AuditWriter([good, flaky, broken], hold_seconds=1.0)
     try:
         for i in range(50):
             writer.record(_record(i))

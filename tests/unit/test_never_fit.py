@@ -3,6 +3,8 @@ job, even empty, naming the largest cluster's fit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from broker.core.model import ClusterSummary, JobRequest, MigCapacity, ProductCapacity
@@ -77,3 +79,36 @@ def test_no_known_cluster_gives_no_warning_and_a_restricted_job_reads_its_cluste
     assert (never_fit_warning(only_small, FLEET) or "").startswith(
         "never fits: no declared cluster could hold 1 pod x 8"
     )
+
+
+SIZED = [  # 2 nodes x 8 H100, each 64 CPUs and 512 GiB allocatable
+    ClusterSummary("sized", products=(replace(h100((0,) * 8 + (2,)), max_node_cpu_millis=64_000,
+                                              max_node_memory_mib=512 * 1024),)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("job", "warning"),
+    [
+        (JobRequest("fits", gpus_per_pod=8, cpu_millis_per_pod=64_000, memory_mib_per_pod=512 * 1024), None),
+        (
+            JobRequest("cpu", gpus_per_pod=1, cpu_millis_per_pod=96_000),
+            "never fits: no node of a declared cluster could hold one pod even empty: a pod asks 96 CPUs (the "
+            "most on one node: 64) on sized (H100-80GB); accepted, it waits for a cluster that can",
+        ),
+        (
+            JobRequest("memory", gpus_per_pod=1, memory_mib_per_pod=1024 * 1024),
+            "never fits: no node of a declared cluster could hold one pod even empty: a pod asks 1024 GiB "
+            "memory (the most on one node: 512 GiB) on sized (H100-80GB); accepted, it waits for a cluster "
+            "that can",
+        ),
+        (JobRequest("unknown sizes", gpus_per_pod=1, cpu_millis_per_pod=96_000), None),  # FLEET: not known
+    ],
+    ids=lambda v: v.name if isinstance(v, JobRequest) else "",
+)
+def test_a_pod_larger_than_any_node_in_cpu_or_memory_is_warned_about(
+    job: JobRequest, warning: str | None
+) -> None:
+    """Issue 48 finding 9: only GPUs were compared; a pod asking more CPU or memory than any node has was
+    accepted without a word and bounced between members."""
+    assert never_fit_warning(job, FLEET if job.name == "unknown sizes" else SIZED) == warning

@@ -1,0 +1,41 @@
+"""No guessing at the API's edge (issue 48 finding 10): a number field takes a JSON number, a boolean
+field takes true or false, as the YAML side already did for `gpus` and `pods`.
+
+Owns `guessed(annotation, value) -> str | None`: why `value` is refused for a field declared
+`annotation` (int, float, bool, or one of them | None), or None when it is taken as given. A string
+("10", "true", "yes"), or a boolean where a number is due (true is not 1), is refused; everything else is
+left to the field's own validation. broker.api.schemas' wire models call it for every field before
+pydantic's lax conversion would turn "10" into 10 and "yes" into True; the 422 names the field.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+__all__ = ["guessed"]
+
+_NUMBERS = (int, float)
+
+
+def _scalar(annotation: Any) -> type | None:
+    """int, float or bool when the field is one of those (optionally | None); None otherwise."""
+    if annotation in (int, float, bool):
+        return typing.cast(type, annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(kinds) == 1 and kinds[0] in (int, float, bool):
+            return typing.cast(type, kinds[0])
+    return None
+
+
+def guessed(annotation: Any, value: Any) -> str | None:
+    kind = _scalar(annotation)
+    if kind is None or value is None:
+        return None
+    if kind is bool and not isinstance(value, bool):
+        return f"expected true or false, got {type(value).__name__} {value!r}"
+    if kind in _NUMBERS and isinstance(value, (bool, str)):
+        return f"expected a number, got {type(value).__name__} {value!r}"
+    return None
