@@ -183,6 +183,8 @@ class Informer:
     def join(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for a stopped informer to end."""
         if self._done is not None:
+            if self._loop is not None:
+                self._loop.check_stops_now()  # a stopped informer ends now, not at the loop's next check
             with contextlib.suppress(Exception):
                 self._done.result(timeout)
 

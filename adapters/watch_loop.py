@@ -4,7 +4,8 @@ Owns:
     WatchLoop        an asyncio event loop on a daemon thread of its own: submit(coroutine) from any thread;
                      cancel_on(stop, task): the task is cancelled once a threading.Event is set (the
                      informers' owners stop them with an Event, as they stopped their threads), checked
-                     every STOP_CHECK_SECONDS for all tasks that share an Event at once
+                     every STOP_CHECK_SECONDS for all tasks that share an Event at once, or at once
+                     on check_stops_now() (what Informer.join calls)
     shared_loop()    the process's one WatchLoop, started on first use (a poller shard's 1,000 watches and
                      the broker's member Jobs watches each live on one)
     TLS_READ_BUFFER_BYTES  asyncio's per-connection TLS read buffer, lowered from CPython's 256 KiB: 9,000
@@ -31,7 +32,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TLS_READ_BUFFER_BYTES = 32 * 1024
-STOP_CHECK_SECONDS = 0.2
+# Idle, this check is the loop's only wake-up between watch events: once a second, not 5 times (issue 43);
+# an owner that waits for its tasks to end (Informer.join) has them cancelled at once (check_stops_now)
+STOP_CHECK_SECONDS = 1.0
 
 
 class WatchLoop:
@@ -80,14 +83,23 @@ class WatchLoop:
             if not entry[1]:
                 del self._stops[id(stop)]
 
+    def check_stops_now(self) -> None:
+        """Cancel the tasks of every Event already set, now rather than at the next check (from any thread:
+        an owner that waits for its tasks to end calls it after setting its Event)."""
+        if self._started and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._cancel_stopped)
+
+    def _cancel_stopped(self) -> None:
+        for key, (stop, tasks) in list(self._stops.items()):
+            if stop.is_set():
+                self._stops.pop(key, None)
+                for task in list(tasks):
+                    task.cancel()
+
     async def _watch_stops(self) -> None:
         while True:
             await asyncio.sleep(STOP_CHECK_SECONDS)
-            for key, (stop, tasks) in list(self._stops.items()):
-                if stop.is_set():
-                    self._stops.pop(key, None)
-                    for task in list(tasks):
-                        task.cancel()
+            self._cancel_stopped()
 
 
 _shared: WatchLoop | None = None

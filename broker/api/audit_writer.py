@@ -17,6 +17,7 @@ EventAuditor    follows the fleet-wide job event stream and turns the broker's o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -32,6 +33,8 @@ from broker.tenancy.audit import AuditRecord, AuditSink, from_job_event
 __all__ = ["AuditWriter", "DerivedAuditLog", "EventAuditor"]
 
 log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 0.2  # a batch a sink refused is tried again this often (only then does the writer poll)
 
 
 @dataclass
@@ -54,7 +57,8 @@ class AuditWriter:
         max_held: int = 100_000,
     ) -> None:
         self._sinks = list(sinks)
-        self._queue: queue.Queue[AuditRecord] = queue.Queue(maxsize=max_queue)
+        # None: the wake close() sends (the writer blocks on the queue with no timeout while nothing is held)
+        self._queue: queue.Queue[AuditRecord | None] = queue.Queue(maxsize=max_queue)
         self._batch, self._hold_seconds, self._max_held = batch, hold_seconds, max_held
         self._pending: dict[int, _Held] = {}  # sink index -> what it holds while it fails
         self._stop = threading.Event()
@@ -89,19 +93,25 @@ class AuditWriter:
     def close(self) -> None:
         self.flush()
         self._stop.set()
+        with contextlib.suppress(queue.Full):  # a full queue wakes the writer anyway
+            self._queue.put_nowait(None)
         self._thread.join(timeout=5)
 
     def _take(self) -> list[AuditRecord]:
+        # Idle (nothing queued, no batch held for a retry) the thread sleeps until a record or close()
+        # comes: no wake-up at all; a held batch is tried again every RETRY_SECONDS.
         try:
-            first = self._queue.get(timeout=0.2)
+            first = self._queue.get(timeout=RETRY_SECONDS if self._pending else None)
         except queue.Empty:
             return []
-        batch = [first]
+        batch = [first] if first is not None else []
         while len(batch) < self._batch:
             try:
-                batch.append(self._queue.get_nowait())
+                record = self._queue.get_nowait()
             except queue.Empty:
                 break
+            if record is not None:
+                batch.append(record)
         return batch
 
     def _lose(self, sink: AuditSink, records: list[AuditRecord], why: str) -> None:

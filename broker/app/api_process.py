@@ -17,6 +17,7 @@ get 503) or when the broker process is gone.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
@@ -41,6 +42,9 @@ from broker.telemetry import freshness
 log = logging.getLogger(__name__)
 
 
+TICK_SECONDS = 1.0
+
+
 class _DrainingServer(uvicorn.Server):
     """uvicorn's server whose SIGTERM also refuses new writes while the requests in flight finish, and
     whose event loop beats on the ready pipe every half second once serving (the broker process kills
@@ -63,6 +67,17 @@ class _DrainingServer(uvicorn.Server):
         if self.drain is not None:
             self.drain.begin()
         super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    async def main_loop(self) -> None:
+        """uvicorn's, ticking every TICK_SECONDS instead of every 0.1 s (its on_tick refreshes the Date
+        header when the counter is a multiple of 10 and answers whether to exit): idle, 1 wake-up a second
+        instead of 10 (issue 43). The trade: a SIGTERM or a gone broker is acted on up to a second later."""
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            await asyncio.sleep(TICK_SECONDS)
+            should_exit = await self.on_tick(counter)
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -66,7 +66,7 @@ def test_the_reaper_sees_the_broker_gone_above_descriptor_1024(pipe_above_1024: 
     broker = subprocess.Popen(["sleep", "60"])  # a stand-in broker with no children to reap
     try:
         pipe_above_1024.close_write()  # the broker's end closed: watch() returns once it reads end-of-file
-        reaper.watch(broker.pid, pipe_above_1024.read_end)
+        reaper.watch(broker.pid, pipe_above_1024.read_end, os.urandom(16).hex())
     finally:
         broker.kill()
         broker.wait()
