@@ -591,7 +591,9 @@ def goal_over_days(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument(
+        "--seed", type=int, default=None, help="the day's seed (default 11; --days gives a range)"
+    )
     ap.add_argument("--jobs-per-day", type=float, default=300.0)
     ap.add_argument(
         "--max-wait",
@@ -602,6 +604,13 @@ def main() -> None:
     ap.add_argument("--hard", action="store_true", help="the budgets are hard: spent, cloud runs stop")
     ap.add_argument("--days", default="", help="a seed range A-B: the goal check over that many days")
     args = ap.parse_args()
+    # an option the run would ignore is refused, not dropped silently (issue 49)
+    if args.days and args.seed is not None:
+        ap.error("--seed is ignored with --days (its range gives the seeds): give one of them")
+    if args.hard and not args.budget:
+        ap.error("--hard needs --budget: without a budget there is nothing to stop at")
+    if args.seed is None:
+        args.seed = 11
     if args.days:
         first, _, last = args.days.partition("-")
         goal_over_days(

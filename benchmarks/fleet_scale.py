@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python -m benchmarks.fleet_scale [--clusters 20] [--nodes 50] [--jobs 8000] [--clients 32]
      [--hold SECONDS] (keeps the quiet fleet up after the idle measurement, to profile the broker)
+     [--record FILE] (a JSON record of the run: command, commit, date, calibration, results, goals judged)
      (starts its own redis-server, `kubesim serve` and `gpufed serve`; several minutes at full scale)
 
 What runs, each in its own process and (--sessions pods, the default) its own session, so that Linux's
@@ -20,15 +21,22 @@ Prints:
                   (/proc/PID/task/*/schedstat); and each group's CPU from the last submit until every job runs
     running       seconds from the last submit until every job is RUNNING (counted in Redis's state index,
                   so the watching costs the broker nothing)
-    idle          30 s with every job running and nothing changing: CPU % of one core of the broker
-                  process and, separately, of the Ray processes (pollers, raylet, GCS); Redis commands/s
-                  and KiB/s (INFO stats deltas of total_commands_processed and
-                  total_net_input_bytes + total_net_output_bytes: everything, pollers + broker + lease)
-    memory        then: the broker process's and each API process's resident memory, now and at most
+    idle          30 s with every job running and nothing changing: CPU % of one core of the broker's
+                  whole process tree (benchmarks/proc_tree.py: the broker process, its API processes and
+                  every Ray process it started - GCS, raylet, dashboard, agents, monitors, the poller
+                  shards - found as its descendants, in its session, or by its Ray session directory),
+                  the goal judged on the total, each part beside it; Redis commands/s and KiB/s (INFO
+                  stats deltas of total_commands_processed and total_net_input_bytes +
+                  total_net_output_bytes: everything, pollers + broker + lease)
+    memory        then: the whole tree's memory, PSS (shared pages split, so summed once) and RSS, each
+                  part beside it; and the broker process's resident memory now and at most
     list          `GET /v1/jobs?limit=500` p50 / p99, and a walk following metadata.continue (what the
                   endpoint answers when it does not page)
     correctness   jobs missing in the members, jobs created twice (Jobs listed in kubesim by the
                   gpufed.io/job-id label), and a re-sent Idempotency-Key returning its job
+    goals         each goal of FLEET_SCALE_GOALS, PASS or FAIL, computed from the figures above; with
+                  --record FILE all of it, with the machine's calibration (benchmarks/results_record.py)
+                  measured at the start of the run, in a JSON record
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +64,7 @@ import yaml
 
 from adapters.kube_rest import KubeRest
 from adapters.redis_process import private_redis
+from benchmarks import proc_tree, results_record
 from benchmarks.proc_stats import (
     HZ,
     cmdline,
@@ -63,12 +74,30 @@ from benchmarks.proc_stats import (
     memory_mib,
     set_autogroup_nice,
 )
+from benchmarks.results_record import Goal
 from benchmarks.submit_load import read_answer, request_bytes
 from broker.workload.manifest import JOB_ID_LABEL
 from tests.conftest import free_port
 
 TOKEN = "fleet-scale-benchmark-token-" + uuid.uuid4().hex
 PREFIX = "fleetscale"
+
+# Issue 20's goals at 8,000 jobs (docs/benchmarks.md), judged on every run; the idle CPU on the broker's
+# whole process tree, Ray's processes included (issue 49).
+FLEET_SCALE_GOALS = [
+    Goal("submits per second", "submit_per_s", ">=", 1000),
+    Goal("submit p99 (ms)", "submit_p99_ms", "<=", 50),
+    Goal("every job RUNNING after the last submit (s)", "running_after_s", "<=", 40),
+    Goal("idle CPU of the whole tree (% of a core)", "idle_tree_cpu_pct", "<=", 3),
+    Goal("idle Redis commands/s", "idle_redis_commands_per_s", "<=", 300),
+    Goal("idle Redis KiB/s", "idle_redis_kib_per_s", "<=", 300),
+    Goal("GET /v1/jobs?limit=500 p99 (ms)", "list_p99_ms", "<=", 50),
+    Goal("submit errors", "submit_errors", "==", 0),
+    Goal("jobs missing in the members", "missing", "==", 0),
+    Goal("jobs created twice", "created_twice", "==", 0),
+    Goal("jobs seen twice in the list walk", "walk_seen_twice", "==", 0),
+    Goal("a re-sent Idempotency-Key returns its job", "resent_key_returns_its_job", "==", 1),
+]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -231,7 +260,8 @@ def print_slowlog(r: redis.Redis, over_ms: float) -> None:
     )
 
 
-def list_pages(url: str) -> None:
+def list_pages(url: str) -> dict[str, float]:
+    """The list figures printed, returned for the record."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=url, headers=headers, timeout=120) as http:
         times: list[float] = []
@@ -245,10 +275,11 @@ def list_pages(url: str) -> None:
             f"list    GET /v1/jobs?limit=500 x20: p50 {pct(times, 0.5) * 1000:.1f} ms, "
             f"p99 {pct(times, 0.99) * 1000:.1f} ms, {len(first.get('items', []))} items in the first answer"
         )
+        out = {"list_p50_ms": pct(times, 0.5) * 1000, "list_p99_ms": pct(times, 0.99) * 1000}
         token = (first.get("metadata") or {}).get("continue")
         if not token:
             print("list    no metadata.continue in the answer: the endpoint does not page (one answer)")
-            return
+            return {**out, "walk_seen_twice": 0}
         seen: Counter[str] = Counter(j["id"] for j in first["items"])
         pages, started = 1, time.perf_counter()
         while token:
@@ -261,6 +292,7 @@ def list_pages(url: str) -> None:
             f"list    walk: {pages} pages, {len(seen)} jobs, {twice} seen twice, "
             f"{time.perf_counter() - started:.2f} s"
         )
+        return {**out, "walk_pages": pages, "walk_jobs": len(seen), "walk_seen_twice": twice}
 
 
 def member_jobs(kubeconfigs: dict[str, str]) -> Counter[str]:
@@ -336,9 +368,22 @@ def main() -> None:
         help="seconds to keep the fleet up after the idle measurement (to profile the quiet broker: "
         "py-spy record -p <the printed pid>)",
     )
+    parser.add_argument(
+        "--record",
+        default="",
+        help="write the run's JSON record here: command, commit, date, the machine's calibration measured at "
+        "the start, every result and each goal judged (benchmarks/results_record.py)",
+    )
     args = parser.parse_args()
     if args.jobs > args.clusters * args.nodes * 8:
         raise SystemExit("--jobs: more than the fleet's GPUs")
+    run_started = datetime.now(UTC)
+    calibration = results_record.calibrate()  # before the fleet starts: the machine's own speed now
+    print(
+        f"machine calibration {calibration['best']:.1f} rounds/s (best of {len(calibration['rounds'])}: "
+        f"{', '.join(f'{r:.1f}' for r in calibration['rounds'])}), load average {calibration['loadavg'][0]:.1f}"
+    )
+    results: dict[str, Any] = {}
     # SIGTERM (and SIGINT, which a shell's background job ignores) ends the run through the `finally`
     # below, so kubesim, the broker and its Ray processes, and the private Redis are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -428,11 +473,15 @@ def main() -> None:
                 f"kubesim at nice {args.members_nice}, Redis at nice {args.redis_nice}, "
                 f"sessions: {args.sessions}"
             )
-            groups = {
-                "API": lambda: {p for p in descendants(broker.pid) if "broker.app.api_process" in cmdline(p)},
+            groups: dict[str, Callable[[], set[int]]] = {
+                "API": lambda: {
+                    p for p in proc_tree.tree(broker.pid) if "broker.app.api_process" in cmdline(p)
+                },
                 "controller": lambda: {broker.pid},
-                "Ray": lambda: {
-                    p for p in descendants(broker.pid) if "broker.app.api_process" not in cmdline(p)
+                "Ray": lambda: {  # every other process of the broker's tree (benchmarks/proc_tree.py)
+                    p
+                    for p in proc_tree.tree(broker.pid) - {broker.pid}
+                    if "broker.app.api_process" not in cmdline(p)
                 },
                 "kubesim": lambda: {procs[0].pid} | descendants(procs[0].pid),
                 "redis": lambda: {rs.process.pid},
@@ -457,6 +506,13 @@ def main() -> None:
                 g: sum(cpu_ticks(p) - before[g].get(p, 0) for p in pids()) / HZ / took * 100
                 for g, pids in groups.items()
             }
+            results.update(
+                submitted=len(ids),
+                submit_per_s=len(ids) / took,
+                submit_p50_ms=pct(latencies, 0.5) * 1000,
+                submit_p99_ms=pct(latencies, 0.99) * 1000,
+                submit_errors=len(errors),
+            )
             print(
                 f"submit  {len(ids)} jobs in {took:.1f} s: {len(ids) / took:.0f}/s, "
                 f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
@@ -481,7 +537,8 @@ def main() -> None:
             after = {g: {p: cpu_ticks(p) for p in pids()} for g, pids in groups.items()}
             after_at = time.monotonic()
             wait(lambda: r.scard(running_key) >= len(ids), 900, "every job RUNNING", 0.2)
-            print(f"running every job RUNNING {time.monotonic() - last:.1f} s after the last submit")
+            results["running_after_s"] = time.monotonic() - last
+            print(f"running every job RUNNING {results['running_after_s']:.1f} s after the last submit")
             took_after = time.monotonic() - after_at
             print(
                 "cpu     from then until every job RUNNING, % of one core: "
@@ -496,32 +553,46 @@ def main() -> None:
             )
 
             time.sleep(3.0)  # the last status writes and settles land
-            under = descendants(broker.pid)
-            api_pids = {p for p in under if "broker.app.api_process" in cmdline(p)}
-            ray_pids = under - api_pids
-            a0 = sum(cpu_ticks(p) for p in api_pids)
-            b0 = cpu_ticks(broker.pid) + a0
-            ray0 = {p: cpu_ticks(p) for p in ray_pids}
             c0, n0 = redis_totals(r)
+            tree0 = proc_tree.sample(broker.pid)
             t0 = time.monotonic()
             time.sleep(args.idle)
+            tree1 = proc_tree.sample(broker.pid)
             elapsed = time.monotonic() - t0
             c1, n1 = redis_totals(r)
-            a1 = sum(cpu_ticks(p) for p in api_pids)
-            b1 = cpu_ticks(broker.pid) + a1
-            ray1 = sum(cpu_ticks(p) - ray0[p] for p in ray_pids if cpu_ticks(p))
-            print(
-                f"idle    {elapsed:.0f} s, {r.scard(running_key)} running: broker process (+ {len(api_pids)} API) "
-                f"{(b1 - b0) / HZ / elapsed * 100:.1f}% of a core (API processes "
-                f"{(a1 - a0) / HZ / elapsed * 100:.1f}%), Ray processes ({len(ray_pids)}) "
-                f"{ray1 / HZ / elapsed * 100:.1f}%; Redis {(c1 - c0) / elapsed:.0f} commands/s, "
-                f"{(n1 - n0) / elapsed / 1024:.1f} KiB/s"
+            idle_cpu = proc_tree.cpu_percent(tree0, tree1, elapsed)
+            results.update(
+                idle_s=elapsed,
+                idle_running=int(r.scard(running_key)),
+                idle_tree_cpu_pct=idle_cpu["total"],
+                idle_cpu_pct_by_part=idle_cpu,
+                idle_processes_by_part=proc_tree.counts(tree1),
+                idle_other_processes=proc_tree.others(tree1),
+                idle_redis_commands_per_s=(c1 - c0) / elapsed,
+                idle_redis_kib_per_s=(n1 - n0) / elapsed / 1024,
             )
-            rss, peak = memory_mib(broker.pid)
-            api_rss = [memory_mib(p) for p in api_pids]
             print(
-                f"memory  broker process {rss:.0f} MiB resident, {peak:.0f} MiB at most; API processes "
-                + (", ".join(f"{a:.0f} MiB ({b:.0f} at most)" for a, b in api_rss) or "none")
+                f"idle    {elapsed:.0f} s, {results['idle_running']} running: the broker's whole process tree "
+                f"({len(tree1.parts)} processes: {proc_tree.counts(tree1)}) "
+                f"{proc_tree.line(idle_cpu, '%')} of a core; Redis "
+                f"{results['idle_redis_commands_per_s']:.0f} commands/s, "
+                f"{results['idle_redis_kib_per_s']:.1f} KiB/s"
+                + (f"; other: {proc_tree.others(tree1)}" if proc_tree.others(tree1) else "")
+            )
+            pss, rss_parts = proc_tree.memory(broker.pid)
+            rss, peak = memory_mib(broker.pid)
+            results.update(
+                memory_tree_pss_mib=pss["total"],
+                memory_tree_rss_mib=rss_parts["total"],
+                memory_pss_mib_by_part=pss,
+                memory_rss_mib_by_part=rss_parts,
+                memory_broker_rss_mib=rss,
+                memory_broker_peak_mib=peak,
+            )
+            print(
+                f"memory  the whole tree: PSS {proc_tree.line(pss, ' MiB', '.0f')}; RSS "
+                f"{proc_tree.line(rss_parts, ' MiB', '.0f')}; the broker process {rss:.0f} MiB resident, "
+                f"{peak:.0f} MiB at most"
             )
 
             if args.hold > 0:
@@ -531,7 +602,7 @@ def main() -> None:
                 )
                 time.sleep(args.hold)
 
-            list_pages(url)
+            results.update(list_pages(url))
 
             found = member_jobs(kubeconfigs)
             missing = [j for j in ids.values() if found[j] == 0]
@@ -543,6 +614,7 @@ def main() -> None:
                 headers={"Idempotency-Key": key},
             )
             same = again.status_code == 200 and again.json()["id"] == job_id
+            results.update(missing=len(missing), created_twice=len(twice), resent_key_returns_its_job=same)
             print(
                 f"correct {len(missing)} jobs missing in the members, {len(twice)} created twice, "
                 f"re-sent Idempotency-Key returns its job: {same} ({again.status_code})"
@@ -556,6 +628,13 @@ def main() -> None:
                     except subprocess.TimeoutExpired:
                         p.kill()
             keep_logs(tmp, args.keep_logs)
+    record = results_record.build(
+        "benchmarks.fleet_scale", sys.argv[1:], results, FLEET_SCALE_GOALS, calibration, run_started
+    )
+    print(results_record.summary(record))
+    if args.record:
+        results_record.write(Path(args.record), record)
+        print(f"record  {args.record}")
 
 
 if __name__ == "__main__":

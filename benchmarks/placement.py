@@ -1,6 +1,8 @@
 """Benchmark: the placement engine, from the pure core to jobs reaching member clusters.
 
-Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [--clusters 100]
+Run: .venv/bin/python -m benchmarks.placement [all|core|reserve|submit|burst] [--clusters 100] [--audited]
+     (an option a sub-command would ignore is refused, exit 2: `--audited` is taken by submit, which then
+     runs as submit-audited, and by serve-api; --clusters by core, reserve, the submits and all)
      (needs Redis at $REDIS_URL for reserve/submit/burst; burst starts kubesim itself)
 
     core     place() over N cluster summaries: decisions/s one at a time, and batched (BatchPlacer over
@@ -31,10 +33,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from benchmarks import results_record
 from benchmarks.http_load import encode_request, run_httpx_load, run_load
+from benchmarks.results_record import Goal
 from broker.cache import reservations
 from broker.core.model import (
     ClusterSnapshot,
@@ -48,6 +53,7 @@ from broker.core.model import (
     Reservation,
     Tier,
 )
+from broker.core.ports import ClusterGateway
 from broker.scheduler.batch_placement import BatchPlacer
 from broker.scheduler.placement import PlacementPolicy, place
 
@@ -232,6 +238,7 @@ def bench_reserve(clusters: int) -> None:
 
 
 BENCH_TOKEN = "bench-token-0123456789abcdef"
+SUBMIT_TOTAL = 6000  # measured submits a run (after 200 to warm up)
 
 
 def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> None:
@@ -247,7 +254,8 @@ def serve_api(prefix: str, port: int, clusters: int, audited: bool = False) -> N
 
     store = _store(prefix)
     traits = {s.cluster: ClusterTraits(s.cluster) for s in fleet(clusters, nodes=10)}
-    service = BrokerService(store, _NoClusters(), SystemClock(), traits)
+    # never dispatches (_NoClusters raises if asked): a gateway in name only
+    service = BrokerService(store, cast(ClusterGateway, _NoClusters()), SystemClock(), traits)
     if audited:
         from adapters.audit_store import RedisAuditLog
         from broker.api.audit_writer import AuditWriter
@@ -286,10 +294,11 @@ class _NoClusters:
 
 
 def bench_submit(
-    clusters: int, clients: int = 32, total: int = 6000, client: str = "lean", audited: bool = False
-) -> None:
+    clusters: int, clients: int = 32, total: int = SUBMIT_TOTAL, client: str = "lean", audited: bool = False
+) -> dict[str, Any]:
     """`client` "lean" (benchmarks/http_load.run_load) or "httpx" (the same loop through httpx);
-    `audited`: a bearer token on every submit and each one recorded in the audit trail."""
+    `audited`: a bearer token on every submit and each one recorded in the audit trail (the records in
+    Redis are counted after the run, so the label is checked, not assumed). Returns the figures printed."""
     from tests.conftest import free_port  # a free local port, as the tests pick them
 
     prefix = "bench" + uuid.uuid4().hex[:8]
@@ -330,12 +339,29 @@ def bench_submit(
             )
         rate, latencies, errors = result.rate, result.latencies, result.errors
         cpu_ms = (_cpu_seconds(server.pid) - cpu_before) * 1000 / (total + 200)
+        figures: dict[str, Any] = {
+            "submit_per_s": rate,
+            "submit_p50_ms": pct(latencies, 0.5) * 1000,
+            "submit_p99_ms": pct(latencies, 0.99) * 1000,
+            "submit_errors": errors,
+            "api_cpu_ms_per_submit": cpu_ms,
+            "client": client,
+            "audited": audited,
+        }
+        if audited:  # the writer appends in the background, batched: wait for every submit's record
+            key = f"{prefix}:audit"
+            deadline = time.monotonic() + 60
+            while store.client.xlen(key) < total and time.monotonic() < deadline:
+                time.sleep(0.2)
+            figures["audit_records"] = int(store.client.xlen(key))
+            print(f"audit trail: {figures['audit_records']} records in Redis for {total} measured submits")
         print(
             f"POST /v1/jobs, {clients} clients, {clusters} clusters in Redis: {rate:,.0f} submits/s, "
             f"p50 {pct(latencies, 0.5) * 1000:.1f} ms, p99 {pct(latencies, 0.99) * 1000:.1f} ms, "
             f"{errors} errors; broker CPU {cpu_ms:.2f} ms per submit "
             f"({client} load generator on the same 2 cores{'; token + audit trail' if audited else ''})"
         )
+        return figures
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -477,7 +503,7 @@ def bench_status(_clusters: int) -> None:
         )
 
 
-BENCHES: dict[str, Callable[[int], None]] = {
+BENCHES: dict[str, Callable[[int], object]] = {
     "core": bench_core,
     "reserve": bench_reserve,
     "submit": bench_submit,
@@ -488,20 +514,95 @@ BENCHES: dict[str, Callable[[int], None]] = {
 }
 
 
+# Issue 8's goals for the API alone (docs/benchmarks.md, "The placement engine"); audited, every measured
+# submit must be in the audit trail too.
+SUBMIT_GOALS = [
+    Goal("submits per second", "submit_per_s", ">=", 1000),
+    Goal("submit p99 (ms)", "submit_p99_ms", "<=", 50),
+    Goal("submit errors", "submit_errors", "==", 0),
+]
+
+
+def record_submit(what: str, clusters: int, audited: bool, path: Path) -> None:
+    """One submit benchmark with its record (--record): the calibration first, then the run."""
+    started = datetime.now(UTC)
+    calibration = results_record.calibrate()
+    figures = bench_submit(clusters, client="httpx" if what == "submit-httpx" else "lean", audited=audited)
+    goals = [*SUBMIT_GOALS]
+    if audited:
+        goals.append(Goal("every measured submit in the audit trail", "audit_records", ">=", SUBMIT_TOTAL))
+    record = results_record.build("benchmarks.placement", sys.argv[1:], figures, goals, calibration, started)
+    print(results_record.summary(record))
+    results_record.write(path, record)
+    print(f"record  {path}")
+
+
+# The options each sub-command reads; one given to a sub-command that would ignore it is refused (issue
+# 49: `submit --audited` once ran without a token or the audit trail, and its figures were labelled as if
+# with them).
+TAKES: dict[str, frozenset[str]] = {
+    "core": frozenset({"clusters"}),
+    "reserve": frozenset({"clusters"}),
+    "submit": frozenset({"clusters", "audited", "record"}),
+    "submit-httpx": frozenset({"clusters", "record"}),
+    "submit-audited": frozenset({"clusters", "record"}),
+    "burst": frozenset(),
+    "status": frozenset(),
+    "all": frozenset({"clusters"}),
+    "serve-api": frozenset({"clusters", "prefix", "port", "audited"}),
+}
+
+
+def refused(what: str, given: set[str]) -> str:
+    """Why `what` refuses the options `given` (those it would ignore), or "" when it takes them all."""
+    ignored = sorted(given - TAKES[what])
+    if not ignored:
+        return ""
+    flags = ", ".join(f"--{name}" for name in ignored)
+    hint = (
+        " (with a token and the audit trail: submit --audited, or submit-audited)"
+        if "audited" in ignored
+        else ""
+    )
+    return f"{what} ignores {flags}: refused rather than run under a label that is not true{hint}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", default="all", choices=[*BENCHES, "all", "serve-api"])
-    parser.add_argument("--clusters", type=int, default=100)
-    parser.add_argument("--prefix", default="bench")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--audited", action="store_true", help="serve-api: with a token and the audit trail")
+    parser.add_argument("--clusters", type=int, default=None, help="cluster summaries (default 100)")
+    parser.add_argument("--prefix", default=None, help="serve-api: the Redis key prefix")
+    parser.add_argument("--port", type=int, default=None, help="serve-api: the port")
+    parser.add_argument(
+        "--audited",
+        action="store_true",
+        help="submit, serve-api: a bearer token on every submit and each one in the audit trail",
+    )
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="submit, submit-httpx, submit-audited: write the run's JSON record here (command, commit, date, "
+        "the machine's calibration, the figures, each goal judged: benchmarks/results_record.py)",
+    )
     args = parser.parse_args()
+    given = {name for name in ("clusters", "prefix", "port", "record") if getattr(args, name) is not None}
+    if args.audited:
+        given.add("audited")
+    if why := refused(args.what, given):
+        parser.error(why)
+    clusters = 100 if args.clusters is None else args.clusters
     if args.what == "serve-api":
-        serve_api(args.prefix, args.port, args.clusters, audited=args.audited)
+        serve_api(args.prefix or "bench", args.port or 0, clusters, audited=args.audited)
+        return
+    if args.record is not None:
+        record_submit(args.what, clusters, args.audited or args.what == "submit-audited", Path(args.record))
+        return
+    if args.what == "submit" and args.audited:
+        bench_submit(clusters, audited=True)
         return
     for name, fn in BENCHES.items():
         if args.what in (name, "all"):
-            fn(args.clusters)
+            fn(clusters)
 
 
 if __name__ == "__main__":

@@ -174,14 +174,21 @@ def wait_cost(dep: SentinelDeployment, batches: int = 200) -> dict[tuple[str, in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rate", type=float, default=200.0)
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--kill-after", type=float, default=3.0)
-    ap.add_argument("--durability", choices=["none", "replica"], default="replica")
+    ap.add_argument("--rate", type=float, default=None, help="submits/s (default 200)")
+    ap.add_argument("--seconds", type=float, default=None, help="how long to submit (default 8)")
+    ap.add_argument("--kill-after", type=float, default=None, help="when to kill the primary (default 3 s)")
+    ap.add_argument("--durability", choices=["none", "replica"], default=None, help="default replica")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="put the servers' configs and logs here (kept)")
     ap.add_argument("--cost", action="store_true", help="only the cost of WAIT per batch (no kill)")
     args = ap.parse_args()
+    streamed = {"rate": 200.0, "seconds": 8.0, "kill_after": 3.0, "durability": "replica"}
+    given = [name for name in streamed if getattr(args, name) is not None]
+    if args.cost and given:  # an option the run would ignore is refused, not dropped silently (issue 49)
+        ap.error(f"--cost ignores {', '.join('--' + n.replace('_', '-') for n in given)}: it kills nothing")
+    for name, default in streamed.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     with (
         tempfile.TemporaryDirectory(prefix="gpufed-sentinel-") as tmp,
         sentinel_deployment(args.keep or Path(tmp), replicas=args.replicas, password=PASSWORD) as dep,

@@ -148,6 +148,7 @@ def _node_of(sim: Simulation, cluster: str, job_id: str) -> str:
     return node
 
 
+@pytest.mark.race
 @pytest.mark.parametrize("fault", ["down", "hang", "expired_token"])
 def test_a_lost_cluster_s_running_job_runs_elsewhere_and_its_stale_attempt_is_fenced(
     sim: Simulation, url: str, fault: str
@@ -176,6 +177,7 @@ def test_a_lost_cluster_s_running_job_runs_elsewhere_and_its_stale_attempt_is_fe
     _finishes_once(sim, url, job_id, attempt=2)
 
 
+@pytest.mark.race
 def test_a_job_with_failover_never_fails_with_its_lost_cluster_and_runs_nowhere(
     sim: Simulation, url: str
 ) -> None:
@@ -199,6 +201,7 @@ def test_a_job_with_failover_never_fails_with_its_lost_cluster_and_runs_nowhere(
     assert _job(url, job_id)["state"] == "FAILED"
 
 
+@pytest.mark.race
 @pytest.mark.parametrize("fault", ["error_rate", "cut_watches", "reset_connections", "poller_killed"])
 def test_transient_faults_move_nothing(sim: Simulation, url: str, fault: str) -> None:
     """Faults that are not the loss of a cluster: the job runs to the end where it is, once."""

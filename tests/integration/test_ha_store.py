@@ -140,6 +140,7 @@ def _restart(holder: list[RedisProcess], directory: Path, appendonly: bool = Fal
     holder[0] = redis_process.spawn(directory, holder[0].port, appendonly)
 
 
+@pytest.mark.race
 def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_idempotency_keys(
     tmp_path: Path, restartable_redis: list[RedisProcess]
 ) -> None:
@@ -216,6 +217,7 @@ def test_redis_restarted_empty_rebuilds_the_records_from_the_cluster_and_keeps_i
             store.close()
 
 
+@pytest.mark.race
 def test_redis_with_aof_restarted_loses_nothing(tmp_path: Path) -> None:
     port = redis_process.free_port()
     server = redis_process.spawn(tmp_path, port, appendonly=True)

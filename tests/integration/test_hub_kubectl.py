@@ -252,6 +252,7 @@ def test_deleting_a_hub_job_cancels_it_in_the_member(
     wait_for(lambda: workload not in member(), timeout=30, what="the member Job deleted")
 
 
+@pytest.mark.race
 def test_a_restarted_broker_submits_nothing_twice_and_cancels_what_was_deleted_meanwhile(
     broker: Broker, kubectl: Kubectl, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -151,6 +151,7 @@ def added(sync: HubSync, obj: dict[str, Any]) -> None:
     sync.run_once()
 
 
+@pytest.mark.race
 def test_a_managed_hub_job_is_submitted_once_as_its_namespaces_tenant(store: RedisStateStore) -> None:
     service, _ = service_over(store)
     port = FakeHub()
@@ -280,6 +281,7 @@ def test_deleting_the_hub_object_cancels_its_job_and_so_does_the_reconcile(store
     assert trail[2].reason == f"hub:jobs.batch/{NS}/first deleted"
 
 
+@pytest.mark.race
 def test_only_the_lease_holder_acts(store: RedisStateStore) -> None:
     service, _ = service_over(store)
     port = FakeHub()

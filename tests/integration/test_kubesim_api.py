@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
+from tests.conftest import wait_for
 from tests.k8s_fields import as_dict, labels_of, list_rv, meta, name_of, present, rv_of, sent_as
 
 pytestmark = pytest.mark.integration
@@ -521,9 +522,15 @@ def mutate_node_on(sim: Simulation, cluster: str, name: str, key: str, value: st
     sim.store(cluster).mutate("nodes", "", name, fn)
 
 
-def later(delay: float, fn: Any) -> threading.Thread:
+def when_watching(sim: Simulation, fn: Any, cluster: str = "sim-000") -> threading.Thread:
+    """Run `fn` on a thread once `cluster` holds a watch (polled, with a deadline generous for a loaded
+    host), so that the change lands while the test's stream is live. The streams start from a
+    resourceVersion read before, so a change made before the stream opens (a watch of an earlier test
+    not yet dropped) reaches it all the same."""
+    api = sim.api(cluster)
+
     def run() -> None:
-        time.sleep(delay)
+        wait_for(lambda: api.watch_count > 0, timeout=60, interval=0.01, what=f"a watch open on {cluster}")
         fn()
 
     t = threading.Thread(target=run, daemon=True)
@@ -546,7 +553,7 @@ def test_watch_nodes_gets_added_and_modified_events(sim: Simulation, core: clien
         mutate_node(sim, first, "touched", "yes")
         core.create_node(sent_as(client.V1Node, new_node))
 
-    t = later(0.2, act)
+    t = when_watching(sim, act)
     events = []
     w = watch.Watch()
     for ev in w.stream(core.list_node, resource_version=rv, timeout_seconds=10, _request_timeout=15):
@@ -590,14 +597,19 @@ def test_watch_bookmarks_carry_the_current_resource_version(sim: Simulation, cor
     assert w.resource_version == seen["metadata"]["resourceVersion"]
 
 
-def test_watch_timeout_seconds_ends_the_stream_cleanly(core: client.CoreV1Api) -> None:
-    rv = list_rv(core.list_node())
-    start = time.monotonic()
+def test_watch_timeout_seconds_ends_the_stream_cleanly(sim: Simulation, core: client.CoreV1Api) -> None:
+    """The server keeps the stream open, delivering events, until timeout_seconds, then ends it itself:
+    the client's read timeout (far longer) never fires, and the server holds no watch after."""
+    nodes = core.list_node()
+    rv, first = list_rv(nodes), name_of(nodes.items[0])
+    api = sim.api("sim-000")
+    t = when_watching(sim, lambda: mutate_node(sim, first, "timeout-test", "seen"))
     events = list(
-        watch.Watch().stream(core.list_node, resource_version=rv, timeout_seconds=1, _request_timeout=10)
-    )
-    assert events == []
-    assert 0.9 < time.monotonic() - start < 5
+        watch.Watch().stream(core.list_node, resource_version=rv, timeout_seconds=3, _request_timeout=120)
+    )  # a ReadTimeoutError here would say the server never ended the stream
+    t.join()
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [("MODIFIED", first)]
+    wait_for(lambda: api.watch_count == 0, timeout=60, what="the server to drop the ended watch")
 
 
 def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.CoreV1Api) -> None:
@@ -615,7 +627,7 @@ def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.Co
     assert "Expired" in err.value.reason
     relisted = core.list_node()  # recover: relist, then watch from the list's resourceVersion
     assert labels_of(relisted.items[1])["round"] == "2"
-    t = later(0.2, lambda: mutate_node(sim, first, "round", "3"))
+    t = when_watching(sim, lambda: mutate_node(sim, first, "round", "3"))
     w = watch.Watch()
     for ev in w.stream(
         core.list_node,
@@ -628,7 +640,9 @@ def test_watch_410_expired_then_relist_recovers(sim: Simulation, core: client.Co
     t.join()
 
 
-def test_watch_with_label_selector_sees_objects_enter_and_leave(core: client.CoreV1Api) -> None:
+def test_watch_with_label_selector_sees_objects_enter_and_leave(
+    sim: Simulation, core: client.CoreV1Api
+) -> None:
     core.create_namespaced_pod(NS, sent_as(client.V1Pod, pod_manifest("w-pod", {"app": "other"})))
     rv = list_rv(core.list_namespaced_pod(NS))
 
@@ -637,7 +651,7 @@ def test_watch_with_label_selector_sees_objects_enter_and_leave(core: client.Cor
         core.patch_namespaced_pod("w-pod", NS, {"metadata": {"labels": {"extra": "1"}}})
         core.patch_namespaced_pod("w-pod", NS, {"metadata": {"labels": {"app": "gone"}}})
 
-    t = later(0.2, act)
+    t = when_watching(sim, act)
     events = []
     w = watch.Watch()
     for ev in w.stream(
@@ -779,17 +793,31 @@ def test_fault_error_rate_answers_5xx_and_429_with_retry_after(sim: Simulation) 
 
 
 def test_fault_cut_watches_ends_open_streams(sim: Simulation) -> None:
+    """The stream asks for an hour; only the cut can end it within the wait's deadline."""
     with api_client(sim, "sim-001") as c:
         core = client.CoreV1Api(c)
         rv = list_rv(core.list_node())
-        t = later(0.5, lambda: sim.faults("sim-001").cut_watches())
-        start = time.monotonic()
-        # timeout_seconds disables the client's own re-watch, so the stream's end ends the loop.
-        events = list(
-            watch.Watch().stream(core.list_node, resource_version=rv, timeout_seconds=30, _request_timeout=40)
-        )
-        t.join()
-        assert events == [] and time.monotonic() - start < 10
+        result: list[Any] = []
+
+        def stream() -> None:  # timeout_seconds disables the client's own re-watch: the end ends the loop
+            result.append(
+                list(
+                    watch.Watch().stream(
+                        core.list_node, resource_version=rv, timeout_seconds=3600, _request_timeout=3600
+                    )
+                )
+            )
+
+        reader = threading.Thread(target=stream, daemon=True)
+        reader.start()
+
+        def cut_once_open() -> bool:  # the stream may not be open yet: cut each time a watch is there
+            if sim.api("sim-001").watch_count:
+                sim.faults("sim-001").cut_watches()
+            return not reader.is_alive()
+
+        wait_for(cut_once_open, timeout=60, interval=0.05, what="the cut stream to end")
+        assert result == [[]]
 
 
 def test_a_watcher_that_stops_reading_is_cut_and_its_connection_dropped(
@@ -835,21 +863,22 @@ def test_a_watcher_that_stops_reading_is_cut_and_its_connection_dropped(
 def test_fault_hang_and_latency(sim: Simulation) -> None:
     faults = sim.faults("sim-001")
     faults.latency(0.4)
-    try:
-        start = time.monotonic()
+    try:  # no answer within a read timeout shorter than the latency; an answer within a longer one
+        with (
+            api_client(sim, "sim-001", retries=False) as c,
+            pytest.raises(urllib3.exceptions.ReadTimeoutError),
+        ):
+            client.CoreV1Api(c).list_namespace(_request_timeout=(30, 0.05))
         assert raw(sim, "GET", "/api/v1/namespaces", name="sim-001")[0] == 200
-        assert time.monotonic() - start >= 0.4
     finally:
         faults.clear()
     faults.hang()
-    try:
-        start = time.monotonic()
+    try:  # the hung server never answers: the client's read timeout is what ends the request
         with (
             api_client(sim, "sim-001", retries=False) as c,
             pytest.raises(urllib3.exceptions.ReadTimeoutError),
         ):
             client.CoreV1Api(c).list_node(_request_timeout=1)
-        assert time.monotonic() - start < 3
     finally:
         faults.clear()
     assert raw(sim, "GET", "/api/v1/namespaces", name="sim-001")[0] == 200
@@ -915,7 +944,7 @@ def test_stop_leaves_no_thread_or_socket(tmp_path: Path) -> None:
 
         t = threading.Thread(target=watch_forever)
         t.start()
-        time.sleep(0.3)
+        wait_for(lambda: sim.api("sim-000").watch_count == 1, timeout=60, what="the watch open")
         sim.stop()
         t.join(10)
         assert not t.is_alive()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 from kubesim.fleet import synthetic_fleet
 from kubesim.sim import Simulation
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -154,9 +154,12 @@ def test_get_pods_watch_sees_an_event(sim: Simulation, kubectl: Any) -> None:
             "get", "pods", "-n", "default", "-w", "--request-timeout=5s", check=False, timeout=20
         )
 
+    api = sim.api(CLUSTER)
     t = threading.Thread(target=watch)
     t.start()
-    time.sleep(1.5)
+    # kubectl lists, then watches from the list's resourceVersion: once a watch is open the pod comes as
+    # its events (were it made sooner, the list would show it Pending all the same)
+    wait_for(lambda: api.watch_count > 0, timeout=60, what="kubectl's watch open")
     kubectl("run", "watched-pod", "--image=busybox", "--restart=Never")
     kubectl("label", "pod", "watched-pod", "seen=yes")
     t.join(25)

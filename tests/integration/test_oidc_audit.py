@@ -335,6 +335,7 @@ def test_no_token_or_secret_is_ever_in_a_record(broker: Broker, issuer: LocalIss
         assert secret not in stored and secret not in logged
 
 
+@pytest.mark.race
 def test_preemption_failover_and_budget_stop_are_recorded_once_from_the_job_events(
     broker: Broker, tmp_path: Path, redis_url: str, issuer: LocalIssuer
 ) -> None:

@@ -86,6 +86,7 @@ def fresh_and_healthy(store: RedisStateStore, names: list[str], after: float) ->
     return True
 
 
+@pytest.mark.race
 def test_a_killed_shard_resumes_by_itself_and_is_never_read_healthy_while_dead(
     fleet: tuple[Simulation, PollerFleet, RedisStateStore, list[str]],
 ) -> None:

@@ -122,6 +122,7 @@ def test_release_many_forgets_each_jobs_hold_in_one_call(store: RedisStateStore)
     assert store.cluster_marks(["onprem-a"])["onprem-a"][:2] == (v, 5)
 
 
+@pytest.mark.race
 def test_batched_writes_land_once_each_after_redis_forgot_its_scripts() -> None:
     """A restarted or failed-over Redis holds no scripts: each batched call it answers NOSCRIPT did
     nothing, so the batch loads the script and sends just those calls again, and every write lands

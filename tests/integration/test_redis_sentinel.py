@@ -34,6 +34,7 @@ def deployment(tmp_path: Path) -> Iterator[SentinelDeployment]:
         yield dep
 
 
+@pytest.mark.race
 def test_no_acknowledged_submit_is_lost_or_doubled_when_the_primary_is_killed(
     deployment: SentinelDeployment, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -250,6 +250,7 @@ def test_a_trainjob_and_a_pytorchjob_run_to_completion(sim: Simulation) -> None:
     assert any(c["type"] == "Complete" and c["status"] == "True" for c in tj["status"]["conditions"])
 
 
+@pytest.mark.race
 @pytest.mark.parametrize(
     ("example", "kind", "extra"),
     [("jobset.yaml", "JobSet", {}), ("rayjob.yaml", "RayJob", {})],
