@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from adapters import poller_liveness, ray_stop
+from adapters import poller_liveness, ray_embedded, ray_stop
 from adapters.poller_shard import (
     SUPERVISE_SECONDS,
     PollerShard,
@@ -298,12 +298,7 @@ class PollerFleet:
         import ray
 
         if not ray.is_initialized():
-            ray.init(
-                address=os.environ.get("RAY_ADDRESS"),
-                include_dashboard=False,
-                log_to_driver=True,
-                configure_logging=False,
-            )
+            ray_embedded.start_embedded_ray(os.environ.get("RAY_ADDRESS"))
             self._started_ray = True
         groups = HashRing(self._names).assign_specs(self._specs)
         run_id = uuid.uuid4().hex
