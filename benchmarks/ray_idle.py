@@ -6,12 +6,12 @@ Run: .venv/bin/python -m benchmarks.ray_idle [--shards 2] [--runs 3] [--settle 2
 Each run is a fresh child process (its own session) that starts Ray and the poller fleet exactly as the
 broker does: `PollerFleet.start()` (adapters.ray_actors), whose ray.init takes its arguments from
 adapters.ray_embedded, the one place they are chosen; `--shards` idle PollerShard actors (no cluster to
-watch) and the PollerSupervisor pinging them, against a private redis-server. Once the fleet answers,
-the run waits `--settle` seconds, then reads utime + stime (/proc/PID/stat) of every process of the
-child's tree twice, `--seconds` apart (benchmarks.proc_tree: descendants, the child's session and the
-processes that name its Ray session directory, so daemonised ones count too), and prints each process's
-share of one core by name (`driver` is the child itself: the broker's own Ray threads), their total,
-and the load average beside it. Variants run alternately (A B A B ...), so a change of load on a shared
+watch) and the supervisor pinging them (in the child's process, as in the broker's), against a private
+redis-server. Once the fleet answers, the run waits `--settle` seconds, then reads utime + stime
+(/proc/PID/stat) of every process of the child's tree twice, `--seconds` apart (benchmarks.proc_tree:
+descendants, the child's session and the processes that name its Ray session directory, so daemonised
+ones count too), and prints each process's share of one core by name (`driver` is the child itself: the
+broker's own Ray threads and the supervisor), their total, and the load average beside it. Variants run alternately (A B A B ...), so a change of load on a shared
 machine falls on both:
     product    the embedded Ray as the broker starts it now
     baseline   the ray.init arguments before issue 43 (include_dashboard=False, log_to_driver=True,
