@@ -179,6 +179,8 @@ class PollerShard:
         self._assign_lock = threading.Lock()
         self._publish_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
+        # set when a cluster is marked for the publisher: it sleeps until then or until a write falls due
+        self._wake = threading.Event()
         self._publisher: threading.Thread | None = None
         # clusters whose events were applied since the writer thread's last write -> their first event time
         self._changed: dict[str, float | None] = {}
@@ -212,6 +214,7 @@ class PollerShard:
     def _mark(self, cluster: str) -> None:
         with self._lock:
             self._dirty.add(cluster)
+        self._wake.set()
 
     def make_watcher(self, spec: PollerSpec) -> ClusterWatcher:
         """The watcher of one cluster: it batches events for a summary interval, then publishes."""
@@ -334,6 +337,7 @@ class PollerShard:
                     del self._specs[name]
                 self._generation = generation
                 self._dirty.update(wanted)
+                self._wake.set()
                 return sorted(self._watchers)
 
     def add_cluster(self, spec: PollerSpec) -> bool:
@@ -515,10 +519,28 @@ class PollerShard:
             self.writes += 1
         return written
 
+    def _next_due(self) -> float:
+        """Seconds until the publisher has work: none with a cluster to retry (or never written), else
+        until the first heartbeat, node table or event-lag histogram falls due."""
+        with self._lock:
+            if self._dirty:
+                return 0.0
+            names = list(self._watchers)
+            due = [self._event_lags_written + EVENT_LAGS_INTERVAL_SECONDS]
+            due += [self._last_write.get(n, 0.0) + HEARTBEAT_SECONDS for n in names]
+            due += [self._last_nodes.get(n, 0.0) + NODES_INTERVAL_SECONDS for n in names]
+        return max(0.0, min(due) - time.time())
+
     def _publish_loop(self) -> None:
+        """A pass, then at least the summary interval (a failed write is retried no faster), then asleep
+        until something falls due or a cluster is marked: an idle shard wakes for its heartbeats, not
+        five times a second (issue 43)."""
         while not self._stop.is_set():
+            self._wake.clear()
             self.publish_once()
-            self._stop.wait(self._interval)
+            if self._stop.wait(self._interval):
+                return
+            self._wake.wait(self._next_due())
 
     def health(self) -> dict[str, str]:
         with self._lock:
@@ -534,6 +556,7 @@ class PollerShard:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()  # the publisher sees the stop
         self._changed_signal.set()  # the writer sees the stop
         for thread in (self._publisher, self._writer):
             if thread is not None:

@@ -1,15 +1,18 @@
 """Ray actors that keep every member cluster's summary fresh in Redis, and keep themselves running.
 
     PollerSpec, HashRing, PollerShard   adapters.poller_shard (the plain-Python shard and the ring)
-    PollerSupervisor  a named Ray actor (max_restarts=-1, not detached: it lives as long as the broker
-                    that made it): owns the desired cluster list (kept in Redis so that a restarted
-                    supervisor has it), assigns clusters to shards by the ring, and every second pings each
-                    shard: a shard that comes back from a crash with an old assignment generation is sent
-                    the current one; a shard that is dead for good is made anew.
-    PollerFleet     the broker's handle (the driver side): starts Ray (log_to_driver=True so the shards'
-                    health transitions reach the broker's output, prefixed "(PollerShard pid=...)"),
-                    creates the shards and the supervisor (`gpufed serve` with RAY_ADDRESS uses
-                    adapters.ray_shared instead: detached shards, the supervisor in the leader);
+    PollerSupervisor  runs in the broker's process (a thread and the liveness watch; it lives as long as
+                    the broker): owns the desired cluster list (kept in Redis so that a shard restarted
+                    by Ray resumes the current one), assigns clusters to shards by the ring, and every
+                    second pings each shard: a shard that comes back from a crash with an old assignment
+                    generation is sent the current one; a shard that is dead for good is made anew.
+                    (Until issue 43 it was a Ray actor of its own: one more Ray worker process, whose
+                    main thread Ray wakes every 10 ms, ~1% of a core idle on the 2-core test host.)
+    PollerFleet     the broker's handle (the driver side): starts Ray (adapters.ray_embedded;
+                    log_to_driver=True so the shards' health transitions reach the broker's output,
+                    prefixed "(PollerShard pid=...)"), creates the shards and the supervisor (`gpufed
+                    serve` with RAY_ADDRESS uses adapters.ray_shared instead: detached shards, the
+                    supervisor in the leader);
                     set_clusters(specs) applies a config reload (clusters added, removed, changed);
                     add_cluster(spec) / remove_cluster(name) (ClusterProfile members) are the same
                     thing for one cluster.
@@ -29,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from adapters import poller_liveness, ray_stop
+from adapters import poller_liveness, ray_embedded, ray_stop
 from adapters.poller_shard import (
     SUPERVISE_SECONDS,
     PollerShard,
@@ -287,7 +290,7 @@ class PollerFleet:
         self._health = health or HealthThresholds()
         self._names = [shard_name(prefix, i) for i in range(self._shards)]
         self._actors: list[Any] = []
-        self._supervisor: Any = None
+        self._supervisor: PollerSupervisor | None = None
         self._started_ray = False
 
     @property
@@ -298,12 +301,7 @@ class PollerFleet:
         import ray
 
         if not ray.is_initialized():
-            ray.init(
-                address=os.environ.get("RAY_ADDRESS"),
-                include_dashboard=False,
-                log_to_driver=True,
-                configure_logging=False,
-            )
+            ray_embedded.start_embedded_ray(os.environ.get("RAY_ADDRESS"))
             self._started_ray = True
         groups = HashRing(self._names).assign_specs(self._specs)
         run_id = uuid.uuid4().hex
@@ -322,29 +320,26 @@ class PollerFleet:
             )
             self._actors.append(actor)
         ray.get([a.ping.remote() for a in self._actors], timeout=120)
-        remote_sup = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(PollerSupervisor)
-        self._supervisor = remote_sup.options(name=f"gpufed-pollers-{self._prefix}").remote(
+        self._supervisor = PollerSupervisor(
             self._specs,
             self._names,
             self._redis_url,
             self._prefix,
             run_id,
             {"summary_interval_seconds": self._interval, "health": self._health, "worker_logging": True},
-            worker_logging=True,
         )
-        ray.get(self._supervisor.status.remote(), timeout=60)
+
+    def _running(self) -> PollerSupervisor:
+        if self._supervisor is None:
+            raise RuntimeError("the poller fleet is not started (or stopped)")
+        return self._supervisor
 
     def set_clusters(self, specs: Sequence[PollerSpec]) -> dict[str, list[str]]:
         """A config reload: the fleet is now exactly these clusters (added ones start, removed ones stop
         and their summaries are deleted, changed ones are re-pointed), without a restart. Returns
         {shard: [clusters]}."""
-        import ray
-
         self._specs = list(specs)
-        assignment: dict[str, list[str]] = ray.get(
-            self._supervisor.set_clusters.remote(list(specs)), timeout=120
-        )
-        return assignment
+        return self._running().set_clusters(list(specs))
 
     def add_cluster(self, spec: PollerSpec) -> bool:
         """Watch one more cluster (set_clusters with it added; a changed spec re-points it). False when
@@ -365,17 +360,11 @@ class PollerFleet:
         return True
 
     def assignment(self) -> dict[str, list[str]]:
-        import ray
-
-        out: dict[str, list[str]] = ray.get(self._supervisor.assignment.remote(), timeout=30)
-        return out
+        return self._running().assignment()
 
     def status(self) -> dict[str, Any]:
         """The supervisor's view: assignment generation, shard pids, restarts, assignment."""
-        import ray
-
-        out: dict[str, Any] = ray.get(self._supervisor.status.remote(), timeout=30)
-        return out
+        return self._running().status()
 
     def shard_pids(self) -> dict[str, int]:
         """Each shard actor's process id now (from the shard itself)."""
@@ -400,9 +389,11 @@ class PollerFleet:
         """Stop the supervisor and the shards, each step bounded (adapters.ray_stop)."""
         import ray
 
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:  # its checks first: none may make a shard anew meanwhile
+            ray_stop.bounded(supervisor.stop, ray_stop.STOP_SECONDS, "stopping the supervisor")
         if not ray.is_initialized():
             return
-        ray_stop.stop_actors(self._supervisor, self._actors, self._names, shutdown=self._started_ray)
-        self._supervisor = None
+        ray_stop.stop_actors(None, self._actors, self._names, shutdown=self._started_ray)
         self._actors = []
         self._started_ray = False

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import shutil
 import time
@@ -58,8 +59,11 @@ def ray_session() -> Iterator[None]:
     """Ray started once per test session (never per test), stopped at the end."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from adapters import ray_embedded
+
+    if not ray.is_initialized():  # the broker's embedded Ray, its output not copied to the tests'
+        os.environ.update(ray_embedded.embedded_ray_env())
+        ray.init(**{**ray_embedded.embedded_ray_options(), "log_to_driver": False})
     try:
         yield
     finally:
