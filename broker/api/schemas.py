@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from broker.api.gpu_health_view import cluster_gpu_health_view, fault_view
 from broker.capacity.node_detail import NodeDetail
 from broker.core.model import (
     ClusterSummary,
@@ -344,6 +345,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
         "ageSeconds": round(max(0.0, now - s.heartbeat), 1) if s.heartbeat else None,
         "version": s.version,
         "nodes": {"total": s.nodes_total, "ready": s.nodes_ready, "bad": s.bad_nodes},
+        "gpuHealth": cluster_gpu_health_view(s.gpu_health),
         "products": [
             {
                 "product": p.product,
@@ -482,4 +484,6 @@ def node_view(d: NodeDetail) -> dict[str, Any]:
         "topologyPolicy": d.topology_policy,
         "taints": list(d.taints),
         "offersNothing": d.offers_nothing,
+        "gpuFaults": [fault_view(f) for f in d.gpu_faults],  # which GPU is unhealthy, why, since when
+        "quarantined": d.quarantined,
     }

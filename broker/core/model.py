@@ -585,7 +585,7 @@ class JobRecord:
     # (cluster, until): clusters an attempt was withdrawn from for member trouble (workload/member_trouble.py),
     # not offered to this job again before `until` (epoch seconds)
     avoid: tuple[tuple[str, float], ...] = ()
-    avoid_nodes: tuple[tuple[str, str, float], ...] = ()  # (cluster, node, until): a GPU there failed this job
+    avoid_nodes: tuple[tuple[str, str, float], ...] = ()  # (cluster, node, until): a GPU failed it there
 
 
 @dataclass(frozen=True)
