@@ -18,6 +18,10 @@ POST   /clusters/<name>/compact      {"resource": "nodes", "keep": 0}: drop watc
 GET    /clusters/<name>/spot         the cluster's spot nodes
 POST   /clusters/<name>/spot         {"node": "<name>"} or {"pool": "<spot pool>"}: a spot interruption now
                                      (notice event + cordon; the node goes after the pool's notice seconds)
+GET    /clusters/<name>/gpus         GPUs with a fault history: {"gpus": [{node, gpu, uuid, lastXid, xids,
+                                     unhealthy, since, reason}]}
+POST   /clusters/<name>/gpus         {"xid": [{"node": N, "gpu": 3, "code": 79}, ...]} inject XIDs now;
+                                     {"clear": [{"node": N, "gpu": 3}]} reset those GPUs (healthy again)
 GET    /clock                        {"now": <sim epoch>, "speed": x}
 POST   /clock                        {"speed": x} and/or {"advance": seconds}
 """
@@ -30,6 +34,7 @@ import orjson
 
 from kubesim.controllers.spot import SpotError
 from kubesim.faults import FaultError
+from kubesim.gpuhealth import GpuFaultError
 from kubesim.http import Connection, Request, Response
 from kubesim.resources import BY_KEY
 
@@ -163,6 +168,8 @@ class AdminApi:
                 return _json({"resource": key, "kept": keep, "resourceVersion": store.resource_version})
             if len(segs) == 3 and segs[2] == "spot":
                 return self._spot(name, method, body)
+            if len(segs) == 3 and segs[2] == "gpus":
+                return self._gpus(name, method, body)
         return _error(404, f"no admin route {method} /{'/'.join(segs)}")
 
     def _spot(self, name: str, method: str, body: dict[str, Any]) -> Response:
@@ -181,3 +188,37 @@ class AdminApi:
             return _json(spot.interrupt(target))
         except SpotError as e:
             return _error(400, str(e))
+
+    def _gpus(self, name: str, method: str, body: dict[str, Any]) -> Response:
+        """XID faults per GPU (kubesim/gpuhealth.py); runs on the loop like every admin request."""
+        gpus = self.sim.api(name).gpus
+        if gpus is None:
+            return _error(409, "this cluster has no GPU health model")
+        now = self.sim.clock.now()
+        if method == "POST":
+            xids, clears = body.get("xid", []), body.get("clear", [])
+            if not isinstance(xids, list) or not isinstance(clears, list) or not (xids or clears):
+                return _error(
+                    400, 'send {"xid": [{"node", "gpu", "code"}]} and/or {"clear": [{"node", "gpu"}]}'
+                )
+            try:
+                for i, item in enumerate([*xids, *clears]):
+                    if not isinstance(item, dict):
+                        raise GpuFaultError(f"item {i}: an object with node, gpu (and code for xid)")
+                    node, gpu = item.get("node"), item.get("gpu")
+                    if not isinstance(node, str) or not isinstance(gpu, int) or isinstance(gpu, bool):
+                        raise GpuFaultError(f"item {i}: node must be a string and gpu an integer")
+                    if i < len(xids):
+                        code = item.get("code")
+                        if not isinstance(code, int) or isinstance(code, bool):
+                            raise GpuFaultError(f"xid[{i}].code must be an integer XID")
+                # all valid: apply (a fault naming an unknown node or GPU stops here with 400)
+                for item in xids:
+                    gpus.xid(item["node"], item["gpu"], item["code"], now)
+                for item in clears:
+                    gpus.clear(item["node"], item["gpu"])
+            except GpuFaultError as e:
+                return _error(400, str(e))
+        elif method != "GET":
+            return _error(405, "use GET or POST")
+        return _json({"gpus": gpus.faulty(now)})

@@ -29,9 +29,12 @@ from kubesim import admission, disruption, podlogs, protobuf, rbac, tables
 from kubesim import apply as ssa
 from kubesim.clock import SimClock
 from kubesim.faults import FaultState
+from kubesim.gpuhealth import ClusterGpus
 from kubesim.http import Connection, Request, Response
 from kubesim.metrics import CONTENT_TYPE_LATEST, RequestMetrics, resource_label
 from kubesim.patch import PatchError, json_patch, merge_patch, strategic_merge
+from kubesim.podproxy import proxy_to_pod
+from kubesim.prom_api import PrometheusApi
 from kubesim.rbac import ADMIN, Identity
 from kubesim.resources import CREATE_ONLY, RESOURCES, ResourceType, groups, lookup
 from kubesim.selectors import SelectorError, matcher, parse_field_selector, parse_label_selector
@@ -487,6 +490,8 @@ class ClusterApi:
         self.metrics = RequestMetrics()  # the same requests with their status, on /metrics
         self.users: dict[str, Identity] = {}  # bearer token -> the user it authenticates (besides admin)
         self.hidden_groups: frozenset[str] = frozenset()  # operators not installed (kubesim/operators.py)
+        self.gpus: ClusterGpus | None = None  # GPU health (kubesim/gpuhealth.py), set by the simulation
+        self.prometheus: PrometheusApi | None = None  # /prometheus (kubesim/prom_api.py)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -694,6 +699,8 @@ class ClusterApi:
             return self._json(KUBE_VERSION)
         if head == "metrics" and len(segs) == 1:
             return Response(200, self.metrics.exposition(), CONTENT_TYPE_LATEST)
+        if head == "prometheus" and self.prometheus is not None:
+            return self.prometheus.handle(req, segs[1:])
         if head == "openapi" and len(segs) >= 2 and segs[1] == "v3":
             return self._openapi(segs[2:])
         if head == "api":
@@ -763,6 +770,9 @@ class ClusterApi:
             inner = lookup(group, rest[2])
             if inner is not None and inner.namespaced:
                 ns, rest = rest[1], rest[2:]
+        if ns is not None and group == "" and len(rest) >= 3 and rest[0] == "pods" and rest[2] == "proxy":
+            self._count(_verb(req.method, rest[1], False), lookup("", "pods"), "proxy")  # type: ignore[arg-type]
+            return proxy_to_pod(self.store, self.gpus, ns, rest[1], "/".join(rest[3:]), self.clock.now())
         if not rest or len(rest) > 3:
             raise _not_found()
         rt = lookup(group, rest[0])

@@ -4,6 +4,8 @@ kubesim serve --fleet kubesim/fleets/demo.yaml --out run/ [--speed 10] [--admin-
 kubesim fault onprem-a --down            (--up, --hang/--no-hang, --latency 0.5, --error-rate 0.2,
                                           --expired-token/--valid-token, --forbidden/--allowed,
                                           --cut-watches, --reset-connections, --clear, --spot-interrupt NODE|POOL)
+kubesim fault onprem-a --xid NODE:GPU_INDEX:CODE [--xid ...] [--clear]   (XID on a GPU; --clear resets it)
+kubesim gpus onprem-a                    (GPUs with a fault history)
 kubesim clock --speed 60 | --advance 3600
 kubesim status
 """
@@ -185,10 +187,21 @@ def fault(
             "--spot-interrupt", help="Interrupt a spot node now (a node name, or a spot pool's name)."
         ),
     ] = None,
+    xid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--xid",
+            help="NODE:GPU_INDEX:CODE: the GPU reports that XID now (repeatable); with --clear, "
+            "NODE:GPU_INDEX[:CODE] resets that GPU instead (and nothing else is cleared).",
+        ),
+    ] = None,
     out: OutOption = Path("run"),
     admin: AdminOption = None,
 ) -> None:
     """Set or clear faults of a cluster of a running `kubesim serve`; prints the resulting fault state."""
+    if xid:
+        _gpu_fault(cluster, xid, clear, _admin_url(admin, out))
+        return
     changes: dict[str, Any] = {}
     for key, value in (
         ("down", down),
@@ -220,6 +233,31 @@ def fault(
     method = "POST" if changes else "GET"
     state = _call(f"{_admin_url(admin, out)}/clusters/{cluster}/faults", method, changes if changes else None)
     console.print_json(data=state)
+
+
+def _gpu_fault(cluster: str, specs: list[str], clear: bool, url: str) -> None:
+    from kubesim.gpuhealth import GpuFaultError, parse_xid_spec
+
+    items = []
+    try:
+        for spec in specs:
+            node, gpu, code = parse_xid_spec(spec, need_code=not clear)
+            items.append({"node": node, "gpu": gpu} if clear else {"node": node, "gpu": gpu, "code": code})
+    except GpuFaultError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    body = {"clear": items} if clear else {"xid": items}
+    console.print_json(data=_call(f"{url}/clusters/{cluster}/gpus", "POST", body))
+
+
+@app.command()
+def gpus(
+    cluster: Annotated[str, typer.Argument(help="Cluster name.")],
+    out: OutOption = Path("run"),
+    admin: AdminOption = None,
+) -> None:
+    """GPUs of a cluster with a fault history: last XID, XID counts, unhealthy since."""
+    console.print_json(data=_call(f"{_admin_url(admin, out)}/clusters/{cluster}/gpus"))
 
 
 @app.command()

@@ -150,6 +150,36 @@ class NumaSpec(_Model):
     scope: Literal["container", "pod"] = "pod"
 
 
+def _known_metrics(value: list[str]) -> list[str]:
+    from kubesim.dcgm import METRIC_NAMES
+
+    unknown = sorted(set(value) - METRIC_NAMES)
+    if unknown:
+        raise ValueError(
+            f"unknown dcgm-exporter metric(s) {', '.join(unknown)}; known: {', '.join(sorted(METRIC_NAMES))}"
+        )
+    return value
+
+
+class DcgmPoolSpec(_Model):
+    """A node pool's dcgm-exporter metrics switched off, besides the cluster's."""
+
+    exclude: list[str] = []
+
+    @field_validator("exclude")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        return _known_metrics(value)
+
+
+class DcgmExporterSpec(DcgmPoolSpec):
+    """NVIDIA's dcgm-exporter on every GPU node (docs/kubesim.md, GPU health)."""
+
+    enabled: bool = True
+    xid_window_seconds: float = Field(default=300.0, gt=0)  # DCGM_EXP_XID_ERRORS_COUNT's window
+    fail_after_seconds: float = Field(default=5.0, ge=0)  # fatal XID -> the pod on the GPU fails
+
+
 class NodeShape(_Model):
     """What every node of a pool looks like."""
 
@@ -163,6 +193,7 @@ class NodeShape(_Model):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     taints: list[TaintSpec] = []
+    dcgm_exporter: DcgmPoolSpec | None = None
 
     @field_validator("cpu", "memory")
     @classmethod
@@ -335,6 +366,7 @@ class ClusterSpec(_Model):
     # ClusterTrainingRuntimes created with trainer.
     operators: list[Literal["jobset", "kuberay", "training-operator", "trainer"]] = []
     training_runtimes: list[str] = ["torch-distributed"]
+    dcgm_exporter: DcgmExporterSpec | None = None  # GPU health signals (off unless given)
 
     @model_validator(mode="after")
     def _unique_pools(self) -> ClusterSpec:
@@ -702,6 +734,9 @@ def _node_conditions(ts: str) -> list[Obj]:
     ]
 
 
+kubelet_conditions = _node_conditions  # what a healthy node's kubelet reports (the kubelet restores them)
+
+
 def node_name(cluster: ClusterSpec, pool: str, index: int) -> str:
     return f"{cluster.name}-{pool}-{index}"
 
@@ -896,7 +931,9 @@ def populate(store: ObjectStore, cluster: ClusterSpec, clock: SimClock) -> None:
 _SYNTHETIC_PRODUCTS = ("H100-80GB", "A100-80GB", "H200-141GB", "L4")
 
 
-def synthetic_fleet(clusters: int, nodes_per_cluster: int, gpus_per_node: int = 8) -> FleetSpec:
+def synthetic_fleet(
+    clusters: int, nodes_per_cluster: int, gpus_per_node: int = 8, dcgm_exporter: bool = False
+) -> FleetSpec:
     """A large uniform fleet for scale tests: products rotate per cluster, 2 NUMA zones where GPUs split evenly."""
     out = []
     for c in range(clusters):
@@ -916,6 +953,7 @@ def synthetic_fleet(clusters: int, nodes_per_cluster: int, gpus_per_node: int = 
                         numa=numa,
                     )
                 ],
+                dcgm_exporter=DcgmExporterSpec() if dcgm_exporter else None,
             )
         )
     return FleetSpec(clusters=out)

@@ -31,9 +31,11 @@ from kubesim.api import ClusterApi
 from kubesim.certs import ClusterTls, make_cluster_tls
 from kubesim.clock import SimClock
 from kubesim.faults import ClusterFaults
+from kubesim.gpuhealth import ClusterGpus, GpuState, cluster_gpus
 from kubesim.http import HttpServer
 from kubesim.kubeconfig import write_kubeconfig
 from kubesim.operators import hidden_groups
+from kubesim.prom_api import PrometheusApi
 from kubesim.store import ObjectStore
 
 log = logging.getLogger("kubesim")
@@ -160,6 +162,9 @@ class Simulation:
             token = secrets.token_urlsafe(32)
             api = ClusterApi(name, store, self.clock, token, bookmark_interval=self._bookmark_interval)
             api.hidden_groups = hidden_groups(spec)  # workload operators it does not install
+            gpus = cluster_gpus(spec, store)  # GPU health: dcgm-exporter, Prometheus API, XID faults
+            api.prometheus = PrometheusApi(store, self.clock, gpus)
+            api.gpus = gpus
             tls = make_cluster_tls(name, certs_dir, self.host)
             server = HttpServer(api.handle, self.host, 0, tls.server_context())
             await server.start()
@@ -169,7 +174,7 @@ class Simulation:
             for user in getattr(spec, "users", ()):
                 self._add_user(runtime, user.name, tuple(user.groups), user.token)
             if controller_cls is not None:
-                runtime.controllers = controller_cls(store, self.clock, spec)
+                runtime.controllers = controller_cls(store, self.clock, spec, gpus=gpus)
         if controller_cls is not None:
             self._ticker = asyncio.get_running_loop().create_task(
                 self._tick_controllers(), name="controllers"
@@ -362,6 +367,26 @@ class Simulation:
             **({"reset": reset} if reset else {}),
         }
 
+    def prometheus_url(self, name: str) -> str:
+        """The cluster's Prometheus-compatible API (same CA and bearer token as the cluster)."""
+        return f"{self._runtime(name).url}/prometheus"
+
+    def gpu_xid(self, cluster: str, node: str, gpu: int, code: int) -> GpuState:
+        """Inject XID `code` on GPU `gpu` of `node` now (thread-safe); see docs/kubesim.md, GPU health."""
+        gpus = self._gpus(cluster)
+        return self.call(lambda: gpus.xid(node, gpu, code, self.clock.now()))  # type: ignore[no-any-return]
+
+    def gpu_clear(self, cluster: str, node: str, gpu: int) -> GpuState:
+        """The GPU is reset or replaced: healthy again (thread-safe)."""
+        gpus = self._gpus(cluster)
+        return self.call(lambda: gpus.clear(node, gpu))  # type: ignore[no-any-return]
+
+    def _gpus(self, cluster: str) -> ClusterGpus:
+        gpus = self._runtime(cluster).api.gpus
+        if gpus is None:
+            raise KeyError(f"cluster {cluster!r} has no GPU health model")
+        return gpus
+
     def describe(self) -> dict[str, Any]:
         """What runs where (written to <out_dir>/kubesim.json and served by the admin endpoint)."""
         return {
@@ -374,6 +399,7 @@ class Simulation:
                     "kubeconfig": str(r.kubeconfig),
                     "ca": str(r.tls.ca_path),
                     "users": {u: str(p) for u, p in r.users.items()},
+                    "prometheus": f"{r.url}/prometheus",
                 }
                 for r in self._clusters.values()
             ],

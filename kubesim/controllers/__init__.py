@@ -22,6 +22,7 @@ from kubesim.clock import SimClock
 from kubesim.controllers.accounting import Accounting
 from kubesim.controllers.autoscaler import Autoscaler
 from kubesim.controllers.computedomain import ComputeDomainController
+from kubesim.controllers.dcgm_exporter import DcgmExporterController
 from kubesim.controllers.disruption import DisruptionController
 from kubesim.controllers.dra import DraController
 from kubesim.controllers.events import EventRecorder
@@ -38,6 +39,7 @@ from kubesim.controllers.ray import RayController
 from kubesim.controllers.scheduler import Scheduler
 from kubesim.controllers.spot import SpotInterrupter
 from kubesim.fleet import ClusterSpec
+from kubesim.gpuhealth import ClusterGpus, cluster_gpus
 from kubesim.store import ObjectStore
 
 __all__ = ["Controllers"]
@@ -46,7 +48,9 @@ __all__ = ["Controllers"]
 class Controllers:
     """Every controller of one simulated cluster."""
 
-    def __init__(self, store: ObjectStore, clock: SimClock, cluster: ClusterSpec) -> None:
+    def __init__(
+        self, store: ObjectStore, clock: SimClock, cluster: ClusterSpec, gpus: ClusterGpus | None = None
+    ) -> None:
         self.store = store
         self.clock = clock
         self.cluster = cluster
@@ -72,6 +76,12 @@ class Controllers:
         self.spot = SpotInterrupter(store, clock, cluster, self.events)
         self.disruption = DisruptionController(store, clock)
         self.quota = QuotaController(store)
+        self.gpus = gpus or cluster_gpus(cluster, store)
+        self.kubelet.gpus = self.gpus
+        exporter = cluster.dcgm_exporter
+        self.dcgm = DcgmExporterController(
+            store, clock, self.gpus, self.kubelet, exporter is not None and exporter.enabled
+        )
 
     def _dra_changed(self) -> None:
         self.scheduler.dirty = True
@@ -94,6 +104,7 @@ class Controllers:
             or self.autoscaler.dirty
             or self.disruption.dirty
             or self.quota.dirty
+            or self.dcgm.dirty
         ):
             return True
         now = self.clock.now()
@@ -107,6 +118,7 @@ class Controllers:
             self.autoscaler.next_due,
             self.spot.next_due,
             self.ray.next_due,
+            self.dcgm.next_due,
         )
 
     def next_due(self) -> float | None:
@@ -133,6 +145,7 @@ class Controllers:
         self.spot.tick()
         self.disruption.tick()
         self.quota.tick()
+        self.dcgm.tick()
 
     def settle(self, max_passes: int = 100) -> int:
         """Tick until no controller has work due now; returns the passes taken."""

@@ -26,6 +26,11 @@ killed (exit code 137) and it is Failed; a checkpointing pod (controllers/checkp
 period of at least its save time saves and exits 143 with its progress as the termination message; a terminal or never-started pod is finished at once. The kubelet
 then deletes it with grace period 0: it goes unless finalizers hold it (they keep it, terminal, until they
 are removed).
+
+GPUs (kubesim/gpuhealth.py): at admission the kubelet's device manager gives a pod asking for whole
+`nvidia.com/gpu` that many free healthy GPU indices (annotation `sim.gpufed.io/gpus`), or refuses it as the
+real one does (Failed, UnexpectedAdmissionError) when too few are left; `gpu_failed` is a pod whose GPU
+died under it (a fatal XID): exit code 1, reason Error, its last periodic checkpoint as termination message.
 """
 
 from __future__ import annotations
@@ -52,12 +57,14 @@ from kubesim.controllers.pods import (
     qos_class,
     set_condition,
 )
-from kubesim.fleet import ClusterSpec
+from kubesim.fleet import ClusterSpec, kubelet_conditions
+from kubesim.gpuhealth import GPU_RESOURCE, GPUS_ANNOTATION, ClusterGpus
 from kubesim.store import NotFoundError, Obj, ObjectStore, WatchEvent, rfc3339
 
 _IMAGE_DIGEST = "sha256:" + "0" * 64
 _BACKOFF_START, _BACKOFF_MAX = 10.0, 300.0
 _KILLED = 137
+GPU_FAULT_EXIT = 1  # a CUDA process whose device is gone errors out (the framework raises, exit 1)
 _INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 
@@ -112,11 +119,14 @@ class Kubelet:
         self._kill_at: dict[tuple[str, str], str] = {}  # pod -> deletionTimestamp it is scheduled for
         self._saves: list[tuple[float, str, str, str]] = []  # checkpointing pods exiting on SIGTERM
         self._reports: list[tuple[float, str, str, str]] = []  # periodic checkpoint annotations
+        self.gpus: ClusterGpus | None = None  # GPU indices and health (set by Controllers)
+        self._node_status: set[str] = set()  # nodes whose kubelet-owned conditions someone removed
         for pod in store.list("pods")[0]:
             self._track(pod)
             if phase(pod) == "Running":
                 self._schedule_exit(pod, self._clock.now())
         store.subscribe("pods", self._on_pod)
+        store.subscribe("nodes", self._on_node)
 
     @property
     def next_due(self) -> float | None:
@@ -126,7 +136,29 @@ class Kubelet:
 
     @property
     def dirty(self) -> bool:
-        return bool(self._to_start or self._to_remove)
+        return bool(self._to_start or self._to_remove or self._node_status)
+
+    def _on_node(self, event: WatchEvent) -> None:
+        if event.type != "DELETED" and _missing_conditions(event.obj):
+            self._node_status.add(event.obj["metadata"]["name"])
+
+    def _sync_node_status(self, now: float) -> None:
+        """The kubelet's node status update: its own condition types (Ready, MemoryPressure, ...) come back
+        when a write removed them (a merge patch replaces the whole list); every other condition type, such
+        as one a health agent set, is left as it is."""
+        names, self._node_status = self._node_status, set()
+        for name in sorted(names):
+            node = self._store.find("nodes", "", name)
+            if node is None or not _missing_conditions(node):
+                continue
+
+            def restore(obj: Obj) -> None:
+                conditions = obj.setdefault("status", {}).setdefault("conditions", [])
+                have = {c.get("type") for c in conditions}
+                conditions.extend(c for c in kubelet_conditions(rfc3339(now)) if c["type"] not in have)
+
+            with contextlib.suppress(NotFoundError):
+                self._store.mutate("nodes", "", name, restore)
 
     def _track(self, pod: Obj) -> None:
         key = key_of(pod)
@@ -158,6 +190,8 @@ class Kubelet:
 
     def tick(self) -> None:
         now = self._clock.now()
+        if self._node_status:
+            self._sync_node_status(now)
         while self._saves and self._saves[0][0] <= now:
             due, ns, name, uid = heapq.heappop(self._saves)
             pod = self._store.find("pods", ns, name)
@@ -265,6 +299,9 @@ class Kubelet:
             self._events.record(pod, "TopologyAffinityError", message, "Warning", "kubelet")
             return
         node = self._store.find("nodes", "", node_name(pod))
+        gpu_indices = self._admit_gpus(pod, node, now)
+        if gpu_indices is None:
+            return
         host_ip = next(
             (
                 a["address"]
@@ -280,6 +317,10 @@ class Kubelet:
 
         def run(obj: Obj) -> None:
             spec = obj.get("spec") or {}
+            if gpu_indices:
+                obj["metadata"].setdefault("annotations", {})[GPUS_ANNOTATION] = ",".join(
+                    map(str, gpu_indices)
+                )
             st = obj.setdefault("status", {})
             st.update(
                 {
@@ -316,6 +357,76 @@ class Kubelet:
         running = self._store.find("pods", ns, name)
         if running is not None:
             self._schedule_exit(running, now)
+
+    def _admit_gpus(self, pod: Obj, node: Obj | None, now: float) -> list[int] | None:
+        """The device manager's allocation: the GPU indices given to the pod ([] when it asks for none or
+        the node is not indexed), or None: too few healthy GPUs are free, the pod is refused."""
+        if self.gpus is None or node is None:
+            return []
+        want = int(self._acct.requests(pod).get(GPU_RESOURCE, 0))
+        if want <= 0:
+            return []
+        topo = self._acct.topology.get(node_name(pod))
+        zones = len(topo.zones) if topo is not None else 1
+        got = self.gpus.allocate(node, pod, want, zones)
+        if got is not None:
+            return got
+        ns, name = key_of(pod)
+        labels = node["metadata"].get("labels") or {}
+        have = self.gpus.free_healthy(node_name(pod), int(labels.get("nvidia.com/gpu.count", "0") or 0))
+        message = (
+            f"Allocate failed due to requested number of devices unavailable for {GPU_RESOURCE}. "
+            f"Requested: {want}, Available: {have}, which is unexpected"
+        )
+        ts = rfc3339(now)
+
+        def reject(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            st.update(
+                {
+                    "phase": "Failed",
+                    "reason": "UnexpectedAdmissionError",
+                    "message": message,
+                    "startTime": ts,
+                    "qosClass": qos_class(obj),
+                }
+            )
+
+        self._store.mutate("pods", ns, name, reject)
+        self._events.record(pod, "UnexpectedAdmissionError", message, "Warning", "kubelet")
+        return None
+
+    def gpu_failed(self, pod: Obj, now: float) -> None:
+        """A GPU of this running pod died (fatal XID): its process exits 1 (reason Error); a checkpointing
+        pod leaves its last periodic checkpoint as termination message. OnFailure/Always: it restarts in
+        place as after any crash."""
+        if phase(pod) != "Running" or is_terminal(pod):
+            return
+        if (pod.get("spec") or {}).get("restartPolicy", "Always") != "Never":
+            self._crash(pod, GPU_FAULT_EXIT, now)
+            return
+        ns, name = key_of(pod)
+        ts = rfc3339(now)
+        annotations = pod["metadata"].get("annotations") or {}
+        message = annotations.get(checkpoints.REPORTED_ANNOTATION) if checkpoints.every_seconds(pod) else None
+
+        def fail(obj: Obj) -> None:
+            st = obj.setdefault("status", {})
+            started = st.get("startTime", ts)
+            before = {c.get("name"): c for c in st.get("containerStatuses") or ()}
+            st["phase"] = "Failed"
+            statuses = []
+            for c in (obj.get("spec") or {}).get("containers") or ():
+                done = _container_done(c, started, ts, GPU_FAULT_EXIT, obj, before.get(c.get("name")))
+                if message:
+                    done["state"]["terminated"]["message"] = message
+                statuses.append(done)
+            st["containerStatuses"] = statuses
+            set_condition(obj, "PodReadyToStartContainers", "False", now)
+            set_condition(obj, "ContainersReady", "False", now, "PodFailed")
+            set_condition(obj, "Ready", "False", now, "PodFailed")
+
+        self._store.mutate("pods", ns, name, fail)
 
     def _pull_failed(self, pod: Obj, now: float, failed: int, host_ip: str = "", pod_ip: str = "") -> None:
         """A pull of the pod's image failed (the `failed`-th time): ErrImagePull, the pod stays Pending
@@ -574,6 +685,13 @@ class Kubelet:
             self._events.record(
                 pod, "Killing", f"Stopping container {c.get('name', '')}", "Normal", "kubelet"
             )
+
+
+def _missing_conditions(node: Obj) -> bool:
+    """Whether a write removed the kubelet's Ready condition (a merge patch of status.conditions replaces
+    the list); the kubelet then reports its conditions again."""
+    status = node.get("status") or {}
+    return "conditions" in status and not any(c.get("type") == "Ready" for c in status["conditions"] or ())
 
 
 def _pulling(pod: Obj) -> bool:
