@@ -56,7 +56,7 @@ class GpuHealthWatch:
         self._on_notes = on_notes
         self._policy = cfg.policy()
         self._ledger = HealthLedger()
-        self._totals: dict[tuple[str, int, int], float] | None = None
+        self._totals: dict[tuple[str, str, int, int], float] | None = None
         self._next = 0.0  # monotonic time of the next read
         self._busy = threading.Lock()
         self._view = ClusterGpuHealth()
