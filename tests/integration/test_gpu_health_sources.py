@@ -15,7 +15,7 @@ from adapters.cluster_watcher import ClusterWatcher
 from adapters.gpu_health_watch import GpuHealthWatch
 from broker.capacity.node_detail import nodes_table
 from broker.config.gpu_health import BreakerConfig, GpuHealthConfig, MetricsConfig
-from broker.core.gpu_health import GpuState
+from broker.core.gpu_health import ClusterGpuHealth, GpuState
 from broker.core.model import ClusterSummary, ClusterTraits, Health
 from broker.health.machine import HealthThresholds
 from kubesim.fleet import parse_fleet
@@ -40,7 +40,7 @@ FLEET = {
     ]
 }
 TRAITS = ClusterTraits(CLUSTER)
-FAST = GpuHealthConfig(intervalSeconds=0.5, recoverAfterSeconds=1)
+FAST = GpuHealthConfig(interval_seconds=0.5, recover_after_seconds=1)
 
 
 @pytest.fixture
@@ -62,6 +62,11 @@ def watch(
     w.start()
     wait_for(lambda: w.gpu_health is not None and w.gpu_health.reads > 0, 30, what="a first health read")
     return w
+
+
+def health_of(w: ClusterWatcher) -> ClusterGpuHealth:
+    assert w.gpu_health is not None
+    return w.gpu_health.view()
 
 
 def summary(w: ClusterWatcher) -> ClusterSummary:
@@ -89,7 +94,7 @@ def check_fatal_xid(sim: Simulation, w: ClusterWatcher) -> None:
     wait_for(lambda: free(w) == 23, 30, what="free H100 down by exactly one")
     (p,) = summary(w).products
     assert p.nodes_by_free[8] == 2 and p.nodes_by_free[7] == 1
-    row = next(r for r in nodes_table(w.snapshot().nodes, False, w.gpu_health.view()) if r.name == NODES[0])
+    row = next(r for r in nodes_table(w.snapshot().nodes, False, health_of(w)) if r.name == NODES[0])
     (f,) = row.gpu_faults
     assert (f.gpu, f.xid, f.state) == (3, 79, GpuState.UNHEALTHY) and f.since > 0
     sim.gpu_clear(CLUSTER, NODES[0], 3)
@@ -109,7 +114,7 @@ def test_a_fatal_xid_through_the_members_prometheus(sim: Simulation, tmp_path: P
     token = tmp_path / "prom.token"
     token.write_text(sim.token(CLUSTER) + "\n")
     metrics = MetricsConfig(
-        prometheusUrl=sim.prometheus_url(CLUSTER), bearerTokenFile=token, caFile=sim.ca_path(CLUSTER)
+        prometheus_url=sim.prometheus_url(CLUSTER), bearer_token_file=token, ca_file=sim.ca_path(CLUSTER)
     )
     no_proxy = FAST.model_copy(
         update={"dcgm_exporter": FAST.dcgm_exporter.model_copy(update={"enabled": False})}
@@ -158,9 +163,7 @@ def test_a_node_condition_set_with_kubectl(sim: Simulation, tmp_path: Path) -> N
         _, reason, quarantined = faults(w)[(NODES[2], -1)]
         assert reason == "node condition GpuXidError=True (XID 79 on GPU 5)" and quarantined
         wait_for(lambda: free(w) == 16, 30, what="the node's GPUs out of free capacity")
-        row = next(
-            r for r in nodes_table(w.snapshot().nodes, False, w.gpu_health.view()) if r.name == NODES[2]
-        )
+        row = next(r for r in nodes_table(w.snapshot().nodes, False, health_of(w)) if r.name == NODES[2])
         assert (
             row.offers_nothing == "GPU health quarantine: node condition GpuXidError=True (XID 79 on GPU 5)"
         )
