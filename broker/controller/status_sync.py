@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from broker import telemetry
 from broker.controller import faults
+from broker.controller.gpu_faults import GpuFaults
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.member_troubles import MemberTroubles
 from broker.controller.state_writer import Transition
@@ -60,7 +61,7 @@ class _Move:
     namespace: str
 
 
-class StatusSync(MemberTroubles):
+class StatusSync(MemberTroubles, GpuFaults):
     def watch_changes(self) -> None:
         """Follow Job statuses by event (the leader's service): a gateway that watches says which Job
         changed, and a pass reads only those (plus every job on a cluster whose watch is not synced, and
@@ -211,6 +212,8 @@ class StatusSync(MemberTroubles):
             return written if written is not None and written.state is not record.state else None
         if step is None:
             return None
+        if step.state is JobState.FAILED and (gpu := self._gpu_death(record)) is not None:
+            return self._requeue_gpu_death(record, gpu)  # the GPU's fault, not the job's (docs/health.md)
         faults.point("observed")
         if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)

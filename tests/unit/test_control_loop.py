@@ -33,6 +33,9 @@ class _Steps:
     def enforce_budgets(self) -> None:
         self._do("enforce_budgets")
 
+    def move_off_faulty_gpus(self) -> None:
+        self._do("move_off_faulty_gpus")
+
     def schedule_once(self) -> None:
         self._do("schedule_once")
 
@@ -56,6 +59,7 @@ def test_a_broken_step_is_logged_and_the_rest_of_the_pass_still_runs(
         "observe_clusters",
         "sync_status",
         "enforce_budgets",
+        "move_off_faulty_gpus",
         "schedule_once",
         "note_reported_checkpoints",
         "burst_back",
