@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from adapters import gpu_health_sources as sources
@@ -63,6 +64,7 @@ class GpuHealthWatch:
         self._faults: dict[str, tuple[GpuFault, ...]] = {}
         self._nodes: dict[str, NodeQuarantine] = {}
         self._failed: str | None = None
+        self._holders: dict[tuple[str, int], str] = {}  # (node, gpu) -> namespace/pod at the last read
         self.reads = 0
 
     def due(self) -> bool:
@@ -98,7 +100,7 @@ class GpuHealthWatch:
             if read is not None:
                 samples, silent, _path = read
                 found, self._totals = dcgm.signals(samples, self._totals, self.cfg.ignored_xids)
-                signals.extend(found)
+                signals.extend(self._with_holders(found, samples))
                 answered.add(dcgm.SOURCE)
                 if self._failed is not None:
                     log.info("cluster %s: dcgm-exporter metrics read again", self.cluster)
@@ -113,6 +115,22 @@ class GpuHealthWatch:
             return self._publish(step.notes)
         finally:
             self._busy.release()
+
+    def _with_holders(self, found: tuple[GpuSignal, ...], samples: list[dcgm.Sample]) -> list[GpuSignal]:
+        """The signals with the pod that held each GPU at the last read where this one names none: the
+        exporter maps a GPU to its pod only while the pod runs, and a pod a fault killed between two reads
+        is still the one to requeue."""
+        holders = {
+            (s.labels["Hostname"], int(s.labels["gpu"])): f"{s.labels['namespace']}/{s.labels['pod']}"
+            for s in samples
+            if s.labels.get("pod") and s.labels.get("namespace") and s.labels.get("gpu", "").isdigit()
+            and s.labels.get("Hostname")
+        }  # fmt: skip
+        before, self._holders = self._holders, holders
+        return [
+            g if g.pod or (g.node, g.gpu) not in before else replace(g, pod=before[(g.node, g.gpu)])
+            for g in found
+        ]
 
     def _publish(self, notes: tuple[HealthNote, ...]) -> set[str]:
         shown = view(self._ledger, self._policy, self._clock())

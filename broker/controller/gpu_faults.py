@@ -21,7 +21,8 @@ import logging
 
 from broker.controller.migrating import Migrating
 from broker.core.gpu_health import GpuFault
-from broker.core.model import JobRecord, JobState
+from broker.core.model import ClusterSummary, JobRecord, JobState
+from broker.core.records import ClusterEvent
 from broker.workload import gpu_moves
 from broker.workload.stop_path import Trigger
 
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 
 class GpuFaults(Migrating):
+    _gpu_breakers: dict[str, bool]  # cluster -> its circuit breaker was open at the last pass
+
     def _gpu_jobs(self, cluster: str) -> list[JobRecord]:
         return [r for r in self._placed_jobs() if r.cluster == cluster and r.state is not JobState.PLACED]
 
@@ -37,6 +40,7 @@ class GpuFaults(Migrating):
         self._fresh_cache(reuse=True)
         moved: list[JobRecord] = []
         for summary in self.cache.observed():
+            self._note_breaker(summary)
             faults = [f for f in summary.gpu_health.faults if gpu_moves.movable(f) and f.pod]
             if not faults or summary.cluster not in self.traits:
                 continue
@@ -51,6 +55,20 @@ class GpuFaults(Migrating):
                     moved.append(done)
                     jobs = [j for j in jobs if j.id != record.id]
         return moved
+
+    def _note_breaker(self, summary: ClusterSummary) -> None:
+        """The circuit breaker's alert as a cluster event, when it opens and when it closes."""
+        h, was = summary.gpu_health, self._gpu_breakers.get(summary.cluster, False)
+        if h.breaker_open == was:
+            return
+        self._gpu_breakers[summary.cluster] = h.breaker_open
+        text = (
+            f"GPU quarantine {h.breaker_reason}"
+            if h.breaker_open
+            else "GPU quarantine circuit breaker closed"
+        )
+        (log.warning if h.breaker_open else log.info)("cluster %s: %s", summary.cluster, text)
+        self.store.append_cluster_event(ClusterEvent(summary.cluster, self.clock.now(), summary.health, text))
 
     def _job_namespace(self, cluster: str, record: JobRecord) -> str:
         return self._namespace(cluster, record.request.tenant)
