@@ -121,8 +121,9 @@ def read_prometheus(cfg: MetricsConfig, client: httpx.Client | None = None) -> l
             reraise=True,
         ):
             with attempt:
+                query = PROM_QUERY if not cfg.match else PROM_QUERY[:-1] + ", " + cfg.match + "}"
                 resp = http.get(
-                    f"{cfg.prometheus_url}/api/v1/query", params={"query": PROM_QUERY}, headers=_auth(cfg)
+                    f"{cfg.prometheus_url}/api/v1/query", params={"query": query}, headers=_auth(cfg)
                 )
                 resp.raise_for_status()
         body = resp.json()

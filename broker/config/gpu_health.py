@@ -5,6 +5,7 @@
       kubeconfig: a.kubeconfig
       metrics:                               # optional: read dcgm-exporter through the member's Prometheus
         prometheusUrl: https://prom.example:9090
+        match: 'cluster="onprem-a"'          # optional: where one Prometheus holds several clusters
         bearerTokenFile: prom.token          # or bearerToken; like a kubeconfig's token / tokenFile
         caFile: prom-ca.crt                  # or insecureSkipTlsVerify: true
       gpuHealth:                             # every field optional; these are the defaults
@@ -59,6 +60,9 @@ class MetricsConfig(_Strict):
     ca_file: Path | None = Field(default=None, alias="caFile")
     insecure_skip_tls_verify: bool = Field(default=False, alias="insecureSkipTlsVerify")
     timeout_seconds: float = Field(default=5.0, alias="timeoutSeconds", gt=0, le=60)
+    # label matchers added to the query where one Prometheus holds several clusters' series (Thanos, a
+    # shared server): e.g. 'cluster="onprem-a"'
+    match: str = Field(default="", max_length=500)
 
     @field_validator("prometheus_url")
     @classmethod

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from broker.controller.member_troubles import TroubleMemory
 from broker.controller.migrating import Migrating
 from broker.core.gpu_health import GpuFault
 from broker.core.model import ClusterSummary, JobRecord, JobState
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 class GpuFaults(Migrating):
     _gpu_breakers: dict[str, bool]  # cluster -> its circuit breaker was open at the last pass
+    _troubles: TroubleMemory  # StatusSync's: the failure held back is looked at again at its deadline
+    _gpu_held: dict[tuple[str, int], float]  # (job id, attempt) -> when its failure was first held back
 
     def _gpu_jobs(self, cluster: str) -> list[JobRecord]:
         return [r for r in self._placed_jobs() if r.cluster == cluster and r.state is not JobState.PLACED]
@@ -93,6 +96,23 @@ class GpuFaults(Migrating):
                 return fault
         return None
 
-    def _requeue_gpu_death(self, record: JobRecord, fault: GpuFault) -> JobRecord | None:
-        """A job whose pod died of a GPU fault: requeued (attempt + 1) from its checkpoint, off that node."""
-        return self._move_off(record, fault, gpu_moves.died_reason(fault))
+    def _failed_on_a_gpu(self, record: JobRecord) -> tuple[bool, JobRecord | None]:
+        """Status sync is about to fail this job: (handled, the record written). Its pod died of a GPU
+        fault: requeued (attempt + 1) from its checkpoint, off that node. No fault shown yet, on a cluster
+        whose GPU health is read: the verdict waits GPU_DEATH_SETTLE_SECONDS (a pod dies seconds after its
+        GPU, the health read may come after), the job looked at again then; then FAILED as before."""
+        fault = self._gpu_death(record)
+        key = (record.id, record.attempt)
+        if fault is not None:
+            self._gpu_held.pop(key, None)
+            return True, self._move_off(record, fault, gpu_moves.died_reason(fault))
+        state = self.cache.state(record.cluster) if record.cluster else None
+        if state is None or not state.summary.gpu_health.observed:
+            return False, None
+        now = self.clock.now()
+        first = self._gpu_held.setdefault(key, now)
+        if now - first < gpu_moves.GPU_DEATH_SETTLE_SECONDS:
+            self._troubles.look_again(record.id, first + gpu_moves.GPU_DEATH_SETTLE_SECONDS)
+            return True, None
+        self._gpu_held.pop(key, None)
+        return False, None

@@ -212,8 +212,10 @@ class StatusSync(MemberTroubles, GpuFaults):
             return written if written is not None and written.state is not record.state else None
         if step is None:
             return None
-        if step.state is JobState.FAILED and (gpu := self._gpu_death(record)) is not None:
-            return self._requeue_gpu_death(record, gpu)  # the GPU's fault, not the job's (docs/health.md)
+        if step.state is JobState.FAILED:  # a GPU fault is the GPU's, not the job's (docs/health.md)
+            held, written = self._failed_on_a_gpu(record)
+            if held:
+                return written
         faults.point("observed")
         if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)

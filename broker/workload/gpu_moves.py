@@ -24,6 +24,7 @@ from broker.core.model import JobRecord, JobState
 
 __all__ = [
     "AVOID_NODE_SECONDS",
+    "GPU_DEATH_SETTLE_SECONDS",
     "avoided_nodes",
     "died_reason",
     "job_on",
@@ -34,6 +35,9 @@ __all__ = [
 
 # How long a job moved off a broken GPU keeps off that node (the fault usually lasts until a repair).
 AVOID_NODE_SECONDS = 3600.0
+# How long a job's failure waits for its cluster's GPU health to show the fault that may have caused it
+# (a pod dies seconds after its GPU; a health read comes every intervalSeconds, 10 s by default).
+GPU_DEATH_SETTLE_SECONDS = 20.0
 _RUNS = (JobState.ADMITTED, JobState.RUNNING)
 
 
