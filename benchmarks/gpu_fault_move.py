@@ -128,7 +128,11 @@ def main() -> None:
                     sim.gpu_xid("onprem-a", node, 3, 79)
                     wait(lambda n=node: fault_shown(n), 120, "the fault in the fleet view", 0.1)
                     detected.append(time.monotonic() - t0)
-                    new_node = wait(lambda j=job_id: running(j, 2), 300, "the job running again")
+                    try:
+                        new_node = wait(lambda j=job_id: running(j, 2), 300, "the job running again")
+                    except SystemExit:
+                        print(get(f"/v1/jobs/{job_id}"), get(f"/v1/jobs/{job_id}/events"), flush=True)
+                        raise
                     moved.append(time.monotonic() - t0)
                     events = [e["reason"] for e in get(f"/v1/jobs/{job_id}/events")["items"]]
                     how = "moved off" if any(e.startswith("moved off") for e in events) else "pod died"
@@ -138,7 +142,7 @@ def main() -> None:
                         f"{node} -> {new_node}, resumed from {resume})",
                         flush=True,
                     )
-                    httpx.post(f"{url}/v1/jobs/{job_id}/cancel", headers=auth, timeout=10)
+                    httpx.delete(f"{url}/v1/jobs/{job_id}", headers=auth, timeout=10)
                     sim.gpu_clear("onprem-a", node, 3)
                     wait(lambda n=node: not fault_shown(n), 120, "the GPU back")
                 print(

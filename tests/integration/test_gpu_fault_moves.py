@@ -138,7 +138,7 @@ class Fleet:
 
     def cancel(self, *job_ids: str) -> None:
         for j in job_ids:
-            httpx.post(f"{self.url}/v1/jobs/{j}/cancel", timeout=10, headers=self.auth)
+            httpx.delete(f"{self.url}/v1/jobs/{j}", timeout=10, headers=self.auth)
 
     def pod(self, job_id: str, attempt: int) -> dict[str, Any] | None:
         """The attempt's pod, as kubesim holds it (any cluster)."""
