@@ -64,6 +64,7 @@ class GpuHealthWatch:
         self._faults: dict[str, tuple[GpuFault, ...]] = {}
         self._nodes: dict[str, NodeQuarantine] = {}
         self._failed: str | None = None
+        self._dcgm_seen = False  # an exporter answered with series once: GPU deaths are visible here
         self._holders: dict[tuple[str, int], str] = {}  # (node, gpu) -> namespace/pod at the last read
         self.reads = 0
 
@@ -99,6 +100,7 @@ class GpuHealthWatch:
             read = self._dcgm(rest)
             if read is not None:
                 samples, silent, _path = read
+                self._dcgm_seen = self._dcgm_seen or bool(samples)
                 found, self._totals = dcgm.signals(samples, self._totals, self.cfg.ignored_xids)
                 signals.extend(self._with_holders(found, samples))
                 answered.add(dcgm.SOURCE)
@@ -133,7 +135,7 @@ class GpuHealthWatch:
         ]
 
     def _publish(self, notes: tuple[HealthNote, ...]) -> set[str]:
-        shown = view(self._ledger, self._policy, self._clock())
+        shown = replace(view(self._ledger, self._policy, self._clock()), observed=self._dcgm_seen)
         faults: dict[str, list[GpuFault]] = {}
         for f in shown.faults:
             faults.setdefault(f.node, []).append(f)

@@ -28,7 +28,7 @@ def fault_view(f: GpuFault) -> dict[str, Any]:
 
 def cluster_gpu_health_view(h: ClusterGpuHealth) -> dict[str, Any]:
     return {
-        "observed": h.observed,
+        "observed": h.observed,  # dcgm-exporter's metrics were read
         "unhealthyGpus": sum(1 for f in h.faults if f.gpu >= 0),
         "faults": [fault_view(f) for f in h.faults],
         "quarantinedNodes": [{"node": q.node, "reason": q.reason, "since": q.since} for q in h.nodes],

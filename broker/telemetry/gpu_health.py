@@ -48,7 +48,7 @@ class GpuHealthCollector(Collector):
         )
         for s in self._summaries:
             h = s.gpu_health
-            if not h.observed:
+            if not h.observed and not h.faults:
                 continue
             per_gpu = [f for f in h.faults if f.gpu >= 0]
             unhealthy.add_metric([s.cluster, "true"], sum(1 for f in per_gpu if f.quarantined))
