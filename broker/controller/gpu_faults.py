@@ -40,8 +40,7 @@ class GpuFaults(Migrating):
 
     def move_off_faulty_gpus(self) -> list[JobRecord]:
         """Stop and requeue the running jobs whose GPU went fatal (see the module docstring)."""
-        self._fresh_cache(reuse=True)
-        moved: list[JobRecord] = []
+        moved: list[JobRecord] = []  # the FleetCache as observe_clusters read it this pass (no read here)
         for summary in self.cache.observed():
             self._note_breaker(summary)
             faults = [f for f in summary.gpu_health.faults if gpu_moves.movable(f) and f.pod]
