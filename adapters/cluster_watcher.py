@@ -5,16 +5,13 @@ kept incrementally, NodeFacts recomputed only for the nodes an event touched and
 CapacityIndex (so a ClusterSummary costs O(products), not O(nodes)); after each batch of events
 on_change() is called, and on_snapshot(ClusterSnapshot, ...) where a caller still wants whole snapshots.
 
-Health: each ClusterWatcher owns a broker.health.machine.HealthMachine fed by its informers' call outcomes
-(list/watch requests) and by a liveness probe (GET /version, short deadline, every
-HealthThresholds.probe_interval_seconds) so that a quiet cluster still proves itself alive; summaries
-carry its health, health_reason, health_since, and heartbeat = the last SUCCESSFUL call; every
-transition is logged (WARNING when worse, INFO when better) with its cause and kept in `transitions`.
+Health: a broker.health.machine.HealthMachine fed by the informers' call outcomes and a liveness probe
+(GET /version every probe_interval_seconds: a quiet cluster still proves itself alive); summaries carry
+health, reason, since and heartbeat = the last SUCCESSFUL call; transitions are logged and kept.
 
-Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node name, interned tuple of its non-zero
-effective requests) and only while it is active (adapters.watched_objects trims nodes and NRTs).
-Malformed nodes are logged once, counted (snapshot.bad_nodes) and skipped; malformed pods are counted
-and skipped.
+Memory at 100 clusters x 1,000 nodes x 5 pods: a pod is kept as (node, interned non-zero requests) while
+active (adapters.watched_objects trims nodes and NRTs). Malformed nodes and pods are counted and skipped.
+GPU health (adapters.gpu_health_watch, read after a probe when due) rides in the facts and the summary.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ from pathlib import Path
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from adapters.flush_scheduler import FlushScheduler, FlushSignal
+from adapters.gpu_health_watch import GpuHealthWatch
 from adapters.kind_objects import KindDiscovery
 from adapters.kube_informer import (
     ABSENT,
@@ -108,17 +106,14 @@ class ClusterWatcher:
         prober: ProbeScheduler | None = None,
         gate: ConnectGate | None = None,
         flusher: FlushScheduler | None = None,
+        gpu_health: GpuHealthWatch | None = None,
     ) -> None:
-        """`rest` is a KubeRest, or a kubeconfig path (with `context`) to build one from. After each batch
-        of events (and on every health change) on_snapshot(snapshot, health, heartbeat) and on_change()
-        are called from the watcher's flusher thread; summary(traits) is the cheap read for publishers.
-        `spot` says how the cluster is declared (which taints count as tolerated) so the index is built
-        right the first time; a summary asked with other traits re-aggregates once. `health` sets the
-        health machine's thresholds (clusterLostSeconds is its lost_seconds); on_transition(t) is called
-        (on the thread that saw it) for every change of shown health, after it is logged. `prober`: the
-        shard's shared ProbeScheduler runs the liveness probes (else one of its own); `gate`: the shard's
-        ConnectGate, shared by every cluster's list and watch set-ups (None: not paced); `flusher`: the
-        shard's FlushScheduler runs the flushes (else a flusher thread of the watcher's own)."""
+        """`rest`: a KubeRest, or a kubeconfig path (+ `context`). After each batch of events (and health
+        change) on_snapshot(snapshot, health, heartbeat) and on_change() run on the flusher thread;
+        summary(traits) is the cheap read. `spot`: which taints count as tolerated. `health`: the health
+        machine's thresholds; on_transition(t) for every change of shown health, after it is logged.
+        `prober`, `gate`, `flusher`: the shard's shared ProbeScheduler, ConnectGate (None: not paced) and
+        FlushScheduler (else the watcher's own). `gpu_health`: the cluster's GPU health reader, or None."""
         self.cluster = cluster
         self.rest = rest if isinstance(rest, KubeRest) else KubeRest.from_kubeconfig(cluster, rest, context)
         self._on_snapshot = on_snapshot
@@ -150,16 +145,14 @@ class ClusterWatcher:
         self._states: dict[str, str] = {r.name: PENDING for r in resources}
         self._required = {r.name for r in resources if not r.optional}
         self._listed: set[str] = set()  # the resources listed at least once (capacity_known)
-        self._rv = ""
-        self._heartbeat = 0.0  # the last observation of data (list, event, bookmark): snapshot.observed_at
+        self._rv, self._heartbeat = "", 0.0  # heartbeat: the last list, event or bookmark (observed_at)
         self._machine = HealthMachine(cluster, health or HealthThresholds(), clock())
         self._on_transition = on_transition
         self.transitions: list[Transition] = []  # the last 50, oldest first
         self._unannounced: list[Transition] = []
         self._last_health: tuple[Health, str] | None = None
         self._pending_since: float | None = None  # arrival of the first event not yet flushed
-        # Arrival (epoch s) of the first event of the batch being handed to on_change now: the publisher
-        # measures event-to-Redis freshness from it.
+        # arrival (epoch s) of the first event of the batch handed to on_change now (event-to-Redis lag)
         self.batch_first_event_at: float | None = None
         self.stats = WatcherStats()
         self._informers = [Informer(self.rest, r, self, self._stop, self._settings, gate) for r in resources]
@@ -167,6 +160,7 @@ class ClusterWatcher:
         self._flusher: threading.Thread | None = None
         self._own_prober = prober is None
         self._probes = prober or ProbeScheduler()
+        self.gpu_health = gpu_health
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -352,6 +346,14 @@ class ClusterWatcher:
         if due and await asyncio.to_thread(self._kinds.refresh, self.rest):
             self._tenancy_dirty = True  # publish a summary with what it serves now
             self._wake.set()
+        if outcome.ok and self.gpu_health is not None and self.gpu_health.due() and not self._stop.is_set():
+            with self._lock:  # the nodes as watched (conditions, taints) and their physical GPUs
+                nodes, gpus = dict(self._nodes), {n.name: n.gpu_count for n in self._index.nodes()}
+            changed = await asyncio.to_thread(self.gpu_health.refresh, self.rest, nodes, gpus)
+            with self._lock:  # recompute those nodes; publish even when no capacity moved (a view change)
+                self._dirty, self._tenancy_dirty = self._dirty | changed, self._tenancy_dirty or bool(changed)
+            if changed:
+                self._wake.set()
         return outcome
 
     # ------------------------------------------------------------------ state (under the lock)
@@ -417,6 +419,7 @@ class ClusterWatcher:
                 slices = self._dra.slices_of(name)
                 if slices:
                     facts = dra.merge(facts, slices, self._dra.used)
+                facts = self.gpu_health.overlay(facts) if self.gpu_health is not None else facts
                 self._index.upsert(facts)
                 self._bad.pop(name, None)
             except BAD_OBJECT as e:
@@ -539,6 +542,7 @@ class ClusterWatcher:
             workload_apis=self._kinds.apis,
             training_runtimes=self._kinds.runtimes,
             workload_apis_observed=self._kinds.observed,
+            gpu_health=self.gpu_health.view() if self.gpu_health is not None else summary.gpu_health,
         )
 
     def _flush_loop(self) -> None:

@@ -306,6 +306,18 @@ class KubeRest:
         out = orjson.loads(data) if data else {}
         return out if isinstance(out, dict) else {}
 
+    def get_text(self, path: str, timeout: float | tuple[float, float] | None = None) -> str:
+        """A GET whose answer is text, not JSON (an exporter's /metrics through the pod proxy)."""
+        resp = self._open("GET", path, (), timeout=timeout)
+        try:
+            data = resp.data
+        except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as e:
+            raise unreachable(self.cluster, f"GET {path}", e, timeout or self.timeout) from e
+        finally:
+            resp.release_conn()
+        raise_for_status(self.cluster, resp.status, data)
+        return data.decode("utf-8", "replace")
+
     def open_stream(
         self, path: str, query: Sequence[tuple[str, Any]] = (), read_timeout: float = 3600.0
     ) -> urllib3.BaseHTTPResponse:

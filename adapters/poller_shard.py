@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from adapters.flush_scheduler import FlushScheduler
+from adapters.gpu_health_watch import GpuHealthWatch
 from adapters.kube import ClusterWatcher
 from adapters.kube_informer import WatchSettings
 from adapters.probe_scheduler import LagMeter, ProbeScheduler
@@ -47,6 +48,7 @@ from adapters.summary_batch import beat_summaries, put_summaries
 from adapters.watch_pacing import ConnectGate
 from broker import telemetry
 from broker.capacity.node_detail import NodeDetail, nodes_table
+from broker.config import gpu_health
 from broker.core.errors import StoreError
 from broker.core.model import ClusterSummary
 from broker.health.machine import HealthThresholds, Transition
@@ -231,6 +233,7 @@ class PollerShard:
             gate=self.gate,
             settings=SHARD_WATCH,
             flusher=self.flusher,
+            gpu_health=GpuHealthWatch(spec.name, *gpu_health.from_json(spec.health)),
         )
 
     def _transitioned(self, t: Transition) -> None:
@@ -488,7 +491,9 @@ class PollerShard:
             spot = self._specs[name].traits.spot
         if not watcher.capacity_known:
             return 0  # not listed yet: no table rather than an empty one (written on the next pass)
-        table = nodes_table(watcher.snapshot().nodes, spot)
+        table = nodes_table(
+            watcher.snapshot().nodes, spot, watcher.gpu_health.view() if watcher.gpu_health else None
+        )
         written, written_at = self._nodes_written.get(name, ((), 0.0))
         if table == written and now - written_at < NODES_REFRESH_SECONDS:
             with self._lock:  # the same table as the one in Redis: not written again

@@ -27,18 +27,26 @@ class PollerSpec:
     kubeconfig: str
     context: str | None
     traits: ClusterTraits
+    health: str = ""  # GPU health settings, broker.config.gpu_health.to_json ("": the defaults)
 
 
 def spec_to_json(spec: PollerSpec) -> dict[str, Any]:
     traits = dataclasses.asdict(spec.traits)
     traits["tier"] = str(spec.traits.tier)
-    return {"name": spec.name, "kubeconfig": spec.kubeconfig, "context": spec.context, "traits": traits}
+    out = {"name": spec.name, "kubeconfig": spec.kubeconfig, "context": spec.context, "traits": traits}
+    return {**out, "health": spec.health} if spec.health else out
 
 
 def spec_from_json(raw: dict[str, Any]) -> PollerSpec:
     traits = dict(raw["traits"])
     traits["tier"] = Tier(traits["tier"])
-    return PollerSpec(str(raw["name"]), str(raw["kubeconfig"]), raw.get("context"), ClusterTraits(**traits))
+    return PollerSpec(
+        str(raw["name"]),
+        str(raw["kubeconfig"]),
+        raw.get("context"),
+        ClusterTraits(**traits),
+        raw.get("health", ""),
+    )
 
 
 def _hash(key: str) -> int:

@@ -24,13 +24,24 @@ def trim_node(node: Obj) -> Obj:
         "spec": node.get("spec") or {},
         "status": {
             "allocatable": _interned(status.get("allocatable")),
-            "conditions": [
-                {"type": "Ready", "status": c.get("status")}
-                for c in status.get("conditions") or []
-                if isinstance(c, dict) and c.get("type") == "Ready"
-            ],
+            "conditions": [_condition(c) for c in status.get("conditions") or [] if _kept_condition(c)],
         },
     }
+
+
+# The kubelet's own conditions other than Ready say nothing capacity or GPU health reads; the rest (set
+# by health agents: NVSentinel, node-problem-detector rules) are kept for broker.health.node_signals.
+_KUBELET_CONDITIONS = frozenset({"MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"})
+
+
+def _kept_condition(c: Any) -> bool:
+    return isinstance(c, dict) and c.get("type") not in _KUBELET_CONDITIONS
+
+
+def _condition(c: dict[str, Any]) -> dict[str, Any]:
+    if c.get("type") == "Ready":
+        return {"type": "Ready", "status": c.get("status")}
+    return {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
 
 
 def _interned(mapping: Any) -> Any:

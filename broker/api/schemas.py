@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from broker.api import strict_wire
 from broker.api.batch_schemas import GROUP_PATTERN, ArraySpec, DependencySpec, NotifySpec, batch_fields
+from broker.api.gpu_health_view import cluster_gpu_health_view, fault_view
 from broker.capacity.node_detail import NodeDetail
 from broker.core.model import (
     ClusterSummary,
@@ -383,6 +384,7 @@ def summary_view(s: ClusterSummary, now: float) -> dict[str, Any]:
         "ageSeconds": round(max(0.0, now - s.heartbeat), 1) if s.heartbeat else None,
         "version": s.version,
         "nodes": {"total": s.nodes_total, "ready": s.nodes_ready, "bad": s.bad_nodes},
+        "gpuHealth": cluster_gpu_health_view(s.gpu_health),
         "products": [
             {
                 "product": p.product,
@@ -523,4 +525,6 @@ def node_view(d: NodeDetail) -> dict[str, Any]:
         "topologyPolicy": d.topology_policy,
         "taints": list(d.taints),
         "offersNothing": d.offers_nothing,
+        "gpuFaults": [fault_view(f) for f in d.gpu_faults],  # which GPU is unhealthy, why, since when
+        "quarantined": d.quarantined,
     }

@@ -6,11 +6,12 @@ CLI (`gpufed fleet`) and the demo both print them. No I/O.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
 
-__all__ = ["demand_table", "fleet_table", "nodes_table", "numa_notes"]
+__all__ = ["demand_table", "fleet_table", "gpu_health_text", "nodes_table", "numa_notes"]
 
 
 def numa_notes(clusters: list[dict[str, Any]]) -> list[str]:
@@ -63,6 +64,22 @@ def demand_table(products: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _since(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def gpu_health_text(node: dict[str, Any]) -> str:
+    """'GPU 3 unhealthy: XID 79 (GPU has fallen off the bus) since 2026-12-08 00:01:02Z', one line per GPU."""
+    lines = []
+    for f in node.get("gpuFaults") or ():
+        where = "node" if f["gpu"] is None else f"GPU {f['gpu']}"
+        held = "" if f["quarantined"] else " (not quarantined: circuit breaker)"
+        lines.append(f"{where} {f['state']}: {f['reason']} since {_since(f['since'])}{held}")
+    if node.get("quarantined"):
+        lines.append(f"node quarantined: {node['quarantined']}")
+    return "\n".join(lines) or "healthy"
+
+
 def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
     """One cluster's GPU nodes: what each offers (whole / MIG / shared), NUMA zones, taints, and why a
     node offers nothing."""
@@ -77,10 +94,11 @@ def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
         "NUMA (free/alloc) POLICY",
         "TAINTS",
         "OFFERS",
+        "GPU HEALTH",
     ):
         table.add_column(col)
     if detail is None:
-        table.add_row("-", "no node table in Redis yet (the pollers write one every 5 s)", *[""] * 6)
+        table.add_row("-", "no node table in Redis yet (the pollers write one every 5 s)", *[""] * 7)
         return table
     for n in detail["items"]:
         mig = ", ".join(f"{m['profile']} {m['free']}/{m['allocatable']}" for m in n["mig"]) or "-"
@@ -97,6 +115,7 @@ def nodes_table(cluster: str, detail: dict[str, Any] | None) -> Table:
             numa,
             ", ".join(n["taints"]) or "-",
             n["offersNothing"] or "yes",
+            gpu_health_text(n),
         )
     return table
 

@@ -61,6 +61,7 @@ from broker.app.hub_wiring import HubRuntime, start_hub
 from broker.app.members import FleetMembers, followed_namespace, start_cluster_profiles, start_config_reload
 from broker.app.notifications import build_notifier
 from broker.burst.gate import BurstGate
+from broker.config import gpu_health
 from broker.config.reload import ConfigWatcher
 from broker.config.settings import FleetConfig, load_fleet_config
 from broker.config.sizing import poller_shards_for
@@ -174,7 +175,9 @@ def api_state_store(cfg: FleetConfig) -> RedisStateStore:
 
 def poller_specs(cfg: FleetConfig) -> list[PollerSpec]:
     return [
-        PollerSpec(name=c.name, kubeconfig=str(c.kubeconfig), context=c.context, traits=c.traits())
+        PollerSpec(
+            c.name, str(c.kubeconfig), c.context, c.traits(), gpu_health.to_json(c.gpu_health, c.metrics)
+        )
         for c in cfg.clusters
     ]
 

@@ -10,6 +10,8 @@ cluster and carries no nodes. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from broker.capacity import rollup
+from broker.capacity.gpu_overlay import QUARANTINE_TAINT
+from broker.core.gpu_health import NODE_WIDE, ClusterGpuHealth
 from broker.core.model import NodeFacts
 from broker.core.records import NodeDetail, NodeMig, NodeNuma
 
@@ -40,13 +42,20 @@ def _why_nothing(node: NodeFacts, tolerated: frozenset[str], whole: int, mig: in
     return None
 
 
-def node_detail(node: NodeFacts, spot: bool = False) -> NodeDetail:
-    """One node as the fleet view shows it, judged with the tolerations the broker's Jobs get there."""
+def node_detail(node: NodeFacts, spot: bool = False, health: ClusterGpuHealth | None = None) -> NodeDetail:
+    """One node as the fleet view shows it, judged with the tolerations the broker's Jobs get there, with
+    its unhealthy GPUs (which, why, since when) and its quarantine from `health`."""
     tolerated = rollup.tolerated_taint_keys(spot)
     takes = rollup.accepts_broker_pods(node, tolerated) and node.mig_settled
     whole_free = node.gpus_free if takes else 0
     shared_free = max(0, node.shared_allocatable - node.shared_allocated) if takes else 0
     migs = tuple(NodeMig(s.profile, s.allocatable, s.free if takes else 0) for s in node.mig)
+    faults = health.on_node(node.name) if health else ()
+    quarantine = health.quarantined_node(node.name) if health else None
+    why = _why_nothing(node, tolerated, whole_free, sum(m.free for m in migs), shared_free)
+    if any(t.key == QUARANTINE_TAINT for t in node.taints):
+        held = quarantine.reason if quarantine else "; ".join(f.reason for f in faults if f.gpu == NODE_WIDE)
+        why = f"GPU health quarantine: {held or 'repeated GPU faults'}"
     return NodeDetail(
         name=node.name,
         product=node.product.name if node.product else None,
@@ -63,10 +72,16 @@ def node_detail(node: NodeFacts, spot: bool = False) -> NodeDetail:
         numa=tuple(NodeNuma(z.name, z.gpus_allocatable, z.gpus_available) for z in node.numa_zones),
         topology_policy=node.topology_policy,
         taints=tuple(_taint_text(t.key, t.value, t.effect) for t in node.taints),
-        offers_nothing=_why_nothing(node, tolerated, whole_free, sum(m.free for m in migs), shared_free),
+        offers_nothing=why,
+        gpu_faults=faults,
+        quarantined=quarantine.reason if quarantine else None,
     )
 
 
-def nodes_table(nodes: tuple[NodeFacts, ...] | list[NodeFacts], spot: bool = False) -> tuple[NodeDetail, ...]:
+def nodes_table(
+    nodes: tuple[NodeFacts, ...] | list[NodeFacts], spot: bool = False, health: ClusterGpuHealth | None = None
+) -> tuple[NodeDetail, ...]:
     """The GPU nodes of a cluster (nodes without an NVIDIA GPU are left out), by name."""
-    return tuple(node_detail(n, spot) for n in sorted(nodes, key=lambda n: n.name) if n.product is not None)
+    return tuple(
+        node_detail(n, spot, health) for n in sorted(nodes, key=lambda n: n.name) if n.product is not None
+    )

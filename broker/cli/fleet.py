@@ -33,6 +33,11 @@ def fleet(
             if c.get("healthReason")
         ]
         parts += [f"{c['cluster']} is {c['drainedReason']}" for c in body["clusters"] if c.get("drained")]
+        parts += [  # the GPU quarantine's circuit breaker: the alert (docs/health.md)
+            f"{c['cluster']}: GPU {c['gpuHealth']['breakerReason']}"
+            for c in body["clusters"]
+            if (c.get("gpuHealth") or {}).get("breakerOpen")
+        ]
         parts += numa_notes(body["clusters"])
         if body.get("products"):
             parts.append(rich_text(demand_table(body["products"])))

@@ -27,6 +27,7 @@ from pydantic import (
 
 from broker.burst.settings import BurstConfig
 from broker.config import redis_settings
+from broker.config.gpu_health import GpuHealthConfig, MetricsConfig
 from broker.config.hub import HubConfig
 from broker.config.notify import TenantNotifyConfig
 from broker.core import safe_yaml
@@ -86,12 +87,10 @@ class ClusterConfig(_Strict):
     kueue: KueueConfig | None = None
     schedulers: SchedulersConfig = Field(default_factory=SchedulersConfig)
     spot: bool = False
-    # auto: each product's whole GPUs are asked the way the cluster's nodes publish them (docs/dra.md);
-    # device-plugin: as nvidia.com/gpu; dra: through a ResourceClaimTemplate of the NVIDIA DRA driver's
-    # DeviceClass gpu.nvidia.com (an override; MIG on DRA nodes always goes through mig.nvidia.com)
+    # auto: whole GPUs asked as the nodes publish them (docs/dra.md); device-plugin: nvidia.com/gpu; dra: a
+    # ResourceClaimTemplate of DeviceClass gpu.nvidia.com (an override; MIG on DRA always mig.nvidia.com)
     gpu_allocation: Literal["auto", "device-plugin", "dra"] = Field(default="auto", alias="gpuAllocation")
-    # the NVIDIA DRA driver's ComputeDomains run here: a job placed in an NVLink clique gets one
-    # (docs/topology.md)
+    # the NVIDIA DRA driver's ComputeDomains run here: a job in an NVLink clique gets one (docs/topology.md)
     compute_domains: bool = Field(default=False, alias="computeDomains")
     # Kubernetes 1.35's gang Workload API (scheduling.k8s.io/v1alpha1) is served: gangs get a Workload
     # and their pods a workloadRef, instead of a coscheduling PodGroup (docs/topology.md)
@@ -99,6 +98,8 @@ class ClusterConfig(_Strict):
     # Tenant namespaces (docs/tenancy.md): unset here, settings.tenantNamespace / createNamespaces apply.
     tenant_namespace: str | None = Field(default=None, alias="tenantNamespace")
     create_namespaces: bool | None = Field(default=None, alias="createNamespaces")
+    metrics: MetricsConfig | None = None  # the member's Prometheus (docs/health.md); else the pod proxy
+    gpu_health: GpuHealthConfig = Field(default_factory=GpuHealthConfig, alias="gpuHealth")
 
     @field_validator("tenant_namespace")
     @classmethod
@@ -501,6 +502,7 @@ def parse_fleet_config(raw: Any, source: str, base_dir: Path) -> FleetConfig:
             c.model_copy(
                 update={
                     "kubeconfig": path.resolve(),
+                    "metrics": c.metrics.resolved(base_dir) if c.metrics else None,
                     "tenant_namespace": c.tenant_namespace or cfg.settings.tenant_namespace,
                     "create_namespaces": (
                         cfg.settings.create_namespaces if c.create_namespaces is None else c.create_namespaces

@@ -89,6 +89,7 @@ class ControlLoop:
         steps = [*self._first_steps, ("observe_clusters", s.observe_clusters), ("sync_status", s.sync_status)]
         steps.append(("enforce_budgets", s.enforce_budgets))
         steps.append(("release_dependents", s.release_dependents))  # PENDING -> QUEUED (docs/batch.md)
+        steps.append(("move_off_faulty_gpus", s.move_off_faulty_gpus))  # docs/health.md
         steps.append(("schedule_once", s.schedule_once))
         # running jobs' periodic checkpoints (docs/migration.md): at most every 30 s, off the loop's thread
         steps.append(("note_reported_checkpoints", s.note_reported_checkpoints))

@@ -43,7 +43,7 @@ from broker.queue import queueing
 from broker.queue.array_cap import ArrayCap
 from broker.scheduler.batch_placement import BatchPlacer
 from broker.tenancy import member_quota
-from broker.workload import member_trouble
+from broker.workload import gpu_moves, member_trouble
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +218,11 @@ class Scheduling(Preempting, Dispatching):
             if not isinstance(gated, Placement):
                 return gated  # it waits for on-prem (its reason says why)
             decision = gated
-        if self.cache.state(decision.cluster) is None:
+        state = self.cache.state(decision.cluster)
+        if state is None:
             return None  # gone from the cache since the placer's view was made
+        avoid = gpu_moves.avoided_nodes(record, decision.cluster, state.summary.gpu_health, now)
+        decision = replace(decision, avoid_nodes=avoid) if avoid else decision  # level 2: broken GPUs' nodes
         reservation = self._reservation(record, decision, now)
         self.cache.hold(reservation)
         self._charge_quota(record, decision)  # dropped by _charged once its hold is gone (refused)

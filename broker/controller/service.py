@@ -152,6 +152,8 @@ class BrokerService(Scheduling, StatusSync, ClusterWatch, Budgets, BurstingBack,
         self._sweeping = {}  # cluster -> the lock one sweep of it holds
         self._cache_observed = False  # observe_clusters refreshed the FleetCache (sync_status reuses it)
         self.burst_back_state = BurstBackState()  # burst-back's memory between passes (bursting_back)
+        self._gpu_breakers = {}  # cluster -> its GPU circuit breaker open at the last pass (gpu_faults)
+        self._gpu_held = {}  # (job id, attempt) -> when its failure was held for a GPU fault (gpu_faults)
 
     def submit(self, request: JobRequest, idempotency_key: str | None = None) -> tuple[JobRecord, bool]:
         """Accept a job into the global queue. Returns (record, created); a seen key returns the first job."""

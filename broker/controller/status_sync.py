@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from broker import telemetry
 from broker.controller import faults, log_keeping
+from broker.controller.gpu_faults import GpuFaults
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.member_troubles import MemberTroubles
 from broker.controller.state_writer import Transition
@@ -60,7 +61,7 @@ class _Move:
     namespace: str
 
 
-class StatusSync(MemberTroubles):
+class StatusSync(MemberTroubles, GpuFaults):
     def watch_changes(self) -> None:
         """Follow Job statuses by event (the leader's service): a gateway that watches says which Job
         changed, and a pass reads only those (plus every job on a cluster whose watch is not synced, and
@@ -214,6 +215,10 @@ class StatusSync(MemberTroubles):
             return written if written is not None and written.state is not record.state else None
         if step is None:
             return None
+        if step.state is JobState.FAILED:  # a GPU fault is the GPU's, not the job's (docs/health.md)
+            held, written = self._failed_on_a_gpu(record)
+            if held:
+                return written
         faults.point("observed")
         if self.burst is not None and (step.state.terminal or step.state is JobState.QUEUED):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)

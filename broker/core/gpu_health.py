@@ -66,7 +66,7 @@ class ClusterGpuHealth:
     breaker_open: bool = False
     breaker_reason: str = ""
     recent_faults: int = 0
-    observed: bool = False  # at least one source answered
+    observed: bool = False  # dcgm-exporter's series were read (a pod's death by a GPU fault shows here)
 
     def on_node(self, node: str) -> tuple[GpuFault, ...]:
         return tuple(f for f in self.faults if f.node == node)

@@ -7,10 +7,11 @@ or the exporter pods through the API server's proxy).
 Read (the exporter's names; a metric a site has switched off is absent and says nothing, never zero):
     DCGM_FI_DEV_XID_ERRORS             gauge: the LAST XID of the GPU (0: none). Non-zero: that XID,
                                        fatal or application (broker.health.xid)
-    DCGM_EXP_XID_ERRORS_COUNT{xid}     gauge: XIDs of that code inside the exporter's window: > 0 is
-                                       that XID now
-    DCGM_EXP_XID_ERRORS_TOTAL{xid}     counter: grew since the last read (`before`): that XID now; the
-                                       first read only sets the baseline (its past is not a fault now)
+    DCGM_EXP_XID_ERRORS_TOTAL{xid}     counter, and
+    DCGM_EXP_XID_ERRORS_COUNT{xid}     gauge of XIDs inside the exporter's window: grew since the last
+                                       read (`before`): that XID now; the first read only sets the
+                                       baseline (the past is not a fault now, and a GPU reset clears no
+                                       counter: a value that stays says nothing new)
     DCGM_FI_DEV_ECC_DBE_VOL_TOTAL      volatile double-bit ECC errors (since the last GPU reset): > 0
     DCGM_FI_DEV_ROW_REMAP_FAILURE      1: row remapping failed (the GPU needs service)
     DCGM_FI_DEV_ROW_REMAP_PENDING      1: a remap waits for a GPU reset
@@ -37,7 +38,7 @@ REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
 DCGM_METRICS = (XID_LAST, XID_COUNT, XID_TOTAL, DBE, REMAP_FAILURE, REMAP_PENDING)
 
-Counters = Mapping[tuple[str, int, int], float]  # (node, gpu, xid) -> DCGM_EXP_XID_ERRORS_TOTAL
+Counters = Mapping[tuple[str, str, int, int], float]  # (metric, node, gpu, xid) -> value
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,12 @@ def _xid_signal(
 
 def signals(
     samples: Iterable[Sample], before: Counters | None = None, ignored: Iterable[int] = ()
-) -> tuple[tuple[GpuSignal, ...], dict[tuple[str, int, int], float]]:
+) -> tuple[tuple[GpuSignal, ...], dict[tuple[str, str, int, int], float]]:
     """The GPU signals the samples carry (fatal first per GPU), and the XID counters to pass as `before`
     next time (None: the first read, a baseline only)."""
     ignored = tuple(ignored)
     out: list[GpuSignal] = []
-    totals: dict[tuple[str, int, int], float] = {}
+    totals: dict[tuple[str, str, int, int], float] = {}
     for s in samples:
         where = _where(s.labels)
         if where is None:
@@ -82,13 +83,11 @@ def signals(
         code_label = s.labels.get("xid", "")
         if s.name == XID_LAST and s.value:
             out.append(_xid_signal(node, gpu, int(s.value), s.labels, ignored))
-        elif s.name == XID_COUNT and s.value > 0 and code_label.isdigit():
-            out.append(_xid_signal(node, gpu, int(code_label), s.labels, ignored))
-        elif s.name == XID_TOTAL and code_label.isdigit():
-            key = (node, gpu, int(code_label))
+        elif s.name in (XID_COUNT, XID_TOTAL) and code_label.isdigit():
+            key = (s.name, node, gpu, int(code_label))
             totals[key] = s.value
             if before is not None and s.value > before.get(key, 0.0):
-                out.append(_xid_signal(node, gpu, key[2], s.labels, ignored))
+                out.append(_xid_signal(node, gpu, key[3], s.labels, ignored))
         elif s.name == DBE and s.value > 0:
             out.append(
                 _fatal(node, gpu, f"{int(s.value)} double-bit ECC errors since the last GPU reset", s.labels)

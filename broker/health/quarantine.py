@@ -67,6 +67,7 @@ class GpuSignal:
 class Reading:
     signals: tuple[GpuSignal, ...] = ()
     sources: frozenset[str] = frozenset()  # the sources that answered this poll
+    silent_nodes: frozenset[str] = frozenset()  # nodes an answering source could not read (no news)
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,8 @@ def advance(
     for key, old in sorted(ledger.entries.items()):
         if key in entries:
             continue
-        if old.fault.source not in reading.sources:
-            entries[key] = old  # its source did not answer: nothing is known
+        if old.fault.source not in reading.sources or key[0] in reading.silent_nodes:
+            entries[key] = old  # its source did not answer (for that node): nothing is known
             continue
         where = old.fault.where
         if old.fault.state is GpuState.UNHEALTHY:

@@ -61,6 +61,7 @@ from prometheus_client.registry import Collector
 
 from broker.core.model import ClusterSummary, Health, JobRecord, JobState
 from broker.scheduler.placement import ClusterVerdict
+from broker.telemetry.gpu_health import GpuHealthCollector
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +335,7 @@ def exposition(sample: FleetSample) -> bytes:
     """The Prometheus text page: the broker's counters and histograms, then the fleet gauges."""
     fleet = CollectorRegistry(auto_describe=False)
     fleet.register(_FleetCollector(sample))
+    fleet.register(GpuHealthCollector(sample.summaries if sample.store_up else ()))
     return _process_metrics() + generate_latest(fleet)
 
 

@@ -172,11 +172,14 @@ def _tolerations(traits: ClusterTraits) -> list[dict[str, str]]:
 
 def _affinity(placement: Placement, products: tuple[str, ...]) -> dict[str, Any]:
     node_affinity: dict[str, Any] = {}
-    if len(products) > 1:
+    required = (
+        [{"key": PRODUCT_LABEL, "operator": "In", "values": list(products)}] if len(products) > 1 else []
+    )
+    if placement.avoid_nodes:  # nodes whose GPUs failed this job or are quarantined (docs/health.md)
+        required.append({"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(placement.avoid_nodes)})
+    if required:
         node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
-            "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": list(products)}]}
-            ]
+            "nodeSelectorTerms": [{"matchExpressions": required}]
         }
     if placement.preferred_nodes:
         node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [

@@ -38,6 +38,7 @@ class Trigger(StrEnum):
     FAILOVER = "failover"  # the job's cluster is failed over while it still answers
     CLUSTER_LOST = "cluster-lost"  # the cluster does not answer: it cannot be asked
     DISRUPTED = "disrupted"  # the pods are already gone (node lost, spot reclaimed, member preemption)
+    GPU_FAULT = "gpu-fault"  # a GPU it runs on went fatal, or its pod died of it (docs/health.md)
 
 
 class StopPath(StrEnum):

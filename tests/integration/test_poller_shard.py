@@ -127,6 +127,7 @@ def test_the_published_summary_is_what_summarize_says_of_the_snapshot(
                 workload_apis=want.workload_apis,
                 training_runtimes=want.training_runtimes,
                 workload_apis_observed=want.workload_apis_observed,
+                gpu_health=want.gpu_health,  # the cluster's GPU health reader's (docs/health.md)
             )
             == want
         )

@@ -12,6 +12,7 @@ from broker.core.errors import ConfigError
 from broker.core.model import Tier
 from broker.scheduler.placement import DEFAULT_SCORES
 from broker.scheduler.plugins.binpack import BinPackScore
+from broker.scheduler.plugins.gpu_reliability import GpuReliabilityScore
 from broker.scheduler.plugins.health import HealthFreshness
 from broker.scheduler.plugins.nvlink import NvlinkCliqueScore
 from broker.scheduler.plugins.price import PriceScore
@@ -173,6 +174,7 @@ def test_settings_placement_builds_the_policy_from_the_registry() -> None:
         BinPackScore(weight=5, strategy="spread"),
         PriceScore(ceiling_per_gpu_hour=4.0),
         NvlinkCliqueScore(),
+        GpuReliabilityScore(),
     )
     assert policy.prefer_onprem is False
 

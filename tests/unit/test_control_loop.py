@@ -36,6 +36,9 @@ class _Steps:
     def release_dependents(self) -> None:
         self._do("release_dependents")
 
+    def move_off_faulty_gpus(self) -> None:
+        self._do("move_off_faulty_gpus")
+
     def schedule_once(self) -> None:
         self._do("schedule_once")
 
@@ -60,6 +63,7 @@ def test_a_broken_step_is_logged_and_the_rest_of_the_pass_still_runs(
         "sync_status",
         "enforce_budgets",
         "release_dependents",
+        "move_off_faulty_gpus",
         "schedule_once",
         "note_reported_checkpoints",
         "burst_back",

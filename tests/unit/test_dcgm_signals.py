@@ -26,6 +26,10 @@ def s(name: str, value: float, **labels: str) -> Sample:
         ),
         ([s("DCGM_EXP_XID_ERRORS_COUNT", 0, xid="48")], []),
         (
+            [s("DCGM_EXP_XID_ERRORS_TOTAL", 1, xid="79")],
+            [("n0", 3, 79, True, "XID 79 (GPU has fallen off the bus)")],
+        ),
+        (
             [s("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2)],
             [("n0", 3, None, True, "2 double-bit ECC errors since the last GPU reset")],
         ),
@@ -55,12 +59,13 @@ def test_metric_rules(samples: list[Sample], expected: list[tuple[object, ...]])
     assert [(g.node, g.gpu, g.xid, g.fatal, g.reason) for g in got] == expected
 
 
-def test_the_xid_counter_signals_only_when_it_grows() -> None:
-    first, totals = signals([s("DCGM_EXP_XID_ERRORS_TOTAL", 2, xid="79")], None)
+@pytest.mark.parametrize("metric", ["DCGM_EXP_XID_ERRORS_TOTAL", "DCGM_EXP_XID_ERRORS_COUNT"])
+def test_the_xid_counts_signal_only_when_they_grow(metric: str) -> None:
+    first, totals = signals([s(metric, 2, xid="79")], None)
     assert first == ()  # the first read is the baseline
-    same, totals = signals([s("DCGM_EXP_XID_ERRORS_TOTAL", 2, xid="79")], totals)
-    assert same == ()
-    grew, _ = signals([s("DCGM_EXP_XID_ERRORS_TOTAL", 3, xid="79")], totals)
+    same, totals = signals([s(metric, 2, xid="79")], totals)
+    assert same == ()  # still counted (a window, or a counter a GPU reset does not clear): nothing new
+    grew, _ = signals([s(metric, 3, xid="79")], totals)
     assert [(g.gpu, g.xid) for g in grew] == [(3, 79)]
 
 

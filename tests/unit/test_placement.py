@@ -69,7 +69,13 @@ def test_fits_whole_gpus() -> None:
         False,
     )
     assert p.gfd_products == ("NVIDIA-H100-80GB-HBM3",)
-    assert 0 <= p.score <= 100 and set(p.scores) == {"binpack", "price", "queue", "nvlink-clique"}
+    assert 0 <= p.score <= 100 and set(p.scores) == {
+        "binpack",
+        "price",
+        "queue",
+        "nvlink-clique",
+        "gpu-reliability",
+    }
 
 
 def test_nofit_message_names_counts_and_best_candidate() -> None:

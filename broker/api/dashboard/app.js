@@ -173,7 +173,20 @@ function clusterCard(c) {
     card.append(el("p", { class: "meta" }, "Kueue " + q.clusterQueue + "/" + q.flavor + ": " + q.headroom + " of " + q.nominal + " " + q.resource + " headroom"));
   }
   if (!c.products.length && !c.mig.length) card.append(el("p", { class: "meta" }, "no GPU nodes"));
+  const gh = c.gpuHealth;
+  if (gh && gh.unhealthyGpus) card.append(el("p", { class: "meta warn" }, gh.unhealthyGpus + " GPU(s) unhealthy"));
+  if (gh && gh.breakerOpen) card.append(el("p", { class: "warn", role: "alert" }, "GPU " + gh.breakerReason));
   return card;
+}
+
+// Which GPU of a node is unhealthy, why and since when (docs/health.md); "healthy" when none.
+function gpuHealthText(n) {
+  const lines = (n.gpuFaults || []).map((f) =>
+    (f.gpu === null ? "node" : "GPU " + f.gpu) + " " + f.state + ": " + f.reason +
+    " since " + new Date(f.since * 1000).toISOString().replace(".000", "") +
+    (f.quarantined ? "" : " (not quarantined: circuit breaker)"));
+  if (n.quarantined) lines.push("node quarantined: " + n.quarantined);
+  return lines.join("; ") || "healthy";
 }
 
 function renderNodes(clusters) {
@@ -188,7 +201,7 @@ function renderNodes(clusters) {
     const grid = el("div", { class: "nodegrid", role: "list", "aria-label": "nodes of " + c.cluster + " by free GPUs" });
     const table = el("table", { class: "grid compact" },
       el("caption", {}, "Per-node detail of " + c.cluster),
-      el("thead", {}, el("tr", {}, ...["Node", "Product", "Whole free", "MIG free", "Time-sliced free", "NUMA free/alloc", "Taints", "Offers"].map((h) => el("th", { scope: "col" }, h)))));
+      el("thead", {}, el("tr", {}, ...["Node", "Product", "Whole free", "MIG free", "Time-sliced free", "NUMA free/alloc", "Taints", "Offers", "GPU health"].map((h) => el("th", { scope: "col" }, h)))));
     const tbody = el("tbody");
     let rows = 0;
     for (const n of d.items) {
@@ -207,7 +220,8 @@ function renderNodes(clusters) {
         el("td", { class: "num" }, n.sharedAllocatable ? n.sharedFree + " / " + n.sharedAllocatable : "-"),
         el("td", {}, n.numa.map((z) => z.gpusAvailable + "/" + z.gpusAllocatable).join("  ") || "-", n.topologyPolicy !== "none" ? el("span", { class: "meta" }, " " + n.topologyPolicy) : null),
         el("td", {}, n.taints.join(", ") || "-"),
-        el("td", { class: n.offersNothing ? "warn" : "" }, n.offersNothing || "yes")));
+        el("td", { class: n.offersNothing ? "warn" : "" }, n.offersNothing || "yes"),
+        el("td", { class: (n.gpuFaults || []).length || n.quarantined ? "warn" : "" }, gpuHealthText(n))));
     }
     table.append(tbody);
     sec.append(grid, table);

@@ -20,6 +20,7 @@ from broker.scheduler.plugins.binpack import BinPackScore
 from broker.scheduler.plugins.burst import BurstEligibility
 from broker.scheduler.plugins.gpu_fit import WholeGpuFit
 from broker.scheduler.plugins.gpu_product import GpuProductMemory
+from broker.scheduler.plugins.gpu_reliability import GpuReliabilityScore
 from broker.scheduler.plugins.health import HealthFreshness
 from broker.scheduler.plugins.kinds import WorkloadKindServed
 from broker.scheduler.plugins.kueue import KueueHeadroom, QueueHeadroomScore
@@ -100,6 +101,7 @@ SCORES: tuple[PluginSpec, ...] = (
     PluginSpec("price", "score", PriceScore, "cheaper GPU-hours score higher"),
     PluginSpec("queue", "score", QueueHeadroomScore, "more quota / free GPUs left after the job"),
     PluginSpec("nvlink-clique", "score", NvlinkCliqueScore, "a preferred gang inside one NVLink clique"),
+    PluginSpec("gpu-reliability", "score", GpuReliabilityScore, "long jobs where GPUs fail less (health.md)"),
 )
 
 

@@ -37,6 +37,7 @@ def test_the_registry_names_every_plugin_in_chain_order_with_defaults() -> None:
         "price": 1,
         "queue": 1,
         "nvlink-clique": 2,
+        "gpu-reliability": 1,
     }
     assert registry.spec("score", "binpack") is not None
     assert registry.spec("score", "binpack").args == ("strategy",)  # type: ignore[union-attr]
