@@ -1,9 +1,5 @@
 """Every metric the chart's alerts and Grafana dashboard query is one the broker exports: the names are
-read from the broker's own /metrics (the app in-process, its Redis real), not from a list kept by hand.
-
-The one exception is gpufed_gpu_unhealthy, the GPU-fault gauge the GPU-health work adds (issue 44): the
-alert GpufedGpuUnhealthy names it ahead of time (it stays silent until the series exists); the test asks
-for it as soon as the broker exports it."""
+read from the broker's own /metrics (the app in-process, its Redis real), not from a list kept by hand."""
 
 from __future__ import annotations
 
@@ -24,8 +20,6 @@ from tests.service_doubles import ManualClock, RecordingGateway
 from tests.unit.test_operator_kit_chart import dashboard, rendered_rules
 
 pytestmark = pytest.mark.integration
-
-NOT_YET_EXPORTED = {"gpufed_gpu_unhealthy"}  # issue 44's gauge (module docstring)
 
 
 @pytest.fixture
@@ -61,6 +55,5 @@ def test_every_metric_the_dashboard_queries_is_exported(exported: set[str]) -> N
 def test_every_metric_the_alerts_query_is_exported(exported: set[str]) -> None:
     queried = _queried([r["expr"] for g in rendered_rules()["groups"] for r in g["rules"]])
     assert "gpufed_leader" in queried and "gpufed_budget_stops_total" in queried
-    missing = queried - exported
-    pending = NOT_YET_EXPORTED - exported
-    assert missing <= pending, f"queried but not exported: {sorted(missing - pending)}"
+    assert {"gpufed_gpus_unhealthy", "gpufed_gpu_breaker_open"} <= queried
+    assert queried - exported == set(), f"queried but not exported: {sorted(queried - exported)}"

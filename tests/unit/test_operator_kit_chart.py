@@ -28,6 +28,7 @@ PAGED_ON = {
     "GpufedSpendOverBudget",
     "GpufedDailySpendOverBudget",
     "GpufedGpuUnhealthy",
+    "GpufedGpuBreakerOpen",
 }
 
 

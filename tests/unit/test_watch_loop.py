@@ -26,7 +26,7 @@ def test_a_stopped_task_ends_when_asked_not_at_the_next_periodic_check(
         assert task is not None
         loop.cancel_on(stop, task)
         registered.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # a task that never ends by itself
 
     done = loop.submit(forever())
     assert registered.wait(30)
@@ -47,7 +47,7 @@ def test_a_task_whose_event_is_not_set_is_left_running(monkeypatch: pytest.Monke
         assert task is not None
         loop.cancel_on(stop, task)
         registered.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # a task that never ends by itself
 
     kept = loop.submit(forever(other))
     assert registered.wait(30)
