@@ -83,7 +83,7 @@ class StatusSync(MemberTroubles):
         """Whether a pass that no job change woke must sync anyway (broker.controller.control_loop): the
         slow resync is due, reservations are settling, jobs wait for a busy worker or a cluster that did
         not answer, member trouble reaches its deadline, a cluster's watch is not synced, or jobs of a
-        workload kind are placed (no informer follows them: read every pass)."""
+        workload kind are placed where no informer follows the kinds (read every pass)."""
         now = self.clock.now()
         with self._settling_lock:
             settling = bool(self._settling)
@@ -95,7 +95,9 @@ class StatusSync(MemberTroubles):
             or self.work.pending() > 0
             or self._troubles.any_due(now)
             or any(not self._watched(c) for c in self.traits)
-            or bool(self.records.of_kinds(PLACED_STATES))
+            or bool(
+                follow.unwatched(self.records.of_kinds(PLACED_STATES), (), follow.kinds_watched(self.gateway))
+            )
         )
 
     def _watched(self, cluster: str) -> bool:
@@ -118,11 +120,12 @@ class StatusSync(MemberTroubles):
             self._next_resync = now + STATUS_RESYNC_SECONDS
         by_cluster: dict[str, list[JobRecord]] = {}
         unwatched = {c for c in self.traits if not self._watched(c)}
+        kinds_watched = follow.kinds_watched(self.gateway)
         if resync or unwatched:  # every placed job (from memory)
             candidates = self.records.in_states(PLACED_STATES, ordered=False)
         else:  # only those whose Job changed: idle, this loop does not grow with the jobs held
             candidates = [r for j in dirty if (r := self.records.get(j)) is not None]
-            candidates += follow.unwatched(self.records.of_kinds(PLACED_STATES), dirty)
+            candidates += follow.unwatched(self.records.of_kinds(PLACED_STATES), dirty, kinds_watched)
         later: list[str] = []
         for record in candidates:
             cluster = record.cluster
@@ -132,7 +135,12 @@ class StatusSync(MemberTroubles):
             if cluster in skip:
                 if record.id in dirty:  # its cluster does not answer: read once it does
                     self._held_back.setdefault(cluster, set()).add(record.id)
-            elif resync or record.id in dirty or cluster in unwatched or record.request.workload is not None:
+            elif (
+                resync
+                or record.id in dirty
+                or cluster in unwatched
+                or (record.request.workload is not None and not kinds_watched(cluster))
+            ):
                 by_cluster.setdefault(cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
             task = functools.partial(self._sync_into, records, changed)
