@@ -427,7 +427,7 @@ class WatchingGateway(KubeGateway):
     def kinds_synced(self, cluster: str) -> bool:
         """broker.workload.kinds.follow.KindWatch: every workload kind's objects of the cluster are
         followed by watch (or its API is not served), so a change of one says so (subscribe)."""
-        kinds = self.follower.kind_caches.get(cluster)
+        kinds = self.follower.kind_caches.get(cluster) or {}
         return bool(kinds) and self.follower.started and all(c.answers for c in kinds.values())
 
     def read_object(

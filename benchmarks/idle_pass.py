@@ -4,7 +4,8 @@ Run: .venv/bin/python -m benchmarks.idle_pass [--clusters 20] [--jobs 40 150] [-
 
 A private redis-server; a leader BrokerService over the real RedisStateStore and a watching gateway
 double (tests/service_doubles.py: Job statuses from memory, as the WatchingGateway serves them); one
-idle 8-GPU summary per cluster. The jobs are placed and seen RUNNING, then `--passes` passes of the
+idle 8-GPU summary per cluster. The jobs are placed and seen RUNNING, their reservations settle (one
+summary written again per cluster), then `--passes` passes of the
 ControlLoop run with nothing changing (timer passes: nothing woke the loop) (no poller heartbeats either: what is left is the loop's own
 cost). Prints, per job count, the Redis commands and the job-record reads (HGET) per pass, from INFO
 stats and commandstats deltas. docs/architecture.md ("what a pass costs") quotes these figures.
@@ -51,6 +52,11 @@ def measure(redis_url: str, clusters: int, jobs: int, passes: int) -> tuple[floa
         gateway.change(str(j.cluster), j.id, name, status)
     loop = ControlLoop(service)
     loop.run_once()  # the jobs' RUNNING transitions, and the first sweep
+    loop.run_once()
+    clock.t += 2.0  # the pollers count the pods (a summary written again): the reservations settle
+    for name in names:
+        store.put_summary(idle_h100_node(name, clock.t))
+    loop.run_once()
     loop.run_once()
     running = len(service.jobs([JobState.RUNNING]))
     before = commands(store)

@@ -86,8 +86,9 @@ def test_a_jobset_status_change_reaches_status_sync_without_a_get(
     job, _ = service.submit(jobset_request())
     service.schedule_once()
     assert service.dispatcher.wait_idle(30)  # the JobSet created in its member
-    placed = poll_for("the JobSet placed", lambda: (r := service.get(job.id)).workload_name and r, 30)
-    name = str(placed.workload_name)
+    placed = service.get(job.id)
+    assert placed.state is JobState.PLACED and placed.workload_name is not None
+    name = placed.workload_name
     cache = gateway.follower.kind_caches[CLUSTER][("jobset.x-k8s.io/v1alpha2", "JobSet")]
     poll_for("the JobSet in the informer's cache", lambda: cache.get(name, NS), 30)
     service.sync_status()  # the first pass compares every job (from memory)
