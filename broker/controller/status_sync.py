@@ -95,10 +95,13 @@ class StatusSync(MemberTroubles):
             or self.work.pending() > 0
             or self._troubles.any_due(now)
             or any(not self._watched(c) for c in self.traits)
-            or bool(
-                follow.unwatched(self.records.of_kinds(PLACED_STATES), (), follow.kinds_watched(self.gateway))
-            )
+            or self._kinds_unwatched()
         )
+
+    def _kinds_unwatched(self) -> bool:
+        """Whether a placed job of a workload kind sits where no informer follows the kinds."""
+        watched = follow.kinds_watched(self.gateway)
+        return any(not watched(r.cluster or "") for r in self.records.of_kinds(PLACED_STATES))
 
     def _watched(self, cluster: str) -> bool:
         return self._watch is not None and self._watch.synced(cluster)
