@@ -1,6 +1,6 @@
-"""The broker's control loop: its steps every pass, the sweep every 30 s, in a background thread.
+"""The broker's control loop: the steps that what changed calls for, the sweep every 30 s, in a thread.
 
-Each pass runs, in order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
+The steps, in pass order: observe_clusters (health changes, failover of lost clusters' jobs, fences),
 sync_status (follow placed jobs whose Job changed, each cluster on its own worker), enforce_budgets (stop
 the cloud jobs of tenants whose hard budget is spent), schedule_once (place the queue),
 note_reported_checkpoints (running pods' periodic checkpoints, itself at most every 30 s), burst_back (move
@@ -14,7 +14,8 @@ Each step declares what wakes it (STEPS: a job, a cluster, capacity, a timer; br
 work_queue.Wake), and a pass runs only the steps that care about what woke it, plus those whose own
 deadline is due (`due`): an idle tick runs the health step (the heartbeats) and nothing that reads the
 jobs. observe_clusters notes CAPACITY when a summary moved and CLUSTER when a health changed, so
-scheduling runs in the same pass. A new step is one row of STEPS. Owns the cadence and the isolation of the steps (Ray Serve's control loop
+scheduling runs in the same pass; a step that failed runs again in the next pass whatever wakes it. A
+new step is one row of STEPS. Owns the cadence and the isolation of the steps (Ray Serve's control loop
 shape): a step that raises is logged and counted, and the other steps of the pass still run, so a
 broken sync never stops scheduling. A store that does not answer (Redis down: StoreError) is an expected
 fault: one warning a minute with a count, no traceback. The one exception that ends a pass is Fenced: this replica's lease
@@ -42,8 +43,8 @@ _J, _C, _N, _T = Wake.JOB, Wake.CLUSTER, Wake.CAPACITY, Wake.TIMER
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a pass: the service's method `method`, run when a wake in `wakes` started or was noted
-    in the pass, or when the service's `due` method (if any) says its own deadline came."""
+    """One step of a pass: the service's method `name`, run when a wake in `wakes` started or was noted in
+    the pass, or when the service's method `due` (if any) says the step's own deadline came."""
 
     name: str
     wakes: frozenset[Wake]
@@ -89,6 +90,7 @@ class ControlLoop:
         self.step_runs: dict[str, int] = {}  # how often each step ran (the wakes' routing, for tests)
         self._store_down = Throttle(log)  # Redis down: one warning per minute, not a traceback per pass
         self._store_failed = False  # in the pass under way
+        self._retry: set[Wake] = set()  # the wakes of the steps that failed: the next pass runs them again
 
     def _step(self, name: str, fn: Callable[[], object]) -> bool:
         """Run one step; False when the pass must end here (this replica's lease is stale)."""
@@ -127,7 +129,8 @@ class ControlLoop:
     def run_once(self, wakes: frozenset[Wake] = ALL_WAKES) -> None:
         """One pass: the steps that care about `wakes` (all of them by default: a pass run by hand)."""
         s = self._service
-        woken = set(wakes) | s.work.take_noted()
+        woken = set(wakes) | s.work.take_noted() | self._retry
+        self._retry = set()
         self._store_failed = False
         for first_name, first_fn in self._first_steps:
             if not self._step(first_name, first_fn):
@@ -136,8 +139,11 @@ class ControlLoop:
             woken |= s.work.take_noted()  # what an earlier step of this pass found changed
             if self._wanted(step, woken):
                 self.step_runs[step.name] = self.step_runs.get(step.name, 0) + 1
+                failures = self.failures
                 if not self._step(step.name, getattr(s, step.name)):
                     return self._ended()
+                if self.failures > failures:  # it failed: the next pass runs it again, woken or not
+                    self._retry |= woken & step.wakes
         if time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self._sweep_interval
             self._step("sweep_orphans", s.sweep_orphans)

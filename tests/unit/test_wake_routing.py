@@ -28,9 +28,12 @@ class _Service:
         self.ran: list[str] = []
         self.deadlines: dict[str, float] = {}
         self.notes: dict[str, Wake] = {}
+        self.raises: set[str] = set()
 
     def _do(self, name: str) -> None:
         self.ran.append(name)
+        if name in self.raises:
+            raise RuntimeError(f"{name} broke")
         if name in self.notes:
             self.work.note(self.notes[name])
 
@@ -126,6 +129,20 @@ def test_a_step_whose_own_deadline_comes_runs_in_a_timer_pass(service: _Service)
     service.ran.clear()
     loop.run_once(service.work.next_wakes(0))
     assert service.ran == ["observe_clusters", "sync_status", *HEALTH_AND_TIMERS[1:]]
+
+
+def test_a_step_that_failed_runs_again_in_the_next_pass_though_nothing_woke_it(service: _Service) -> None:
+    loop = loop_of(service)
+    service.raises.add("schedule_once")
+    service.work.add_job("j1")
+    loop.run_once(service.work.next_wakes(0))
+    service.raises.clear()
+    service.ran.clear()
+    loop.run_once(service.work.next_wakes(0))  # a timer pass
+    assert "schedule_once" in service.ran
+    service.ran.clear()
+    loop.run_once(service.work.next_wakes(0))  # it went through: back to health and timers
+    assert service.ran == HEALTH_AND_TIMERS
 
 
 def test_the_running_loop_is_woken_by_a_job_and_runs_its_steps(service: _Service) -> None:
