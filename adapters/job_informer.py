@@ -23,6 +23,10 @@ What is served from memory and what still costs a request:
 So a running job costs no member API request at all; a cluster costs one watch request per
 watch_timeout_s (60 s by default) plus a list at start and after a 410.
 
+The workload kinds' objects (JobSet, TrainJob, PyTorchJob, RayJob) are followed the same way, one
+adapters.kind_informer.KindCache and informer per kind per cluster: read_object answers from them, and
+their changes reach the subscribers as a Job's do.
+
 Change events (broker.core.ports.WorkloadWatch): `subscribe(on_change)` calls on_change(cluster, job id) from
 the informer thread whenever a followed Job's status changes, appears or goes (a relist compares with
 what the cache held): what wakes the leader's status sync (broker.controller.status_sync). A create's
@@ -41,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapters.kind_informer import KindCache, kind_resource
 from adapters.kube_gateway import KubeGateway, object_path, workload_ref, workload_status
 from adapters.kube_informer import (
     FORBIDDEN,
@@ -55,6 +60,7 @@ from adapters.kube_informer import (
 from adapters.kube_rest import KubeRest, Obj
 from adapters.watch_pacing import ConnectGate
 from broker.core.workloads import WorkloadRef, WorkloadStatus
+from broker.workload.kinds.registry import KINDS
 from broker.workload.manifest import JOB_ID_LABEL
 
 log = logging.getLogger(__name__)
@@ -243,6 +249,9 @@ class JobFollower:
         self.gate = gate or ConnectGate()
         self.caches: dict[str, JobCache] = {}
         self.informers: dict[str, Informer] = {}
+        # per cluster, the workload kinds' objects (adapters.kind_informer): {(apiVersion, kind): cache}
+        self.kind_caches: dict[str, dict[tuple[str, str], KindCache]] = {}
+        self.kind_informers: dict[str, list[Informer]] = {}
         self._stops: dict[str, threading.Event] = {}  # per cluster: remove() ends one informer
         self._started = False
         self._lock = threading.Lock()  # add() may come from another thread (the ClusterProfile sync)
@@ -258,7 +267,8 @@ class JobFollower:
                 return
             informer = self._follow(rest, namespace)
             if self._started and not self._stop.is_set():
-                informer.start()
+                for each in (informer, *self.kind_informers[cluster]):
+                    each.start()
 
     def _follow(self, rest: KubeRest, namespace: str) -> Informer:
         """A new cache and informer (not started) for one cluster; the caller holds the lock."""
@@ -267,6 +277,12 @@ class JobFollower:
         informer = Informer(rest, jobs_resource(namespace), cache, stop, self._settings, self.gate)
         self.informers[rest.cluster] = informer
         self.caches[rest.cluster] = cache
+        kinds = {key: KindCache(rest.cluster, namespace, kind, self._notify) for key, kind in KINDS.items()}
+        self.kind_caches[rest.cluster] = kinds
+        self.kind_informers[rest.cluster] = [
+            Informer(rest, kind_resource(c.kind, namespace), c, stop, self._settings, self.gate)
+            for c in kinds.values()
+        ]
         return informer
 
     def subscribe(self, on_change: Callable[[str, str], None]) -> None:
@@ -288,19 +304,24 @@ class JobFollower:
         with self._lock:
             cache = self.caches.pop(cluster, None)
             self.informers.pop(cluster, None)
+            self.kind_informers.pop(cluster, None)
+            kinds = self.kind_caches.pop(cluster, {})
             stop = self._stops.pop(cluster, None)
         if stop is not None:
             stop.set()
         if cache is not None:
             cache.stopping()
+        for kind_cache in kinds.values():
+            kind_cache.stopping()
 
     def start(self) -> None:
         with self._lock:
             if self._started:
                 return
             self._started = True
-            for informer in self.informers.values():
-                informer.start()
+            for cluster, informer in self.informers.items():
+                for each in (informer, *self.kind_informers[cluster]):
+                    each.start()
 
     def suspend(self) -> None:
         """Stop every informer, keep following the same clusters: each gets a fresh cache (not synced:
@@ -314,6 +335,8 @@ class JobFollower:
             for stop, cache, informer in old:
                 stop.set()
                 cache.stopping()
+                for kind_cache in self.kind_caches[cache.cluster].values():
+                    kind_cache.stopping()
                 self._follow(informer.rest, cache.namespace)
 
     @property
@@ -329,8 +352,12 @@ class JobFollower:
             for stop in self._stops.values():
                 stop.set()
             caches, informers = list(self.caches.values()), list(self.informers.values())
+            kinds = [k for each in self.kind_caches.values() for k in each.values()]
+            informers += [i for each in self.kind_informers.values() for i in each]
         for cache in caches:
             cache.stopping()
+        for kind_cache in kinds:
+            kind_cache.stopping()
         deadline = time.monotonic() + timeout
         for informer in informers:
             informer.join(max(0.0, deadline - time.monotonic()))
@@ -396,6 +423,25 @@ class WatchingGateway(KubeGateway):
     def synced(self, cluster: str) -> bool:
         cache = self.follower.caches.get(cluster)
         return cache is not None and cache.synced
+
+    def kinds_synced(self, cluster: str) -> bool:
+        """broker.workload.kinds.follow.KindWatch: every workload kind's objects of the cluster are
+        followed by watch (or its API is not served), so a change of one says so (subscribe)."""
+        kinds = self.follower.kind_caches.get(cluster) or {}
+        return bool(kinds) and self.follower.started and all(c.answers for c in kinds.values())
+
+    def read_object(
+        self, cluster: str, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """A workload kind's object from its watch cache (no request); otherwise, or when the cache holds
+        none of that name (just created, or gone: confirmed by the cluster), the GET."""
+        cache = self.follower.kind_caches.get(cluster, {}).get((api_version, kind))
+        if cache is not None and cache.answers and cache.covers(namespace):
+            obj = cache.get(name, namespace)
+            if obj is not None:
+                self.served_from_cache += 1
+                return dict(obj)
+        return super().read_object(cluster, api_version, kind, namespace, name)
 
     def subscribe(self, on_change: Callable[[str, str], None]) -> None:
         """broker.core.ports.WorkloadWatch: on_change(cluster, job id) whenever a broker Job's status changes."""

@@ -145,13 +145,13 @@ class ControllerBase:
             return self.records.in_states(PLACED_STATES)
         return self.store.list_jobs(list(PLACED_STATES))
 
-    def _fresh_cache(self, reuse: bool = False) -> None:
+    def _fresh_cache(self, reuse: bool = False) -> list[str]:
         """Read what moved in the store into the FleetCache; with reuse, not again when observe_clusters
-        read it since the last reuse (the same pass)."""
+        read it since the last reuse (the same pass). Returns the clusters whose summary moved."""
         if reuse and self._cache_observed:
             self._cache_observed = False
-            return
-        self.cache.refresh()
+            return []
+        return self.cache.refresh()
 
     def _charged(self, summary: ClusterSummary) -> ClusterSummary:
         """The summary with the quota charges of its live reservations; a charge whose reservation is

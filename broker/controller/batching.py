@@ -95,6 +95,10 @@ class Batching(ControllerBase):
 
     # ------------------------------------------------------------------ the control loop's step
 
+    def dependents_due(self) -> bool:
+        """Whether a pass that nothing woke must look at the held jobs: some wait for their dependencies."""
+        return not self.records.built or self.records.count(JobState.PENDING) > 0
+
     def release_dependents(self) -> list[JobRecord]:
         """Judge every PENDING job that is not held; returns the jobs that changed."""
         pending = [r for r in self.records.in_states([JobState.PENDING]) if r.held_by is None]

@@ -13,6 +13,7 @@ import logging
 
 from broker.controller.job_records import PLACED_STATES
 from broker.controller.sweeping import Sweeping
+from broker.controller.work_queue import Wake
 from broker.core.errors import (
     ClusterError,
     Fenced,
@@ -41,7 +42,8 @@ class ClusterWatch(Sweeping):
         """The failover step: note health changes, fail over the jobs of lost clusters (and fence them),
         and start the sweep of fenced clusters that answer again. Returns the jobs moved."""
         self._apply_pending_traits()
-        self._fresh_cache()  # only the clusters whose summary version moved are read
+        if self._fresh_cache():  # only the clusters whose summary version moved are read
+            self.work.note(Wake.CAPACITY)  # this pass's scheduling runs (broker.controller.control_loop)
         self._cache_observed = True
         now = self.clock.now()
         summaries = {s.cluster: s for s in self.cache.observed()}
@@ -99,6 +101,10 @@ class ClusterWatch(Sweeping):
                 continue  # an operator's drain: lifted by undrain only (docs/migration.md)
             if c in self.traits and back is not None and failover.may_unfence(back):
                 self.dispatcher.submit_once(c, "unfence", functools.partial(self._sweep_and_unfence, c))
+        if set(fenced) != self._fenced:
+            self.work.note(Wake.CLUSTER)  # fenced or offered again: placement may change
+        if moved:
+            self.work.note(Wake.JOB)  # failed over: queued again in this pass
         self._fenced = set(fenced)
         self._fence_reasons = dict(fenced)
         return moved
@@ -158,7 +164,10 @@ class ClusterWatch(Sweeping):
     def _note_health(self, h: ClusterHealth) -> None:
         previous = self._health_seen.get(h.cluster)
         self._health_seen[h.cluster] = h.health
-        if previous is None or previous == h.health:
+        if previous == h.health:
+            return
+        self.work.note(Wake.CLUSTER)
+        if previous is None:
             return
         level = logging.INFO if h.health in (Health.HEALTHY, Health.DEGRADED) else logging.WARNING
         log.log(level, "cluster %s: %s -> %s", h.cluster, previous, h.text)
@@ -180,6 +189,7 @@ class ClusterWatch(Sweeping):
             cluster, "cluster %s: its stale attempts can be deleted again", cluster
         )
         if self.store.unfence(cluster):
+            self.work.wake(Wake.CLUSTER)  # offered again: the queue may place there
             reason = f"fence lifted: {len(deleted)} stale attempt(s) deleted"
             log.info("cluster %s: %s", cluster, reason)
             self.store.append_cluster_event(ClusterEvent(cluster, self.clock.now(), Health.HEALTHY, reason))

@@ -78,6 +78,11 @@ class TroubleMemory:
             else:
                 self.deadlines[job_id] = at
 
+    def any_due(self, now: float) -> bool:
+        """Whether due(now) would give a job (nothing taken)."""
+        with self.lock:
+            return any(at <= now for at in self.deadlines.values())
+
     def due(self, now: float) -> set[str]:
         """The jobs whose trouble's deadline has passed (each given once; set again if still in trouble)."""
         with self.lock:

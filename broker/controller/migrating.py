@@ -29,6 +29,7 @@ from dataclasses import replace
 from broker.controller import faults, log_keeping
 from broker.controller.base import ControllerBase
 from broker.controller.job_records import PLACED_STATES
+from broker.controller.work_queue import Wake
 from broker.core.errors import ClusterError, Conflict, NotFound
 from broker.core.model import JobRecord, JobState
 from broker.core.ports import CheckpointGateway
@@ -267,6 +268,7 @@ class Migrating(ControllerBase):
         self.store.unfence(cluster)
         self._fenced.discard(cluster)
         self._fence_reasons.pop(cluster, None)
+        self.work.wake(Wake.CLUSTER)  # offered again: the queue may place there
         return True
 
     # ------------------------------------------------------------------ members, reported checkpoints

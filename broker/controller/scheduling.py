@@ -72,6 +72,11 @@ class _Decided:
 
 
 class Scheduling(Preempting, Dispatching):
+    def queue_due(self) -> bool:
+        """Whether a pass that nothing woke must schedule anyway (broker.controller.control_loop): jobs
+        wait in the queue (their backoffs and parked fits are judged by schedule_once itself)."""
+        return not self.records.built or self.records.count(JobState.QUEUED) > 0
+
     def schedule_once(self) -> list[JobRecord]:
         """One scheduling pass over every QUEUED job, in queue order. Returns the jobs that changed."""
         self._apply_pending_traits()

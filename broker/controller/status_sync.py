@@ -50,6 +50,12 @@ SETTLE_SECONDS = 1.0
 STATUS_RESYNC_SECONDS = 60.0
 
 
+def _frees(state: JobState) -> bool:
+    """A transition to `state` releases the job's reservation at once (it ended, or went back to the
+    queue); RUNNING releases it once its cluster's summary counts the pods (settling)."""
+    return state is JobState.QUEUED or state.terminal
+
+
 @dataclass(frozen=True)
 class _Move:
     """A transition status sync decided for one job, written with its cluster's others."""
@@ -74,6 +80,30 @@ class StatusSync(MemberTroubles, GpuFaults):
         """A Job's status changed in its cluster (an informer thread): read it in the next pass."""
         self.work.add_job(job_id)
 
+    def status_due(self) -> bool:
+        """Whether a pass that no job change woke must sync anyway (broker.controller.control_loop): the
+        slow resync is due, reservations are settling, jobs wait for a busy worker or a cluster that did
+        not answer, member trouble reaches its deadline, a cluster's watch is not synced, or jobs of a
+        workload kind are placed where no informer follows the kinds (read every pass)."""
+        now = self.clock.now()
+        with self._settling_lock:
+            settling = bool(self._settling)
+        return (
+            settling
+            or not self.records.built
+            or now >= self._next_resync
+            or bool(self._held_back)
+            or self.work.pending() > 0
+            or self._troubles.any_due(now)
+            or any(not self._watched(c) for c in self.traits)
+            or self._kinds_unwatched()
+        )
+
+    def _kinds_unwatched(self) -> bool:
+        """Whether a placed job of a workload kind sits where no informer follows the kinds."""
+        watched = follow.kinds_watched(self.gateway)
+        return any(not watched(r.cluster or "") for r in self.records.of_kinds(PLACED_STATES))
+
     def _watched(self, cluster: str) -> bool:
         return self._watch is not None and self._watch.synced(cluster)
 
@@ -94,11 +124,12 @@ class StatusSync(MemberTroubles, GpuFaults):
             self._next_resync = now + STATUS_RESYNC_SECONDS
         by_cluster: dict[str, list[JobRecord]] = {}
         unwatched = {c for c in self.traits if not self._watched(c)}
+        kinds_watched = follow.kinds_watched(self.gateway)
         if resync or unwatched:  # every placed job (from memory)
             candidates = self.records.in_states(PLACED_STATES, ordered=False)
         else:  # only those whose Job changed: idle, this loop does not grow with the jobs held
             candidates = [r for j in dirty if (r := self.records.get(j)) is not None]
-            candidates += follow.unwatched(self.records.of_kinds(PLACED_STATES), dirty)
+            candidates += follow.unwatched(self.records.of_kinds(PLACED_STATES), dirty, kinds_watched)
         later: list[str] = []
         for record in candidates:
             cluster = record.cluster
@@ -108,7 +139,12 @@ class StatusSync(MemberTroubles, GpuFaults):
             if cluster in skip:
                 if record.id in dirty:  # its cluster does not answer: read once it does
                     self._held_back.setdefault(cluster, set()).add(record.id)
-            elif resync or record.id in dirty or cluster in unwatched or record.request.workload is not None:
+            elif (
+                resync
+                or record.id in dirty
+                or cluster in unwatched
+                or (record.request.workload is not None and not kinds_watched(cluster))
+            ):
                 by_cluster.setdefault(cluster, []).append(record)
         for cluster, records in sorted(by_cluster.items()):
             task = functools.partial(self._sync_into, records, changed)
@@ -140,8 +176,10 @@ class StatusSync(MemberTroubles, GpuFaults):
                 continue
             if step is not None:
                 changed.append(step)
+        # the reservations of jobs that ended or went back to the queue, and of jobs running on a cluster
+        # with no summary: one round trip for the cluster's pass, before their transitions are written
+        self._settle(ready, [(m.record.id, m.record.attempt) for m in moves if _frees(m.state)])
         changed.extend(self._write_moves(moves))
-        self._settle(ready)
         return changed
 
     def _write_moves(self, moves: list[_Move]) -> list[JobRecord]:
@@ -224,10 +262,9 @@ class StatusSync(MemberTroubles, GpuFaults):
             self.burst.job_ended(record, step.state, self.clock.now(), self.traits)
         if step.state is JobState.RUNNING:
             ready.append(record)
-        elif step.state is JobState.QUEUED or step.state.terminal:
+        elif _frees(step.state):  # its reservation goes with the cluster's others (_settle)
             with self._settling_lock:
                 self._settling.pop((record.id, record.attempt), None)
-            self.store.release(record.id, record.attempt)
         target = record
         if step.state is JobState.QUEUED:
             target = replace(record, cluster=None, placement=None, workload_name=None)
@@ -250,22 +287,25 @@ class StatusSync(MemberTroubles, GpuFaults):
         lives in memory): it goes once the cluster's summary is newer, as _settle would have done."""
         self._settle([record])
 
-    def _settle(self, records: list[JobRecord]) -> None:
+    def _settle(self, records: list[JobRecord], released: list[tuple[str, int | None]] | None = None) -> None:
         """The jobs' pods are all ready: their reservations may go once their cluster's summary counts
         them (one read of the current versions for all). Released at once, a summary published before
         the pods were seen would show their GPUs free (the Job's status reaches the broker sooner than
-        the pods reach the pollers' summary)."""
-        if not records:
-            return
-        marks = self.store.cluster_marks(sorted({r.cluster or "" for r in records}))
-        for record in records:
-            cluster = record.cluster or ""
-            mark = marks.get(cluster)
-            if mark is None:
-                self.store.release(record.id, record.attempt)
-                continue
-            with self._settling_lock:
-                self._settling[(record.id, record.attempt)] = (cluster, mark.written, self.clock.now())
+        the pods reach the pollers' summary). `released`: reservations to release now anyway (jobs that
+        ended): one release_many for them and for the jobs of a cluster with no summary."""
+        free = list(released or ())
+        if records:
+            marks = self.store.cluster_marks(sorted({r.cluster or "" for r in records}))
+            for record in records:
+                cluster = record.cluster or ""
+                mark = marks.get(cluster)
+                if mark is None:
+                    free.append((record.id, record.attempt))
+                    continue
+                with self._settling_lock:
+                    self._settling[(record.id, record.attempt)] = (cluster, mark.written, self.clock.now())
+        if free:
+            self.store.release_many(free)
 
     def _release_settled(self) -> None:
         """Release the reservations of running jobs whose cluster has published a newer summary."""

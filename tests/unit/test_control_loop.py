@@ -9,6 +9,7 @@ import pytest
 
 from broker.controller.control_loop import ControlLoop
 from broker.controller.service import BrokerService
+from broker.controller.work_queue import WorkQueue
 from broker.core.errors import Fenced, StoreError
 
 
@@ -18,6 +19,7 @@ class _Steps:
     def __init__(self, raises: dict[str, Exception]) -> None:
         self.raises = raises
         self.ran: list[str] = []
+        self.work = WorkQueue()
 
     def _do(self, name: str) -> None:
         self.ran.append(name)

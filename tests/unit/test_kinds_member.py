@@ -224,8 +224,13 @@ def test_status_sync_reads_a_kind_as_itself_and_a_job_as_a_job() -> None:
     assert follow.read_status(gw, "a", "default", "gf-p-0", plain).complete  # type: ignore[arg-type]
     assert gw.asked == [("a", "batch/v1", "Job", "default", "gf-p-0")]
     record = JobRecord(id="k", request=req, state=JobState.PLACED, cluster="a")
-    assert follow.unwatched([record, JobRecord(id="p", request=plain)], set()) == [record]
-    assert follow.unwatched([record], {"k"}) == []
+
+    def never(_c: str) -> bool:
+        return False
+
+    assert follow.unwatched([record, JobRecord(id="p", request=plain)], set(), never) == [record]
+    assert follow.unwatched([record], {"k"}, never) == []
+    assert follow.unwatched([record], set(), lambda c: c == "a") == []  # its kinds are watched: by event
 
 
 def test_a_checkpointing_kind_resumes_in_every_role() -> None:

@@ -2,8 +2,10 @@
 kind's status function (the WorkloadStatus lifecycle.observe takes).
 
     KindObjects   the gateway's optional reader of any object (adapters.kube_gateway.KubeGateway has it)
-    unwatched(records, dirty)  the placed jobs of a workload kind not already to be read: no informer
-                  follows the kinds yet, so status sync reads each of them every pass (a GET per job)
+    KindWatch     a gateway that follows the kinds' objects by watch (adapters.job_informer.
+                  WatchingGateway): a change of one is told as a Job's is (WorkloadWatch.subscribe)
+    unwatched(records, dirty, watched)  the placed jobs of a workload kind not already to be read whose
+                  cluster's kinds no watch follows: status sync reads each of them every pass
     read_status(gateway, cluster, namespace, name, request)
                   the WorkloadStatus of a job's member object: the kind's semantics for a workload kind,
                   the gateway's Job reading otherwise (and for a gateway that cannot read objects)
@@ -12,7 +14,7 @@ Pure: the gateway is a port.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from broker.core.model import JobRecord, JobRequest
@@ -20,7 +22,7 @@ from broker.core.ports import ClusterGateway
 from broker.core.workloads import WorkloadStatus
 from broker.workload.kinds.registry import by_api
 
-__all__ = ["KindObjects", "read_status", "unwatched"]
+__all__ = ["KindObjects", "KindWatch", "kinds_watched", "read_status", "unwatched"]
 
 
 @runtime_checkable
@@ -30,6 +32,20 @@ class KindObjects(Protocol):
     ) -> Mapping[str, Any] | None:
         """The object, or None when the member has none (404)."""
         ...
+
+
+@runtime_checkable
+class KindWatch(Protocol):
+    def kinds_synced(self, cluster: str) -> bool:
+        """Whether every kind's objects of the cluster are followed by watch (changes are told)."""
+        ...
+
+
+def kinds_watched(gateway: ClusterGateway) -> Callable[[str], bool]:
+    """cluster -> whether its kinds' changes are told (never, for a gateway that does not watch them)."""
+    if isinstance(gateway, KindWatch):
+        return gateway.kinds_synced
+    return lambda _cluster: False
 
 
 def read_status(
@@ -45,5 +61,11 @@ def read_status(
     return adapter.status(obj, name, namespace, request.pods)
 
 
-def unwatched(records: Iterable[JobRecord], dirty: Collection[str]) -> list[JobRecord]:
-    return [r for r in records if r.request.workload is not None and r.id not in dirty]
+def unwatched(
+    records: Iterable[JobRecord], dirty: Collection[str], watched: Callable[[str], bool]
+) -> list[JobRecord]:
+    return [
+        r
+        for r in records
+        if r.request.workload is not None and r.id not in dirty and not watched(r.cluster or "")
+    ]
