@@ -73,10 +73,8 @@ from broker.api.schemas import (
     decision_view,
     verdict_view,
 )
-from broker.api.submit_warnings import SubmitWarnings
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
-from broker.controller.submit_batcher import SubmitBatcher
 from broker.core.errors import (
     AlreadyExists,
     ClusterError,
@@ -90,6 +88,8 @@ from broker.core.model import JobEvent, JobRecord
 from broker.core.ports import Clock, JobLister, PodLogs
 from broker.intake import parse as intake
 from broker.intake import validation_text
+from broker.intake.submit_batcher import SubmitBatcher
+from broker.intake.submit_warnings import SubmitWarnings
 from broker.queue import explain_text
 from broker.tenancy.audit import AuditLog
 from broker.tenancy.auth import Principal, Role, TokenTable
