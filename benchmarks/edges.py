@@ -1,7 +1,7 @@
 """The cost of the API's hard edges, in-process (httpx over ASGI, real Redis from $REDIS_URL):
 
 * a YAML bomb (9 levels x 9 aliases, ~10^9 nodes expanded) refused by broker.core.safe_yaml
-* a plain batch/v1 Job translated and validated (broker.api.routes.spec_of), per second
+* a plain batch/v1 Job translated and validated (broker.intake.parse.spec_of), per second
 * a 10 MB body answered 413 by the API (what the fuzzing found stored as a 12.5 MB Redis hash)
 * a submitted transition seen on the SSE stream of GET /v1/events?watch=1 (store -> client latency)
 
@@ -23,10 +23,11 @@ import uvicorn
 from adapters.kube import KubeGateway
 from adapters.redis_store import RedisStateStore
 from adapters.system_clock import SystemClock
-from broker.api.routes import create_app, spec_of
+from broker.api.routes import create_app
 from broker.controller.service import BrokerService
 from broker.core import safe_yaml
 from broker.core.model import ClusterTraits
+from broker.intake.parse import spec_of
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,21 +30,22 @@ from fastapi import Depends, FastAPI, Request, Response
 from pydantic import Field
 
 from broker.api.audit import note
-from broker.api.batch_schemas import array_members
 from broker.api.lists import job_view, queue_bodies
-from broker.api.schemas import _DNS_LABEL, _Wire, decision_view, verdict_view
+from broker.api.schemas import decision_view, verdict_view
 from broker.api.views import FleetViews
 from broker.controller.batching import tenant_jobs
 from broker.controller.service import BrokerService
 from broker.core.errors import Conflict, InvalidRequest, NotFound
 from broker.core.model import JobRecord, JobRequest, JobState, Placement
+from broker.intake.batch_schemas import array_members
+from broker.intake.strict_wire import DNS_LABEL, Wire
 from broker.tenancy.auth import Principal, Role
 
 __all__ = ["add_batch_routes", "submit_batch"]
 
 
-class PrioritySpec(_Wire):
-    priority_class: str = Field(alias="priorityClass", pattern=_DNS_LABEL)
+class PrioritySpec(Wire):
+    priority_class: str = Field(alias="priorityClass", pattern=DNS_LABEL)
 
 
 def _counts(jobs: Sequence[JobRecord]) -> dict[str, int]:

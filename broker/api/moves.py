@@ -20,20 +20,21 @@ from fastapi import Depends, FastAPI, Request
 from pydantic import Field
 
 from broker.api.audit import note
-from broker.api.schemas import JobView, _Wire
+from broker.api.schemas import JobView
 from broker.controller.service import BrokerService
 from broker.core.errors import NotFound
+from broker.intake.strict_wire import Wire
 from broker.tenancy.auth import Principal, Role
 
 __all__ = ["DrainSpec", "MigrateSpec", "add_move_routes"]
 
 
-class MigrateSpec(_Wire):
+class MigrateSpec(Wire):
     to: str | None = Field(default=None, min_length=1, max_length=253, description="the target cluster")
     reason: str = Field(default="", max_length=1024)
 
 
-class DrainSpec(_Wire):
+class DrainSpec(Wire):
     reason: str = Field(default="", max_length=1024)
 
 

@@ -7,7 +7,7 @@ said `object` for a submission and nothing for its answer, and disagreed with th
 optional). This module completes the generated document from the models the API validates and answers
 with, so the two cannot drift apart:
 
-    JobSpec      a native submission (broker.api.schemas.JobSpec, validation mode: required fields,
+    JobSpec      a native submission (broker.intake.job_spec.JobSpec, validation mode: required fields,
                  types, bounds, patterns as the API checks them); KubernetesJob: a plain batch/v1 Job
     JobView      a job as submit and cancel answer it (schemas.JobView, what lists.job_view writes)
     Job          a job as GET /v1/jobs/{id} and the job list answer it: JobView and the queue's fields
@@ -31,7 +31,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from broker.api.schemas import EventView, JobSpec, JobView
+from broker.api.schemas import EventView, JobView
+from broker.intake.job_spec import JobSpec
 
 REF = "#/components/schemas/{model}"
 

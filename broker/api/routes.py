@@ -48,40 +48,33 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
 from broker import telemetry
+from broker.access.caller import AuthError, caller
+from broker.access.credentials import Credentials
 from broker.api import lost as api_lost
 from broker.api import openapi as api_openapi
-from broker.api import validation_text
 from broker.api.audit import AuditMiddleware, add_audit_routes, note
 from broker.api.audit_writer import AuditWriter
 from broker.api.batch_routes import add_batch_routes, submit_batch
-from broker.api.batch_schemas import with_object_group
 from broker.api.burst import prediction_view, spend_view
-from broker.api.credentials import Credentials
 from broker.api.follow import add_follow_routes
 from broker.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from broker.api.lists import add_list_routes, job_view, queue_bodies
 from broker.api.moves import add_move_routes
 from broker.api.schemas import (
-    JobSpec,
     JobView,
     decision_view,
     verdict_view,
 )
-from broker.api.submit_warnings import SubmitWarnings
 from broker.api.views import FleetViews
 from broker.controller.service import BrokerService
-from broker.controller.submit_batcher import SubmitBatcher
-from broker.core import safe_yaml, strict_json
 from broker.core.errors import (
     AlreadyExists,
     ClusterError,
@@ -93,12 +86,14 @@ from broker.core.errors import (
 )
 from broker.core.model import JobEvent, JobRecord
 from broker.core.ports import Clock, JobLister, PodLogs
+from broker.intake import parse as intake
+from broker.intake import validation_text
+from broker.intake.submit_batcher import SubmitBatcher
+from broker.intake.submit_warnings import SubmitWarnings
 from broker.queue import explain_text
 from broker.tenancy.audit import AuditLog
-from broker.tenancy.auth import ANONYMOUS_ADMIN, Principal, Role, TokenTable
-from broker.tenancy.oidc_claims import Refusal
+from broker.tenancy.auth import Principal, Role, TokenTable
 from broker.workload import k8s_job
-from broker.workload.kinds import registry as kinds
 
 log = logging.getLogger(__name__)
 
@@ -116,39 +111,7 @@ def _error(status: int, kind: str, message: str, fields: list[dict[str, str]] | 
     return JSONResponse(status_code=status, content=body)
 
 
-class AuthError(Exception):
-    """401 (no or unknown token) or 403 (the role may not do this), answered as a Kubernetes Status."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-async def _caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The authenticated caller of a /v1 request (the app's credentials are in app.state.tokens, replaced
-    while the broker runs: broker.api.credentials). Async: a static token's lookup is cheaper than the
-    hop to a worker thread; an OIDC token, which may need the issuer's keys fetched, takes that hop."""
-    credentials: Credentials | None = request.app.state.tokens
-    if credentials is None:
-        request.state.principal = ANONYMOUS_ADMIN
-        return ANONYMOUS_ADMIN
-    if not authorization:
-        raise AuthError(401, "no bearer token: send Authorization: Bearer <token>")
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise AuthError(401, "the Authorization header must be: Bearer <token>")
-    if credentials.slow(token):
-        found = await run_in_threadpool(credentials.authenticate, token)
-    else:
-        found = credentials.authenticate(token)
-    if isinstance(found, Refusal):
-        raise AuthError(found.code, found.reason)
-    request.state.principal = found
-    return found
-
-
-Caller = Annotated[Principal, Depends(_caller)]
+Caller = Annotated[Principal, Depends(caller)]
 
 
 def status_body(code: int, message: str) -> dict[str, Any]:
@@ -192,7 +155,6 @@ AUTHORIZATION_OPENAPI: dict[str, Any] = {
     "description": "Bearer <token> (docs/tenancy.md)",
     "schema": {"type": "string"},
 }
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 SUBMISSION_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -203,55 +165,6 @@ SUBMISSION_OPENAPI: dict[str, Any] = {
         },
     }
 }
-
-
-async def submission_body(request: Request) -> Any:
-    """The submitted document: JSON, or YAML (Content-Type application/yaml) read by safe_yaml with its
-    alias limit. Size is capped before this by BodyLimit."""
-    raw = await request.body()
-    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    try:
-        if kind in YAML_TYPES:
-            return safe_yaml.load(raw, "body")
-        return strict_json.load(raw, "body")  # a key named twice is refused, as in YAML
-    except (safe_yaml.YamlError, strict_json.JsonError) as e:
-        raise InvalidRequest("(body)", str(e).removeprefix("body: ")) from None
-
-
-def spec_of(body: object) -> JobSpec:
-    """A submission as a JobSpec: native, or a batch/v1 Job translated (errors name the Job's fields)."""
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("(body)", f"expected an object, got {type(body).__name__}")
-    if k8s_job.is_k8s_job(body):
-        assert isinstance(body, Mapping)
-        adapter = kinds.kind_of(body)  # JobSet, TrainJob, PyTorchJob, RayJob (broker/workload/kinds)
-        origin: Mapping[str, str] = {}
-        if adapter is not None:
-            native, problems, origin = kinds.to_native_all(body)
-        else:
-            native, problems = k8s_job.to_native_all(
-                body
-            )  # one problem per part of the Job, not the first only
-        errors: list[dict[str, Any]] = [
-            {"loc": (p.field,), "msg": p.detail, "type": "value_error"} for p in problems
-        ]
-        try:
-            spec = JobSpec.model_validate(native)
-        except ValidationError as e:
-            reported = {p.field for p in problems}
-            for err in e.errors():
-                loc = [str(p) if not isinstance(p, int) else p for p in err["loc"]]
-                field = kinds.kind_field(loc, origin) if adapter is not None else k8s_job.job_field(loc)
-                if field not in reported and not (problems and not err["loc"]):  # no echo of a part refused
-                    errors.append({**err, "loc": (field,)})
-        else:
-            if not errors:
-                return spec
-        raise RequestValidationError(errors)
-    try:
-        return JobSpec.model_validate(body)
-    except ValidationError as e:
-        raise RequestValidationError(e.errors()) from None
 
 
 def create_app(
@@ -368,16 +281,16 @@ def create_app(
         # The busiest route reads its request itself: FastAPI's dependency resolution cost more than the
         # rest of a submit (benchmarks/placement.py submit). Same checks, same errors as the others.
         note(request, verb="submit", obj="jobs")
-        principal = await _caller(request, request.headers.get("authorization"))
+        principal = await caller(request, request.headers.get("authorization"))
         idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None and len(idempotency_key) > 200:
             raise InvalidRequest("Idempotency-Key", "at most 200 characters")
-        body = await submission_body(request)
-        spec = spec_of(body)
+        body = await intake.submission_body(request)
+        spec = intake.spec_of(body)
         # Checked on the event loop; stored by the group commit with the submits that come meanwhile.
         if not principal.can_submit:
             raise AuthError(403, f"{principal.name} is a {principal.role}: it may not submit jobs")
-        job_request = with_object_group(body, kinds.with_workload(body, spec.to_request()))
+        job_request = intake.job_request(body, spec)
         if "tenant" not in spec.model_fields_set or principal.role is not Role.ADMIN:
             # The tenant is the token's; a user naming another tenant is refused, not silently moved.
             if "tenant" in spec.model_fields_set and spec.tenant != principal.tenant:
@@ -398,7 +311,7 @@ def create_app(
             orjson.dumps(job_view(record)), status_code=201 if created else 200, media_type="application/json"
         )
 
-    add_list_routes(app, fleet_views, jobs if jobs is not None else service.store, _caller)
+    add_list_routes(app, fleet_views, jobs if jobs is not None else service.store, caller)
 
     @app.get("/v1/jobs/{job_id}", responses=api_lost.RESPONSES)
     def get_job(job_id: str, principal: Caller) -> dict[str, Any]:
@@ -424,13 +337,15 @@ def create_app(
         return None if principal.role is not Role.USER else principal.may_read
 
     add_follow_routes(app, service, logs, reader=tenant_filter)
-    add_audit_routes(app, audit_log, _caller, AuthError)
-    add_move_routes(app, service, _caller, AuthError)  # migrate, drain, undrain (docs/migration.md)
-    add_batch_routes(app, service, fleet_views, _caller, AuthError)  # groups, hold, release (docs/batch.md)
+    add_audit_routes(app, audit_log, caller, AuthError)
+    add_move_routes(app, service, caller, AuthError)  # migrate, drain, undrain (docs/migration.md)
+    add_batch_routes(app, service, fleet_views, caller, AuthError)  # groups, hold, release (docs/batch.md)
 
     @app.post("/v1/explain", openapi_extra=SUBMISSION_OPENAPI)
-    def explain(submitted: Annotated[Any, Depends(submission_body)], principal: Caller) -> dict[str, Any]:
-        spec = spec_of(submitted)
+    def explain(
+        submitted: Annotated[Any, Depends(intake.submission_body)], principal: Caller
+    ) -> dict[str, Any]:
+        spec = intake.spec_of(submitted)
         request = spec.to_request()
         if "tenant" not in spec.model_fields_set or principal.role is Role.USER:
             request = replace(request, tenant=principal.tenant)  # the queue as the caller would see it

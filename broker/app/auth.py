@@ -1,7 +1,7 @@
 """Composition root, part two: credentials and the audit trail, built from the config and kept current.
 
 AuthRuntime(cfg, tokens, store, reload_seconds)
-    credentials   broker.api.credentials.Credentials for the API: the static tokens table and, with
+    credentials   broker.access.credentials.Credentials for the API: the static tokens table and, with
                   `auth.oidc`, an OidcAuthenticator over the issuer's keys (adapters.oidc_keys); None for
                   --insecure-no-auth
     writer, log   the audit trail: records go, off the request path, to the Redis stream and to the
@@ -34,8 +34,8 @@ from pathlib import Path
 from adapters.audit_store import JsonLinesFile, RedisAuditLog
 from adapters.oidc_keys import IssuerKeys
 from adapters.redis_store import RedisStateStore
+from broker.access.credentials import Credentials
 from broker.api.audit_writer import AuditWriter, EventAuditor
-from broker.api.credentials import Credentials
 from broker.config.settings import AuthConfig, FleetConfig, load_tokens
 from broker.core.errors import ConfigError
 from broker.tenancy.audit import AuditRecord, AuditSink

@@ -63,12 +63,13 @@ from broker.app.notifications import build_notifier
 from broker.burst.gate import BurstGate
 from broker.config import gpu_health
 from broker.config.reload import ConfigWatcher
+from broker.config.service_settings import service_settings
 from broker.config.settings import FleetConfig, load_fleet_config
 from broker.config.sizing import poller_shards_for
 from broker.controller.change_feed import ChangeFeed
 from broker.controller.control_loop import ControlLoop
 from broker.controller.dispatch import ConcurrentDispatcher
-from broker.controller.service import BrokerService, ServiceSettings
+from broker.controller.service import BrokerService
 from broker.core.errors import ConfigError, StoreError
 from broker.core.model import JobState
 from broker.core.ports import Clock
@@ -76,10 +77,8 @@ from broker.ha import drain as ha
 from broker.ha.duplicates import DuplicateKeys
 from broker.ha.leadership import Leadership, take_over
 from broker.ha.recovery import StoreRecovery
-from broker.health.failover import MassLossPolicy
 from broker.health.machine import HealthThresholds
 from broker.telemetry import freshness
-from broker.workload.member_trouble import TroublePolicy
 
 log = logging.getLogger(__name__)
 
@@ -138,20 +137,7 @@ def build_service(
         clock or SystemClock(),
         cfg.traits(),
         policy,
-        ServiceSettings(
-            reservation_ttl_seconds=settings.reservation_ttl_seconds,
-            finished_job_ttl_seconds=settings.finished_job_ttl_seconds,
-            cluster_lost_seconds=settings.cluster_lost_seconds,
-            mass_loss=MassLossPolicy(settings.mass_loss_fraction, settings.mass_loss_min_clusters),
-            trouble_policy=TroublePolicy(
-                settings.member_pending_seconds,
-                settings.image_pull_fail_seconds,
-                settings.member_avoid_seconds,
-            ),
-            federation=settings.redis_prefix,
-            queue=settings.queue_policy(),
-            preemption=settings.preemption.policy() if settings.preemption else None,
-        ),
+        service_settings(settings),
         dispatcher=ConcurrentDispatcher(settings.dispatch_per_cluster, in_flight=settings.dispatch_in_flight),
         burst=BurstGate(RedisBurstLedger(store.client, store.prefix), settings.burst.settings()),
     )

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from broker.cache import reservations
+from broker.capacity.fingerprint import fingerprint
 from broker.core.model import ClusterSummary, Reservation
 from broker.core.ports import ClusterState, StateStore
-from broker.scheduler.batch_placement import fingerprint
 
 __all__ = ["FleetCache"]
 
@@ -187,7 +187,7 @@ class FleetCache:
         entry.state = replace(entry.state, ledger=ledger)  # the same reservations: the same view
 
     def fingerprint(self) -> str:
-        """The fleet's structure (see batch_placement.fingerprint), cached until something changes."""
+        """The fleet's structure (broker.capacity.fingerprint), cached until something changes."""
         if self._fingerprint is None:
             self._fingerprint = fingerprint(self.observed())
         return self._fingerprint

@@ -8,7 +8,7 @@ ObservedFleet  `current()` asks the store for the clusters' marks (one round tri
 Why apart from the published FleetSnapshot (broker.cache.fleet_snapshot): the snapshot is the placeable
 model, and keeping it fresh reads every live reservation of every cluster whose ledger moved. During a
 burst of submits every ledger moves between two reads, so the snapshot re-reads and parses thousands of
-reservations. The never-fit warning at submit (broker.api.submit_warnings) needs only what each cluster
+reservations. The never-fit warning at submit (broker.intake.submit_warnings) needs only what each cluster
 could hold empty, and read through the snapshot it made that cost once a second on the API's event loop
 (a worker thread still holds the GIL while it parses). Safe from several threads (one read at a time).
 Service layer: the StateStore port only.

@@ -17,11 +17,11 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.api.batch_schemas import GROUP_LABEL, parse_array
 from broker.cli.client import EXIT_USAGE, Api, CliError
 from broker.cli.common import TERMINAL, ContextOpt, OutputOpt, ServerOpt, TokenOpt, app, connect
 from broker.cli.output import Output, columns, emit, job_rows, out
 from broker.cli.selector import matches, parse_selector
+from broker.intake.batch_schemas import GROUP_LABEL, parse_array
 
 __all__ = ["batch_flags", "dry_run_text", "select_jobs"]
 

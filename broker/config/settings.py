@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from broker.burst.settings import BurstConfig
 from broker.config import redis_settings
+from broker.config.burst import BurstConfig
 from broker.config.gpu_health import GpuHealthConfig, MetricsConfig
 from broker.config.hub import HubConfig
 from broker.config.notify import TenantNotifyConfig

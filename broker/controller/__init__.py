@@ -8,6 +8,5 @@ change_feed    a thread that wakes the loop when another replica writes a job (s
 scheduling, preempting, dispatching, status_sync, clusters, sweeping, budgets: the reconcilers,
                one step of the loop each (docs/architecture.md: the control loop)
 service        BrokerService, the facade the API calls (submit, get, cancel)
-control_loop, dispatch, submit_batcher, faults: the loop's cadence, the create threads, group commit of
-               submits, crash points for the tests
+control_loop, dispatch, faults: the loop's cadence, the create threads, crash points for the tests
 """

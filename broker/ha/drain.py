@@ -20,7 +20,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from broker.api import routes
+from broker.access.caller import AuthError, caller
 from broker.core.errors import StoreError
 from broker.core.ports import RecoveryStore
 
@@ -88,11 +88,9 @@ async def _viewer_or_admin(request: Request) -> None:
     """/v1/status names every tenant's jobs: a viewer or an admin only."""
     if getattr(request.app.state, "tokens", None) is None:  # --insecure-no-auth (every caller an admin)
         return
-    principal = await routes._caller(request, request.headers.get("authorization"))
+    principal = await caller(request, request.headers.get("authorization"))
     if not principal.sees_all_tenants:
-        raise routes.AuthError(
-            403, f"{principal.name} is a {principal.role}: /v1/status is for viewers and admins"
-        )
+        raise AuthError(403, f"{principal.name} is a {principal.role}: /v1/status is for viewers and admins")
 
 
 def install(

@@ -3,7 +3,7 @@ comes back (docs/hub.md; MultiKueue's convention).
 
 Owns `HubSync`, which acts only while this replica holds the leader lease (broker.ha.leadership):
     submit        each managed hub object once, through the entry point of `POST /v1/jobs` with a manifest
-                  body (broker.api.routes.spec_of, then BrokerService.submit), as the tenant its namespace
+                  body (broker.intake.parse.submission_request, then BrokerService.submit), as the tenant its namespace
                   maps to, with the hub object's uid as the idempotency key: a restart, a new leader or a
                   second replica finds the same job, never a second one. The job's `source` is the hub
                   object ("hub:jobs.batch/<ns>/<name>"), shown by GET /v1/jobs/{id}.
@@ -39,16 +39,13 @@ from typing import Any, Protocol
 from fastapi.exceptions import RequestValidationError
 
 from broker import telemetry
-from broker.api import validation_text
-from broker.api.batch_schemas import with_object_group
-from broker.api.routes import spec_of
 from broker.controller.service import BrokerService
 from broker.core.errors import ClusterError, Conflict, GpufedError, InvalidRequest, NotFound, StoreError
-from broker.core.model import JobRecord, JobRequest, JobState
+from broker.core.model import JobRecord, JobState
+from broker.intake.parse import first_problem, submission_request
 from broker.tenancy.audit import AuditRecord
 from broker.workload import hub_objects as hub
 from broker.workload import k8s_job
-from broker.workload.kinds import registry as kinds_registry
 
 log = logging.getLogger(__name__)
 
@@ -83,21 +80,6 @@ class HubPort(Protocol):
     def event(
         self, kind: hub.WatchedKind, obj: Mapping[str, Any], type_: str, reason: str, message: str
     ) -> None: ...
-
-
-def submission_request(body: Mapping[str, Any]) -> JobRequest:
-    """The JobRequest `POST /v1/jobs` makes of a manifest body (InvalidRequest or RequestValidationError
-    naming the manifest's field); a workload kind (JobSet, RayJob, ...) keeps its object on the request
-    (broker.workload.kinds), as the API's submit does."""
-    return with_object_group(body, kinds_registry.with_workload(body, spec_of(body).to_request()))
-
-
-def first_problem(exc: RequestValidationError) -> tuple[str, str]:
-    """The first refused field of a validation error, and its message in plain words."""
-    for e in exc.errors():
-        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "header", "path")]
-        return ".".join(loc) or "(body)", validation_text.plain(e)
-    return "(body)", "invalid"
 
 
 def _owns(record: JobRecord, ref: hub.HubRef) -> bool:

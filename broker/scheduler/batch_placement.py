@@ -1,8 +1,9 @@
 """Batched level-1 placement over one snapshot: many jobs per pass, each decision assumed into it.
 
 Owns `BatchPlacer` (Kueue's scheduling cycle over its snapshot, in level-1 terms), the job `shape` (what
-of a request level 1 reads; two jobs of one shape get the same verdicts from the same summaries) and the
-fleet `fingerprint` that decides when a parked never-fit job is worth another look. Pure.
+of a request level 1 reads; two jobs of one shape get the same verdicts from the same summaries). The fleet
+fingerprint that decides when a parked never-fit job is worth another look is broker.capacity.fingerprint.
+Pure.
 
 Within a pass capacity only shrinks (each placement is assumed into the snapshot), so a cluster's
 verdict for a shape stays valid until that cluster's summary changes: `place` evaluates a cluster for a
@@ -12,7 +13,6 @@ verdicts. A decision over cached verdicts is a pick over at most N scores, not N
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,52 +21,13 @@ from broker.core.model import ClusterSummary, ClusterTraits, JobRequest, NoFit, 
 from broker.scheduler import placement
 from broker.scheduler.framework import PLACEMENT_FIELDS, PreparedJob
 
-__all__ = ["BatchPlacer", "fingerprint", "shape"]
+__all__ = ["BatchPlacer", "shape"]
 
 
 def shape(job: JobRequest) -> Hashable:
     """The part of a request level 1 reads (framework.PLACEMENT_FIELDS): two jobs of one shape get the
     same verdicts from the same summaries."""
     return tuple(getattr(job, f) for f in PLACEMENT_FIELDS)
-
-
-def _structure(s: ClusterSummary) -> tuple[object, ...]:
-    """What of a summary decides whether a job can *ever* fit there (not how much is free now)."""
-    return (
-        s.cluster,
-        str(s.tier),
-        tuple(
-            sorted(
-                # the largest node's CPU and memory: a pod larger than any node fits once a larger joins
-                (
-                    p.product,
-                    p.memory_mib,
-                    p.allocatable > 0 or p.nodes > 0,
-                    p.max_node_cpu_millis,
-                    p.max_node_memory_mib,
-                )
-                for p in s.products
-            )
-        ),
-        tuple(sorted((m.product, m.profile, m.resource_name) for m in s.mig)),
-        tuple(sorted((q.cluster_queue, q.flavor, q.resource, q.nominal) for q in s.queues)),
-        # tenant namespaces: created, their quotas' hard limits and LimitRanges changed (namespace-quota)
-        tuple(
-            (n.name, n.limits, tuple((q.name, tuple(sorted(q.hard.items()))) for q in n.quotas))
-            for n in s.namespaces
-        ),
-        tuple(sorted(s.price_per_gpu_hour.items())),
-    )
-
-
-def fingerprint(summaries: Iterable[ClusterSummary]) -> str:
-    """A digest of the fleet's structure: clusters, products, MIG profiles, Kueue quotas, prices.
-
-    A job that can never fit (NoFit.never_fits) stays parked while this digest is unchanged."""
-    digest = hashlib.blake2b(digest_size=12)
-    for s in sorted(summaries, key=lambda x: x.cluster):
-        digest.update(repr(_structure(s)).encode())
-    return digest.hexdigest()
 
 
 @dataclass

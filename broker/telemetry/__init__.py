@@ -60,10 +60,11 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from broker.core.model import ClusterSummary, Health, JobRecord, JobState
-from broker.scheduler.placement import ClusterVerdict
 from broker.telemetry.gpu_health import GpuHealthCollector
+from broker.telemetry.verdict import Verdict
 
 log = logging.getLogger(__name__)
+
 
 # ---------------------------------------------------------------------------------------------- metrics
 
@@ -514,7 +515,7 @@ class PhaseRecorder:
         finally:
             self.phases.append((phase, cluster, start, time.time_ns(), result.get("result", "")))
 
-    def record_verdicts(self, verdicts: Sequence[ClusterVerdict]) -> None:
+    def record_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         """The phases of a decision taken over cached verdicts (the batched placer evaluates a cluster
         once per job shape, not once per job): one filter phase per cluster and a score phase for each
         feasible one, timed over the decision itself."""

@@ -18,9 +18,9 @@ import yaml
 from adapters.job_informer import WatchingGateway
 from adapters.kube_informer import WatchSettings
 from adapters.redis_store import RedisStateStore
-from broker.api.routes import spec_of
 from broker.controller.service import BrokerService
 from broker.core.model import ClusterTraits, JobRequest, JobState
+from broker.intake.parse import spec_of
 from broker.workload.kinds import registry
 from kubesim.fleet import load_fleet
 from kubesim.sim import Simulation

@@ -27,10 +27,11 @@ from starlette.testclient import TestClient
 from adapters.redis_store import RedisStateStore
 from broker.api.openapi import QUEUE_FIELDS
 from broker.api.routes import create_app
-from broker.api.schemas import EventView, JobSpec, JobView
+from broker.api.schemas import EventView, JobView
 from broker.config.settings import load_tokens
 from broker.controller.service import BrokerService
 from broker.core.model import ClusterTraits
+from broker.intake.job_spec import JobSpec
 from tests.integration.test_public_routes import write_tokens
 from tests.integration.test_tenancy import TOKENS
 from tests.service_doubles import ManualClock, RecordingGateway, idle_h100_node

@@ -6,8 +6,9 @@ import random
 from dataclasses import replace
 
 from broker.cache import reservations
+from broker.capacity.fingerprint import fingerprint
 from broker.core.model import ClusterSummary, JobRequest, NoFit, Placement, Reservation, Tier
-from broker.scheduler.batch_placement import BatchPlacer, fingerprint, shape
+from broker.scheduler.batch_placement import BatchPlacer, shape
 from broker.scheduler.placement import PlacementPolicy, place
 from tests.unit.k8s_builders import mig, product, summary
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from broker.api.batch_schemas import parse_array
 from broker.core.batch import Dependency, Never, Waiting, When, dependency_verdict, find_cycle
 from broker.core.batch_fields import BatchFields
 from broker.core.model import JobRecord, JobRequest, JobState
+from broker.intake.batch_schemas import parse_array
 from broker.queue.array_cap import ArrayCap
 
 S = JobState

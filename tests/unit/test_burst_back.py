@@ -16,8 +16,8 @@ from broker.burst.burst_back import (
     choose,
     decide,
 )
-from broker.burst.settings import BurstConfig
 from broker.burst.spend import spend_by_tenant
+from broker.config.burst import BurstConfig
 from broker.core.records import Saving
 
 NOW = 1_800_000_000.0

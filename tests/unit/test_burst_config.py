@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.burst.settings import BurstConfig
 from broker.burst.spend import Budget, Period
+from broker.config.burst import BurstConfig
 from broker.config.settings import parse_fleet_config
 from broker.core.errors import ConfigError
 

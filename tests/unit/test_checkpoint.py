@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from fastapi.exceptions import RequestValidationError
 
-from broker.api.routes import spec_of
 from broker.core import safe_yaml
 from broker.core.errors import InvalidRequest
 from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.intake.parse import spec_of
 from broker.workload import checkpoint
 from broker.workload.manifest import build_workload
 from broker.workload.stop_path import STOP_MARGIN_SECONDS, StopPath, StopPlan, Trigger, choose

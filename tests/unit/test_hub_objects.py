@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from fastapi.exceptions import RequestValidationError
 
-from broker.api.routes import spec_of
 from broker.config.settings import parse_fleet_config
 from broker.core.errors import ConfigError, InvalidRequest
+from broker.intake.parse import spec_of
 from broker.workload import hub_objects as hub
 from kubesim import validation
 from kubesim.resources import BY_KEY

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from fastapi.exceptions import RequestValidationError
 
-from broker.api.routes import spec_of
 from broker.core import safe_yaml
 from broker.core.errors import InvalidRequest
 from broker.core.model import ClusterTraits, Placement, Tier
+from broker.intake.parse import spec_of
 from broker.workload.manifest import build_workload
 
 # What `kubectl create job train --image=... --dry-run=client -o yaml -- python train.py` prints,

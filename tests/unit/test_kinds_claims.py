@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from broker.api.routes import spec_of
 from broker.core.errors import InvalidRequest
 from broker.core.model import ClusterTraits, JobRequest, Placement
+from broker.intake.parse import spec_of
 from broker.workload.kinds import registry
 from broker.workload.kinds.member import build_workload_any
 from tests.unit.kind_objects import edited, jobset, pytorchjob, rayjob

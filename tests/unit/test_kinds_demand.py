@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.api.routes import spec_of
 from broker.core.errors import InvalidRequest
+from broker.intake.parse import spec_of
 from broker.workload.kinds import registry
 from tests.unit.kind_objects import container, edited, jobset, pod_template, pytorchjob, rayjob, trainjob
 

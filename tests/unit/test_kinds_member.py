@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from broker.api.routes import spec_of
 from broker.core.model import ClusterTraits, JobRecord, JobRequest, JobState, Placement
 from broker.core.workloads import WorkloadStatus
+from broker.intake.parse import spec_of
 from broker.workload import finished_ttl, lifecycle
 from broker.workload.kinds import registry
 from broker.workload.kinds.member import build_workload_any

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from broker.api.schemas import JobSpec
 from broker.core.model import (
     ClusterSummary,
     FailoverPolicy,
@@ -19,6 +18,7 @@ from broker.core.model import (
     JobState,
 )
 from broker.core.workloads import PodTrouble, Termination
+from broker.intake.job_spec import JobSpec
 from broker.scheduler.framework import Status
 from broker.scheduler.placement import PlacementPolicy, prepare
 from broker.scheduler.plugins.allowlist import ClusterAllowList

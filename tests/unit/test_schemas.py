@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from broker.api.schemas import JobSpec
+from broker.intake.job_spec import JobSpec
 
 
 def _fields(exc: ValidationError) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""broker.controller.submit_batcher: concurrent submits share a write, one at a time; each caller gets its own answer."""
+"""broker.intake.submit_batcher: concurrent submits share a write, one at a time; each caller gets its own answer."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from broker.controller.submit_batcher import Outcome, Prepared, SubmitBatcher
 from broker.core.errors import Conflict, StoreError
 from broker.core.model import JobEvent, JobRecord, JobRequest, JobState
+from broker.intake.submit_batcher import Outcome, Prepared, SubmitBatcher
 
 
 def prepared(i: int) -> Prepared:

@@ -1,4 +1,4 @@
-"""The submit answer's never-fit warnings (broker/api/submit_warnings.py): the fleet is read off the event
+"""The submit answer's never-fit warnings (broker/intake/submit_warnings.py): the fleet is read off the event
 loop, only the first submit waits for it, and a submit after the TTL is answered from the summaries
 already read while the next read runs; a read that fails keeps the last summaries."""
 
@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
-from broker.api.submit_warnings import SubmitWarnings
 from broker.core.errors import StoreError
 from broker.core.model import ClusterSummary, JobEvent, JobRecord, JobRequest, JobState, ProductCapacity
+from broker.intake.submit_warnings import SubmitWarnings
 from tests.service_doubles import ManualClock
 
 pytestmark = pytest.mark.anyio

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from broker.api.schemas import JobSpec
 from broker.core.k8s_names import REQUEST_ANNOTATION
 from broker.core.model import JobRequest
 from broker.core.topology import NvlinkClique
+from broker.intake.job_spec import JobSpec
 from broker.workload import k8s_job
 from broker.workload.manifest import decode_request, recovery_annotations
 

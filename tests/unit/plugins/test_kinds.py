@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.api.routes import spec_of
 from broker.core.model import JobRequest
+from broker.intake.parse import spec_of
 from broker.scheduler.placement import PlacementPolicy, place
 from broker.scheduler.plugins.kinds import WorkloadKindServed
 from broker.workload.kinds import registry

@@ -4,7 +4,8 @@ field takes true or false, as the YAML side already did for `gpus` and `pods`.
 Owns `guessed(annotation, value) -> str | None`: why `value` is refused for a field declared
 `annotation` (int, float, bool, or one of them | None), or None when it is taken as given. A string
 ("10", "true", "yes"), or a boolean where a number is due (true is not 1), is refused; everything else is
-left to the field's own validation. broker.api.schemas' wire models call it for every field before
+left to the field's own validation. `Wire`, the base of every wire model (broker.intake.job_spec,
+broker.api.schemas), calls it for every field before
 pydantic's lax conversion would turn "10" into 10 and "yes" into True; the 422 names the field.
 """
 
@@ -14,7 +15,11 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["guessed"]
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+__all__ = ["DNS_LABEL", "Wire", "guessed"]
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a name, tenant, namespace, priority class
 
 _NUMBERS = (int, float)
 
@@ -39,3 +44,20 @@ def guessed(annotation: Any, value: Any) -> str | None:
     if kind in _NUMBERS and isinstance(value, (bool, str)):
         return f"expected a number, got {type(value).__name__} {value!r}"
     return None
+
+
+class Wire(BaseModel):
+    """The base of every wire model: unknown fields, Infinity and NaN refused; no guessed scalars."""
+
+    # Infinity and NaN are refused by name (JSON parsers accept them; a job waiting forever is no answer).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_guessing(cls, value: Any, info: ValidationInfo) -> Any:
+        """A string for a number or a boolean ("10", "true", "yes"): refused naming the field."""
+        field = cls.model_fields.get(info.field_name or "")
+        problem = guessed(field.annotation, value) if field is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value

@@ -2,7 +2,7 @@
 
 Owns their validation at the edge (errors name the field as the user wrote it), the expansion of an
 array into its members' requests (`array_members`), and the group of a Kubernetes object submitted as
-such (its label or annotation gpufed.io/group). The JobSpec fields themselves are in broker.api.schemas.
+such (its label or annotation gpufed.io/group). The JobSpec fields themselves are in broker.intake.job_spec.
 """
 
 from __future__ import annotations
