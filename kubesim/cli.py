@@ -122,20 +122,30 @@ def serve(
     from kubesim.heap import freeze_periodically
 
     freeze_periodically(stop)  # the fleet's objects out of full collections (kubesim.heap)
-    table = Table(title=f"kubesim: {len(sim.cluster_names())} clusters in {time.monotonic() - started:.1f}s")
-    table.add_column("cluster")
-    table.add_column("server")
-    table.add_column("kubeconfig")
-    for name in sim.cluster_names():
-        table.add_row(name, sim.server_url(name), str(sim.kubeconfig_path(name)))
-    console.print(table)
-    console.print(f"admin: {sim.admin_url}   (e.g. kubesim fault <cluster> --down --out {out})")
-    console.print(f"try:   KUBECONFIG={sim.kubeconfig_path(sim.cluster_names()[0])} kubectl get nodes")
+    rows = [(name, sim.server_url(name), str(sim.kubeconfig_path(name))) for name in sim.cluster_names()]
+    title = f"kubesim: {len(rows)} clusters in {time.monotonic() - started:.1f}s"
+    print_started(console, title, rows, sim.admin_url, out)
     try:
         stop.wait()
     finally:
         sim.stop()
         console.print("kubesim stopped")
+
+
+def print_started(
+    out_console: Console, title: str, rows: list[tuple[str, str, str]], admin: str, out: Path
+) -> None:
+    """What `serve` says once up: each cluster's server and kubeconfig, the admin URL, a command to try.
+    Paths and commands are never cut or broken (a log is 80 columns wide): they are copied from here."""
+    table = Table(title=title)
+    table.add_column("cluster", no_wrap=True)
+    table.add_column("server", no_wrap=True)
+    table.add_column("kubeconfig", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    out_console.print(table)
+    out_console.print(f"admin: {admin}   (e.g. kubesim fault <cluster> --down --out {out})", soft_wrap=True)
+    out_console.print(f"try:   KUBECONFIG={rows[0][2]} kubectl get nodes", soft_wrap=True)
 
 
 def _admin_url(admin: str | None, out: Path) -> str:

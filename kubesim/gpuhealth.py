@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import heapq
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,8 @@ class ClusterGpus:
         self.fail_after_seconds = fail_after_seconds
         self.driver_version = driver_version
         self.states: dict[tuple[str, int], GpuState] = {}
+        # told the node whose healthy GPUs changed (the NUMA topology updater rewrites its zones)
+        self.on_health: list[Callable[[str], None]] = []
         self._alloc: dict[str, dict[int, Holder]] = {}  # node -> gpu index -> running pod
         self._pod_alloc: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
         # (due, node, gpu, code): pods on a GPU that went unhealthy, failed by the DCGM controller
@@ -325,6 +328,8 @@ class ClusterGpus:
 
         with contextlib.suppress(NotFoundError):
             self.store.mutate("nodes", "", node_name, update)
+        for hook in self.on_health:
+            hook(node_name)
 
     def faulty(self, now: float) -> list[Obj]:
         """Every GPU with a fault history, for the admin endpoint."""

@@ -139,7 +139,9 @@ def add_batch_routes(
     @app.get("/v1/tenants")
     def tenants(principal: Principal = who) -> dict[str, Any]:
         """Each visible tenant's quota, use, borrowing, fair-share place and jobs (a user: its own)."""
-        rows = [asdict(f) for f in views.tenant_figures() if principal.may_read(f.tenant)]
+        own = (principal.tenant,) if principal.role is Role.USER else ()  # a user's own, even idle
+        figures = views.tenant_figures(including=own)
+        rows = [asdict(f) for f in figures if principal.may_read(f.tenant)]
         return {"kind": "TenantList", "items": rows}
 
     @app.get("/v1/groups")

@@ -211,7 +211,7 @@ def create_app(
         return JSONResponse(status_code=exc.code, content=status_body(exc.code, str(exc)), headers=headers)
 
     checks: Mapping[str, ReadinessCheck] = readiness if readiness is not None else {"redis": fleet_views.ping}
-    app.mount("/ui", StaticFiles(directory=DASHBOARD), name="ui")
+    app.mount("/ui", StaticFiles(directory=DASHBOARD, html=True), name="ui")  # /ui/: the page too
 
     @app.exception_handler(ClientDisconnect)
     async def _client_left(request: Request, _: ClientDisconnect) -> Response:

@@ -121,11 +121,13 @@ class FleetViews:
     def _active(self) -> list[JobRecord]:
         return self._store.list_jobs(_ACTIVE)
 
-    def tenant_figures(self) -> list[TenantFigures]:
-        """Each tenant's quota, use, borrowing and jobs, from the ledger the scheduling pass charges."""
+    def tenant_figures(self, including: Iterable[str] = ()) -> list[TenantFigures]:
+        """Each tenant's quota, use, borrowing and jobs, from the ledger the scheduling pass charges
+        (`including`: tenants shown even without quota or jobs)."""
         capacity, _ = queueing.fleet_capacity(self.snapshots.current().placeable)
         pending = self._store.list_jobs([JobState.PENDING])
-        return tenant_figures(self._active(), self._queued(), pending, self._queue_policy(), capacity)
+        policy = self._queue_policy()
+        return tenant_figures(self._active(), self._queued(), pending, policy, capacity, including)
 
     def _plan(self, queued: list[JobRecord], fleet: FleetSnapshot) -> list[queueing.Slot]:
         """queueing.plan over the snapshot; the placed jobs are read only when shares or quotas need

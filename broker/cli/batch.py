@@ -77,10 +77,11 @@ def batch_flags(spec: Any, group: str | None, array: str | None, depends_on: lis
 def dry_run_text(body: dict[str, Any], wide: bool) -> str:
     """The would-be job(s) and, for a dry run, where it would go and at what price."""
     items = body.get("items", [body])
-    text = job_rows(items, wide)
     explained = body.get("explain")
     if explained is None:
-        return text
+        return job_rows(items, wide)
+    # a dry run created nothing: no id and no state (the job is not QUEUED anywhere), only what it asks
+    text = columns(["NAME", "TENANT", "ASKS"], [[j["name"], j.get("tenant", "-"), _asks(j)] for j in items])
     if explained.get("placed"):
         where = explained["placement"]
         price = explained.get("pricePerHour")
@@ -89,6 +90,15 @@ def dry_run_text(body: dict[str, Any], wide: bool) -> str:
     else:
         text += f"\ndry run: {explained.get('message') or 'fits nowhere now'}; nothing was created"
     return text
+
+
+def _asks(job: dict[str, Any]) -> str:
+    req = job.get("request") or {}
+    pods = req.get("pods", 1)
+    if req.get("gpus"):
+        return f"{req['gpus']}x{pods}"
+    mig = req.get("migProfile") or f"{req.get('migNeedGB')}GB"
+    return f"mig {mig} x{pods}"
 
 
 def select_jobs(

@@ -4,7 +4,8 @@ The part of kubectl's template language people type: text with `{...}` blocks ho
 current object (`{.name}`, `{.items[0].id}`, `{.items[*].name}`, `{.request['gpuProducts']}`), string
 literals (`{"\\n"}`, `{"\\t"}`), and `{range .items[*]}...{end}` to repeat the text for each element.
 Several results of one path are joined by spaces, as kubectl does; a path that finds nothing is an
-error naming it (kubectl's `is not found`), so a typo does not pass as an empty answer.
+error naming it (kubectl's `is not found`), so a typo does not pass as an empty answer. A field that is
+there with no value (null: a queued job's `placement`) reads as empty, with whatever path follows it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def _select(data: Any, path: str) -> list[Any]:
         key = field if field is not None else (quoted if quoted is not None else dquoted)
         nxt: list[Any] = []
         for item in found:
-            if key is not None and isinstance(item, dict) and key in item:
+            if item is None:  # a field that is there without a value (null): empty below it, as kubectl
+                nxt.append(None)
+            elif key is not None and isinstance(item, dict) and key in item:
                 nxt.append(item[key])
             elif index == "*":
                 nxt.extend(

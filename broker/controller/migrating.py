@@ -246,12 +246,10 @@ class Migrating(ControllerBase):
                 continue
             allowed = record.request.clusters or tuple(sorted(self.traits))
             targets = tuple(c for c in allowed if c != cluster)
-            step = self._stop_and_requeue(
-                record, Trigger.DRAIN, f"cluster {cluster} drained ({reason}; by {by})", move_to=targets
-            )
+            step = self._stop_and_requeue(record, Trigger.DRAIN, f"cluster {cluster} {why}", move_to=targets)
             if step is not None:
                 moved.append(step)
-        log.warning("cluster %s drained by %s (%s): %d job(s) moved", cluster, by, reason, len(moved))
+        log.warning("cluster %s %s: %d job(s) moved", cluster, why, len(moved))
         return moved
 
     def undrain_cluster(self, cluster: str) -> bool:
@@ -268,8 +266,24 @@ class Migrating(ControllerBase):
         self.store.unfence(cluster)
         self._fenced.discard(cluster)
         self._fence_reasons.pop(cluster, None)
+        self._lift_drain_targets(cluster)
         self.work.wake(Wake.CLUSTER)  # offered again: the queue may place there
         return True
+
+    def _lift_drain_targets(self, cluster: str) -> None:
+        """The jobs drain moved off `cluster` and still waiting may go back there: their next attempt's
+        "anywhere but here" (move_to, exactly what drain set) ends with the drain. A migrate's own
+        target stays."""
+        for record in self.store.list_jobs([JobState.QUEUED]):
+            allowed = record.request.clusters or tuple(sorted(self.traits))
+            if not record.move_to or cluster not in allowed:
+                continue
+            if record.move_to != tuple(c for c in allowed if c != cluster):
+                continue
+            try:
+                self._save(replace(record, move_to=()))
+            except Conflict:
+                continue  # it moved on meanwhile
 
     # ------------------------------------------------------------------ members, reported checkpoints
 

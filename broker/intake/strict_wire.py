@@ -39,10 +39,11 @@ def guessed(annotation: Any, value: Any) -> str | None:
     kind = _scalar(annotation)
     if kind is None or value is None:
         return None
+    # in the words of broker.api.validation_text (issue 45): what the field must be, then what it got
     if kind is bool and not isinstance(value, bool):
-        return f"expected true or false, got {type(value).__name__} {value!r}"
+        return f"must be true or false (got {value!r})"
     if kind in _NUMBERS and isinstance(value, (bool, str)):
-        return f"expected a number, got {type(value).__name__} {value!r}"
+        return f"must be a {'whole number' if kind is int else 'number'} (got {value!r})"
     return None
 
 

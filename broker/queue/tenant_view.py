@@ -54,11 +54,13 @@ def tenant_figures(
     pending: Iterable[JobRecord],
     policy: QueuePolicy,
     capacity: Mapping[str, int],
+    including: Iterable[str] = (),
 ) -> list[TenantFigures]:
-    """Every tenant the policy names or that has jobs, in fair-share order (position 1 first)."""
+    """Every tenant the policy names, that has jobs or is `including` (a caller's own, even idle), in
+    fair-share order (position 1 first)."""
     active = list(active)
     used = usage_of(active)
-    tenants = set(policy.tenants) | set(used)
+    tenants = set(policy.tenants) | set(used) | set(including)
     counts: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     waiting: dict[str, int] = defaultdict(int)
     for r in active:

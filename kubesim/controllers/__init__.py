@@ -78,6 +78,8 @@ class Controllers:
         self.quota = QuotaController(store)
         self.gpus = gpus or cluster_gpus(cluster, store)
         self.kubelet.gpus = self.gpus
+        self.topology.unhealthy = self.gpus.unhealthy  # an unhealthy GPU leaves its NUMA zone too
+        self.gpus.on_health.append(self._gpu_health_changed)
         exporter = cluster.dcgm_exporter
         self.dcgm = DcgmExporterController(
             store, clock, self.gpus, self.kubelet, exporter is not None and exporter.enabled
@@ -85,6 +87,9 @@ class Controllers:
 
     def _dra_changed(self) -> None:
         self.scheduler.dirty = True
+
+    def _gpu_health_changed(self, node: str) -> None:
+        self.accounting.dirty_topology.add(node)  # (the set is swapped each tick: no bound .add)
 
     def busy(self) -> bool:
         """Whether a tick now would have work: a dirty controller or simulated-time work that is due."""

@@ -275,3 +275,18 @@ def test_a_group_is_reprioritised_where_not_placed_yet(api: Api, service: Broker
     assert service.get(placed["id"]).request.priority_class is None  # placed: it keeps its own
     r = api.call("alice", "POST", "/v1/groups/ranked/priority", json={"priorityClass": "nope"})
     assert r.status_code == 422 and "priorityClass" in r.text
+
+
+def test_a_user_whose_tenant_has_no_jobs_and_no_quota_still_sees_its_own_tenant(
+    store: RedisStateStore, tmp_path: Path
+) -> None:
+    service = BrokerService(store, RecordingGateway(), ManualClock(), {"c1": ClusterTraits("c1")})
+    store.put_summary(h100_cluster("c1", 1))
+    api = _api(service, tmp_path)
+    api.submit("alice", "r1", gpus=8, gpuProducts=["H100-80GB"])
+    service.schedule_once()
+    (vision,) = api.call("bob", "GET", "/v1/tenants").json()["items"]  # not "No tenants."
+    assert vision["tenant"] == "vision" and vision["used"] == {} and vision["running"] == {}
+    assert vision["position"] == 1  # it holds nothing: served first
+    every = [t["tenant"] for t in api.call("watcher", "GET", "/v1/tenants").json()["items"]]
+    assert every == ["ml-research"]  # an admin or viewer sees the tenants with quotas or jobs

@@ -113,6 +113,9 @@ def test_dry_run_hold_release_and_tenants(cli: Any, service: BrokerService) -> N
     code, out, _ = cli("submit", "probe", "--gpus", "2", "--dry-run")
     assert code == 0 and "dry run: would be placed on c1 (H100-80GB)" in out and "nothing was created" in out
     assert service.store.list_jobs() == []
+    # nothing was created: no job id, no state the job does not have (it is not QUEUED anywhere)
+    assert "QUEUED" not in out and "waiting for placement" not in out and " j" not in out.split("\n")[1]
+    assert out.split("\n")[1].split()[:3] == ["probe", "ml-research", "2x1"]
 
     code, out, _ = cli("submit", "later", "--gpus", "1", "-o", "json")
     job = json.loads(out)["id"]

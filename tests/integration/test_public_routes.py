@@ -100,3 +100,9 @@ def test_status_is_for_viewers_and_admins(api: Api) -> None:
         r = api.call(who, "GET", "/v1/status")
         assert r.status_code == 200, r.text
         assert r.json()["replica"] == "replica-r"
+
+
+def test_the_dashboard_answers_under_ui_too(api: Api) -> None:
+    page = api.call(None, "GET", "/").text
+    r = api.call(None, "GET", "/ui/")  # where /ui redirects: the page, not a 404
+    assert r.status_code == 200 and r.text == page and "/ui/app.js" in page

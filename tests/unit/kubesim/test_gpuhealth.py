@@ -205,3 +205,28 @@ def test_faults_naming_an_unknown_node_or_gpu_are_refused() -> None:
     assert parse_xid_spec("c-h-0:3", need_code=False) == ("c-h-0", 3, 0)
     with pytest.raises(GpuFaultError, match="NODE:GPU_INDEX:CODE"):
         parse_xid_spec("c-h-0:3")
+
+
+def nrt_gpus(w: World, node: str = NODE) -> dict[str, tuple[str, str]]:
+    """NUMA zone -> (allocatable, available) nvidia.com/gpu in the node's NodeResourceTopology."""
+    nrt = w.store.get("noderesourcetopologies.topology.node.k8s.io", "", node)
+    return {
+        z["name"]: (r["allocatable"], r["available"])
+        for z in nrt["zones"]
+        for r in z["resources"]
+        if r["name"] == "nvidia.com/gpu"
+    }
+
+
+def test_an_unhealthy_gpu_leaves_its_numa_zone_as_it_leaves_the_node() -> None:
+    h = pool("h", 1, numa={"zones": 2, "policy": "single-numa-node", "scope": "pod"})
+    w = world({"name": "c", "nodePools": [h], "dcgmExporter": {"enabled": True}})
+    w.settle()
+    assert nrt_gpus(w) == {"node-0": ("4", "4"), "node-1": ("4", "4")}
+    w.ctl.gpus.xid(NODE, 3, 79, w.clock.now())  # GPU 3 is in zone 0 (GPUs 0-3)
+    w.settle()
+    assert allocatable(w) == "7"
+    assert nrt_gpus(w) == {"node-0": ("3", "3"), "node-1": ("4", "4")}
+    w.ctl.gpus.clear(NODE, 3)
+    w.settle()
+    assert nrt_gpus(w) == {"node-0": ("4", "4"), "node-1": ("4", "4")}
