@@ -349,10 +349,14 @@ class ClusterWatcher:
         if outcome.ok and self.gpu_health is not None and self.gpu_health.due() and not self._stop.is_set():
             with self._lock:  # the nodes as watched (conditions, taints) and their physical GPUs
                 nodes, gpus = dict(self._nodes), {n.name: n.gpu_count for n in self._index.nodes()}
+            seen = self.gpu_health.view()
             changed = await asyncio.to_thread(self.gpu_health.refresh, self.rest, nodes, gpus)
+            # publish on any view change, not only a node's: `observed` turning true (a member's Prometheus
+            # answered its first DCGM series) is what lets status sync wait for a GPU death's fault
+            moved = bool(changed) or self.gpu_health.view() != seen
             with self._lock:  # recompute those nodes; publish even when no capacity moved (a view change)
-                self._dirty, self._tenancy_dirty = self._dirty | changed, self._tenancy_dirty or bool(changed)
-            if changed:
+                self._dirty, self._tenancy_dirty = self._dirty | changed, self._tenancy_dirty or moved
+            if moved:
                 self._wake.set()
         return outcome
 

@@ -199,7 +199,15 @@ def _fleet(path_kind: str, tmp: pytest.TempPathFactory, redis_url: str) -> Itera
             with composition.running_broker(load_fleet_config(cfg_path), port=port):
                 url = f"http://127.0.0.1:{port}"
                 wait_for(lambda: every_cluster_healthy(url, auth, 3), 120, what="every cluster healthy")
-                yield Fleet(sim, url, auth, work / "kcache")
+                ready = Fleet(sim, url, auth, work / "kcache")
+                # ready when the broker has read each cluster's DCGM series (through Prometheus: after its
+                # first scrape): before that a pod's death by a GPU fault cannot be told from its own
+                wait_for(
+                    lambda: all(ready.cluster(c)["gpuHealth"]["observed"] for c in (MOVES, CLUSTER)),
+                    60,
+                    what="the GPU health of both on-prem clusters read",
+                )
+                yield ready
         finally:
             if prom is not None:
                 prom.terminate()
