@@ -88,12 +88,21 @@ def broker_url(
     port = free_port()
     with composition.running_broker(load_fleet_config(path), port=port):
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: len(_fleet(url)) == 2, timeout=60, what="a summary of both clusters")
+        # a cluster is listed from its shard's first summary ("unknown", "connecting", no products: docs/health.md),
+        # so being listed is not being observed: wait for both clusters' first listed capacity
+        wait_for(
+            lambda: _observed(url) == {"dra-east", "plugin-west"}, timeout=60, what="both clusters observed"
+        )
         yield url
 
 
 def _fleet(url: str) -> dict[str, dict[str, Any]]:
     return {c["cluster"]: c for c in httpx.get(f"{url}/v1/fleet", headers=AUTH).json()["clusters"]}
+
+
+def _observed(url: str) -> set[str]:
+    """The clusters whose summary says healthy with their GPUs counted (their informers have listed)."""
+    return {name for name, c in _fleet(url).items() if c["health"] == "healthy" and c.get("products")}
 
 
 def _product(url: str, cluster: str, product: str) -> dict[str, Any] | None:
