@@ -259,6 +259,9 @@ def test_unschedulable_is_withdrawn_with_the_schedulers_message_and_runs_elsewhe
 
 
 def test_a_member_lacking_the_priority_class_is_withdrawn_with_the_admission_message(broker_url: str) -> None:
+    """Small is the only cluster the job may use: withdrawn from it, it is parked (issue 48 finding 9: a
+    job withdrawn from every cluster it may use waits for the fleet to change instead of bouncing), and
+    the parked reason carries the withdrawal with the member's admission message."""
     j = submit(
         broker_url,
         name="prio",
@@ -269,14 +272,15 @@ def test_a_member_lacking_the_priority_class_is_withdrawn_with_the_admission_mes
     )
 
     def withdrawn() -> list[str] | None:
-        said = [e["reason"] for e in events(broker_url, j) if e["reason"].startswith("withdrawn from small")]
+        said = [e["reason"] for e in events(broker_url, j) if "withdrawn from small" in e["reason"]]
         return said or None
 
     said = poll_for("withdrawn from small", withdrawn, 60)
+    assert said[0].startswith("parked: withdrawn from every cluster it may use (small), last withdrawn"), said
     assert 'FailedCreate: Error creating: pods "' in said[0], said
     assert "is forbidden: no PriorityClass with name production was found" in said[0], said
-    queued = job(broker_url, j)
-    assert queued["state"] == "QUEUED" and "withdrawn from lately" in queued["reason"], queued
+    parked = job(broker_url, j)
+    assert parked["state"] == "QUEUED" and parked["reason"].startswith("parked: withdrawn from every"), parked
     cancel(broker_url, j)
 
 
