@@ -139,9 +139,14 @@ def test_b_runs_only_after_a_succeeds_and_c_after_a_failed_job_fails_without_run
     seen_b_while_a_ran: list[str] = []
 
     def a_done() -> bool:
+        # B's state counts only when A was running both before and after B was read: two GETs are not
+        # one snapshot, and A may end (and B be released) between them
+        running = ("PLACED", "ADMITTED", "RUNNING")
         state_a = _call(broker, "GET", f"/v1/jobs/{a['id']}")["state"]
-        if state_a in ("PLACED", "ADMITTED", "RUNNING"):
-            seen_b_while_a_ran.append(_call(broker, "GET", f"/v1/jobs/{b['id']}")["state"])
+        if state_a in running:
+            state_b = _call(broker, "GET", f"/v1/jobs/{b['id']}")["state"]
+            if _call(broker, "GET", f"/v1/jobs/{a['id']}")["state"] in running:
+                seen_b_while_a_ran.append(state_b)
         return bool(state_a == "SUCCEEDED")
 
     wait_for(a_done, timeout=120, interval=0.1, what="A to succeed")
